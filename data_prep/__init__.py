@@ -1,0 +1,1 @@
+"""Building and reading the parallel corpora the encoder is trained and evaluated on."""

@@ -1,0 +1,138 @@
+"""Command line of the data-prep pipeline: `python -m data_prep <stage> ...`.
+
+Stages: pairs (list a config's language pairs), fetch (OPUS -> aligned files), clean,
+pretokenize, vocab, binarize, and all (every stage in order under one output directory).
+Each prints a one-line summary per unit of work and exits 1 with a message on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from data_prep.binarize import binarize
+from data_prep.clean import clean_corpus, failed_files, load_eval_sentences
+from data_prep.config import load_config
+from data_prep.opus import FetchError, MirrorSource, OnlineSource, fetch
+from data_prep.pretokenize import pretokenize_corpus
+from data_prep.vocab import train_vocab
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _source(args):
+    if args.mirror:
+        return MirrorSource(args.mirror)
+    return OnlineSource(args.downloads, catalog=args.catalog)
+
+
+def run_fetch(args) -> None:
+    config = load_config(args.config)
+    report = fetch(config, _source(args), args.out, pairs=args.pair, dry_run=args.dry_run)
+    for entry in report.get("fetched", []):
+        print(f"{entry['corpus']}\t{entry['pair']}\t{entry['status']}\t{entry.get('pairs', '')}")
+    for pair in report.get("pairs_without_data", []):
+        print(f"warning: no corpus has the pair {pair}", file=sys.stderr)
+
+
+def run_clean(args) -> None:
+    config = load_config(args.config)
+    eval_hashes, eval_counts = load_eval_sentences(args.data_dir, config.clean.eval_sets, config.clean.lowercase)
+    report = clean_corpus(args.input, args.out, config.clean, eval_hashes, eval_counts, pairs=args.pair)
+    for pair in report["pairs"]:
+        for entry in pair["files"]:
+            if "failed" not in entry:
+                print(f"{pair['pair']}\t{entry['name']}\tread {entry['read']}\tkept {entry['kept']}\t{json.dumps(entry['dropped'])}")
+    failures = failed_files(report)
+    if failures:
+        raise FetchError("could not clean: " + "; ".join(failures))
+
+
+def run_pretokenize(args) -> None:
+    for entry in pretokenize_corpus(args.input, args.out, workers=args.workers, pairs=args.pair):
+        print(f"{entry['pair']}\t{entry['name']}\t{entry['status']}")
+
+
+def run_vocab(args) -> None:
+    settings = load_config(args.config).vocab
+    tokenizer = train_vocab(
+        args.input, args.out, vocab_size=settings.vocab_size, character_coverage=settings.character_coverage,
+        max_sentences=settings.max_sentences, temperature=settings.temperature,
+    )
+    print(f"vocabulary of {tokenizer.vocab_size} pieces, {len(tokenizer.languages)} language tokens: {args.out}")
+
+
+def run_binarize(args) -> None:
+    index = binarize(args.input, args.vocab, args.out, workers=args.workers)
+    print(f"{index['n_pairs']} pairs, {index['n_tokens']} tokens in {len(index['files'])} files: {args.out}")
+
+
+def run_all(args) -> None:
+    out = args.out
+    for stage, namespace in (
+        (run_fetch, {"out": out / "raw", "pair": None, "dry_run": False}),
+        (run_clean, {"input": out / "raw", "out": out / "clean", "pair": None}),
+        (run_pretokenize, {"input": out / "clean", "out": out / "pretok", "pair": None}),
+        (run_vocab, {"input": out / "pretok", "out": out / "vocab"}),
+        (run_binarize, {"input": out / "pretok", "vocab": out / "vocab", "out": out / "shards"}),
+    ):
+        print(f"== {stage.__name__.removeprefix('run_')}", flush=True)
+        stage(argparse.Namespace(**{**vars(args), **namespace}))
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="python -m data_prep", description=__doc__.split("\n\n")[0])
+    stages = root.add_subparsers(dest="stage", required=True)
+
+    def stage(name, func, help_text, *arguments):
+        sub = stages.add_parser(name, help=help_text)
+        for argument in arguments:
+            argument(sub)
+        sub.set_defaults(func=func)
+        return sub
+
+    def config(p): p.add_argument("--config", type=Path, required=True, help="data-prep YAML (configs/data/*.yaml)")
+    def inp(p): p.add_argument("--in", dest="input", type=Path, required=True, help="corpus root to read")
+    def out(p): p.add_argument("--out", type=Path, required=True)
+    def pair(p): p.add_argument("--pair", nargs="+", help="only these language pairs (e.g. de-en); default: all")
+    def workers(p): p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)), help="worker processes")
+
+    def source(p):
+        group = p.add_mutually_exclusive_group(required=True)
+        group.add_argument("--mirror", type=Path, help="offline: a local directory in the OPUS layout")
+        group.add_argument("--downloads", type=Path, help="online: where OPUS files are downloaded (and resumed)")
+        p.add_argument("--catalog", choices=("online", "local"), default="online",
+                       help="list OPUS files through its API, or from the catalogue shipped in opustools")
+
+    def data_dir(p):
+        p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
+                       help="evaluation data to keep out of training (default: $EMS_DATA_DIR or ../shared/data)")
+
+    stage("pairs", lambda a: print("\n".join(load_config(a.config).pair_names())), "print a config's language pairs", config)
+    fetch_parser = stage("fetch", run_fetch, "OPUS corpora -> aligned Moses-style files", config, out, pair, source)
+    fetch_parser.add_argument("--dry-run", action="store_true", help="print what would be fetched and stop")
+    stage("clean", run_clean, "normalize, filter, deduplicate, remove evaluation sentences", config, inp, out, pair, data_dir)
+    stage("pretokenize", run_pretokenize, "NFKC, lowercase, per-language pre-tokenizer", inp, out, pair, workers)
+    stage("vocab", run_vocab, "SentencePiece on a language-balanced sample", config, inp, out)
+    binarize_parser = stage("binarize", run_binarize, "token-id shards for the trainer", inp, out, workers)
+    binarize_parser.add_argument("--vocab", type=Path, required=True)
+    stage("all", run_all, "fetch, clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
+          config, out, source, data_dir, workers)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, OSError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Token-id shards the trainer streams from (memory-mapped numpy arrays).
+
+In: a corpus root (aligned-pair layout, raw or pretokenized) and a vocabulary directory.
+Out, in `out_dir`:
+- `tokens.npy`   int32, every sentence's ids concatenated (side 1 of pair i is sentence 2i,
+                 side 2 is sentence 2i+1)
+- `offsets.npy`  int64, sentence k is tokens[offsets[k]:offsets[k+1]]
+- `langs.npy`    int16 (n_pairs, 2), language index of each side
+- `index.json`   languages, one entry per corpus file pair with its [start, end) pair range
+                 (so the trainer can sample by language pair) and its report (read, kept,
+                 skipped by reason); written last, so its presence means the shards are complete.
+Each file pair is encoded by a worker process into `out_dir/parts/<pair>.<name>/` (raw token and length
+arrays, streamed batch by batch); a join step concatenates the parts in corpus order. The
+result is byte-identical whatever the number of workers, and a rerun keeps finished parts.
+Read the result with `ems.data.PairShards`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from itertools import chain, islice
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from data_prep.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel
+from data_prep.pretokenize import corpus_preprocessing
+from ems.text import Tokenizer
+
+INDEX_FILE = "index.json"
+PARTS_DIR = "parts"
+COPY_BYTES = 1 << 24  # bytes per copy step of the join
+
+
+def _encode_part(task: tuple[ParallelFiles, str, str, bool, int]) -> dict:
+    """Encode one file pair into its part directory (skipped when done); returns its entry."""
+    files, vocab_dir, part_dir, pretokenized, batch_lines = task
+    part_dir = Path(part_dir)
+    done = part_dir / "part.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    tokenizer = Tokenizer.load(vocab_dir)
+    part_dir.mkdir(parents=True, exist_ok=True)
+    read = ReadReport()
+    n_pairs = skipped = 0
+    pairs = read_parallel(files.path_l1, files.path_l2, read)
+
+    def encode(sentences: list[str], lang: str) -> list[list[int]]:
+        if not pretokenized:
+            return tokenizer.encode(sentences, lang)
+        return tokenizer.sp.encode(sentences, num_threads=1)  # the worker processes are the parallelism
+
+    with open(part_dir / "tokens.bin", "wb") as tokens_out, open(part_dir / "lengths.bin", "wb") as lengths_out:
+        while chunk := list(islice(pairs, batch_lines)):
+            ids1 = encode([p[0] for p in chunk], files.l1)
+            ids2 = encode([p[1] for p in chunk], files.l2)
+            sentences = [s for a, b in zip(ids1, ids2) if a and b for s in (a, b)]
+            skipped += len(chunk) - len(sentences) // 2
+            n_pairs += len(sentences) // 2
+            lengths = np.fromiter(map(len, sentences), dtype=np.int32, count=len(sentences))
+            np.fromiter(chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum())).tofile(tokens_out)
+            lengths.tofile(lengths_out)
+    entry = {
+        "l1": files.l1, "l2": files.l2, "name": files.name, "n_pairs": n_pairs,
+        "read": read.to_dict(), "skipped_empty_after_tokenization": skipped,
+    }
+    done.write_text(json.dumps(entry, indent=2) + "\n")
+    return entry
+
+
+def _check_languages(tokenizer: Tokenizer, all_files: list[ParallelFiles]) -> None:
+    for files in all_files:
+        for lang in (files.l1, files.l2):
+            tokenizer.lang_index(lang)  # clear error for a language the vocabulary lacks
+
+
+def _open_npy(path: Path, dtype: str, shape: tuple[int, ...]):
+    """A .npy file opened for writing its data sequentially after the header."""
+    out = open(path, "wb")
+    np.lib.format.write_array_header_1_0(out, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape})
+    return out
+
+
+def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Tokenizer) -> None:
+    """Concatenate the parts into the three arrays with sequential writes (no memory map, whose
+    written pages would count in the resident set), one part's lengths in memory at a time."""
+    n_pairs = sum(e["n_pairs"] for e in entries)
+    n_tokens = sum((p / "tokens.bin").stat().st_size // 4 for p in parts)
+    with _open_npy(out_dir / "tokens.npy.partial", "<i4", (n_tokens,)) as tokens, \
+            _open_npy(out_dir / "offsets.npy.partial", "<i8", (2 * n_pairs + 1,)) as offsets, \
+            _open_npy(out_dir / "langs.npy.partial", "<i2", (n_pairs, 2)) as langs:
+        np.zeros(1, dtype="<i8").tofile(offsets)
+        end, pair_pos = 0, 0
+        for part, entry in zip(parts, entries):
+            with open(part / "tokens.bin", "rb") as part_tokens:
+                shutil.copyfileobj(part_tokens, tokens, COPY_BYTES)
+            ends = end + np.cumsum(np.fromfile(part / "lengths.bin", dtype="<i4"), dtype="<i8")
+            ends.tofile(offsets)
+            end = int(ends[-1]) if len(ends) else end
+            pair_langs = (tokenizer.lang_index(entry["l1"]), tokenizer.lang_index(entry["l2"]))
+            np.tile(np.asarray(pair_langs, dtype="<i2"), (entry["n_pairs"], 1)).tofile(langs)
+            entry["start"], entry["end"] = pair_pos, pair_pos + entry["n_pairs"]
+            pair_pos += entry["n_pairs"]
+    for name in ("tokens.npy", "offsets.npy", "langs.npy"):
+        (out_dir / f"{name}.partial").replace(out_dir / name)
+
+
+def binarize(
+    corpus_root: str | Path, vocab_dir: str | Path, out_dir: str | Path, batch_lines: int = 2000, workers: int = 1
+) -> dict:
+    """Tokenize every pair of the corpus with `workers` processes and write the shards; returns the index."""
+    tokenizer = Tokenizer.load(vocab_dir)
+    made_with = corpus_preprocessing(corpus_root)
+    if made_with is not None and made_with != tokenizer.preprocessing:
+        raise ValueError(
+            f"{corpus_root} was pretokenized with {made_with}, but the vocabulary {vocab_dir} uses "
+            f"{tokenizer.preprocessing}; pretokenize again or binarize the raw corpus"
+        )
+    all_files = list_parallel(corpus_root)
+    _check_languages(tokenizer, all_files)
+    out_dir = Path(out_dir)
+    (out_dir / INDEX_FILE).unlink(missing_ok=True)
+    vocab_sha1 = hashlib.sha1(Path(tokenizer.spm_path).read_bytes()).hexdigest()
+    parts_root = out_dir / PARTS_DIR
+    stamp = parts_root / "vocab.sha1"
+    if stamp.is_file() and stamp.read_text() != vocab_sha1:
+        shutil.rmtree(parts_root)  # parts of another vocabulary cannot be reused
+    parts_root.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(vocab_sha1)
+    parts = [parts_root / f"{files.l1}-{files.l2}.{files.name}" for files in all_files]
+    tasks = [(files, str(vocab_dir), str(part), made_with is not None, batch_lines) for files, part in zip(all_files, parts)]
+    if workers <= 1:
+        entries = [_encode_part(task) for task in tasks]
+    else:
+        with get_context().Pool(workers) as pool:
+            entries = list(pool.imap(_encode_part, tasks))
+    if not sum(e["n_pairs"] for e in entries):
+        raise ValueError(f"{corpus_root}: no sentence pairs to binarize")
+    _join(out_dir, parts, entries, tokenizer)
+    index = {
+        "languages": tokenizer.languages,
+        "vocab_size": tokenizer.vocab_size,
+        "vocab_sha1": vocab_sha1,
+        "n_pairs": sum(e["n_pairs"] for e in entries),
+        "n_tokens": int(np.load(out_dir / "tokens.npy", mmap_mode="r").size),
+        "pretokenized_corpus": made_with is not None,
+        "files": entries,
+    }
+    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    shutil.rmtree(parts_root)
+    return index

@@ -1,0 +1,229 @@
+"""On-disk parallel corpus format: Moses-style aligned plain text, laid out as OPUS does.
+
+A corpus root holds one directory per language pair, named with the two codes in
+alphabetical order (``de-en``, ``en-fr``). Inside, ``<name>.<l1>`` and ``<name>.<l2>``
+hold one sentence per line in UTF-8; line i of one file translates line i of the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+class CorpusError(ValueError):
+    """A parallel corpus is malformed or cannot be written; the message names the files."""
+
+
+# Every character str.splitlines() breaks on: a text holding one would shift the
+# alignment for any reader that splits lines more eagerly than on "\n" alone.
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+@dataclass
+class ReadReport:
+    """Counts of what ``read_parallel`` did with the line pairs of one file pair."""
+
+    read: int = 0
+    kept: int = 0
+    skipped_empty: int = 0
+    skipped_invalid_utf8: int = 0
+    skipped_too_long: int = 0
+    path_l1: Path | None = None
+    path_l2: Path | None = None
+
+    def to_dict(self) -> dict:
+        """The counts and the two paths (as strings), ready for JSON."""
+        out = asdict(self)
+        out["path_l1"] = None if self.path_l1 is None else str(self.path_l1)
+        out["path_l2"] = None if self.path_l2 is None else str(self.path_l2)
+        return out
+
+
+@dataclass(frozen=True)
+class ParallelFiles:
+    """One aligned file pair of a corpus root: ``<root>/<l1>-<l2>/<name>.<l1|l2>``."""
+
+    l1: str
+    l2: str
+    name: str
+    path_l1: Path
+    path_l2: Path
+
+
+def _check_language_code(code: str) -> None:
+    if not code or "-" in code or "/" in code or "." in code or code != code.strip():
+        raise CorpusError(f"invalid language code {code!r}: expected a code such as 'de' or 'yue'")
+
+
+def pair_dir_name(l1: str, l2: str) -> str:
+    """Name of the directory holding the l1/l2 pair: the two codes sorted and joined by '-'."""
+    _check_language_code(l1)
+    _check_language_code(l2)
+    if l1 == l2:
+        raise CorpusError(f"a language pair needs two different languages, got {l1!r} twice")
+    return "-".join(sorted((l1, l2)))
+
+
+def write_parallel(
+    root: str | Path,
+    name: str,
+    lang_a: str,
+    lang_b: str,
+    pairs: Iterable[tuple[str, str]],
+) -> tuple[Path, Path]:
+    """Write (text in lang_a, text in lang_b) pairs as ``root/<pair>/<name>.<lang>`` files.
+
+    Returns the paths of the lang_a and lang_b files (in that order). Raises CorpusError
+    if a text contains a line break, since it would break the line alignment; the files
+    are then left as they were, not half written.
+    """
+    if not name or "/" in name or name.startswith("."):
+        raise CorpusError(f"invalid corpus name {name!r}")
+    pair_dir = Path(root) / pair_dir_name(lang_a, lang_b)
+    pair_dir.mkdir(parents=True, exist_ok=True)
+    path_a = pair_dir / f"{name}.{lang_a}"
+    path_b = pair_dir / f"{name}.{lang_b}"
+    partial_a = pair_dir / f"{name}.{lang_a}.partial"
+    partial_b = pair_dir / f"{name}.{lang_b}.partial"
+    try:
+        with open(partial_a, "w", encoding="utf-8", newline="\n") as file_a, open(
+            partial_b, "w", encoding="utf-8", newline="\n"
+        ) as file_b:
+            for pair_no, (text_a, text_b) in enumerate(pairs, start=1):
+                for text, lang in ((text_a, lang_a), (text_b, lang_b)):
+                    _check_line_text(text, f"pair {pair_no} for {path_a} / {path_b}", lang)
+                file_a.write(text_a + "\n")
+                file_b.write(text_b + "\n")
+    except BaseException:
+        partial_a.unlink(missing_ok=True)
+        partial_b.unlink(missing_ok=True)
+        raise
+    partial_a.replace(path_a)
+    partial_b.replace(path_b)
+    return path_a, path_b
+
+
+def _check_line_text(text: object, where: str, lang: str) -> None:
+    if not isinstance(text, str):
+        raise CorpusError(f"{where}: the {lang} side is {type(text).__name__}, not str")
+    if not _LINE_BREAKS.isdisjoint(text):
+        raise CorpusError(
+            f"{where}: the {lang} text contains a line break, which would break the line "
+            f"alignment: {text!r}"
+        )
+
+
+def _read_line(file, max_bytes: int | None) -> tuple[bytes, bool]:
+    """The next line (b"" at the end) and whether it was longer than `max_bytes` (then cut)."""
+    if max_bytes is None:
+        return file.readline(), False
+    line = file.readline(max_bytes + 1)
+    if len(line) <= max_bytes or line.endswith(b"\n"):
+        return line, False
+    while (rest := file.readline(1 << 20)) and not rest.endswith(b"\n"):
+        pass  # skip the remainder without holding it in memory
+    return line[:max_bytes], True
+
+
+def read_parallel(
+    path_l1: str | Path,
+    path_l2: str | Path,
+    report: ReadReport | None = None,
+    max_line_bytes: int | None = None,
+) -> Iterator[tuple[str, str]]:
+    """Stream the (l1, l2) sentence pairs of two aligned files, line by line.
+
+    Each side is stripped of its line ending and surrounding whitespace. A pair is skipped,
+    and counted in ``report``, when either side is not valid UTF-8, is empty, or has more
+    than ``max_line_bytes`` bytes (None: no limit; a longer line is never held whole).
+    Raises CorpusError, with both line counts and paths, when the files differ in length.
+    """
+    path_l1, path_l2 = Path(path_l1), Path(path_l2)
+    if report is None:
+        report = ReadReport()
+    report.path_l1, report.path_l2 = path_l1, path_l2
+    for path in (path_l1, path_l2):
+        if not path.is_file():
+            raise CorpusError(f"parallel file not found: {path}")
+    with open(path_l1, "rb") as file_l1, open(path_l2, "rb") as file_l2:
+        line_no = 0
+        while True:
+            (raw_l1, long_l1), (raw_l2, long_l2) = _read_line(file_l1, max_line_bytes), _read_line(file_l2, max_line_bytes)
+            if not raw_l1 and not raw_l2:
+                return
+            if not raw_l1 or not raw_l2:
+                # The longer file is counted to its end so the message gives both lengths.
+                lines_l1 = line_no + (1 + sum(1 for _ in file_l1) if raw_l1 else 0)
+                lines_l2 = line_no + (1 + sum(1 for _ in file_l2) if raw_l2 else 0)
+                raise CorpusError(
+                    f"parallel files differ in length: {path_l1} has {lines_l1} lines, "
+                    f"{path_l2} has {lines_l2} lines"
+                )
+            line_no += 1
+            report.read += 1
+            if long_l1 or long_l2:
+                report.skipped_too_long += 1
+                continue
+            # utf-8-sig on the first line drops a byte order mark some editors write.
+            encoding = "utf-8-sig" if line_no == 1 else "utf-8"
+            try:
+                text_l1 = raw_l1.decode(encoding).strip()
+                text_l2 = raw_l2.decode(encoding).strip()
+            except UnicodeDecodeError:
+                report.skipped_invalid_utf8 += 1
+                continue
+            if not text_l1 or not text_l2:
+                report.skipped_empty += 1
+                continue
+            report.kept += 1
+            yield text_l1, text_l2
+
+
+def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[ParallelFiles]:
+    """All aligned file pairs under a corpus root (only those of `pairs`, e.g. ["de-en"], when
+    given: other pair directories are not even looked at), sorted by (l1, l2, name).
+
+    Hidden directories, directories whose name has no '-' and files whose suffix is neither
+    language of their pair directory are not corpus files and are ignored. Raises
+    CorpusError when the root does not exist, a pair directory is not in alphabetical order,
+    or a file has no counterpart in the other language.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise CorpusError(f"corpus root {root} does not exist or is not a directory")
+    pairs = None if pairs is None else set(pairs)
+    found: list[ParallelFiles] = []
+    pair_dirs = sorted(
+        path
+        for path in root.iterdir()
+        if path.is_dir() and "-" in path.name and not path.name.startswith(".")
+        and (pairs is None or path.name in pairs)
+    )
+    for pair_dir in pair_dirs:
+        l1, _, l2 = pair_dir.name.partition("-")
+        if not l1 or not l2 or "-" in l2:
+            raise CorpusError(f"{pair_dir}: a pair directory must be named <l1>-<l2>")
+        if l1 >= l2:
+            raise CorpusError(
+                f"{pair_dir}: pair directories name their languages in alphabetical order; "
+                f"expected {pair_dir_name(l1, l2)!r}"
+            )
+        names_by_lang: dict[str, set[str]] = {l1: set(), l2: set()}
+        for path in pair_dir.iterdir():
+            name, dot, lang = path.name.rpartition(".")
+            if dot and name and lang in names_by_lang and path.is_file():
+                names_by_lang[lang].add(name)
+        for lang, other in ((l1, l2), (l2, l1)):
+            unmatched = sorted(names_by_lang[lang] - names_by_lang[other])
+            if unmatched:
+                raise CorpusError(
+                    f"{pair_dir / f'{unmatched[0]}.{lang}'} has no counterpart "
+                    f"{pair_dir / f'{unmatched[0]}.{other}'}"
+                )
+        for name in sorted(names_by_lang[l1]):
+            found.append(
+                ParallelFiles(l1, l2, name, pair_dir / f"{name}.{l1}", pair_dir / f"{name}.{l2}")
+            )
+    return found

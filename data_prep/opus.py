@@ -1,0 +1,296 @@
+"""Fetch OPUS corpora into the aligned-pair layout, with `opustools` (the OPUS project's package).
+
+In: a `PrepConfig` (languages, pairs, corpora with per-pair caps) and a source:
+- `MirrorSource(root)`: a local directory in the OPUS layout, read offline:
+  `ROOT/<Corpus>/<release>/xml/<a>-<b>.xml.gz` (sentence alignments) and
+  `ROOT/<Corpus>/<release>/raw/<lang>.zip` (untokenized sentence files), as `opus_read -rd ROOT`.
+- `OnlineSource(download_dir)`: lists files through OPUS's API (or the catalogue shipped
+  inside opustools, `catalog="local"`), downloads the Moses-format zip of each corpus and pair
+  with resumable HTTP range requests, then reads it with `opustools.OpusRead`.
+Out: `OUT/<l1>-<l2>/<Corpus>.<l1|l2>` (a `.<opus pair>` infix when OPUS codes differ from ours,
+e.g. `OpenSubtitles.en-zh_TW.zh`) and `OUT/fetch_report.json`: one entry per corpus and pair
+with its status, pairs written and whether the cap cut it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sqlite3
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from itertools import islice
+from pathlib import Path
+
+from opustools import OpusGet, OpusRead
+
+from data_prep.config import CorpusSpec, PrepConfig
+from data_prep.corpus import CorpusError, write_parallel
+
+REPORT_FILE = "fetch_report.json"
+# Any of these inside a sentence would split it over two lines in the Moses files.
+_LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+class FetchError(RuntimeError):
+    """A corpus could not be listed, downloaded or read; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class FetchJob:
+    """One corpus for one language pair, in project codes (l1 < l2) and in OPUS codes."""
+
+    corpus: CorpusSpec
+    l1: str
+    l2: str
+    opus_l1: str
+    opus_l2: str
+
+    @property
+    def pair(self) -> str:
+        return f"{self.l1}-{self.l2}"
+
+    @property
+    def opus_pair(self) -> tuple[str, str]:
+        """The OPUS codes in OPUS's order (sorted), as in its file names."""
+        return tuple(sorted((self.opus_l1, self.opus_l2)))
+
+    @property
+    def output_name(self) -> str:
+        if (self.opus_l1, self.opus_l2) == (self.l1, self.l2):
+            return self.corpus.name
+        return f"{self.corpus.name}.{self.opus_l1}-{self.opus_l2}"
+
+    def output_paths(self, out_root: Path) -> tuple[Path, Path]:
+        pair_dir = out_root / self.pair
+        return pair_dir / f"{self.output_name}.{self.l1}", pair_dir / f"{self.output_name}.{self.l2}"
+
+
+@dataclass
+class MirrorSource:
+    """A local OPUS-layout directory (untokenized `raw` sentence files + `xml` alignments)."""
+
+    root: Path
+    preprocess: str = "raw"
+
+    def _files(self, job: FetchJob) -> list[Path]:
+        base = self.root / job.corpus.name / job.corpus.release
+        a, b = job.opus_pair
+        return [base / "xml" / f"{a}-{b}.xml.gz", base / self.preprocess / f"{a}.zip", base / self.preprocess / f"{b}.zip"]
+
+    def describe(self, job: FetchJob) -> str | None:
+        """What would be read, or None when the mirror lacks the corpus for this pair."""
+        files = self._files(job)
+        if not all(path.is_file() for path in files):
+            return None
+        return f"{sum(path.stat().st_size for path in files) // 1024} KB in {files[0].parent.parent}"
+
+    def missing_reason(self, job: FetchJob) -> str:
+        missing = [str(path) for path in self._files(job) if not path.is_file()]
+        return f"not in the mirror: {', '.join(missing)}"
+
+    def prepare(self, job: FetchJob) -> None:
+        """Nothing to download: the mirror is read in place."""
+
+    def reader(self, job: FetchJob, maximum: int) -> OpusRead:
+        return OpusRead(
+            directory=job.corpus.name, source=job.opus_l1, target=job.opus_l2, release=job.corpus.release,
+            preprocess=self.preprocess, root_directory=str(self.root), download_dir=str(self.root),
+            maximum=maximum, suppress_prompts=True, chunk_size=100_000,
+        )
+
+
+@dataclass
+class OnlineSource:
+    """OPUS over the network: Moses-format zips downloaded to `download_dir`, resumably."""
+
+    download_dir: Path
+    catalog: str = "online"  # "online": OPUS's API; "local": the catalogue shipped in opustools
+
+    def _listing(self, job: FetchJob) -> list[dict]:
+        a, b = job.opus_pair
+        getter = OpusGet(
+            source=a, target=b, directory=job.corpus.name, release=job.corpus.release, preprocess="moses",
+            download_dir=str(self.download_dir), local_db=self.catalog == "local",
+            database=str(self.download_dir / "opusdata.db"), suppress_prompts=True,
+        )
+        try:
+            if getter.local_db:
+                return getter.dbo.get_corpora(getter.parameters)
+            return getter.get_response(getter.url)["corpora"]
+        except (urllib.error.URLError, OSError, sqlite3.Error, KeyError, ValueError) as error:
+            raise FetchError(f"cannot list {job.corpus.name} {a}-{b} from OPUS ({self.catalog}): {error}") from error
+
+    def zip_path(self, job: FetchJob) -> Path:
+        """Where opustools looks for an already downloaded Moses zip."""
+        a, b = job.opus_pair
+        return self.download_dir / f"{job.corpus.name}_{job.corpus.release}_moses_{a}-{b}.txt.zip"
+
+    def describe(self, job: FetchJob) -> str | None:
+        if self.zip_path(job).is_file():
+            return f"downloaded: {self.zip_path(job)}"
+        files = [f for f in self._listing(job) if f["url"].endswith(".txt.zip")]
+        if not files:
+            return None
+        return f"{files[0]['size']} KB, {files[0]['alignment_pairs']} pairs: {files[0]['url']}"
+
+    def missing_reason(self, job: FetchJob) -> str:
+        a, b = job.opus_pair
+        return f"OPUS lists no Moses file of {job.corpus.name} {job.corpus.release} for {a}-{b}"
+
+    def prepare(self, job: FetchJob) -> None:
+        """Download the corpus's Moses zip unless it is already complete."""
+        if self.zip_path(job).is_file():
+            return
+        files = [f for f in self._listing(job) if f["url"].endswith(".txt.zip")]
+        if not files:
+            raise FetchError(self.missing_reason(job))
+        download(files[0]["url"], self.zip_path(job))
+
+    def reader(self, job: FetchJob, maximum: int) -> OpusRead:
+        return OpusRead(
+            directory=job.corpus.name, source=job.opus_l1, target=job.opus_l2, release=job.corpus.release,
+            preprocess="moses", write_mode="moses", download_dir=str(self.download_dir), maximum=maximum,
+            suppress_prompts=True,
+        )
+
+
+def download(url: str, target: Path, block_bytes: int = 1 << 20) -> None:
+    """Download `url` to `target`, resuming a `<target>.part` left by an interrupted run."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    have = part.stat().st_size if part.is_file() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            resumed = have and response.status == 206  # a server that ignores Range sends it all again
+            expected = response.headers.get("Content-Length")
+            received = 0
+            with open(part, "ab" if resumed else "wb") as out:
+                while block := response.read(block_bytes):
+                    out.write(block)
+                    received += len(block)
+            if expected is not None and received < int(expected):
+                raise http.client.IncompleteRead(b"", int(expected) - received)
+    except urllib.error.HTTPError as error:
+        if error.code != 416:  # 416: nothing left past `have` bytes, the .part is complete
+            raise FetchError(f"download of {url} failed: {error}") from error
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:  # IncompleteRead: cut short
+        raise FetchError(f"download of {url} failed (rerun to resume from {part}): {error}") from error
+    part.replace(target)
+
+
+@lru_cache(maxsize=1)
+def opus_language_codes() -> frozenset[str]:
+    """Every language code in the OPUS catalogue that ships with opustools (read offline)."""
+    getter = OpusGet(local_db=True, database=str(Path.home() / ".OpusTools" / "opusdata.db"))
+    return frozenset(getter.dbo.run_languages_query({}))
+
+
+def check_opus_codes(config: PrepConfig) -> None:
+    """Raise FetchError naming every configured language whose OPUS codes OPUS does not know."""
+    known = opus_language_codes()
+    unknown = {lang: codes for lang in config.languages if not set(codes := config.opus_codes_of(lang)) & known}
+    if unknown:
+        raise FetchError(
+            f"unknown language code(s) for OPUS: {unknown}; map them to OPUS codes under `opus_codes`"
+        )
+
+
+def plan_jobs(config: PrepConfig, source, pairs: list[str] | None = None) -> tuple[list[FetchJob], list[dict]]:
+    """The jobs to run and one report entry for every corpus-pair left out (missing or covered)."""
+    wanted = config.pair_names() if pairs is None else pairs
+    unknown = sorted(set(wanted) - set(config.pair_names()))
+    if unknown:
+        raise FetchError(f"pair(s) {unknown} are not in the config; its pairs: {' '.join(config.pair_names())}")
+    jobs, skipped = [], []
+    for pair in wanted:
+        l1, l2 = pair.split("-")
+        covered = False
+        for spec in sorted(config.corpora, key=lambda spec: spec.only_uncovered):
+            for opus_l1 in config.opus_codes_of(l1):
+                for opus_l2 in config.opus_codes_of(l2):
+                    job = FetchJob(spec, l1, l2, opus_l1, opus_l2)
+                    entry = {"corpus": spec.name, "release": spec.release, "pair": pair, "opus_pair": "-".join(job.opus_pair)}
+                    if spec.only_uncovered and covered:
+                        skipped.append({**entry, "status": "skipped: pair covered by another corpus"})
+                        continue
+                    if source.describe(job) is None:
+                        skipped.append({**entry, "status": "missing", "reason": source.missing_reason(job)})
+                        continue
+                    covered = True
+                    jobs.append(job)
+    return jobs, skipped
+
+
+def _pairs(reader: OpusRead, cap: int | None, counts: dict) -> Iterator[tuple[str, str]]:
+    """OpusRead's first `cap` (source, target) pairs, in-sentence line breaks replaced by spaces (counted).
+
+    The cap is applied here too: opustools 1.9.0 ignores `maximum` for Moses-format corpora.
+    """
+    for src, trg in islice(reader.yieldPairs(), cap):
+        clean_src, clean_trg = src.translate(_LINE_BREAKS), trg.translate(_LINE_BREAKS)
+        counts["line_breaks_replaced"] += (clean_src != src) + (clean_trg != trg)
+        counts["pairs"] += 1
+        yield clean_src, clean_trg
+
+
+def fetch_job(job: FetchJob, source, out_root: Path) -> dict:
+    """Read one corpus-pair into `out_root` (skipped when its files exist); returns its report entry."""
+    entry = {"corpus": job.corpus.name, "release": job.corpus.release, "pair": job.pair, "opus_pair": "-".join(job.opus_pair)}
+    path_l1, path_l2 = job.output_paths(out_root)
+    if path_l1.is_file() and path_l2.is_file():
+        return {**entry, "status": "exists", "path": str(path_l1.parent)}
+    cap = job.corpus.cap(job.pair)
+    source.prepare(job)
+    counts = {"pairs": 0, "line_breaks_replaced": 0}
+    try:
+        # OpusRead yields (opus_l1 text, opus_l2 text), whatever OPUS's own file order.
+        pairs = _pairs(source.reader(job, -1 if cap is None else cap), cap, counts)
+        write_parallel(out_root, job.output_name, job.l1, job.l2, pairs)
+    except (CorpusError, FileNotFoundError, KeyError) as error:
+        raise FetchError(f"{job.corpus.name} {job.pair}: reading from OPUS failed: {error}") from error
+    return {
+        **entry, "status": "fetched", "pairs": counts["pairs"], "cap": cap,
+        "capped": cap is not None and counts["pairs"] >= cap,
+        "line_breaks_replaced": counts["line_breaks_replaced"], "path": str(path_l1.parent),
+    }
+
+
+def fetch(config: PrepConfig, source, out_root: str | Path, pairs: list[str] | None = None, dry_run: bool = False) -> dict:
+    """Fetch every planned corpus-pair into `out_root` and write `fetch_report.json`; returns the report.
+
+    With `dry_run`, prints what would be fetched and writes nothing. A corpus-pair whose
+    reading fails is reported (status "failed") and the others go on; FetchError is raised
+    at the end naming the failures.
+    """
+    check_opus_codes(config)
+    out_root = Path(out_root)
+    jobs, skipped = plan_jobs(config, source, pairs)
+    if dry_run:
+        for job in jobs:
+            cap = job.corpus.cap(job.pair)
+            print(f"{job.corpus.name}\t{job.corpus.release}\t{job.pair}\t{'-'.join(job.opus_pair)}\t"
+                  f"cap {cap if cap is not None else 'all'}\t{source.describe(job)}")
+        for entry in skipped:
+            print(f"{entry['corpus']}\t{entry['release']}\t{entry['pair']}\t{entry['opus_pair']}\t{entry['status']}")
+        return {"jobs": [asdict(job) for job in jobs], "skipped": skipped}
+    entries = []
+    for job in jobs:
+        try:
+            entries.append(fetch_job(job, source, out_root))
+        except FetchError as error:
+            entries.append({"corpus": job.corpus.name, "pair": job.pair, "status": "failed", "reason": str(error)})
+    fetched_pairs = {e["pair"] for e in entries if e["status"] in ("fetched", "exists")}
+    wanted = config.pair_names() if pairs is None else pairs
+    report = {"fetched": entries, "skipped": skipped, "pairs_without_data": [p for p in wanted if p not in fetched_pairs]}
+    out_root.mkdir(parents=True, exist_ok=True)
+    report_path = out_root / (REPORT_FILE if pairs is None else f"fetch_report.{'_'.join(pairs)}.json")
+    report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    failed = [e for e in entries if e["status"] == "failed"]
+    if failed:
+        raise FetchError(f"{len(failed)} corpus-pair(s) failed (see {report_path}): " + "; ".join(e["reason"] for e in failed))
+    return report

@@ -1,0 +1,87 @@
+"""Inference: a saved model directory -> `encode(sentences, lang)` -> float32 (n, d) numpy array.
+
+A model directory holds `model.safetensors` (encoder weights only; the training heads are
+not exported), `config.json` (EMSConfig) and the tokenizer files (`spm.model`,
+`tokenizer.json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from ems.model import EMSConfig, SentenceEncoder
+from ems.text import Tokenizer
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+def export_encoder(encoder: SentenceEncoder, tokenizer: Tokenizer, out_dir: str | Path) -> Path:
+    """Write the inference model directory (weights, config, tokenizer); returns its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in encoder.state_dict().items()}
+    save_file(state, str(out_dir / WEIGHTS_FILE))
+    (out_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(encoder.cfg), indent=2) + "\n")
+    tokenizer.save(out_dir)
+    return out_dir
+
+
+class EMSEncoder:
+    """A trained EMS sentence encoder: preprocessing + SentencePiece + transformer + mean pooling."""
+
+    def __init__(self, encoder: SentenceEncoder, tokenizer: Tokenizer, device: str | torch.device = "cpu"):
+        self.model = encoder.eval().to(device)
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+
+    @property
+    def languages(self) -> list[str]:
+        return self.tokenizer.languages
+
+    @property
+    def dim(self) -> int:
+        return self.model.cfg.d_model
+
+    @torch.inference_mode()
+    def encode(self, sentences: list[str], lang: str, batch_size: int = 128) -> np.ndarray:
+        """Sentences in language `lang` -> (n, d) float32 mean-pooled vectors u.
+
+        Sentences are batched by token length, so the output does not depend on the order
+        of the input beyond float rounding. An empty sentence is an error (it has no tokens to pool).
+        """
+        if isinstance(sentences, str):
+            raise TypeError("encode takes a list of sentences, not a single string")
+        max_len = self.model.cfg.max_len
+        ids = [seq[:max_len] for seq in self.tokenizer.encode(list(sentences), lang)]
+        empty = [i for i, seq in enumerate(ids) if not seq]
+        if empty:
+            raise ValueError(f"{len(empty)} sentence(s) have no tokens after preprocessing (first at index {empty[0]})")
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            width = max(len(ids[i]) for i in chunk)
+            tokens = torch.full((len(chunk), width), self.model.cfg.pad_id, dtype=torch.long)
+            for row, i in enumerate(chunk):
+                tokens[row, : len(ids[i])] = torch.tensor(ids[i])
+            out[chunk] = self.model(tokens.to(self.device)).float().cpu().numpy()
+        return out
+
+
+def load(path: str | Path, device: str = "cpu") -> EMSEncoder:
+    """Load a model directory written by `export_encoder` (safetensors: no pickle is executed)."""
+    path = Path(path)
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path} is not an EMS model directory: {name} is missing")
+    cfg = EMSConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
+    encoder = SentenceEncoder(cfg)
+    encoder.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
+    return EMSEncoder(encoder, Tokenizer.load(path), device)

@@ -1,0 +1,163 @@
+"""Language codes: LASER's Tatoeba test-set codes <-> the project's canonical codes.
+
+Canonical codes are ISO 639-1 where one exists, else ISO 639-3 (always lowercase). Tatoeba
+names its files with 3-letter codes (`tatoeba.deu-eng.deu`), mostly ISO 639-3 individual
+languages (`cmn`, `lvs`, `zsm`, `pes`, `swh`), which we fold into the macrolanguage's
+ISO 639-1 code (`zh`, `lv`, `ms`, `fa`, `sw`); the one collective code, `ber`, is kept as is.
+"""
+
+from __future__ import annotations
+
+TATOEBA_ENGLISH_CODE = "eng"  # every Tatoeba test set pairs a language with English
+ENGLISH = "en"
+
+# (Tatoeba code, canonical code, English name), one row per test set, sorted by Tatoeba code.
+TATOEBA_LANGUAGES: tuple[tuple[str, str, str], ...] = (
+    ("afr", "af", "Afrikaans"),
+    ("amh", "am", "Amharic"),
+    ("ang", "ang", "Old English"),
+    ("ara", "ar", "Arabic"),
+    ("arq", "arq", "Algerian Arabic"),
+    ("arz", "arz", "Egyptian Arabic"),
+    ("ast", "ast", "Asturian"),
+    ("awa", "awa", "Awadhi"),
+    ("aze", "az", "Azerbaijani"),
+    ("bel", "be", "Belarusian"),
+    ("ben", "bn", "Bengali"),
+    ("ber", "ber", "Berber"),
+    ("bos", "bs", "Bosnian"),
+    ("bre", "br", "Breton"),
+    ("bul", "bg", "Bulgarian"),
+    ("cat", "ca", "Catalan"),
+    ("cbk", "cbk", "Chavacano"),
+    ("ceb", "ceb", "Cebuano"),
+    ("ces", "cs", "Czech"),
+    ("cha", "ch", "Chamorro"),
+    ("cmn", "zh", "Chinese (Mandarin)"),
+    ("cor", "kw", "Cornish"),
+    ("csb", "csb", "Kashubian"),
+    ("cym", "cy", "Welsh"),
+    ("dan", "da", "Danish"),
+    ("deu", "de", "German"),
+    ("dsb", "dsb", "Lower Sorbian"),
+    ("dtp", "dtp", "Central Dusun"),
+    ("ell", "el", "Greek"),
+    ("epo", "eo", "Esperanto"),
+    ("est", "et", "Estonian"),
+    ("eus", "eu", "Basque"),
+    ("fao", "fo", "Faroese"),
+    ("fin", "fi", "Finnish"),
+    ("fra", "fr", "French"),
+    ("fry", "fy", "Western Frisian"),
+    ("gla", "gd", "Scottish Gaelic"),
+    ("gle", "ga", "Irish"),
+    ("glg", "gl", "Galician"),
+    ("gsw", "gsw", "Swiss German"),
+    ("heb", "he", "Hebrew"),
+    ("hin", "hi", "Hindi"),
+    ("hrv", "hr", "Croatian"),
+    ("hsb", "hsb", "Upper Sorbian"),
+    ("hun", "hu", "Hungarian"),
+    ("hye", "hy", "Armenian"),
+    ("ido", "io", "Ido"),
+    ("ile", "ie", "Interlingue"),
+    ("ina", "ia", "Interlingua"),
+    ("ind", "id", "Indonesian"),
+    ("isl", "is", "Icelandic"),
+    ("ita", "it", "Italian"),
+    ("jav", "jv", "Javanese"),
+    ("jpn", "ja", "Japanese"),
+    ("kab", "kab", "Kabyle"),
+    ("kat", "ka", "Georgian"),
+    ("kaz", "kk", "Kazakh"),
+    ("khm", "km", "Khmer"),
+    ("kor", "ko", "Korean"),
+    ("kur", "ku", "Kurdish"),
+    ("kzj", "kzj", "Coastal Kadazan"),
+    ("lat", "la", "Latin"),
+    ("lfn", "lfn", "Lingua Franca Nova"),
+    ("lit", "lt", "Lithuanian"),
+    ("lvs", "lv", "Latvian"),
+    ("mal", "ml", "Malayalam"),
+    ("mar", "mr", "Marathi"),
+    ("max", "max", "North Moluccan Malay"),
+    ("mhr", "mhr", "Eastern Mari"),
+    ("mkd", "mk", "Macedonian"),
+    ("mon", "mn", "Mongolian"),
+    ("nds", "nds", "Low German"),
+    ("nld", "nl", "Dutch"),
+    ("nno", "nn", "Norwegian Nynorsk"),
+    ("nob", "nb", "Norwegian Bokmål"),
+    ("nov", "nov", "Novial"),
+    ("oci", "oc", "Occitan"),
+    ("orv", "orv", "Old Russian"),
+    ("pam", "pam", "Kapampangan"),
+    ("pes", "fa", "Persian"),
+    ("pms", "pms", "Piedmontese"),
+    ("pol", "pl", "Polish"),
+    ("por", "pt", "Portuguese"),
+    ("ron", "ro", "Romanian"),
+    ("rus", "ru", "Russian"),
+    ("slk", "sk", "Slovak"),
+    ("slv", "sl", "Slovenian"),
+    ("spa", "es", "Spanish"),
+    ("sqi", "sq", "Albanian"),
+    ("srp", "sr", "Serbian"),
+    ("swe", "sv", "Swedish"),
+    ("swg", "swg", "Swabian"),
+    ("swh", "sw", "Swahili"),
+    ("tam", "ta", "Tamil"),
+    ("tat", "tt", "Tatar"),
+    ("tel", "te", "Telugu"),
+    ("tgl", "tl", "Tagalog"),
+    ("tha", "th", "Thai"),
+    ("tuk", "tk", "Turkmen"),
+    ("tur", "tr", "Turkish"),
+    ("tzl", "tzl", "Talossan"),
+    ("uig", "ug", "Uyghur"),
+    ("ukr", "uk", "Ukrainian"),
+    ("urd", "ur", "Urdu"),
+    ("uzb", "uz", "Uzbek"),
+    ("vie", "vi", "Vietnamese"),
+    ("war", "war", "Waray"),
+    ("wuu", "wuu", "Wu Chinese"),
+    ("xho", "xh", "Xhosa"),
+    ("yid", "yi", "Yiddish"),
+    ("yue", "yue", "Cantonese"),
+    ("zsm", "ms", "Malay"),
+)
+
+TATOEBA_TEST_CODES: tuple[str, ...] = tuple(code for code, _, _ in TATOEBA_LANGUAGES)
+
+_ALL_ROWS = TATOEBA_LANGUAGES + ((TATOEBA_ENGLISH_CODE, ENGLISH, "English"),)
+_TATOEBA_TO_LANG = {code: lang for code, lang, _ in _ALL_ROWS}
+_LANG_TO_TATOEBA = {lang: code for code, lang, _ in _ALL_ROWS}
+_LANG_NAMES = {lang: name for _, lang, name in _ALL_ROWS}
+
+
+class UnknownLanguageError(ValueError):
+    """A language code that is not in the table."""
+
+
+def tatoeba_code_to_lang(code: str) -> str:
+    """Tatoeba 3-letter code (`deu`, also `eng`) -> canonical code (`de`); raises UnknownLanguageError."""
+    try:
+        return _TATOEBA_TO_LANG[code]
+    except KeyError:
+        raise UnknownLanguageError(
+            f"unknown Tatoeba language code {code!r}; expected one of the {len(TATOEBA_TEST_CODES)} "
+            f"LASER test-set codes (lowercase, e.g. 'deu', 'cmn') or {TATOEBA_ENGLISH_CODE!r}"
+        ) from None
+
+
+def lang_to_tatoeba_code(lang: str) -> str | None:
+    """Canonical code (`de`, also `en`) -> Tatoeba 3-letter code (`deu`), or None if Tatoeba has none."""
+    return _LANG_TO_TATOEBA.get(lang)
+
+
+def language_name(lang: str) -> str:
+    """Canonical code of a Tatoeba language (`de`) -> English name (`German`); raises UnknownLanguageError."""
+    try:
+        return _LANG_NAMES[lang]
+    except KeyError:
+        raise UnknownLanguageError(f"no name known for language code {lang!r}") from None

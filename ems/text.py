@@ -1,0 +1,157 @@
+"""The one preprocessing path shared by data prep and inference.
+
+raw text -> NFKC -> lowercase -> word pre-tokenization -> SentencePiece ids.
+
+Pre-tokenization depends on the language (`pretokenize`): jieba for Chinese, MeCab
+(fugashi + the UniDic-lite dictionary, both from PyPI) for Japanese, Moses (sacremoses) for
+every other language.
+
+`Tokenizer` bundles the SentencePiece model with the language list (one `<2xx>` token per
+language) and the preprocessing settings, so a saved model directory carries everything
+needed to turn text into the ids it was trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import sentencepiece as spm
+from sacremoses import MosesTokenizer
+
+PAD_ID = 0
+UNK_ID = 1
+FIRST_LANG_ID = 2  # <2xx> tokens follow pad and unk, in the order of Tokenizer.languages
+TOKENIZER_FILE = "tokenizer.json"
+SPM_FILE = "spm.model"
+
+
+def lang_token(lang: str) -> str:
+    return f"<2{lang}>"
+
+
+@lru_cache(maxsize=None)
+def _moses(lang: str) -> MosesTokenizer:
+    return MosesTokenizer(lang=lang)
+
+
+def moses_words(text: str, lang: str) -> str:
+    """Moses tokenization; escape=False keeps the text readable (no &apos;)."""
+    return _moses(lang).tokenize(text, escape=False, return_str=True)
+
+
+@lru_cache(maxsize=None)
+def _jieba():
+    import jieba
+
+    jieba.setLogLevel(60)  # it logs its dictionary loading at INFO on every process start
+    jieba.initialize()
+    return jieba
+
+
+def chinese_words(text: str, lang: str = "zh") -> str:
+    """jieba word segmentation (Chinese, also Wu and Cantonese), words joined by spaces."""
+    return " ".join(word for word in _jieba().cut(text) if not word.isspace())
+
+
+@lru_cache(maxsize=None)
+def _mecab():
+    import fugashi
+
+    return fugashi.Tagger("-Owakati")  # finds the unidic-lite dictionary installed from PyPI
+
+
+def japanese_words(text: str, lang: str = "ja") -> str:
+    """MeCab (fugashi, UniDic-lite) word segmentation, words joined by spaces."""
+    return _mecab().parse(text).strip()
+
+
+# Languages whose words are not separated by spaces get a segmenter; all others use Moses.
+SEGMENTERS = {"zh": chinese_words, "wuu": chinese_words, "yue": chinese_words, "ja": japanese_words}
+
+
+def pretokenize(text: str, lang: str, segment_cjk: bool = True) -> str:
+    """One sentence -> its words joined by single spaces, with the tokenizer for `lang`."""
+    words = SEGMENTERS.get(lang, moses_words) if segment_cjk else moses_words
+    return words(text, lang)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Text normalisation applied before SentencePiece, identically at train and encode time."""
+
+    lowercase: bool = True
+    moses: bool = True  # word pre-tokenization on/off (the name predates per-language tokenizers)
+    segment_cjk: bool = True  # jieba/MeCab for zh/ja; False: Moses for all (older tokenizer.json)
+
+    def __call__(self, text: str, lang: str) -> str:
+        text = unicodedata.normalize("NFKC", text).strip()
+        if self.lowercase:
+            text = text.lower()
+        if self.moses:
+            text = pretokenize(text, lang, self.segment_cjk)
+        return text
+
+
+@dataclass
+class Tokenizer:
+    """SentencePiece model + language list + preprocessing; `encode` maps raw text to ids."""
+
+    spm_path: str
+    languages: list[str]
+    preprocessing: Preprocessing = field(default_factory=Preprocessing)
+
+    def __post_init__(self) -> None:
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.spm_path))
+        for i, lang in enumerate(self.languages):
+            if self.sp.piece_to_id(lang_token(lang)) != FIRST_LANG_ID + i:
+                raise ValueError(
+                    f"{self.spm_path}: piece {lang_token(lang)} is not id {FIRST_LANG_ID + i}; "
+                    "the vocabulary and the language list do not belong together"
+                )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def lang_index(self, lang: str) -> int:
+        """Index of `lang` in the language list (the XTR language-embedding row)."""
+        try:
+            return self.languages.index(lang)
+        except ValueError:
+            raise ValueError(
+                f"language {lang!r} is not in this vocabulary's languages: {' '.join(self.languages)}"
+            ) from None
+
+    def lang_token_id(self, lang: str) -> int:
+        return FIRST_LANG_ID + self.lang_index(lang)
+
+    def preprocess(self, sentences: list[str], lang: str) -> list[str]:
+        return [self.preprocessing(s, lang) for s in sentences]
+
+    def encode(self, sentences: list[str], lang: str) -> list[list[int]]:
+        """Raw sentences in `lang` -> token ids (no language token; the encoder is language-agnostic)."""
+        return self.sp.encode(self.preprocess(sentences, lang))
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / SPM_FILE
+        if Path(self.spm_path).resolve() != target.resolve():
+            target.write_bytes(Path(self.spm_path).read_bytes())
+        meta = {"languages": self.languages, "preprocessing": asdict(self.preprocessing)}
+        (directory / TOKENIZER_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Tokenizer":
+        directory = Path(directory)
+        meta_path = directory / TOKENIZER_FILE
+        if not meta_path.is_file() or not (directory / SPM_FILE).is_file():
+            raise FileNotFoundError(f"{directory} has no {SPM_FILE} + {TOKENIZER_FILE}: not a vocabulary directory")
+        meta = json.loads(meta_path.read_text())
+        # tokenizer.json files written before segment_cjk existed used Moses for zh and ja too.
+        preprocessing = Preprocessing(**{"segment_cjk": False, **meta["preprocessing"]})
+        return cls(str(directory / SPM_FILE), meta["languages"], preprocessing)

@@ -1,0 +1,254 @@
+"""BUCC 2017/2018 bitext mining: P/R/F1 of margin-mined pairs against the gold alignments.
+
+Official layout, one set per language: DIR/xx-en.{split}.xx and .en hold "<id>\\t<sentence>"
+lines, DIR/xx-en.{split}.gold holds "<xx id>\\t<en id>" lines. As in LASER's BUCC script,
+identical sentences are embedded and mined once and a mined pair stands for every id pair with
+those texts; the score threshold that maximises F1 on the training split is applied to the test
+split (whose gold, if present, gives the test P/R/F1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ems.languages import ENGLISH
+from eval.mining import (
+    DEFAULT_K,
+    INDEX_TYPES,
+    MARGINS,
+    RETRIEVAL,
+    best_threshold,
+    check_choice,
+    mine,
+    precision_recall_f1,
+)
+from eval.retrieval import MissingDataError, encode_checked, encoder_languages, read_lines
+
+BUCC_SOURCE = "https://comparable.limsi.fr/bucc2018/bucc2018-task.html (BUCC 2017/2018 shared task)"
+NOT_COVERED = "not covered by the encoder"
+NO_TEST_SPLIT = "no test split (threshold and training F1 only)"
+NO_TEST_GOLD = "test split without gold (threshold applied, no test F1)"
+
+
+@dataclass
+class BuccTask:
+    """Which BUCC sets to mine and how: data_dir holds xx-en.{split}.{xx,en,gold} files."""
+
+    data_dir: Path
+    languages: list[str]
+    name: str = "bucc2018"
+    train_split: str = "training"
+    test_split: str = "test"
+    k: int = DEFAULT_K
+    margin: str = "ratio"
+    mode: str = "max"
+    index: str = "auto"
+    max_sentences: int | None = None  # per side and split, for quick runs (drops gold pairs it cuts)
+    source: str = BUCC_SOURCE  # where the files come from, for missing-data messages
+
+    def __post_init__(self):
+        self.data_dir = Path(self.data_dir)
+        if isinstance(self.languages, str) or not self.languages:
+            raise ValueError(f"languages must be a non-empty list of codes, got {self.languages!r}")
+        check_choice("margin", self.margin, MARGINS)
+        check_choice("mode", self.mode, RETRIEVAL)
+        check_choice("index", self.index, INDEX_TYPES)
+
+
+@dataclass
+class BuccSplit:
+    """One split of one language: ids and sentences of each side, and the gold (xx id, en id) pairs
+    (None if the split has no gold file)."""
+
+    xx_ids: list[str]
+    xx: list[str]
+    en_ids: list[str]
+    en: list[str]
+    gold: set[tuple[str, str]] | None = field(default=None)
+
+
+def read_bucc_sentences(path: Path) -> tuple[list[str], list[str]]:
+    """(ids, sentences) of a BUCC "<id>\\t<sentence>" file. Raises MissingDataError if it is
+    missing and ValueError, naming file and line, for a line without a tab or a repeated id."""
+    ids, sentences = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line:
+            continue
+        sentence_id, tab, sentence = line.partition("\t")
+        if not tab or not sentence_id:
+            raise ValueError(f"{path}:{number}: expected '<id>\\t<sentence>', got {line[:60]!r}")
+        ids.append(sentence_id)
+        sentences.append(sentence)
+    repeated = len(ids) - len(set(ids))
+    if repeated:
+        raise ValueError(f"{path}: {repeated} sentence id(s) occur more than once")
+    return ids, sentences
+
+
+def read_bucc_gold(path: Path, xx_ids: list[str], en_ids: list[str]) -> set[tuple[str, str]]:
+    """Gold (xx id, en id) pairs of a BUCC gold file; ValueError for a malformed line or an id
+    that is not in the split's sentence files."""
+    known_xx, known_en = set(xx_ids), set(en_ids)
+    gold = set()
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line:
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(f"{path}:{number}: expected '<xx id>\\t<en id>', got {line[:60]!r}")
+        if fields[0] not in known_xx or fields[1] not in known_en:
+            raise ValueError(f"{path}:{number}: id pair {fields} is not in the split's sentence files")
+        gold.add((fields[0], fields[1]))
+    return gold
+
+
+def split_paths(data_dir: Path, lang: str, split: str) -> dict[str, Path]:
+    """{"xx", "en", "gold"}: the three files of one BUCC split."""
+    prefix = f"{lang}-{ENGLISH}.{split}"
+    return {side: Path(data_dir) / f"{prefix}.{suffix}" for side, suffix in (("xx", lang), ("en", ENGLISH), ("gold", "gold"))}
+
+
+def load_bucc_split(
+    data_dir: Path, lang: str, split: str, max_sentences: int | None = None, source: str = BUCC_SOURCE
+) -> BuccSplit:
+    """Read one split. MissingDataError names the missing sentence file and where BUCC comes from;
+    a missing gold file gives gold=None. `max_sentences` keeps the first N lines of each side."""
+    paths = split_paths(data_dir, lang, split)
+    for side in ("xx", "en"):
+        if not paths[side].is_file():
+            raise MissingDataError(
+                f"missing BUCC file {paths[side]}: expected {lang}-en.{split}.{{{lang},en,gold}} "
+                f"in {data_dir}, from {source}"
+            )
+    xx_ids, xx = read_bucc_sentences(paths["xx"])
+    en_ids, en = read_bucc_sentences(paths["en"])
+    gold = read_bucc_gold(paths["gold"], xx_ids, en_ids) if paths["gold"].is_file() else None
+    if max_sentences is not None:
+        xx_ids, xx, en_ids, en = xx_ids[:max_sentences], xx[:max_sentences], en_ids[:max_sentences], en[:max_sentences]
+        if gold is not None:
+            kept_xx, kept_en = set(xx_ids), set(en_ids)
+            gold = {(a, b) for a, b in gold if a in kept_xx and b in kept_en}
+    return BuccSplit(xx_ids, xx, en_ids, en, gold)
+
+
+def unique_texts(ids: list[str], texts: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Distinct texts in first-seen order, and for each the ids of the lines that hold it."""
+    holders: dict[str, list[str]] = {}
+    for sentence_id, text in zip(ids, texts):
+        holders.setdefault(text, []).append(sentence_id)
+    return list(holders), list(holders.values())
+
+
+@dataclass
+class MinedIdPairs:
+    """Candidate id pairs, best score first (an id pair per combination of duplicate lines)."""
+
+    pairs: list[tuple[str, str]]
+    scores: np.ndarray
+
+
+def mine_ids(
+    xx_embeddings: np.ndarray,
+    en_embeddings: np.ndarray,
+    xx_holders: list[list[str]],
+    en_holders: list[list[str]],
+    k: int = DEFAULT_K,
+    margin: str = "ratio",
+    mode: str = "max",
+    index: str = "auto",
+) -> MinedIdPairs:
+    """Mine unique-text embeddings and expand each mined text pair to the id pairs it stands for."""
+    mined = mine(xx_embeddings, en_embeddings, k, margin, mode, index)
+    pairs, scores = [], []
+    for s, t, score in zip(mined.src.tolist(), mined.tgt.tolist(), mined.score.tolist()):
+        for xx_id in xx_holders[s]:
+            for en_id in en_holders[t]:
+                pairs.append((xx_id, en_id))
+                scores.append(score)
+    return MinedIdPairs(pairs, np.asarray(scores, dtype=np.float64))
+
+
+def mine_split(encoder, split: BuccSplit, lang: str, task: BuccTask) -> MinedIdPairs:
+    """Embed a split's distinct sentences with `encoder` and mine them (see `mine_ids`)."""
+    xx_texts, xx_holders = unique_texts(split.xx_ids, split.xx)
+    en_texts, en_holders = unique_texts(split.en_ids, split.en)
+    xx_embeddings = encode_checked(encoder, xx_texts, lang)
+    en_embeddings = encode_checked(encoder, en_texts, ENGLISH)
+    return mine_ids(xx_embeddings, en_embeddings, xx_holders, en_holders, task.k, task.margin, task.mode, task.index)
+
+
+def scores_at_threshold(mined: MinedIdPairs, gold: set, threshold: float) -> dict:
+    """P/R/F1 (%) of the mined pairs scoring >= threshold against `gold`."""
+    predicted = {pair for pair, score in zip(mined.pairs, mined.scores) if score >= threshold}
+    return precision_recall_f1(predicted, gold)
+
+
+def evaluate_bucc_language(encoder, task: BuccTask, lang: str) -> dict:
+    """Threshold from the training split, P/R/F1 on training and (if it has gold) test.
+
+    Returns {"threshold", "train": {precision, recall, f1, n_predicted, n_gold}, "test": same or
+    None, "n_test_predicted", "note"?}."""
+    train = load_bucc_split(task.data_dir, lang, task.train_split, task.max_sentences, task.source)
+    if not train.gold:
+        raise ValueError(
+            f"{split_paths(task.data_dir, lang, task.train_split)['gold']}: the training split needs a "
+            "non-empty gold file to choose the threshold"
+        )
+    mined = mine_split(encoder, train, lang, task)
+    threshold = best_threshold(mined.scores, [pair in train.gold for pair in mined.pairs], len(train.gold))
+    row = {"threshold": threshold, "train": scores_at_threshold(mined, train.gold, threshold), "test": None}
+    test_paths = split_paths(task.data_dir, lang, task.test_split)
+    if not test_paths["xx"].is_file():
+        row["note"] = NO_TEST_SPLIT
+        return row
+    test = load_bucc_split(task.data_dir, lang, task.test_split, task.max_sentences, task.source)
+    test_mined = mine_split(encoder, test, lang, task)
+    row["n_test_predicted"] = int((test_mined.scores >= threshold).sum())
+    if test.gold is None:
+        row["note"] = NO_TEST_GOLD
+    else:
+        row["test"] = scores_at_threshold(test_mined, test.gold, threshold)
+    return row
+
+
+def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
+    """BUCC F1 for each of the task's languages the encoder covers.
+
+    Returns {"task", "metric": "mining_f1", "data_dir", "settings", "languages": {lang: row of
+    `evaluate_bucc_language`}, "average": {"train_f1", "test_f1" (None without test gold),
+    "n_languages"} or None, "skipped": {reason: [codes]}}. MissingDataError if the data
+    directory is missing; a language whose files are missing is skipped with the message.
+    """
+    if not task.data_dir.is_dir():
+        raise MissingDataError(
+            f"BUCC data directory {task.data_dir} does not exist; it should hold "
+            f"xx-en.{{training,test}}.{{xx,en,gold}} files (e.g. de-en.training.de) from {task.source}"
+        )
+    covered = encoder_languages(encoder)
+    skipped: dict[str, list[str]] = {}
+    per_language = {}
+    for lang in tqdm(task.languages, desc=task.name, unit="lang", disable=not progress):
+        if covered is not None and not (lang in covered and ENGLISH in covered):
+            skipped.setdefault(NOT_COVERED, []).append(lang)
+            continue
+        try:
+            per_language[lang] = evaluate_bucc_language(encoder, task, lang)
+        except MissingDataError as exc:
+            skipped.setdefault(f"missing data ({exc})", []).append(lang)
+    average = None
+    if per_language:
+        rows = per_language.values()
+        test_f1 = [row["test"]["f1"] for row in rows if row["test"] is not None]
+        average = {
+            "train_f1": float(np.mean([row["train"]["f1"] for row in rows])),
+            "test_f1": float(np.mean(test_f1)) if len(test_f1) == len(per_language) else None,
+            "n_languages": len(per_language),
+        }
+    settings = {"k": task.k, "margin": task.margin, "mode": task.mode, "index": task.index,
+                "train_split": task.train_split, "test_split": task.test_split, "max_sentences": task.max_sentences}  # fmt: skip
+    return {"task": task.name, "metric": "mining_f1", "data_dir": str(task.data_dir), "settings": settings,
+            "languages": per_language, "average": average, "skipped": skipped}  # fmt: skip

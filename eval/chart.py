@@ -1,0 +1,55 @@
+"""A PNG bar chart of evaluation results: one panel per task that ran, one bar per language
+(Tatoeba / held-out: mean P@1; BUCC: test F1, else training F1; large retrieval: P@1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+CHART_FILE = "results.png"
+
+
+def _p_at_1(row: dict) -> float:
+    return row["mean"]
+
+
+def _mining_f1(row: dict) -> float:
+    return (row["test"] or row["train"])["f1"]
+
+
+def _retrieval_p_at_1(row: dict) -> float:
+    return row["p_at_1"]
+
+
+HEADLINE = {
+    "p_at_1": (_p_at_1, "P@1 (%), mean of both directions"),
+    "mining_f1": (_mining_f1, "F1 (%), test split (training if no test gold)"),
+    "retrieval_p_at_1": (_retrieval_p_at_1, "P@1 (%)"),
+}
+
+
+def write_chart(results: dict, path: Path) -> Path | None:
+    """Write the chart of {task: result} to `path`; returns it, or None if no task has scores."""
+    panels = [(name, r) for name, r in results.items() if "error" not in r and r.get("languages")]
+    if not panels:
+        return None
+    widest = max(len(r["languages"]) for _, r in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(6.0, 0.22 * widest + 2), 2.8 * len(panels)), squeeze=False)
+    for ax, (name, result) in zip(axes[:, 0], panels):
+        score, label = HEADLINE[result.get("metric", "p_at_1")]
+        langs = list(result["languages"])
+        ax.bar(range(len(langs)), [score(result["languages"][lang]) for lang in langs], color="tab:blue")
+        ax.set_xticks(range(len(langs)), langs, rotation=90 if len(langs) > 12 else 0, fontsize=7)
+        ax.set_ylim(0, 100)
+        ax.set_title(name, fontsize=10)
+        ax.set_ylabel(label, fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,112 @@
+"""Large-scale retrieval (the EMS paper's ParaCrawl setting, Table 9): n queries searched among m
+candidates with margin scoring, P@1 in percent.
+
+Built from any pair of line-aligned files: the first n lines of the query file are the queries,
+the first m lines of the candidate file the candidates, so query i's gold candidate is line i and
+the other m - n lines are distractors. A retrieved candidate whose text equals the gold one
+counts as correct (LASER's rule for duplicates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ems.languages import ENGLISH
+from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, check_choice, margin_neighbours
+from eval.retrieval import MissingDataError, encode_checked, encoder_languages, read_aligned_files
+
+NOT_COVERED = "not covered by the encoder"
+SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"
+MISSING_FILES = "missing files"
+
+
+@dataclass
+class RetrievalPair:
+    """Query file and candidate file (relative to the task's data directory) and their languages."""
+
+    src: str
+    tgt: str
+    src_lang: str
+    tgt_lang: str = ENGLISH
+
+    @property
+    def name(self) -> str:
+        return f"{self.src_lang}-{self.tgt_lang}"
+
+
+@dataclass
+class LargeRetrievalTask:
+    """n_queries queries among n_candidates candidates for each pair of files under data_dir."""
+
+    data_dir: Path
+    pairs: list[RetrievalPair]
+    n_queries: int = 2000
+    n_candidates: int = 200_000
+    name: str = "large_retrieval"
+    k: int = DEFAULT_K
+    margin: str = "ratio"
+    index: str = "auto"
+    source: str | None = None  # where to get the files, for the missing-data message
+
+    def __post_init__(self):
+        self.data_dir = Path(self.data_dir)
+        self.pairs = [p if isinstance(p, RetrievalPair) else RetrievalPair(**p) for p in self.pairs]
+        if not 0 < self.n_queries <= self.n_candidates:
+            raise ValueError(f"need 0 < n_queries <= n_candidates, got {self.n_queries} and {self.n_candidates}")
+        check_choice("margin", self.margin, MARGINS)
+        check_choice("index", self.index, INDEX_TYPES)
+
+
+def margin_p_at_1(queries: np.ndarray, candidates: np.ndarray, candidate_texts: list[str], k: int,
+                  margin: str = "ratio", index: str = "auto") -> float:  # fmt: skip
+    """P@1 (%) of queries (n, d) against candidates (m >= n, d), query i's gold being candidate i:
+    each query takes its best-margin candidate among its k nearest."""
+    nb = margin_neighbours(queries, candidates, k, margin, index)
+    best = nb.fwd_ids[np.arange(len(queries)), nb.fwd_scores.argmax(axis=1)]
+    hits = [j == i or candidate_texts[j] == candidate_texts[i] for i, j in enumerate(best.tolist())]
+    return 100.0 * float(np.mean(hits))
+
+
+def evaluate_large_retrieval(encoder, task: LargeRetrievalTask, progress: bool = True) -> dict:
+    """P@1 per file pair the encoder covers. Returns {"task", "metric": "retrieval_p_at_1",
+    "data_dir", "settings", "languages": {"xx-yy": {n_queries, n_candidates, p_at_1}},
+    "average": {p_at_1, n_languages} or None, "skipped": {reason: [pair names]}}.
+    A pair with a missing file is skipped; MissingDataError (naming the files) if every pair is."""
+    covered = encoder_languages(encoder)
+    skipped: dict[str, list[str]] = {}
+    per_pair = {}
+    for pair in tqdm(task.pairs, desc=task.name, unit="pair", disable=not progress):
+        if covered is not None and not (pair.src_lang in covered and pair.tgt_lang in covered):
+            skipped.setdefault(NOT_COVERED, []).append(pair.name)
+            continue
+        missing = [path for path in (task.data_dir / pair.src, task.data_dir / pair.tgt) if not path.is_file()]
+        if missing:
+            skipped.setdefault(MISSING_FILES, []).append(f"{pair.name} ({', '.join(map(str, missing))})")
+            continue
+        src, tgt = read_aligned_files(task.data_dir / pair.src, task.data_dir / pair.tgt, task.n_candidates)
+        if len(tgt) < task.n_candidates:
+            skipped.setdefault(SHORTER_THAN_ASKED, []).append(f"{pair.name} ({len(tgt)} of {task.n_candidates})")
+        queries = encode_checked(encoder, src[: task.n_queries], pair.src_lang)
+        candidates = encode_checked(encoder, tgt, pair.tgt_lang)
+        per_pair[pair.name] = {
+            "n_queries": len(queries),
+            "n_candidates": len(candidates),
+            "p_at_1": margin_p_at_1(queries, candidates, tgt, task.k, task.margin, task.index),
+        }
+    if len(skipped.get(MISSING_FILES, [])) == len(task.pairs):
+        where = f" (get them from {task.source})" if task.source else ""
+        raise MissingDataError(
+            f"task {task.name}: no file pair found in {task.data_dir}: expected line-aligned "
+            f"{', '.join(f'{p.src} + {p.tgt}' for p in task.pairs)}{where}"
+        )
+    average = None
+    if per_pair:
+        average = {"p_at_1": float(np.mean([r["p_at_1"] for r in per_pair.values()])), "n_languages": len(per_pair)}
+    settings = {"k": task.k, "margin": task.margin, "index": task.index,
+                "n_queries": task.n_queries, "n_candidates": task.n_candidates}  # fmt: skip
+    return {"task": task.name, "metric": "retrieval_p_at_1", "data_dir": str(task.data_dir), "settings": settings,
+            "languages": per_pair, "average": average, "skipped": skipped}  # fmt: skip

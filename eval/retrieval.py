@@ -1,0 +1,235 @@
+"""Bitext retrieval by cosine nearest neighbour (P@1), and running an encoder over aligned test sets.
+
+Shared by the Tatoeba and held-out tasks, which differ only in where their sentence pairs come from.
+Scores follow the EMS paper's Table 4: P@1 in both directions (xx->en, en->xx) and their mean, in percent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ems.languages import ENGLISH
+
+DEFAULT_CHUNK_ROWS = 1024  # 1024 x 10k float32 similarities = 40 MB per chunk
+NOT_COVERED = "not covered by the encoder"
+ENGLISH_NOT_COVERED = "encoder does not cover en"
+EMPTY_TEST_SET = "empty test set"
+EMPTY_PAIRS_DROPPED = "pairs with an empty side dropped"
+
+
+class MissingDataError(FileNotFoundError):
+    """A test-set file or directory that is not there; the message names it and what was expected."""
+
+
+@dataclass
+class Bitext:
+    """One language's aligned test set: `xx[i]` is a translation of `en[i]`."""
+
+    lang: str  # canonical code of the non-English side
+    source: str  # where the pairs came from, shown in the report (e.g. "deu", "de-en/gettext")
+    xx: list[str]
+    en: list[str]
+
+
+def _as_embeddings(name: str, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (n, d) array, got shape {x.shape}")
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {x.shape}")
+    if x.dtype.kind not in "fiu":
+        raise ValueError(f"{name} must be a real numeric array, got dtype {x.dtype}")
+    x = x.astype(np.float32, copy=False)
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return x
+
+
+def _l2_normalise(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    # An all-zero row stays zero: its cosine with everything is 0, so it retrieves index 0.
+    return x / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
+def _nearest_hits(src: np.ndarray, tgt: np.ndarray, chunk_rows: int, tgt_texts: list[str] | None = None) -> int:
+    src = _as_embeddings("src", src)
+    tgt = _as_embeddings("tgt", tgt)
+    if src.shape != tgt.shape:
+        raise ValueError(f"src and tgt must have the same (n, d) shape, got {src.shape} and {tgt.shape}")
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    src, tgt = _l2_normalise(src), _l2_normalise(tgt)
+    hits = 0
+    for start in range(0, len(src), chunk_rows):
+        stop = min(start + chunk_rows, len(src))
+        nearest = (src[start:stop] @ tgt.T).argmax(axis=1)
+        correct = nearest == np.arange(start, stop)
+        if tgt_texts is not None:  # LASER: retrieving a sentence identical to the gold one is correct
+            correct |= np.array([tgt_texts[j] == tgt_texts[i] for i, j in zip(range(start, stop), nearest)])
+        hits += int(correct.sum())
+    return hits
+
+
+def cosine_p_at_1(
+    src: np.ndarray, tgt: np.ndarray, chunk_rows: int = DEFAULT_CHUNK_ROWS, tgt_texts: list[str] | None = None
+) -> float:
+    """Fraction (0..1) of rows i of `src` whose cosine-nearest row of `tgt` is row i.
+
+    `src` and `tgt` are (n, d) arrays, row i of one the translation of row i of the other.
+    Similarities are computed `chunk_rows` source rows at a time, so memory stays at
+    chunk_rows x n floats. Ties go to the lowest target index (numpy's argmax). Given the target
+    sentences `tgt_texts`, a retrieved row whose text equals row i's text also counts as a hit
+    (LASER's Tatoeba/xSIM rule for duplicate sentences); without them only row i does.
+    """
+    return _nearest_hits(src, tgt, chunk_rows, tgt_texts) / len(src)
+
+
+def bidirectional_p_at_1(
+    x: np.ndarray,
+    eng: np.ndarray,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    xx_texts: list[str] | None = None,
+    en_texts: list[str] | None = None,
+) -> dict:
+    """P@1 in percent for aligned (n, d) embeddings `x` (language xx) and `eng` (English); with
+    the sentences, retrieving a duplicate of the gold sentence counts as correct (see cosine_p_at_1).
+
+    Returns {"xx2en": retrieve English for each xx row, "en2xx": the reverse, "mean": their average}.
+    """
+    xx2en = 100.0 * _nearest_hits(x, eng, chunk_rows, en_texts) / len(x)
+    en2xx = 100.0 * _nearest_hits(eng, x, chunk_rows, xx_texts) / len(x)
+    return {"xx2en": xx2en, "en2xx": en2xx, "mean": (xx2en + en2xx) / 2}
+
+
+def read_lines(path: Path) -> list[str]:
+    """Lines of a UTF-8 text file without their line endings; only "\\n" ends a line."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingDataError(f"missing test-set file {path}")
+    try:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not valid UTF-8 ({exc})") from exc
+
+
+def read_aligned_files(
+    xx_path: Path, en_path: Path, max_sentences: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Line-aligned sentences of two files, the first `max_sentences` pairs if given.
+
+    Raises MissingDataError for a missing file and ValueError if the line counts differ.
+    """
+    xx, en = read_lines(xx_path), read_lines(en_path)
+    if len(xx) != len(en):
+        raise ValueError(
+            f"{xx_path} has {len(xx)} lines but {en_path} has {len(en)}; "
+            "line i of one must be the translation of line i of the other"
+        )
+    if max_sentences is not None:
+        xx, en = xx[:max_sentences], en[:max_sentences]
+    return xx, en
+
+
+def check_max_sentences(max_sentences: int | None) -> None:
+    """Raise ValueError unless `max_sentences` is None or a positive int."""
+    if max_sentences is not None and (not isinstance(max_sentences, int) or max_sentences < 1):
+        raise ValueError(f"max_sentences must be a positive integer or None, got {max_sentences!r}")
+
+
+def encoder_languages(encoder) -> list[str] | None:
+    """The encoder's `languages` attribute (None = any language), checked against the contract."""
+    if not hasattr(encoder, "languages") or not callable(getattr(encoder, "encode", None)):
+        raise TypeError(
+            f"{type(encoder).__name__} is not an encoder: it needs encode(sentences, lang) and a "
+            "`languages` attribute (list of canonical codes, or None for any)"
+        )
+    languages = encoder.languages
+    if languages is not None and (isinstance(languages, str) or not all(isinstance(l, str) for l in languages)):
+        raise TypeError(f"encoder.languages must be a list of language codes or None, got {languages!r}")
+    return None if languages is None else list(languages)
+
+
+def encode_checked(encoder, sentences: list[str], lang: str) -> np.ndarray:
+    """`encoder.encode(sentences, lang)`, with a clear error unless it returns one row per sentence."""
+    embeddings = np.asarray(encoder.encode(sentences, lang))
+    if embeddings.ndim != 2 or embeddings.shape[0] != len(sentences):
+        raise ValueError(
+            f"{type(encoder).__name__}.encode(<{len(sentences)} sentences>, lang={lang!r}) returned shape "
+            f"{embeddings.shape}; expected ({len(sentences)}, d)"
+        )
+    return embeddings
+
+
+def _without_empty_pairs(bitext: Bitext, skipped: dict[str, list[str]]) -> Bitext:
+    # An empty sentence has nothing to embed (EMS encoders reject it); drop the pair, and say so.
+    pairs = [(xx, en) for xx, en in zip(bitext.xx, bitext.en) if xx.strip() and en.strip()]
+    dropped = len(bitext.xx) - len(pairs)
+    if not dropped:
+        return bitext
+    skipped.setdefault(EMPTY_PAIRS_DROPPED, []).append(f"{bitext.lang} ({dropped} of {len(bitext.xx)})")
+    return Bitext(bitext.lang, bitext.source, [xx for xx, _ in pairs], [en for _, en in pairs])
+
+
+def evaluate_bitexts(
+    encoder,
+    bitexts: list[Bitext],
+    task: str,
+    skipped: dict[str, list[str]] | None = None,
+    progress: bool = True,
+) -> dict:
+    """Bidirectional P@1 for each bitext whose language the encoder covers.
+
+    English sides are encoded with lang="en", the others with their canonical code. `skipped`
+    maps a reason to codes the caller already left out; languages the encoder does not cover,
+    pairs with an empty side (counted per language) and empty test sets are added to it.
+    Returns {"task", "languages": {lang: {source, n, xx2en, en2xx, mean}},
+    "average": {xx2en, en2xx, mean, n_languages, n} or None if nothing ran, "skipped"}.
+    """
+    seen = [b.lang for b in bitexts]
+    duplicates = sorted({lang for lang in seen if seen.count(lang) > 1})
+    if duplicates:
+        raise ValueError(f"{task}: more than one test set for language(s) {', '.join(duplicates)}")
+    covered = encoder_languages(encoder)
+    skipped = {reason: list(codes) for reason, codes in (skipped or {}).items() if codes}
+    to_run = []
+    for bitext in bitexts:
+        if covered is not None and not (ENGLISH in covered and bitext.lang in covered):
+            skipped.setdefault(NOT_COVERED if ENGLISH in covered else ENGLISH_NOT_COVERED, []).append(bitext.lang)
+            continue
+        bitext = _without_empty_pairs(bitext, skipped)
+        if bitext.xx:
+            to_run.append(bitext)
+        else:
+            skipped.setdefault(EMPTY_TEST_SET, []).append(bitext.lang)
+
+    per_language = {}
+    for bitext in tqdm(to_run, desc=task, unit="lang", disable=not progress):
+        xx = encode_checked(encoder, bitext.xx, bitext.lang)
+        en = encode_checked(encoder, bitext.en, ENGLISH)
+        scores = bidirectional_p_at_1(xx, en, xx_texts=bitext.xx, en_texts=bitext.en)
+        per_language[bitext.lang] = {"source": bitext.source, "n": len(bitext.xx), **scores}
+
+    average = None
+    if per_language:
+        rows = per_language.values()
+        average = {key: float(np.mean([row[key] for row in rows])) for key in ("xx2en", "en2xx", "mean")}
+        average.update(n_languages=len(per_language), n=sum(row["n"] for row in rows))
+    return {"task": task, "languages": per_language, "average": average, "skipped": skipped}
+
+
+def group_averages(per_language: dict, groups: dict[str, list[str]]) -> dict:
+    """{group: {xx2en, en2xx, mean, n_languages, missing}}: P@1 averaged over each group's evaluated
+    languages (per_language rows as in `evaluate_bitexts`), `missing` the group's languages that
+    were not evaluated; a group with none evaluated has None scores."""
+    averages = {}
+    for group, codes in groups.items():
+        rows = [per_language[lang] for lang in codes if lang in per_language]
+        scores = {key: float(np.mean([row[key] for row in rows])) if rows else None for key in ("xx2en", "en2xx", "mean")}
+        missing = [lang for lang in codes if lang not in per_language]
+        averages[group] = {**scores, "n_languages": len(rows), "missing": missing}
+    return averages

@@ -1,0 +1,256 @@
+"""Run an evaluation suite on one encoder: print the tables, write results.json, report.md and a chart.
+
+    python -m eval.run_all (--model DIR | --encoder KIND[:PATH]) --data-dir DIR [--suite YAML]
+                           [--heldout DIR] [--out DIR] [--cache-dir DIR] [--task-dir NAME=DIR ...]
+                           [--languages deu,fra] [--max-sentences N]
+
+DIR is the data root: each task config (configs/eval/*.yaml) names its `data_subdir` under it,
+which `--task-dir NAME=DIR` replaces for one task. Without --suite only Tatoeba runs (plus the
+held-out pairs in --heldout, a directory of <l1>-<l2>/<name>.<l1|l2> aligned files). Encoder kinds
+are listed in eval.encoders. A task whose data is missing is reported with the files it needs and
+where to get them; the others still run.
+From Python, call `run_all(encoder, data_dir, heldout_dir, out_dir)` with any encoder object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ems.languages import TATOEBA_TEST_CODES, lang_to_tatoeba_code, tatoeba_code_to_lang
+from eval.bucc import BuccTask, evaluate_bucc
+from eval.chart import CHART_FILE, write_chart
+from eval.encoders import ENCODER_KINDS, load_encoder
+from eval.heldout import evaluate_heldout
+from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
+from eval.report import task_markdown, write_results
+from eval.retrieval import MissingDataError
+from eval.tatoeba import DEFAULT_CONFIG, evaluate_tatoeba, load_tatoeba_task
+
+NO_TATOEBA_SET = "no Tatoeba test set"
+NOT_IN_TASK = "not a language of this task"
+DEFAULT_SUITE = DEFAULT_CONFIG.parent / "suite.yaml"
+
+
+def split_language_filter(codes: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Codes given as Tatoeba codes (`deu`) or canonical codes (`de`) ->
+    (canonical codes, their Tatoeba codes, canonical codes that have no Tatoeba test set)."""
+    canonical = [tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else code for code in codes]
+    tatoeba = [lang_to_tatoeba_code(lang) for lang in canonical]
+    without_set = [lang for lang, code in zip(canonical, tatoeba) if code not in TATOEBA_TEST_CODES]
+    return canonical, [code for code in tatoeba if code in TATOEBA_TEST_CODES], without_set
+
+
+@dataclass
+class RunOptions:
+    """What every task runner gets besides its config: the language filter (None = all) in both
+    code systems, the per-language sentence cap, progress bars."""
+
+    canonical: list[str] | None = None
+    tatoeba_codes: list[str] | None = None
+    without_tatoeba: list[str] | None = None
+    max_sentences: int | None = None
+    progress: bool = True
+
+
+def _run_tatoeba(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    task = load_tatoeba_task(config_path, data_dir, options.tatoeba_codes, options.max_sentences)
+    task.data_dir = data_dir  # run_all already resolved data_subdir (or a --task-dir)
+    result = evaluate_tatoeba(encoder, task, options.progress)
+    if options.without_tatoeba:
+        result["skipped"][NO_TATOEBA_SET] = options.without_tatoeba
+    return result
+
+
+def _filtered(config: dict, options: RunOptions) -> tuple[list[str], dict]:
+    languages = config["languages"]
+    if options.canonical is None:
+        return languages, {}
+    outside = [lang for lang in options.canonical if lang not in languages]
+    return [lang for lang in languages if lang in options.canonical], ({NOT_IN_TASK: outside} if outside else {})
+
+
+def _task_settings(config: dict, keys: set[str], config_path: Path) -> dict:
+    unknown = set(config) - keys - {"type", "name", "data_subdir", "languages", "pairs"}
+    if unknown:
+        raise ValueError(f"{config_path}: unknown keys {sorted(unknown)}")
+    return {key: config[key] for key in keys if key in config}
+
+
+def _run_bucc(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    languages, skipped = _filtered(config, options)
+    settings = _task_settings(config, {"train_split", "test_split", "k", "margin", "mode", "index", "source"}, config_path)
+    if not languages:
+        return {"task": config["name"], "metric": "mining_f1", "languages": {}, "average": None, "skipped": skipped}
+    task = BuccTask(data_dir, languages, config["name"], max_sentences=options.max_sentences, **settings)
+    result = evaluate_bucc(encoder, task, options.progress)
+    result["skipped"].update(skipped)
+    return result
+
+
+def _run_large_retrieval(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    settings = _task_settings(config, {"n_queries", "n_candidates", "k", "margin", "index", "source"}, config_path)
+    pairs = config["pairs"]
+    if options.canonical is not None:
+        pairs = [pair for pair in pairs if pair["src_lang"] in options.canonical]
+    if options.max_sentences is not None:
+        for key in ("n_queries", "n_candidates"):
+            settings[key] = min(settings.get(key, options.max_sentences), options.max_sentences)
+    task = LargeRetrievalTask(data_dir, pairs, name=config["name"], **settings)
+    return evaluate_large_retrieval(encoder, task, options.progress)
+
+
+TASK_RUNNERS = {"tatoeba": _run_tatoeba, "bucc": _run_bucc, "large_retrieval": _run_large_retrieval}
+
+
+def read_task_config(path: Path) -> dict:
+    """A task config (YAML mapping with at least type, name, data_subdir); ValueError otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingDataError(f"missing task config {path}")
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict) or not {"name", "data_subdir"} <= set(config):
+        raise ValueError(f"{path}: a task config needs at least the keys name and data_subdir")
+    config.setdefault("type", "tatoeba")
+    if config["type"] not in TASK_RUNNERS:
+        raise ValueError(f"{path}: unknown task type {config['type']!r}; expected one of {', '.join(TASK_RUNNERS)}")
+    return config
+
+
+def suite_task_configs(suite_path: Path) -> list[Path]:
+    """Task config paths listed under `tasks:` in a suite YAML, relative to the suite file."""
+    suite_path = Path(suite_path)
+    if not suite_path.is_file():
+        raise FileNotFoundError(f"missing suite config {suite_path}")
+    suite = yaml.safe_load(suite_path.read_text(encoding="utf-8"))
+    if not isinstance(suite, dict) or not isinstance(suite.get("tasks"), list) or not suite["tasks"]:
+        raise ValueError(f"{suite_path}: expected a non-empty list under `tasks:`")
+    return [suite_path.parent / name for name in suite["tasks"]]
+
+
+def _not_run(task: str, exc: Exception) -> dict:
+    print(f"{task}: not run: {exc}", file=sys.stderr)
+    return {"task": task, "error": str(exc)}
+
+
+def run_all(
+    encoder,
+    data_dir: Path,
+    heldout_dir: Path | None = None,
+    out_dir: Path | None = None,
+    languages: list[str] | None = None,
+    max_sentences: int | None = None,
+    config_path: Path = DEFAULT_CONFIG,
+    progress: bool = True,
+    suite_path: Path | None = None,
+    task_dirs: dict[str, Path] | None = None,
+) -> dict:
+    """Evaluate `encoder` on the tasks of `suite_path` (default: only the Tatoeba config
+    `config_path`), each reading data_dir/<its data_subdir> or task_dirs[its name], and, if
+    given, the held-out pairs in `heldout_dir`; print a markdown table per task.
+
+    `languages` (Tatoeba or canonical codes) restricts every task; `max_sentences` caps the
+    sentences per language (per side and split for BUCC). A task whose data is missing gets
+    {"task", "error": message} and the others still run. Writes results.json, report.md and
+    results.png to `out_dir` unless it is None. Returns {task name: task result}.
+    """
+    options = RunOptions(max_sentences=max_sentences, progress=progress)
+    if languages is not None:
+        options.canonical, options.tatoeba_codes, options.without_tatoeba = split_language_filter(languages)
+    task_dirs = {name: Path(path) for name, path in (task_dirs or {}).items()}
+    config_paths = suite_task_configs(suite_path) if suite_path is not None else [Path(config_path)]
+
+    results = {}
+    for path in config_paths:
+        try:
+            config = read_task_config(path)
+        except MissingDataError as exc:
+            results[path.stem] = _not_run(path.stem, exc)
+            continue
+        name = config["name"]
+        task_dir = task_dirs.get(name, Path(data_dir) / config["data_subdir"])
+        try:
+            results[name] = TASK_RUNNERS[config["type"]](encoder, path, config, task_dir, options)
+        except MissingDataError as exc:
+            results[name] = _not_run(name, exc)
+    if heldout_dir is not None:
+        try:
+            results["heldout"] = evaluate_heldout(encoder, heldout_dir, options.canonical, max_sentences, progress)
+        except MissingDataError as exc:
+            results["heldout"] = _not_run("heldout", exc)
+
+    for name, task_result in results.items():
+        print(task_markdown(task_result, title=name))
+    if out_dir is not None:
+        json_path, report_path = write_results(results, out_dir)
+        chart = write_chart(results, Path(out_dir) / CHART_FILE)
+        print(f"wrote {json_path}, {report_path}" + (f" and {chart}" if chart else ""))
+    return results
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def task_dir_option(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR, got {text!r}")
+    return name, Path(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns 1 if no task could run, else 0."""
+    parser = argparse.ArgumentParser(prog="python -m eval.run_all", description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", type=Path, help="model directory saved by this project (same as --encoder ems:DIR)")
+    which.add_argument("--encoder", help=f"KIND[:PATH], KIND one of {', '.join(ENCODER_KINDS)} (see eval.encoders)")
+    parser.add_argument("--data-dir", required=True, type=Path, help="data root holding tatoeba/, flores200/, ...")
+    parser.add_argument("--suite", type=Path, help=f"suite config listing task configs (e.g. {DEFAULT_SUITE.name})")
+    parser.add_argument("--heldout", type=Path, help="directory of <l1>-<l2>/<name>.<l1|l2> aligned test files")
+    parser.add_argument("--out", type=Path, help="where to write the results (default: MODEL/eval; required with --encoder)")
+    parser.add_argument("--cache-dir", type=Path, help="cache embeddings here, keyed by model and sentences")
+    parser.add_argument("--task-dir", type=task_dir_option, action="append", default=[], metavar="NAME=DIR",
+                        help="read task NAME's data from DIR instead of DATA_DIR/<data_subdir>")  # fmt: skip
+    parser.add_argument("--languages", help="comma-separated Tatoeba or canonical codes, e.g. deu,fra (default: all)")
+    parser.add_argument("--max-sentences", type=positive_int, help="evaluate only the first N sentences per language")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="Tatoeba task config, when no --suite")
+    args = parser.parse_args(argv)
+
+    languages = None
+    if args.languages is not None:
+        languages = [code.strip() for code in args.languages.split(",") if code.strip()]
+        if not languages:
+            parser.error("--languages is empty")
+    if args.model is not None and not args.model.exists():
+        parser.error(f"model path {args.model} does not exist")
+    if args.encoder is not None and args.out is None:
+        parser.error("--out is required with --encoder")
+    spec = f"ems:{args.model}" if args.model is not None else args.encoder
+    try:
+        encoder = load_encoder(spec, args.cache_dir)
+    except (ValueError, ImportError, MissingDataError) as exc:
+        parser.error(str(exc))
+    results = run_all(
+        encoder,
+        args.data_dir,
+        args.heldout,
+        args.out or args.model / "eval",
+        languages,
+        args.max_sentences,
+        args.config,
+        suite_path=args.suite,
+        task_dirs=dict(args.task_dir),
+    )
+    return 0 if any("error" not in task_result for task_result in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

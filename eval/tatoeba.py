@@ -1,0 +1,168 @@
+"""Tatoeba similarity search: LASER's test set of up to 1000 English sentences and their
+translations for 112 languages, scored by bidirectional P@1 (see eval.retrieval)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
+from eval.retrieval import (
+    Bitext,
+    MissingDataError,
+    check_max_sentences,
+    encoder_languages,
+    evaluate_bitexts,
+    group_averages,
+    read_aligned_files,
+)
+
+TATOEBA_SOURCE = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
+DEFAULT_FILE_PATTERN = "tatoeba.{code}-eng.{side}"  # side: the language's code, or "eng"
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "eval" / "tatoeba.yaml"
+UNKNOWN_CODE = "unknown Tatoeba code"
+SUPPORTED_METRIC = "p_at_1"
+SEEN, UNSEEN = "seen in training", "unseen in training"
+
+
+@dataclass
+class TatoebaTask:
+    """Which Tatoeba test sets to evaluate.
+
+    data_dir: directory holding the LASER files (tatoeba.deu-eng.deu, tatoeba.deu-eng.eng, ...).
+    languages: Tatoeba 3-letter codes (e.g. ["deu", "fra"]), or None for every set in data_dir.
+    max_sentences: evaluate only the first N pairs of each language (quick runs); None = all.
+    """
+
+    data_dir: Path
+    languages: list[str] | None = None
+    max_sentences: int | None = None
+    name: str = "tatoeba"
+    file_pattern: str = DEFAULT_FILE_PATTERN
+    groups: dict[str, list[str]] | None = None  # {group name: canonical codes}, averaged in the report
+
+    def __post_init__(self):
+        self.data_dir = Path(self.data_dir)
+        if self.languages is not None:
+            if isinstance(self.languages, str):
+                raise ValueError(f"languages must be a list of Tatoeba codes, got the string {self.languages!r}")
+            self.languages = list(self.languages)
+            unknown = [code for code in self.languages if code not in TATOEBA_TEST_CODES]
+            if unknown:
+                raise UnknownLanguageError(
+                    f"not Tatoeba test-set codes: {', '.join(map(repr, unknown))} "
+                    f"(expected lowercase 3-letter codes such as 'deu', 'cmn'; see ems.languages)"
+                )
+        check_max_sentences(self.max_sentences)
+        if "{code}" not in self.file_pattern or "{side}" not in self.file_pattern:
+            raise ValueError(f"file_pattern must contain {{code}} and {{side}}, got {self.file_pattern!r}")
+
+
+def load_tatoeba_task(
+    config_path: Path, data_root: Path, languages: list[str] | None = None, max_sentences: int | None = None
+) -> TatoebaTask:
+    """TatoebaTask from a YAML config (see configs/eval/tatoeba.yaml) with its data under `data_root`.
+
+    The config's `data_subdir` is joined to `data_root`; `languages`, if given, replaces the config's.
+    """
+    config_path = Path(config_path)
+    if not config_path.is_file():
+        raise MissingDataError(f"missing task config {config_path}")
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    expected, optional = {"name", "data_subdir", "file_pattern", "metric", "languages"}, {"type", "groups"}
+    if not isinstance(config, dict) or not expected <= set(config) <= expected | optional:
+        found = sorted(config) if isinstance(config, dict) else type(config).__name__
+        raise ValueError(
+            f"{config_path}: expected the keys {sorted(expected)} (optionally {sorted(optional)}), found {found}"
+        )
+    if config.get("type", "tatoeba") != "tatoeba":
+        raise ValueError(f"{config_path}: type {config['type']!r} is not a Tatoeba task")
+    if config["metric"] != SUPPORTED_METRIC:
+        raise ValueError(f"{config_path}: metric {config['metric']!r} is not supported (only {SUPPORTED_METRIC!r})")
+    if languages is None and config["languages"] != "all":
+        languages = config["languages"]
+    return TatoebaTask(
+        data_dir=Path(data_root) / config["data_subdir"],
+        languages=languages,
+        max_sentences=max_sentences,
+        name=config["name"],
+        file_pattern=config["file_pattern"],
+        groups=config.get("groups"),
+    )
+
+
+def find_tatoeba_codes(data_dir: Path, file_pattern: str = DEFAULT_FILE_PATTERN) -> list[str]:
+    """Sorted codes of the test sets in `data_dir`, recognised by their English file."""
+    prefix, marker, suffix = file_pattern.format(code="\0", side=TATOEBA_ENGLISH_CODE).partition("\0")
+    if not marker or "\0" in suffix:
+        raise ValueError(f"file_pattern must contain {{code}} exactly once, got {file_pattern!r}")
+    codes = []
+    for path in Path(data_dir).iterdir():
+        name = path.name
+        if len(name) > len(prefix) + len(suffix) and name.startswith(prefix) and name.endswith(suffix):
+            codes.append(name[len(prefix) : len(name) - len(suffix)])
+    return sorted(codes)
+
+
+def _expected_files(file_pattern: str, code: str = "deu") -> str:
+    xx_name = file_pattern.format(code=code, side=code)
+    return f"{xx_name} and {file_pattern.format(code=code, side=TATOEBA_ENGLISH_CODE)}"
+
+
+def load_tatoeba_pair(
+    data_dir: Path, code: str, max_sentences: int | None = None, file_pattern: str = DEFAULT_FILE_PATTERN
+) -> tuple[list[str], list[str]]:
+    """(xx_sentences, eng_sentences) of one Tatoeba language, line-aligned.
+
+    Raises MissingDataError naming a missing file and where to get it, ValueError on unequal line counts.
+    """
+    data_dir = Path(data_dir)
+    xx_path = data_dir / file_pattern.format(code=code, side=code)
+    en_path = data_dir / file_pattern.format(code=code, side=TATOEBA_ENGLISH_CODE)
+    for path in (xx_path, en_path):
+        if not path.is_file():
+            raise MissingDataError(
+                f"missing Tatoeba file {path}: download {_expected_files(file_pattern, code)} "
+                f"from the LASER repository ({TATOEBA_SOURCE}) into {data_dir}"
+            )
+    return read_aligned_files(xx_path, en_path, max_sentences)
+
+
+def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
+    """Bidirectional P@1 (%) on each Tatoeba language the encoder covers (`encoder.languages` None = all).
+
+    Returns {"task", "data_dir", "max_sentences", "languages": {canonical lang: {source (Tatoeba
+    code), n, xx2en, en2xx, mean}}, "average": {xx2en, en2xx, mean, n_languages, n} or None,
+    "skipped": {reason: [codes]}, "groups": {group: averages over its evaluated languages}}. Groups
+    are the task's, plus seen / unseen in training when the encoder says which languages it was
+    trained on (`training_languages`, else `languages`).
+    """
+    if not task.data_dir.is_dir():
+        raise MissingDataError(
+            f"Tatoeba data directory {task.data_dir} does not exist; it should hold LASER's test set "
+            f"({_expected_files(task.file_pattern)}, ... for 112 languages) from {TATOEBA_SOURCE}"
+        )
+    codes = task.languages
+    if codes is None:
+        codes = find_tatoeba_codes(task.data_dir, task.file_pattern)
+        if not codes:
+            raise MissingDataError(
+                f"no Tatoeba files in {task.data_dir}: expected {_expected_files(task.file_pattern)}, ... "
+                f"from {TATOEBA_SOURCE}"
+            )
+    unknown = [code for code in codes if code not in TATOEBA_TEST_CODES]
+    bitexts = []
+    for code in codes:
+        if code not in unknown:
+            xx, en = load_tatoeba_pair(task.data_dir, code, task.max_sentences, task.file_pattern)
+            bitexts.append(Bitext(lang=tatoeba_code_to_lang(code), source=code, xx=xx, en=en))
+    result = evaluate_bitexts(encoder, bitexts, task.name, {UNKNOWN_CODE: unknown}, progress)
+    groups = dict(task.groups or {})
+    seen = getattr(encoder, "training_languages", None) or encoder_languages(encoder)
+    if seen is not None:
+        groups[SEEN] = [lang for lang in result["languages"] if lang in seen]
+        groups[UNSEEN] = [lang for lang in result["languages"] if lang not in seen]
+    result["groups"] = group_averages(result["languages"], groups)
+    return {"task": result.pop("task"), "data_dir": str(task.data_dir), "max_sentences": task.max_sentences, **result}

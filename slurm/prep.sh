@@ -1,0 +1,48 @@
+#!/bin/bash
+# Data prep at OPUS scale under SLURM: an array job with one task per language pair
+# (fetch -> clean -> pretokenize), then a join job (vocab -> binarize) that runs once every
+# pair task has succeeded. Run it on the login node; it submits both jobs itself:
+#
+#   CONFIG=configs/data/ems62.yaml OUT=runs/ems62 DOWNLOADS=/scratch/opus bash slurm/prep.sh
+#   CONFIG=configs/data/small.yaml OUT=runs/small MIRROR=/data/OPUS bash slurm/prep.sh   # offline mirror
+#
+# Every stage resumes: a resubmitted task keeps finished downloads, files and shard parts.
+# What a user edits: the #SBATCH lines (time, partition, CPUs) and CONFIG/OUT/DOWNLOADS|MIRROR/DATA_DIR.
+#SBATCH --job-name=ems-prep
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=4
+#SBATCH --mem=8G
+#SBATCH --time=24:00:00
+#SBATCH --output=logs/%x-%A_%a.out
+set -euo pipefail
+
+CONFIG=${CONFIG:?set CONFIG to a data-prep YAML (configs/data/*.yaml)}
+OUT=${OUT:?set OUT to the output directory}
+DATA_DIR=${DATA_DIR:-${EMS_DATA_DIR:-../shared/data}}
+if [[ -n "${MIRROR:-}" ]]; then
+    SOURCE=(--mirror "$MIRROR")
+else
+    SOURCE=(--downloads "${DOWNLOADS:?set DOWNLOADS (online) or MIRROR (local OPUS layout)}" --catalog "${CATALOG:-online}")
+fi
+PYTHON=${PYTHON:-python}
+
+if [[ -z "${SLURM_JOB_ID:-}" ]]; then
+    mkdir -p logs "$OUT"
+    "$PYTHON" -m data_prep pairs --config "$CONFIG" > "$OUT/pairs.txt"
+    n_pairs=$(wc -l < "$OUT/pairs.txt")
+    array=$(sbatch --parsable --array="0-$((n_pairs - 1))%${MAX_PARALLEL:-16}" --export=ALL,STAGE=pair "$0")
+    sbatch --dependency="afterok:$array" --cpus-per-task="${JOIN_CPUS:-16}" --mem="${JOIN_MEM:-64G}" \
+        --export=ALL,STAGE=join "$0"
+    echo "submitted $n_pairs pair tasks (job $array) and the join step"
+    exit 0
+fi
+
+if [[ "${STAGE:?}" == pair ]]; then
+    pair=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$OUT/pairs.txt")
+    "$PYTHON" -m data_prep fetch --config "$CONFIG" "${SOURCE[@]}" --out "$OUT/raw" --pair "$pair"
+    "$PYTHON" -m data_prep clean --config "$CONFIG" --data-dir "$DATA_DIR" --in "$OUT/raw" --out "$OUT/clean" --pair "$pair"
+    "$PYTHON" -m data_prep pretokenize --in "$OUT/clean" --out "$OUT/pretok" --pair "$pair" --workers "$SLURM_CPUS_PER_TASK"
+else
+    "$PYTHON" -m data_prep vocab --config "$CONFIG" --in "$OUT/pretok" --out "$OUT/vocab"
+    "$PYTHON" -m data_prep binarize --in "$OUT/pretok" --vocab "$OUT/vocab" --out "$OUT/shards" --workers "$SLURM_CPUS_PER_TASK"
+fi

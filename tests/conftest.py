@@ -1,0 +1,42 @@
+"""Shared fixtures. Real benchmark data is read from $EMS_DATA_DIR (default: ../shared/data
+next to the repository), never copied into the repository."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path | None:
+    configured = os.environ.get("EMS_DATA_DIR")
+    candidate = Path(configured) if configured else REPO_ROOT.parent / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    path = shared_data_dir()
+    if path is None:
+        pytest.skip("real data not found: set EMS_DATA_DIR to the shared data directory (tatoeba/, flores200/, ...)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory):
+    """A real (small) corpus -> vocab -> shards run: django's catalogs for three languages."""
+    from data_prep.binarize import binarize
+    from data_prep.gettext_corpus import build_gettext_corpus
+    from data_prep.vocab import train_vocab
+
+    root = tmp_path_factory.mktemp("pipeline")
+    build_gettext_corpus(root / "corpus", packages=("django",), languages=["de", "fr", "ja"], min_pairs=100, heldout_size=50)
+    train_vocab(root / "corpus" / "train", root / "vocab", vocab_size=1000)
+    binarize(root / "corpus" / "train", root / "vocab", root / "shards")
+    binarize(root / "corpus" / "heldout", root / "vocab", root / "valid_shards")
+    return root
+
+
+# A model small enough that a few dozen DeepSpeed steps take seconds.
+SMALL_MODEL = {"d_model": 64, "n_heads": 4, "d_ffn": 128, "n_layers": 2, "d_lang": 16, "d_contrastive": 32}

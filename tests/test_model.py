@@ -1,0 +1,62 @@
+import pytest
+import torch
+
+from ems.model import PRESETS, EMSConfig, EMSModel, SentenceEncoder, config_from_preset
+
+PAD = 0
+
+
+def small_config(**overrides) -> EMSConfig:
+    values = dict(vocab_size=100, n_languages=4, d_model=32, n_heads=4, d_ffn=64, n_layers=2, d_lang=8, dropout=0.1)
+    return config_from_preset("tiny", **{**values, **overrides})
+
+
+def test_padding_does_not_change_u():
+    torch.manual_seed(0)
+    encoder = SentenceEncoder(small_config()).eval()
+    short = torch.tensor([[5, 17, 42]])
+    batch = torch.tensor([[5, 17, 42, PAD, PAD, PAD, PAD], [9, 8, 7, 6, 5, 4, 3]])
+    alone = encoder(short)
+    padded = encoder(batch)[:1]
+    torch.testing.assert_close(alone, padded, rtol=1e-5, atol=1e-6)
+    # and the pad embedding itself is not what makes it equal: changing a real token changes u
+    assert not torch.allclose(alone, encoder(torch.tensor([[5, 17, 43]])))
+
+
+def test_u_is_mean_of_final_states_over_real_tokens():
+    torch.manual_seed(0)
+    encoder = SentenceEncoder(small_config()).eval()
+    tokens = torch.tensor([[5, 17, 42, PAD]])
+    states = {}
+    encoder.norm.register_forward_hook(lambda m, i, o: states.setdefault("h", o))
+    u = encoder(tokens)
+    torch.testing.assert_close(u, states["h"][:, :3].mean(dim=1))
+
+
+def test_truncates_to_max_len():
+    torch.manual_seed(0)
+    encoder = SentenceEncoder(small_config(max_len=4)).eval()
+    long = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    torch.testing.assert_close(encoder(long), encoder(long[:, :4]))
+
+
+def test_paper_preset_shapes():
+    cfg = config_from_preset("ems-paper")
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ffn, cfg.max_len) == (6, 1024, 16, 4096, 120)
+    assert (cfg.d_lang, cfg.d_contrastive, cfg.temperature, cfg.dropout) == (128, 128, 0.1, 0.1)
+    assert cfg.vocab_size == 60_000 + 62 + 2 and cfg.n_languages == 62
+
+
+def test_bad_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown model preset"):
+        config_from_preset("huge")
+    with pytest.raises(ValueError, match="unknown model config keys"):
+        config_from_preset("tiny", vocab_size=10, n_languages=2, d_modle=8)
+    with pytest.raises(ValueError, match="divisible"):
+        EMSConfig(vocab_size=10, n_languages=2, d_model=30, n_heads=4)
+    assert set(PRESETS) >= {"ems-paper", "tiny"}
+
+
+def test_heads_are_separate_from_encoder_state():
+    model = EMSModel(small_config())
+    assert not any(k.startswith(("xtr", "contrastive")) for k in model.encoder.state_dict())

@@ -1,0 +1,101 @@
+"""Vocabulary, preprocessing, binarized shards and batch order on a real (small) corpus."""
+
+import json
+
+import numpy as np
+import pytest
+
+from data_prep.binarize import binarize
+from data_prep.corpus import list_parallel, read_parallel
+from ems.data import BatchOrder, PairShards, collate, iterate_batches
+from ems.text import FIRST_LANG_ID, PAD_ID, UNK_ID, Preprocessing, Tokenizer, lang_token
+
+
+def test_vocab_has_pad_unk_and_one_token_per_language(tiny_pipeline):
+    tok = Tokenizer.load(tiny_pipeline / "vocab")
+    assert tok.languages == ["de", "en", "fr", "ja"]
+    assert tok.sp.id_to_piece(PAD_ID) == "<pad>" and tok.sp.id_to_piece(UNK_ID) == "<unk>"
+    for i, lang in enumerate(tok.languages):
+        assert tok.sp.piece_to_id(lang_token(lang)) == FIRST_LANG_ID + i == tok.lang_token_id(lang)
+    assert tok.vocab_size == 1000
+    with pytest.raises(ValueError, match="'ru' is not in this vocabulary"):
+        tok.lang_index("ru")
+
+
+def test_preprocessing_is_lowercase_then_moses_and_shared_by_encode(tiny_pipeline):
+    tok = Tokenizer.load(tiny_pipeline / "vocab")
+    assert Preprocessing()("Don't SAVE, please.", "en") == "don 't save , please ."
+    assert tok.encode(["Don't SAVE, please."], "en") == tok.encode(["don't save, please."], "en")
+    assert tok.encode(["Don't SAVE, please."], "en") == [tok.sp.encode("don 't save , please .")]
+
+
+def test_shards_hold_exactly_the_tokenized_corpus(tiny_pipeline):
+    tok = Tokenizer.load(tiny_pipeline / "vocab")
+    shards = PairShards(tiny_pipeline / "shards")
+    index = json.loads((tiny_pipeline / "shards" / "index.json").read_text())
+    assert [(f["l1"], f["l2"]) for f in index["files"]] == [("de", "en"), ("en", "fr"), ("en", "ja")]
+    for files, entry in zip(list_parallel(tiny_pipeline / "corpus" / "train"), index["files"]):
+        pairs = list(read_parallel(files.path_l1, files.path_l2))
+        assert entry["end"] - entry["start"] == len(pairs) - entry["skipped_empty_after_tokenization"]
+        for k in (0, len(pairs) // 2, len(pairs) - 1):
+            i = entry["start"] + k
+            assert shards.sentence(2 * i).tolist() == tok.encode([pairs[k][0]], files.l1)[0]
+            assert shards.sentence(2 * i + 1).tolist() == tok.encode([pairs[k][1]], files.l2)[0]
+            assert shards.langs[i].tolist() == [tok.lang_index(files.l1), tok.lang_index(files.l2)]
+
+
+def test_binarize_rejects_language_missing_from_vocab(tiny_pipeline, tmp_path):
+    from data_prep.corpus import write_parallel
+
+    write_parallel(tmp_path / "corpus", "x", "en", "ru", [("hello", "привет")])
+    with pytest.raises(ValueError, match="'ru' is not in this vocabulary"):
+        binarize(tmp_path / "corpus", tiny_pipeline / "vocab", tmp_path / "shards")
+
+
+def test_batch_order_is_deterministic_and_covers_each_pair_once_per_epoch(tiny_pipeline):
+    shards = PairShards(tiny_pipeline / "shards")
+    order = BatchOrder(shards.pair_lengths(), global_batch_size=16, seed=5)
+    epoch0 = order.epoch(0)
+    assert all(np.array_equal(a, b) for a, b in zip(epoch0, BatchOrder(shards.pair_lengths(), 16, seed=5).epoch(0)))
+    flat = np.concatenate(epoch0)
+    assert len(flat) == len(np.unique(flat)) == order.batches_per_epoch() * 16
+    assert not np.array_equal(np.concatenate(order.epoch(1)), flat)
+    # length bucketing: padding is a small share of each batch's tokens
+    lengths = shards.pair_lengths()
+    real = sum(lengths[b].sum() for b in epoch0)
+    padded = sum(lengths[b].max() * len(b) for b in epoch0)
+    assert real / padded > 0.85
+
+
+def _rows(tensor):
+    return [[t for t in row if t != PAD_ID] for row in tensor.tolist()]
+
+
+def test_ranks_split_the_global_batch_and_resume_position_replays(tiny_pipeline):
+    shards = PairShards(tiny_pipeline / "shards")
+    order = BatchOrder(shards.pair_lengths(), global_batch_size=8, seed=1)
+    _, whole = next(iterate_batches(shards, order, 120))
+    rank0 = next(iterate_batches(shards, order, 120, rank=0, world_size=2))[1]
+    rank1 = next(iterate_batches(shards, order, 120, rank=1, world_size=2))[1]
+    assert _rows(rank0["src"]) == _rows(whole["src"])[0::2]
+    assert _rows(rank1["tgt"]) == _rows(whole["tgt"])[1::2]
+
+    stream = iterate_batches(shards, order, 120)
+    batches = [next(stream) for _ in range(5)]
+    resumed_pos, resumed = next(iterate_batches(shards, order, 120, start=(0, 3)))
+    assert resumed_pos == batches[3][0] == (0, 3)
+    assert all(np.array_equal(resumed[k], batches[3][1][k]) for k in resumed)
+
+
+def test_collate_pads_with_pad_id_and_truncates():
+    class FakeShards:
+        tokens = np.array([5, 6, 7, 8, 9, 10, 11, 12], dtype=np.int32)
+        offsets = np.array([0, 3, 4, 6, 8], dtype=np.int64)  # pair 0: [5 6 7] / [8]; pair 1: [9 10] / [11 12]
+        langs = np.array([[0, 1], [2, 1]], dtype=np.int16)
+        sentence = PairShards.sentence
+
+    fake = FakeShards()
+    batch = collate(fake, np.array([0, 1]), max_len=2)
+    assert batch["src"].tolist() == [[5, 6], [9, 10]]
+    assert batch["tgt"].tolist() == [[8, PAD_ID], [11, 12]]
+    assert batch["src_lang"].tolist() == [0, 2] and batch["tgt_lang"].tolist() == [1, 1]

@@ -1,0 +1,84 @@
+"""The trainer end to end on a real (small) corpus through DeepSpeed, single process."""
+
+import numpy as np
+import pytest
+import torch
+
+import ems
+from ems.train import TrainConfig, lr_lambda, train
+from tests.conftest import SMALL_MODEL
+
+
+def config(pipeline, out, **overrides) -> TrainConfig:
+    values = dict(
+        data=str(pipeline / "shards"), vocab=str(pipeline / "vocab"), out=str(out), model="tiny",
+        model_overrides=SMALL_MODEL, batch_size=32, lr=2e-3, warmup_steps=10, max_steps=80,
+        log_every=5, save_every=1000, seed=3, valid_data=str(pipeline / "valid_shards"), valid_every=1000, valid_batches=4,
+    )
+    return TrainConfig(**{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_pipeline, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    return out, train(config(tiny_pipeline, out, export_init=True))
+
+
+def test_short_run_lowers_both_held_out_losses(trained):
+    _, result = trained
+    valid = [h for h in result["history"] if "valid_loss" in h]
+    assert [h["step"] for h in valid] == [0, 80]
+    before, after = valid
+    assert after["valid_xtr"] < 0.8 * before["valid_xtr"]
+    assert after["valid_contrastive"] < 0.96 * before["valid_contrastive"]
+    assert after["valid_loss"] < before["valid_loss"]
+
+
+def test_run_writes_tensorboard_metrics_and_export(trained):
+    out, result = trained
+    assert result["steps"] == 80
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+    assert (out / "metrics.jsonl").read_text().count("\n") == 16 + 2  # 16 training logs, 2 validations
+    model = ems.load(result["model_dir"])
+    assert model.encode(["Guardar cambios"], lang="de").shape == (1, SMALL_MODEL["d_model"])
+
+
+def test_export_round_trips_to_identical_outputs(trained, tiny_pipeline):
+    out, result = trained
+    from ems.encoder import export_encoder
+    from ems.text import Tokenizer
+
+    model = ems.load(result["model_dir"])
+    copy_dir = out / "model-copy"
+    export_encoder(model.model, Tokenizer.load(tiny_pipeline / "vocab"), copy_dir)
+    sentences = ["Enter a valid date.", "This field is required.", "Save and continue editing"]
+    again = ems.load(copy_dir).encode(sentences, lang="en")
+    assert again.dtype == np.float32
+    np.testing.assert_array_equal(model.encode(sentences, lang="en"), again)
+
+
+def test_training_changed_the_encoder(trained):
+    out, result = trained
+    sentences = ["Enter a valid date."]
+    assert not np.allclose(ems.load(out / "model-init").encode(sentences, "en"), ems.load(result["model_dir"]).encode(sentences, "en"))
+
+
+def test_resume_from_checkpoint_equals_uninterrupted_run(tiny_pipeline, tmp_path):
+    common = dict(max_steps=20, warmup_steps=5, log_every=1, valid_data=None)
+    straight = train(config(tiny_pipeline, tmp_path / "straight", **common))
+    first_half = train(config(tiny_pipeline, tmp_path / "resumed", stop_at_step=10, **common))
+    second_half = train(config(tiny_pipeline, tmp_path / "resumed", **common))
+    assert (first_half["steps"], second_half["steps"]) == (10, 20)
+    resumed_history = [h for h in first_half["history"] + second_half["history"] if "loss" in h]
+    assert [h["step"] for h in resumed_history] == list(range(1, 21))
+    for a, b in zip(straight["history"], resumed_history, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), a["step"]
+    a = ems.load(straight["model_dir"]).model.state_dict()
+    b = ems.load(second_half["model_dir"]).model.state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key])
+
+
+def test_lr_schedule_warms_up_then_decays_to_zero():
+    f = lr_lambda(warmup_steps=4, max_steps=10)
+    assert [round(f(s), 3) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 1.0, 0.833, 0.667, 0.5, 0.333, 0.167, 0.0]
