@@ -1,5 +1,6 @@
 """A PNG bar chart of evaluation results: one panel per task that ran, one bar per language
-(Tatoeba / held-out: mean P@1; BUCC: test F1, else training F1; large retrieval: P@1)."""
+(Tatoeba / held-out: mean P@1; BUCC: test F1, else training F1; large retrieval: P@1;
+classification: accuracy on each non-train language; QE / STS: Pearson r × 100 of the raw embeddings)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,21 @@ def _retrieval_p_at_1(row: dict) -> float:
     return row["p_at_1"]
 
 
+def _accuracy(row: dict) -> float:
+    return row["accuracy"]
+
+
+def _raw_pearson(row: dict) -> float:
+    return 100.0 * (row["raw"]["pearson"] or 0.0)
+
+
 HEADLINE = {
     "p_at_1": (_p_at_1, "P@1 (%), mean of both directions"),
     "mining_f1": (_mining_f1, "F1 (%), test split (training if no test gold)"),
     "retrieval_p_at_1": (_retrieval_p_at_1, "P@1 (%)"),
+    "accuracy": (_accuracy, "accuracy (%), mean over seeds"),
+    "qe_pearson": (_raw_pearson, "Pearson r × 100 (raw embeddings)"),
+    "sts_correlation": (_raw_pearson, "Pearson r × 100 (raw embeddings)"),
 }
 
 

@@ -103,7 +103,79 @@ def retrieval_table(results: dict, title: str) -> str:
     return "\n".join(lines + _skipped_lines(results) + [""])
 
 
-TABLES = {"p_at_1": markdown_table, "mining_f1": bucc_table, "retrieval_p_at_1": retrieval_table}
+def classification_table(results: dict, title: str) -> str:
+    """Markdown section for zero-shot classification: per test language the accuracy (%) as mean ±
+    std over the seeds, the train language's own test set first, then the average over the others."""
+    lines = [f"### {title}", ""]
+    settings, train = results.get("settings", {}), results["train_language"]
+    dev = results.get("dev")
+    lines += [f"MLP trained on `{train}` train, best epoch by `{train}` dev accuracy"
+              + (f" ({dev['accuracy']:.1f} ± {dev['std']:.1f})" if dev else "")
+              + f", tested on each language; accuracy (%) mean ± std over {len(settings.get('seeds', []))} seeds.", ""]  # fmt: skip
+    rows = ([(f"{train} (in-language)", results["in_language"])] if results.get("in_language") else [])
+    rows += list(results["languages"].items())
+    if rows:
+        lines += [_row(["lang", "n", "accuracy"]), _row([":--", "--:", "--:"])]
+        lines += [_row([lang, str(row["n"]), f"{row['accuracy']:.1f} ± {row['std']:.1f}"]) for lang, row in rows]
+        if results.get("average"):
+            average = results["average"]
+            lines.append(_row([f"**average** ({average['n_languages']}, zero-shot)", "", f"**{average['accuracy']:.1f}**"]))
+    else:
+        lines.append("No language was evaluated.")
+    return "\n".join(lines + _skipped_lines(results) + [""])
+
+
+def _corr(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+CORRELATION_CELLS = {
+    "qe_pearson": ("Pearson r between cosine(source, MT) and z_mean", lambda c: _corr(c["pearson"])),
+    "sts_correlation": ("Pearson r / Spearman ρ between cosine(sent1, sent2) and gold",
+                        lambda c: f"{_corr(c['pearson'])} / {_corr(c['spearman'])}"),
+}  # fmt: skip
+
+
+def correlation_table(results: dict, title: str) -> str:
+    """Markdown section for QE / STS: a row per pair, a column per view (raw embeddings, then each
+    head's meaning view), an average row; – = undefined or head not applicable."""
+    lines = [f"### {title}", ""]
+    what, cell = CORRELATION_CELLS[results["metric"]]
+    views = results["views"]
+    if results["languages"]:
+        training = results.get("head_training") or {}
+        lines += [f"{what}; columns: raw embeddings and each head's meaning view"
+                  + (f" (heads trained on FLORES en-X pairs: {', '.join(training['languages'])})" if len(views) > 1 else "")
+                  + ".", "", _row(["pair", "n", *views]), _row([":--", "--:", *["--:"] * len(views)])]  # fmt: skip
+        for pair, row in results["languages"].items():
+            lines.append(_row([pair, str(row["n"]), *(cell(row[view]) if row.get(view) else "–" for view in views)]))
+        average = results["average"]
+        lines.append(_row([f"**average** ({average['n_languages']})", "", *(f"**{cell(average[view])}**" for view in views)]))
+        skipped_rows = {pair: row["skipped_rows"] for pair, row in results["languages"].items() if row.get("skipped_rows")}
+        lines += [""] + [f"Skipped rows in {pair}: {counts}" for pair, counts in skipped_rows.items()] if skipped_rows else []
+    else:
+        lines.append("No pair was evaluated.")
+    return "\n".join(lines + _skipped_lines(results) + [""])
+
+
+def language_id_table(results: dict, title: str) -> str:
+    """Markdown section for language neutrality: linear language-ID probe accuracy (%) per view,
+    chance level, the PCA plot's path."""
+    lines = [f"### {title}", ""]
+    blocks = results["lines"]
+    lines += [f"Linear language-ID probe over {len(results['languages_probed'])} languages "
+              f"({', '.join(results['languages_probed'])}); FLORES lines {blocks['heads'][0]}–{blocks['heads'][1]} train the "
+              f"heads, {blocks['probe_train'][0]}–{blocks['probe_train'][1]} the probe, "
+              f"{blocks['probe_test'][0]}–{blocks['probe_test'][1]} test it. Chance: {results['chance']:.1f}%.", "",
+              _row(["view", "LID accuracy (%)"]), _row([":--", "--:"])]  # fmt: skip
+    lines += [_row([view, f"{accuracy:.1f}"]) for view, accuracy in results["views"].items()]
+    if results.get("pca_plot"):
+        lines += ["", f"PCA of raw / meaning / language embeddings: `{results['pca_plot']}`"]
+    return "\n".join(lines + _skipped_lines(results) + [""])
+
+
+TABLES = {"p_at_1": markdown_table, "mining_f1": bucc_table, "retrieval_p_at_1": retrieval_table, "accuracy": classification_table,
+          "qe_pearson": correlation_table, "sts_correlation": correlation_table, "lid_accuracy": language_id_table}  # fmt: skip
 
 
 def task_markdown(results: dict, title: str) -> str:

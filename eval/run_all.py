@@ -24,11 +24,17 @@ import yaml
 from ems.languages import TATOEBA_TEST_CODES, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.bucc import BuccTask, evaluate_bucc
 from eval.chart import CHART_FILE, write_chart
+from eval.classification import evaluate_classification, mlp_settings
+from eval.classification_data import read_task as read_classification_task
+from eval.correlation import HeadTraining, evaluate_correlation_task
 from eval.encoders import ENCODER_KINDS, load_encoder
 from eval.heldout import evaluate_heldout
+from eval.language_id import LanguageIdTask, evaluate_language_id
 from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
+from eval.qe import read_qe_pairs
 from eval.report import task_markdown, write_results
 from eval.retrieval import MissingDataError
+from eval.sts import read_sts_tracks
 from eval.tatoeba import DEFAULT_CONFIG, evaluate_tatoeba, load_tatoeba_task
 
 NO_TATOEBA_SET = "no Tatoeba test set"
@@ -48,13 +54,17 @@ def split_language_filter(codes: list[str]) -> tuple[list[str], list[str], list[
 @dataclass
 class RunOptions:
     """What every task runner gets besides its config: the language filter (None = all) in both
-    code systems, the per-language sentence cap, progress bars."""
+    code systems, the per-language sentence cap, progress bars, the data root (for tasks that
+    also read another task's data, e.g. FLORES to train heads) and the output directory (for
+    tasks that write files besides results.json; None = write nothing)."""
 
     canonical: list[str] | None = None
     tatoeba_codes: list[str] | None = None
     without_tatoeba: list[str] | None = None
     max_sentences: int | None = None
     progress: bool = True
+    data_root: Path | None = None
+    out_dir: Path | None = None
 
 
 def _run_tatoeba(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
@@ -104,7 +114,61 @@ def _run_large_retrieval(encoder, config_path: Path, config: dict, data_dir: Pat
     return evaluate_large_retrieval(encoder, task, options.progress)
 
 
-TASK_RUNNERS = {"tatoeba": _run_tatoeba, "bucc": _run_bucc, "large_retrieval": _run_large_retrieval}
+def _run_classification(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    # languages: "all" (every language in the data) or a list; the train language is always read.
+    settings = _task_settings(config, {"format", "train_language", "seeds", "mlp", "reader", "source"}, config_path)
+    mlp = mlp_settings(settings.get("mlp", {}))
+    skipped = {}
+    if config["languages"] == "all":
+        languages = options.canonical
+    else:
+        languages, skipped = _filtered(config, options)
+    task = read_classification_task(
+        settings["format"], data_dir, languages, settings.get("train_language", "en"), options.max_sentences,
+        config["name"], **settings.get("reader", {}),
+    )
+    seeds = range(settings["seeds"]) if isinstance(settings.get("seeds"), int) else settings.get("seeds", range(5))
+    result = evaluate_classification(encoder, task, seeds, mlp, options.progress)
+    result["skipped"].update(skipped)
+    return result
+
+
+def _pair_in_filter(languages: list[str], options: RunOptions) -> bool:
+    return options.canonical is None or set(languages) - {"en"} <= set(options.canonical)
+
+
+def _run_qe(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    settings = _task_settings(config, {"split", "heads", "head_training", "source"}, config_path)
+    pairs = [pair for pair in config["pairs"] if _pair_in_filter(pair.split("-"), options)]
+    pair_sets, skipped = read_qe_pairs(data_dir, pairs, settings.get("split", "test20"), options.max_sentences)
+    training = HeadTraining.from_config(settings.get("heads"), settings.get("head_training"), options.data_root, str(config_path))
+    return evaluate_correlation_task(encoder, config["name"], "qe_pearson", pair_sets, training, skipped, options.progress)
+
+
+def _run_sts(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    settings = _task_settings(config, {"tracks", "heads", "head_training", "source"}, config_path)
+    tracks = [track for track in settings["tracks"] if _pair_in_filter(track.get("langs", []), options)]
+    pair_sets, skipped = read_sts_tracks(data_dir, tracks, options.max_sentences)
+    training = HeadTraining.from_config(settings.get("heads"), settings.get("head_training"), options.data_root, str(config_path))
+    return evaluate_correlation_task(encoder, config["name"], "sts_correlation", pair_sets, training, skipped, options.progress)
+
+
+def _run_language_id(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    keys = {"heads", "head_lines", "probe_train_lines", "probe_test_lines", "l2", "pca_pair", "valid_fraction", "seed", "source"}
+    settings = _task_settings(config, keys, config_path)
+    settings.pop("source", None)
+    if options.max_sentences is not None:  # caps each block of FLORES lines
+        for key in ("head_lines", "probe_train_lines", "probe_test_lines"):
+            settings[key] = min(settings.get(key, options.max_sentences), options.max_sentences)
+    languages, skipped = _filtered(config, options)
+    task = LanguageIdTask(data_dir, languages, config["name"], **settings)
+    result = evaluate_language_id(encoder, task, options.out_dir, options.progress)
+    result["skipped"].update(skipped)
+    return result
+
+
+TASK_RUNNERS = {"tatoeba": _run_tatoeba, "bucc": _run_bucc, "large_retrieval": _run_large_retrieval, "classification": _run_classification,
+                "qe": _run_qe, "sts": _run_sts, "language_id": _run_language_id}  # fmt: skip
 
 
 def read_task_config(path: Path) -> dict:
@@ -154,11 +218,12 @@ def run_all(
     given, the held-out pairs in `heldout_dir`; print a markdown table per task.
 
     `languages` (Tatoeba or canonical codes) restricts every task; `max_sentences` caps the
-    sentences per language (per side and split for BUCC). A task whose data is missing gets
+    sentences per language (per side and split for BUCC; documents per split for classification,
+    whose train language is always read). A task whose data is missing gets
     {"task", "error": message} and the others still run. Writes results.json, report.md and
     results.png to `out_dir` unless it is None. Returns {task name: task result}.
     """
-    options = RunOptions(max_sentences=max_sentences, progress=progress)
+    options = RunOptions(max_sentences=max_sentences, progress=progress, data_root=Path(data_dir), out_dir=out_dir)
     if languages is not None:
         options.canonical, options.tatoeba_codes, options.without_tatoeba = split_language_filter(languages)
     task_dirs = {name: Path(path) for name, path in (task_dirs or {}).items()}

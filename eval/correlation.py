@@ -1,0 +1,154 @@
+"""Similarity-vs-human-score correlation, shared by WMT20 QE (eval.qe) and STS2017 (eval.sts).
+
+In: `ScoredPairs` (sentence pairs in two languages with a gold score each, from a task reader),
+an encoder, and trained heads. Out: per pair set the Pearson r and Spearman rho (scipy.stats)
+between cosine(sent1, sent2) and the gold score, for the raw embeddings and for each head's
+meaning view, plus their averages over pair sets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from eval.heads.base import UnknownLanguageError
+from eval.train_head import train_heads_on_flores
+
+RAW = "raw"
+
+
+@dataclass
+class ScoredPairs:
+    """Sentence pairs with human scores: sent1[i] (lang1) vs sent2[i] (lang2) scored gold[i].
+    `skipped` counts the file rows that were not used, by reason."""
+
+    name: str
+    lang1: str
+    lang2: str
+    sent1: list[str]
+    sent2: list[str]
+    gold: np.ndarray
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def head(self, n: int | None) -> "ScoredPairs":
+        """The first n pairs (all when n is None)."""
+        if n is None:
+            return self
+        return ScoredPairs(self.name, self.lang1, self.lang2, self.sent1[:n], self.sent2[:n], self.gold[:n], dict(self.skipped))
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of a[i] and b[i] for every row (0 for a zero vector)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.einsum("ij,ij->i", a, b) / np.maximum(norms, 1e-12)
+
+
+def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict:
+    """{"pearson", "spearman"} between two score vectors; a coefficient is None when either
+    vector is constant (undefined). ValueError for fewer than 3 scores or unequal lengths."""
+    predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if predicted.shape != gold.shape or predicted.ndim != 1:
+        raise ValueError(f"need two score vectors of equal length, got shapes {predicted.shape} and {gold.shape}")
+    if len(gold) < 3:
+        raise ValueError(f"a correlation needs at least 3 scored pairs, got {len(gold)}")
+    if np.ptp(predicted) == 0 or np.ptp(gold) == 0:
+        return {"pearson": None, "spearman": None}
+    return {"pearson": float(stats.pearsonr(predicted, gold).statistic),
+            "spearman": float(stats.spearmanr(predicted, gold).statistic)}  # fmt: skip
+
+
+def evaluate_scored_pairs(encoder, pair_sets: list[ScoredPairs], heads: dict) -> tuple[dict, dict]:
+    """Per pair set: n, the skipped-row counts, and {view: {"pearson", "spearman"}} for "raw"
+    and each head's meaning view (None when the head does not know a language of the set).
+    Returns (per-set results, {reason: [descriptions]} for heads that could not be applied)."""
+    results, skipped = {}, {}
+    for pairs in pair_sets:
+        e1 = np.asarray(encoder.encode(pairs.sent1, pairs.lang1), dtype=np.float32)
+        e2 = np.asarray(encoder.encode(pairs.sent2, pairs.lang2), dtype=np.float32)
+        row = {"n": len(pairs.gold), "skipped_rows": dict(pairs.skipped), RAW: correlations(cosine_rows(e1, e2), pairs.gold)}
+        for name, head in heads.items():
+            try:
+                m1, m2 = head.meaning(e1, pairs.lang1), head.meaning(e2, pairs.lang2)
+            except UnknownLanguageError as exc:
+                skipped.setdefault("head not trained on a language of the pair", []).append(f"{name} on {pairs.name}: {exc}")
+                row[name] = None
+                continue
+            row[name] = correlations(cosine_rows(m1, m2), pairs.gold)
+        results[pairs.name] = row
+    return results, skipped
+
+
+def average_correlations(per_set: dict, views: list[str]) -> dict:
+    """{"n_languages", view: {"pearson", "spearman"} averaged over the sets where the view has a
+    value (None if none)} ; "n_languages" counts all sets."""
+    average: dict = {"n_languages": len(per_set)}
+    for view in views:
+        rows = [row[view] for row in per_set.values() if row.get(view) is not None]
+        average[view] = {key: _mean([row[key] for row in rows]) for key in ("pearson", "spearman")}
+    return average
+
+
+def _mean(values: list) -> float | None:
+    values = [value for value in values if value is not None and not math.isnan(value)]
+    return float(np.mean(values)) if values else None
+
+
+@dataclass
+class HeadTraining:
+    """Which heads a correlation task trains and on what: English-X FLORES-200 pairs from
+    `flores_dir` for the task's languages, `valid_fraction` held out for early stopping."""
+
+    flores_dir: Path
+    heads: list[str] = field(default_factory=list)
+    valid_fraction: float = 0.1
+    seed: int = 0
+    max_pairs: int | None = None
+
+    @classmethod
+    def from_config(cls, heads: list[str], settings: dict, data_root: Path, where: str) -> "HeadTraining":
+        """From a task config's `heads` list and `head_training` mapping (keys flores_subdir,
+        relative to the data root, and optionally valid_fraction, seed, max_pairs)."""
+        settings = dict(settings or {})
+        unknown = set(settings) - {"flores_subdir", "valid_fraction", "seed", "max_pairs"}
+        if unknown or (heads and "flores_subdir" not in settings):
+            raise ValueError(f"{where}: head_training takes flores_subdir (required with heads), valid_fraction, seed, "
+                             f"max_pairs; got {sorted(settings)}")  # fmt: skip
+        flores_dir = Path(data_root) / settings.pop("flores_subdir", "")
+        return cls(flores_dir, list(heads or []), **settings)
+
+
+def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[ScoredPairs], training: HeadTraining,
+                              skipped: dict | None = None, progress: bool = True) -> dict:  # fmt: skip
+    """Train the heads on FLORES for the languages of `pair_sets`, then correlations per set
+    and view. Result: {"task", "metric", "views", "languages": {set name: row}, "average",
+    "heads": training logs, "head_training", "skipped"}."""
+    skipped = {reason: list(items) for reason, items in (skipped or {}).items()}
+    languages = sorted({lang for pairs in pair_sets for lang in (pairs.lang1, pairs.lang2)})
+    heads, logs = {}, {}
+    if training.heads and pair_sets:
+        if progress:
+            print(f"{name}: training heads {', '.join(training.heads)} on FLORES en-X pairs for {', '.join(languages)}")
+        heads, logs, head_skips = train_heads_on_flores(encoder, training.heads, training.flores_dir, languages,
+                                                        training.valid_fraction, training.seed, training.max_pairs)  # fmt: skip
+        for reason, items in head_skips.items():
+            skipped.setdefault(reason, []).extend(items)
+    per_set, view_skips = evaluate_scored_pairs(encoder, pair_sets, heads)
+    for reason, items in view_skips.items():
+        skipped.setdefault(reason, []).extend(items)
+    views = [RAW, *heads]
+    return {
+        "task": name,
+        "metric": metric,
+        "views": views,
+        "languages": per_set,
+        "average": average_correlations(per_set, views) if per_set else None,
+        "heads": logs,
+        "head_training": {"flores_dir": str(training.flores_dir), "languages": languages, "valid_fraction": training.valid_fraction,
+                          "seed": training.seed, "max_pairs": training.max_pairs},  # fmt: skip
+        "skipped": skipped,
+    }

@@ -1,0 +1,32 @@
+"""Meaning/language disentanglement heads on top of a frozen encoder (see eval.heads.base).
+
+`HEADS` maps a head name to its class; `load_head(directory)` reads a saved head of any kind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eval.heads.base import HEAD_JSON, Head, ParallelEmbeddings, UnknownLanguageError
+from eval.heads.centering import CenteringHead
+from eval.heads.dream import DreamHead
+from eval.heads.meat import MeatHead
+from eval.heads.projection import ProjectionHead
+from eval.heads.reversible import ReversibleHead
+
+HEADS = {"centering": CenteringHead, "projection": ProjectionHead, "dream": DreamHead, "meat": MeatHead, "reversible": ReversibleHead}
+
+
+def load_head(directory: Path) -> Head:
+    """The head saved in `directory`, of the kind named in its HEAD_JSON."""
+    path = Path(directory) / HEAD_JSON
+    if not path.is_file():
+        raise FileNotFoundError(f"no saved head in {directory} (missing {HEAD_JSON})")
+    name = json.loads(path.read_text(encoding="utf-8")).get("name")
+    if name not in HEADS:
+        raise ValueError(f"{path}: unknown head {name!r}; known heads: {', '.join(HEADS)}")
+    return HEADS[name].load(directory)
+
+
+__all__ = ["HEADS", "HEAD_JSON", "Head", "ParallelEmbeddings", "UnknownLanguageError", "load_head"]

@@ -1,0 +1,109 @@
+"""Training data for the heads: aligned sentence pairs -> `ParallelEmbeddings` from any encoder.
+
+Sources: FLORES-200 (English paired with each requested language, via data_prep.flores) or a
+corpus root of Moses-format pair directories (`<l1>-<l2>/<name>.<l1|l2>`, data_prep.corpus).
+Pairs are read with data_prep.corpus.read_parallel: a pair with an empty or non-UTF-8 side is
+skipped and counted in the pair set's `read` report.
+
+Heads must never be trained on test sentences. FLORES-200 devtest shares no sentences with the
+WMT20 QE test sets (Wikipedia sentences of MLQE-PE) or STS2017 (image captions and news
+headlines of SemEval-2017 Task 1), so heads trained on it can be scored on those. FLORES
+sentences ARE the sentences of SIB-200 and of the FLORES mining/retrieval tasks: heads trained
+on FLORES must not be scored on those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from data_prep.corpus import ReadReport, list_parallel, read_parallel
+from data_prep.flores import FLORES_FILES
+from eval.encoders import embedding_key
+from eval.heads.base import ParallelEmbeddings
+from eval.retrieval import MissingDataError
+
+PIVOT = "en"
+
+
+@dataclass
+class SentencePairs:
+    """Aligned sentences: x[i] (language x_lang) translates y[i] (language y_lang)."""
+
+    x_lang: str
+    y_lang: str
+    x: list[str]
+    y: list[str]
+    source: str
+    read: dict = field(default_factory=dict)  # ReadReport counts of the file pair
+
+
+def flores_file(split_dir: Path, lang: str) -> Path | None:
+    """The FLORES-200 file of canonical language `lang` in `split_dir` (None if absent)."""
+    stem = FLORES_FILES.get(lang)
+    matches = sorted(Path(split_dir).glob(f"{stem}.*")) if stem else []
+    return matches[0] if matches else None
+
+
+def flores_pairs(split_dir: Path, languages: list[str]) -> list[SentencePairs]:
+    """English-X pairs (x = English) from a FLORES-200 split directory for every X in
+    `languages` other than English. MissingDataError names every language without a file."""
+    split_dir = Path(split_dir)
+    english = flores_file(split_dir, PIVOT)
+    others = sorted(set(languages) - {PIVOT})
+    missing = [lang for lang in others if flores_file(split_dir, lang) is None]
+    if english is None or missing:
+        named = [f"{lang} ({FLORES_FILES.get(lang, 'no FLORES code known')})" for lang in missing]
+        what = "eng.*" if english is None else ", ".join(named)
+        raise MissingDataError(f"FLORES-200 directory {split_dir} lacks the files of: {what}")
+    pair_sets = []
+    for lang in others:
+        report = ReadReport()
+        pairs = list(read_parallel(english, flores_file(split_dir, lang), report))
+        pair_sets.append(_pair_set(PIVOT, lang, pairs, f"flores200:{split_dir.name}", report))
+    return pair_sets
+
+
+def moses_pairs(root: Path, languages: list[str] | None = None) -> list[SentencePairs]:
+    """Every aligned file pair under a corpus root (only pairs whose two languages are both in
+    `languages`, when given). MissingDataError when nothing matches."""
+    pair_sets = []
+    for files in list_parallel(root):
+        if languages is not None and not {files.l1, files.l2} <= set(languages):
+            continue
+        report = ReadReport()
+        pairs = list(read_parallel(files.path_l1, files.path_l2, report))
+        pair_sets.append(_pair_set(files.l1, files.l2, pairs, f"{files.l1}-{files.l2}/{files.name}", report))
+    if not pair_sets:
+        raise MissingDataError(f"no aligned file pairs{'' if languages is None else ' for ' + ','.join(languages)} under {root}")
+    return pair_sets
+
+
+def _pair_set(x_lang: str, y_lang: str, pairs: list[tuple[str, str]], source: str, report: ReadReport) -> SentencePairs:
+    return SentencePairs(x_lang, y_lang, [x for x, _ in pairs], [y for _, y in pairs], source, report.to_dict())
+
+
+def encode_pairs(encoder, pair_sets: list[SentencePairs], rows: slice | None = None) -> ParallelEmbeddings:
+    """Encode every pair set (each side once per distinct sentence list, so FLORES's shared
+    English side is encoded once) and keep the pairs at positions `rows` of each set (None: all).
+    Whole sets are encoded so that an embedding cache is shared by every `rows` selection."""
+    if not pair_sets:
+        raise ValueError("no sentence pairs to encode")
+    languages = sorted({lang for pairs in pair_sets for lang in (pairs.x_lang, pairs.y_lang)})
+    encoded: dict[str, np.ndarray] = {}
+
+    def encode(sentences: list[str], lang: str) -> np.ndarray:
+        key = embedding_key(sentences, lang)
+        if key not in encoded:
+            encoded[key] = np.asarray(encoder.encode(sentences, lang), dtype=np.float32)
+        return encoded[key]
+
+    parts = []
+    for pairs in pair_sets:
+        keep = slice(None) if rows is None else rows
+        x, y = encode(pairs.x, pairs.x_lang)[keep], encode(pairs.y, pairs.y_lang)[keep]
+        parts.append((x, y, np.full(len(x), languages.index(pairs.x_lang)), np.full(len(y), languages.index(pairs.y_lang))))
+    x, y, x_lang, y_lang = (np.concatenate([part[i] for part in parts]) for i in range(4))
+    return ParallelEmbeddings(x, y, x_lang.astype(np.int64), y_lang.astype(np.int64), languages)

@@ -1,0 +1,182 @@
+"""Language neutrality (Libovický et al., 2020): how well a linear language-ID probe recognises
+the language of an embedding, on raw embeddings and on each head's meaning and language views.
+
+In: FLORES-200 (multi-parallel), a list of languages, an encoder and head names. The FLORES lines
+are cut into three disjoint blocks: the first `head_lines` train the heads (English paired with
+each language), the next `probe_train_lines` train the probe, the next `probe_test_lines` test
+it; so no sentence is shared between head training, probe training and probe testing. Out:
+probe accuracy (%) per view, and a PNG of the first two principal components of the raw,
+meaning and language embeddings of one language pair on the probe-test sentences (a row per
+head: raw | meaning | language).
+
+A meaning view that is language-neutral brings the accuracy down towards chance (100 / number
+of languages); a language view should keep it high.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eval.heads.base import ParallelEmbeddings
+from eval.heads.parallel_data import PIVOT, flores_file, flores_pairs
+from eval.pca_plot import write_pca_plot
+from eval.retrieval import MissingDataError
+from eval.train_head import train_head
+
+PCA_FILE = "language_pca.png"
+
+
+@dataclass
+class LinearProbe:
+    """Multinomial logistic regression on standardized features."""
+
+    weight: np.ndarray  # (d, classes)
+    bias: np.ndarray  # (classes,)
+    mean: np.ndarray  # (d,)
+    scale: np.ndarray  # (d,)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return (((np.asarray(x, dtype=np.float64) - self.mean) / self.scale) @ self.weight + self.bias).argmax(axis=1)
+
+
+def fit_probe(x: np.ndarray, labels: np.ndarray, n_classes: int, l2: float = 1e-3, max_iter: int = 200) -> LinearProbe:
+    """Logistic regression (softmax, L2 penalty `l2` on the weights), full-batch L-BFGS in float64.
+    Deterministic: starts from zero weights."""
+    mean = x.mean(axis=0)
+    scale = np.maximum(x.std(axis=0), 1e-8)
+    features = torch.from_numpy((np.asarray(x, dtype=np.float64) - mean) / scale)
+    targets = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    weight = torch.zeros(features.shape[1], n_classes, dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([weight, bias], max_iter=max_iter, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(features @ weight + bias, targets) + l2 * (weight**2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return LinearProbe(weight.detach().numpy(), bias.detach().numpy(), mean, scale)
+
+
+def probe_accuracy(train: dict[str, np.ndarray], test: dict[str, np.ndarray], l2: float = 1e-3) -> float:
+    """Accuracy (%) on `test` of a probe fit on `train`; both map language -> (n, d) embeddings."""
+    languages = sorted(train)
+    if sorted(test) != languages or len(languages) < 2:
+        raise ValueError(f"train and test need the same >= 2 languages, got {sorted(train)} and {sorted(test)}")
+    x = np.concatenate([train[lang] for lang in languages])
+    y = np.concatenate([np.full(len(train[lang]), i) for i, lang in enumerate(languages)])
+    probe = fit_probe(x, y, len(languages), l2)
+    correct = sum(int((probe.predict(test[lang]) == i).sum()) for i, lang in enumerate(languages))
+    return 100.0 * correct / sum(len(test[lang]) for lang in languages)
+
+
+@dataclass
+class LanguageIdTask:
+    """FLORES split directory, languages (English included or not: it always is), line blocks,
+    probe L2 penalty and the pair to plot (e.g. "de-en")."""
+
+    data_dir: Path
+    languages: list[str]
+    name: str = "language_id"
+    head_lines: int = 612
+    probe_train_lines: int = 200
+    probe_test_lines: int = 200
+    l2: float = 1e-3
+    pca_pair: str | None = None
+    valid_fraction: float = 0.1
+    seed: int = 0
+    heads: list[str] = field(default_factory=list)
+
+
+def pivot_embeddings(embeddings: dict[str, np.ndarray], rows: slice, pivot: str = PIVOT) -> ParallelEmbeddings:
+    """Pairs (pivot line i, X line i) for the lines `rows` of multi-parallel embeddings {lang: (n, d)}."""
+    languages = sorted(embeddings)
+    others = [lang for lang in languages if lang != pivot]
+    x = np.concatenate([embeddings[pivot][rows] for _ in others])
+    y = np.concatenate([embeddings[lang][rows] for lang in others])
+    count = len(embeddings[pivot][rows])
+    x_lang = np.full(len(x), languages.index(pivot), dtype=np.int64)
+    y_lang = np.concatenate([np.full(count, languages.index(lang), dtype=np.int64) for lang in others])
+    return ParallelEmbeddings(x, y, x_lang, y_lang, languages)
+
+
+def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = None, progress: bool = True) -> dict:
+    """Train the task's heads on the head block, then LID probe accuracy on the raw view and on
+    every head's meaning and language views; the PCA plot goes to out_dir/PCA_FILE if out_dir
+    is given. Result: {"task", "metric": "lid_accuracy", "views": {view: accuracy}, "chance",
+    "lines", "heads" (training logs), "pca_plot", "skipped"}."""
+    languages = sorted(set(task.languages) | {PIVOT})
+    pair_sets = flores_pairs(task.data_dir, languages)
+    sentences = {PIVOT: pair_sets[0].x, **{pairs.y_lang: pairs.y for pairs in pair_sets}}
+    n_lines = min(len(lines) for lines in sentences.values())
+    blocks = _blocks(task, n_lines)
+    used = blocks["probe_test"].stop  # only the lines of the three blocks are encoded
+    embeddings = {}
+    for lang in languages:
+        if progress:
+            print(f"{task.name}: encoding {used} {lang} sentences ({flores_file(task.data_dir, lang).name})")
+        embeddings[lang] = np.asarray(encoder.encode(sentences[lang][:used], lang), dtype=np.float32)
+
+    train_block, test_block = blocks["probe_train"], blocks["probe_test"]
+    views = {"raw": {lang: (e[train_block], e[test_block]) for lang, e in embeddings.items()}}
+    logs, skipped = {}, {}
+    head_data = pivot_embeddings(embeddings, blocks["heads"])
+    for name in task.heads:
+        try:
+            head, logs[name] = train_head(name, head_data, task.valid_fraction, task.seed)
+        except ValueError as exc:
+            skipped.setdefault("head could not be trained", []).append(f"{name}: {exc}")
+            continue
+        for part in ("meaning", "language"):
+            view = getattr(head, part)
+            views[f"{name}/{part}"] = {lang: (view(a, lang), view(b, lang)) for lang, (a, b) in views["raw"].items()}
+
+    accuracies = {}
+    for view, parts in views.items():
+        train, test = {lang: a for lang, (a, _) in parts.items()}, {lang: b for lang, (_, b) in parts.items()}
+        accuracies[view] = probe_accuracy(train, test, task.l2)
+    plot = None
+    if out_dir is not None and task.pca_pair:
+        plot = str(_pca_plot(views, task.pca_pair, Path(out_dir) / PCA_FILE))
+    return {
+        "task": task.name,
+        "metric": "lid_accuracy",
+        "views": accuracies,
+        "chance": 100.0 / len(languages),
+        "languages_probed": languages,
+        "lines": {block: [rows.start, rows.stop] for block, rows in blocks.items()},
+        "heads": logs,
+        "pca_plot": plot,
+        "skipped": skipped,
+    }
+
+
+def _blocks(task: LanguageIdTask, n_lines: int) -> dict[str, slice]:
+    sizes = {"heads": task.head_lines, "probe_train": task.probe_train_lines, "probe_test": task.probe_test_lines}
+    if min(sizes.values()) < 1 or sum(sizes.values()) > n_lines:
+        raise MissingDataError(
+            f"{task.data_dir}: need {' + '.join(map(str, sizes.values()))} = {sum(sizes.values())} aligned lines "
+            f"(head training + probe train + probe test, each >= 1), the files have {n_lines}"
+        )
+    blocks, start = {}, 0
+    for block, size in sizes.items():
+        blocks[block] = slice(start, start + size)
+        start += size
+    return blocks
+
+
+def _pca_plot(views: dict, pair: str, path: Path) -> Path:
+    pair_languages = pair.split("-")
+    missing = [lang for lang in pair_languages if lang not in views["raw"]]
+    if len(pair_languages) != 2 or missing:
+        raise ValueError(f"pca_pair {pair!r} must name two probed languages, e.g. de-en")
+    heads = [view.split("/")[0] for view in views if view.endswith("/meaning")]
+    rows = [["raw", f"{head}/meaning", f"{head}/language"] for head in heads] or [["raw"]]
+    panels = [(f"{view} ({pair})", {lang: views[view][lang][1] for lang in pair_languages}) for row in rows for view in row]
+    return write_pca_plot(panels, path, columns=len(rows[0]))

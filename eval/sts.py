@@ -1,0 +1,72 @@
+"""SemEval-2017 Task 1 (STS2017) cross-lingual semantic textual similarity.
+
+In: `<data>/STS2017.track<N>.<xx-yy>.sent1-sent2-gold.tsv`: three tab-separated fields per line
+(sent1, sent2, gold similarity 0-5), no header, quotes literal. Which language each column holds
+differs per track (track 2: en | ar, 4a: es | en, 4b: en | es, 6: en | tr), so the task config
+names them. Out: `ScoredPairs`; the score is Pearson r and Spearman rho between
+cosine(sent1, sent2) and gold, per track (eval.correlation).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from eval.correlation import ScoredPairs
+from eval.retrieval import MissingDataError
+
+SKIP_MALFORMED = "not 3 fields"
+SKIP_EMPTY = "empty sentence"
+SKIP_SCORE = "gold not a number"
+
+
+def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> ScoredPairs:
+    """The (sent1, sent2, gold) lines of one STS2017 file; lines with other than 3 fields, an
+    empty sentence or a non-numeric gold are skipped and counted. MissingDataError if missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingDataError(f"missing STS2017 file {path} (SemEval-2017 Task 1 with gold, see PROVENANCE.md)")
+    sent1, sent2, gold, skipped = [], [], [], {}
+    with open(path, encoding="utf-8-sig", newline="") as file:
+        for fields in csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE):
+            reason = _problem(fields)
+            if reason:
+                skipped[reason] = skipped.get(reason, 0) + 1
+                continue
+            sent1.append(fields[0].strip())
+            sent2.append(fields[1].strip())
+            gold.append(float(fields[2]))
+    return ScoredPairs(name, sent1_lang, sent2_lang, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
+
+
+def _problem(fields: list[str]) -> str | None:
+    if len(fields) != 3:
+        return SKIP_MALFORMED
+    if not fields[0].strip() or not fields[1].strip():
+        return SKIP_EMPTY
+    try:
+        score = float(fields[2])
+    except ValueError:
+        return SKIP_SCORE
+    return None if math.isfinite(score) else SKIP_SCORE
+
+
+def read_sts_tracks(data_dir: Path, tracks: list[dict], max_sentences: int | None = None) -> tuple[list[ScoredPairs], dict]:
+    """The STS2017 files of `tracks` ({name, file, langs: [sent1 language, sent2 language]}),
+    first `max_sentences` pairs each (None: all). A missing file is skipped and reported;
+    MissingDataError when none is there. Returns (pair sets, skipped)."""
+    pair_sets, missing = [], []
+    for track in tracks:
+        if set(track) != {"name", "file", "langs"} or len(track["langs"]) != 2:
+            raise ValueError(f"an STS track is {{name, file, langs: [sent1 language, sent2 language]}}; got {track}")
+        path = Path(data_dir) / track["file"]
+        if path.is_file():
+            pair_sets.append(read_sts(path, track["name"], *track["langs"]).head(max_sentences))
+        else:
+            missing.append(f"{track['name']} ({path})")
+    if tracks and not pair_sets:
+        raise MissingDataError(f"no STS2017 file found: {'; '.join(missing)} (see PROVENANCE.md)")
+    return pair_sets, ({"missing files": missing} if missing else {})

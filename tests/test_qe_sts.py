@@ -1,0 +1,199 @@
+"""WMT20 QE and STS2017: readers (real files and hand-made fixtures with quotes and malformed
+rows), Pearson/Spearman against hand-computed values, and run_all end to end on a tiny subset."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from eval.correlation import correlations, cosine_rows
+from eval.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
+from eval.retrieval import MissingDataError
+from eval.run_all import run_all
+from eval.sts import read_sts, read_sts_tracks
+
+MLQE_HEADER = "index\toriginal\ttranslation\tscores\tmean\tz_scores\tz_mean\tmodel_scores"
+
+
+def mlqe_row(i, original, translation, z_mean):
+    return f"{i}\t{original}\t{translation}\t[1, 2]\t1.5\t[0.1, 0.2]\t{z_mean}\t-0.3"
+
+
+def write_lines(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
+def test_mlqe_reader_keeps_quotes_and_counts_bad_rows(tmp_path):
+    path = tmp_path / "en-de" / "test20.ende.df.short.tsv"
+    write_lines(path, [
+        MLQE_HEADER,
+        mlqe_row(0, 'He said "stop', 'Er sagte "halt', "0.5"),  # an unbalanced quote must not swallow lines
+        mlqe_row(1, "Plain.", "Schlicht.", "-1.25"),
+        "2\ttoo\tfew",
+        mlqe_row(3, "Score?", "Punkte?", "n/a"),
+        mlqe_row(4, "Empty", "  ", "0.1"),
+        mlqe_row(5, '"Quoted"', '„Zitiert"', "nan"),
+        mlqe_row(6, '"Quoted"', '„Zitiert"', "2"),
+    ])  # fmt: skip
+    pairs = read_mlqe(path, "en-de")
+    assert (pairs.lang1, pairs.lang2) == ("en", "de")
+    assert pairs.sent1 == ['He said "stop', "Plain.", '"Quoted"']
+    assert pairs.sent2 == ['Er sagte "halt', "Schlicht.", '„Zitiert"']
+    np.testing.assert_array_equal(pairs.gold, [0.5, -1.25, 2.0])
+    assert pairs.skipped == {SKIP_MALFORMED: 1, SKIP_SCORE: 2, SKIP_EMPTY: 1}
+    write_lines(path, ["index\toriginal\tmt\tz_mean", "0\ta\tb\t1"])
+    with pytest.raises(ValueError, match="lacks column.*translation"):
+        read_mlqe(path, "en-de")
+    with pytest.raises(MissingDataError, match="missing WMT20 QE file"):
+        read_mlqe(tmp_path / "nope.tsv", "en-de")
+    assert mlqe_path(tmp_path, "et-en", "test20") == tmp_path / "et-en" / "test20.eten.df.short.tsv"
+
+
+def test_sts_reader_fixture(tmp_path):
+    path = tmp_path / "sts.tsv"
+    write_lines(path, ['"Hi," he said.\t"Hola", dijo.\t4.2', "one\ttwo", "a\tb\tfive", "x\ty\t0"])
+    pairs = read_sts(path, "t", "en", "es")
+    assert pairs.sent1 == ['"Hi," he said.', "x"] and pairs.sent2 == ['"Hola", dijo.', "y"]
+    np.testing.assert_array_equal(pairs.gold, [4.2, 0.0])
+    assert pairs.skipped == {"not 3 fields": 1, "gold not a number": 1}
+    sets, skipped = read_sts_tracks(tmp_path, [{"name": "t", "file": "sts.tsv", "langs": ["en", "es"]},
+                                               {"name": "u", "file": "missing.tsv", "langs": ["en", "tr"]}], max_sentences=1)  # fmt: skip
+    assert [s.name for s in sets] == ["t"] and len(sets[0].gold) == 1 and skipped["missing files"][0].startswith("u (")
+    with pytest.raises(MissingDataError, match="no STS2017 file"):
+        read_sts_tracks(tmp_path, [{"name": "u", "file": "missing.tsv", "langs": ["en", "tr"]}])
+
+
+def test_readers_on_real_files(data_dir):
+    pairs = read_mlqe(mlqe_path(data_dir / "mlqe", "en-de", "test20"), "en-de")
+    # 1000 rows, none lost to the quote characters that 68 lines of this file contain
+    assert len(pairs.gold) == 1000 and pairs.skipped == {}
+    assert pairs.sent1[0] == "The Sultan appoints judges, and can grant pardons and commute sentences."
+    assert pairs.gold[0] == pytest.approx(0.34937092778329654)
+    assert sum('"' in s for s in pairs.sent1 + pairs.sent2) > 0
+    track = read_sts(data_dir / "sts2017" / "STS2017.track4b.es-en.sent1-sent2-gold.tsv", "4b", "en", "es")
+    assert len(track.gold) == 250 and track.skipped == {} and track.sent2[8] == '"Sería mucho más fácil si lo hizo".'
+
+
+def test_correlations_by_hand():
+    # deviations (-1.5, -.5, .5, 1.5) and (-1.5, .5, -.5, 1.5): r = 4 / sqrt(5 * 5) = 0.8; ranks equal the values
+    assert correlations([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx({"pearson": 0.8, "spearman": 0.8})
+    x, y = np.array([1.0, 2, 3, 100]), np.array([1.0, 2, 3, 4])
+    dx, dy = x - x.mean(), y - y.mean()
+    expected = (dx @ dy) / np.sqrt((dx @ dx) * (dy @ dy))
+    assert correlations(x, y) == pytest.approx({"pearson": expected, "spearman": 1.0})
+    assert correlations([1, 1, 1], [1, 2, 3]) == {"pearson": None, "spearman": None}
+    with pytest.raises(ValueError, match="at least 3"):
+        correlations([1, 2], [1, 2])
+    np.testing.assert_allclose(cosine_rows(np.array([[1, 0], [1, 1]]), np.array([[0, 2], [2, 2]])), [0, 1])
+
+
+class HashEncoder:
+    """A deterministic vector per sentence plus a large per-language offset."""
+
+    languages = None
+    offsets = {"en": 0.0, "de": 4.0, "es": -4.0}
+
+    def encode(self, sentences, lang):
+        rows = [np.random.default_rng(sum(map(ord, s)) + len(s)).normal(size=8) + self.offsets[lang] for s in sentences]
+        return np.array(rows, dtype=np.float32).reshape(len(sentences), 8)
+
+
+def tiny_suite(tmp_path):
+    data = tmp_path / "data"
+    words = [f"w{i} {'x' * i}".strip() for i in range(12)]
+    write_lines(data / "flores200" / "devtest" / "eng.devtest", [f"en {w}" for w in words])
+    write_lines(data / "flores200" / "devtest" / "deu.devtest", [f"de {w}" for w in words])
+    write_lines(data / "flores200" / "devtest" / "spa.devtest", [f"es {w}" for w in words])
+    write_lines(data / "mlqe" / "en-de" / "test20.ende.df.short.tsv",
+                [MLQE_HEADER] + [mlqe_row(i, f"src {i}", f"mt {i * i}", str(np.sin(i))) for i in range(6)])  # fmt: skip
+    write_lines(data / "sts2017" / "STS2017.track4a.es-en.sent1-sent2-gold.tsv", [f"uno {i}\tone {i % 3}\t{i % 5}" for i in range(7)])
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    heads = "heads: [centering, projection, not_a_head]\nhead_training: {flores_subdir: flores200/devtest, valid_fraction: 0.25}\n"
+    (configs / "mlqe.yaml").write_text(f"type: qe\nname: mlqe\ndata_subdir: mlqe\nsplit: test20\npairs: [en-de, et-en]\n{heads}")
+    (configs / "sts.yaml").write_text("type: sts\nname: sts\ndata_subdir: sts2017\ntracks:\n"
+                                      "  - {name: 4a, file: STS2017.track4a.es-en.sent1-sent2-gold.tsv, langs: [es, en]}\n" + heads)  # fmt: skip
+    (configs / "lid.yaml").write_text("type: language_id\nname: lid\ndata_subdir: flores200/devtest\nlanguages: [de, es]\n"
+                                      "heads: [centering]\nhead_lines: 4\nprobe_train_lines: 4\nprobe_test_lines: 4\npca_pair: de-en\n")  # fmt: skip
+    (configs / "suite.yaml").write_text("tasks: [mlqe.yaml, sts.yaml, lid.yaml]\n")
+    return data, configs / "suite.yaml"
+
+
+def test_run_all_qe_sts_language_id_end_to_end(tmp_path):
+    data, suite = tiny_suite(tmp_path)
+    encoder = HashEncoder()
+    results = run_all(encoder, data, out_dir=tmp_path / "out", suite_path=suite, progress=False)
+
+    qe = results["mlqe"]
+    assert qe["views"] == ["raw", "centering", "projection"] and list(qe["languages"]) == ["en-de"]
+    assert qe["skipped"]["missing files"][0].startswith("et-en")
+    assert any("not_a_head" in items for items in qe["skipped"].values())
+    # brute force: raw and centering correlations from the encoder's vectors and FLORES language means
+    pairs = read_mlqe(data / "mlqe" / "en-de" / "test20.ende.df.short.tsv", "en-de")
+    src, mt = encoder.encode(pairs.sent1, "en"), encoder.encode(pairs.sent2, "de")
+    raw = stats.pearsonr(cosine_rows(src, mt), pairs.gold).statistic
+    assert qe["languages"]["en-de"]["raw"]["pearson"] == pytest.approx(raw)
+    flores = data / "flores200" / "devtest"
+    lines = {lang: flores.joinpath(name).read_text().splitlines() for lang, name in (("en", "eng.devtest"), ("de", "deu.devtest"))}
+    # centering is fit on the training split (valid_fraction 0.25 of the 12 pairs held out)
+    from eval.heads import ParallelEmbeddings
+
+    full = ParallelEmbeddings(encoder.encode(lines["en"], "en"), encoder.encode(lines["de"], "de"), np.ones(12, np.int64), np.zeros(12, np.int64), ["de", "en"])
+    train, _ = full.split(0.25, seed=0)
+    mean_en, mean_de = train.x.mean(axis=0), train.y.mean(axis=0)
+    centered = stats.pearsonr(cosine_rows(src - mean_en, mt - mean_de), pairs.gold).statistic
+    assert qe["languages"]["en-de"]["centering"]["pearson"] == pytest.approx(centered, rel=1e-5)
+    assert qe["average"]["raw"]["pearson"] == pytest.approx(raw)
+
+    sts = results["sts"]
+    assert sts["languages"]["4a"]["n"] == 7 and sts["head_training"]["languages"] == ["en", "es"]
+    assert set(sts["languages"]["4a"]["projection"]) == {"pearson", "spearman"}
+
+    lid = results["lid"]
+    assert set(lid["views"]) == {"raw", "centering/meaning", "centering/language"}
+    assert lid["views"]["centering/language"] == 100.0  # the language view is the language mean itself
+    assert lid["lines"] == {"heads": [0, 4], "probe_train": [4, 8], "probe_test": [8, 12]}
+    assert (tmp_path / "out" / "language_pca.png").stat().st_size > 1000
+
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["lid"]["pca_plot"] == str(tmp_path / "out" / "language_pca.png")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| pair | n | raw | centering | projection |" in report and "| **average** (1) |" in report
+    assert "centering/meaning" in report
+
+
+def test_language_filter_and_missing_flores(tmp_path):
+    data, suite = tiny_suite(tmp_path)
+    (data / "flores200" / "devtest" / "spa.devtest").unlink()
+    results = run_all(HashEncoder(), data, suite_path=suite, progress=False, languages=["de"])
+    assert list(results["mlqe"]["languages"]) == ["en-de"]
+    assert results["sts"]["languages"] == {}  # es-en filtered out
+    assert list(results["lid"]["views"])[0] == "raw" and results["lid"]["languages_probed"] == ["de", "en"]
+    results = run_all(HashEncoder(), data, suite_path=suite, progress=False)
+    assert "spa" in results["sts"]["error"] and "lid" in results and "error" in results["lid"]
+
+
+def test_repo_configs_name_real_files_and_column_languages(data_dir):
+    """configs/eval/{mlqe,sts2017,language_id}.yaml parse, and every STS track's `langs` matches
+    its file: the Arabic/Turkish/Spanish column is the one the config says."""
+    import re
+    from pathlib import Path
+
+    from eval.run_all import read_task_config
+
+    configs = Path(__file__).resolve().parents[1] / "configs" / "eval"
+    qe = read_task_config(configs / "mlqe.yaml")
+    assert all(mlqe_path(data_dir / qe["data_subdir"], pair, qe["split"]).is_file() for pair in qe["pairs"])
+    assert read_task_config(configs / "language_id.yaml")["type"] == "language_id"
+    sts = read_task_config(configs / "sts2017.yaml")
+    looks_like = {"ar": lambda s: bool(re.search("[\u0600-\u06ff]", s)), "tr": lambda s: bool(re.search("[çğıöşü]", s)),
+                  "es": lambda s: bool(re.search(r"\b(el|la|los|las|una?|está|están)\b", s.lower()))}  # fmt: skip
+    for track in sts["tracks"]:
+        pairs = read_sts(data_dir / sts["data_subdir"] / track["file"], track["name"], *track["langs"])
+        other = next(lang for lang in track["langs"] if lang != "en")
+        column = pairs.sent1 if track["langs"][0] == other else pairs.sent2
+        english = pairs.sent2 if track["langs"][0] == other else pairs.sent1
+        assert sum(map(looks_like[other], column)) > 0.8 * len(column), track["name"]
+        assert sum(map(looks_like[other], english)) < 0.1 * len(english), track["name"]
