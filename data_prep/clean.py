@@ -26,6 +26,7 @@ import numpy as np
 
 from data_prep.config import CleanSettings
 from data_prep.corpus import CorpusError, ReadReport, list_parallel, read_parallel, write_parallel
+from ems.text import to_simplified
 
 REPORT_FILE = "clean_report.json"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0/C1 controls except tab and newline
@@ -41,6 +42,16 @@ def normalize(text: str, lowercase: bool = True) -> str:
     """NFKC, whitespace runs -> one space, stripped, optionally lowercased."""
     text = _SPACES.sub(" ", unicodedata.normalize("NFKC", text)).strip()
     return text.lower() if lowercase else text
+
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def overlap_key(text: str) -> str:
+    """The form in which a normalized sentence is compared with the evaluation sets: text with Han
+    characters in simplified script (`ems.text.to_simplified`), so a traditional-script training
+    sentence matches its simplified evaluation twin and vice versa; other text unchanged."""
+    return to_simplified(text) if _HAN.search(text) else text
 
 
 def text_hash(text: str) -> int:
@@ -155,7 +166,7 @@ def load_eval_sentences(data_dir: str | Path, names: Iterable[str], lowercase: b
                 f"(point --data-dir at the directory that holds it, or drop it from clean.eval_sets)"
             )
         before = len(hashes)
-        hashes += [text_hash(key) for path in paths for text in spec.read(path) if (key := normalize(text, lowercase))]
+        hashes += [text_hash(overlap_key(key)) for path in paths for text in spec.read(path) if (key := normalize(text, lowercase))]
         counts[name] = {"files": len(paths), "sentences": len(hashes) - before}
     return HashSet(hashes), counts
 
@@ -183,6 +194,12 @@ def _drop_reason(a: str, b: str, raw_a: str, raw_b: str, median_ratio: float, se
     return None
 
 
+def _side_hashes(text: str) -> tuple[int, int]:
+    """(hash of the text, hash of its overlap_key) without hashing twice when they are the same."""
+    own, key = text_hash(text), overlap_key(text)
+    return own, own if key == text else text_hash(key)
+
+
 def clean_pair_files(
     files, out_root: Path, settings: CleanSettings, eval_hashes: HashSet, seen: HashSet, batch: int = 10_000
 ) -> dict:
@@ -203,8 +220,9 @@ def clean_pair_files(
                     dropped[reason] += 1
                 else:
                     candidates.append((a, b))
-            side_hashes = np.array([(text_hash(a), text_hash(b)) for a, b in candidates], dtype=np.uint64).reshape(-1, 2)
-            in_eval = eval_hashes.contains(side_hashes[:, 0]) | eval_hashes.contains(side_hashes[:, 1])
+            hashes = np.array([_side_hashes(a) + _side_hashes(b) for a, b in candidates], dtype=np.uint64).reshape(-1, 4)
+            side_hashes = hashes[:, [0, 2]]
+            in_eval = eval_hashes.contains(hashes[:, 1]) | eval_hashes.contains(hashes[:, 3])
             dropped["in_eval_set"] += int(in_eval.sum())
             # The pair hash combines both side hashes; (a, b) and (b, a) stay distinct.
             pair_hashes = side_hashes[:, 0] * np.uint64(0x9E3779B97F4A7C15) ^ side_hashes[:, 1]

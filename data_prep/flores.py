@@ -25,7 +25,7 @@ FLORES_FILES = {
     "ja": "jpn", "ka": "kat", "ko": "kor", "ky": "kir", "lt": "lit", "lv": "lvs", "mi": "mri", "mk": "mkd",
     "ml": "mal", "mn": "khk", "mr": "mar", "ms": "zsm", "nb": "nob", "ne": "npi", "nl": "nld", "nn": "nno",
     "pl": "pol", "pt": "por", "ro": "ron", "ru": "rus", "sk": "slk", "sl": "slv", "sq": "als", "sr": "srp_Cyrl",
-    "sv": "swe", "sw": "swh", "tg": "tgk", "th": "tha", "tr": "tur", "ug": "uig", "uk": "ukr", "vi": "vie",
+    "si": "sin", "sv": "swe", "sw": "swh", "tg": "tgk", "th": "tha", "tr": "tur", "ug": "uig", "uk": "ukr", "vi": "vie",
     "zh": "cmn_Hans",
 }
 

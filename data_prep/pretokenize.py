@@ -26,7 +26,7 @@ def corpus_preprocessing(corpus_root: str | Path) -> Preprocessing | None:
     marker = Path(corpus_root) / MARKER_FILE
     if not marker.is_file():
         return None
-    return Preprocessing(**json.loads(marker.read_text())["preprocessing"])
+    return Preprocessing(**{"simplify_chinese": False, **json.loads(marker.read_text())["preprocessing"]})
 
 
 def _pretokenize_files(task: tuple[ParallelFiles, str, Preprocessing]) -> dict:

@@ -119,3 +119,22 @@ def test_the_shipped_evaluation_sets_load_and_missing_ones_are_named(data_dir, t
         load_eval_sentences(tmp_path, ["mldoc"])
     with pytest.raises(EvalSetError, match="unknown evaluation set 'xnli'"):
         load_eval_sentences(data_dir, ["xnli"])
+
+
+def test_a_sentence_in_the_other_chinese_script_counts_as_the_evaluation_sentence(tmp_path):
+    data = tmp_path / "data" / "tatoeba"
+    data.mkdir(parents=True)
+    (data / "tatoeba.cmn-eng.cmn").write_text("我们在台湾吃了烤鸭。\n這本書很有意思。\n", encoding="utf-8")
+    (data / "tatoeba.cmn-eng.eng").write_text("We ate roast duck in Taiwan.\nThis book is interesting.\n")
+    eval_hashes, _ = load_eval_sentences(tmp_path / "data", ["tatoeba"])
+    pairs = [
+        ("we had dinner.", "我們在台灣吃了烤鴨。"),  # traditional twin of a simplified test sentence
+        ("a book.", "这本书很有意思。"),  # simplified twin of a traditional test sentence
+        ("a new sentence.", "這是一個新句子。"),  # in no test set, in either script
+    ]
+    write_parallel(tmp_path / "raw", "toy", "en", "zh", pairs)
+    report = clean_corpus(tmp_path / "raw", tmp_path / "clean", CleanSettings(max_length_ratio=100), eval_hashes, {})
+    assert report["pairs"][0]["files"][0]["dropped"] == {"in_eval_set": 2}
+    # the kept text is not converted here: the script is the preprocessing's business (ems.text)
+    kept = list(read_parallel(tmp_path / "clean" / "en-zh" / "toy.en", tmp_path / "clean" / "en-zh" / "toy.zh"))
+    assert kept == [pairs[2]]

@@ -30,6 +30,24 @@ def test_preprocessing_lowercases_before_segmenting():
     assert Preprocessing(moses=False)("Don't STOP.", "en") == "don't stop."
 
 
+def test_chinese_is_converted_to_simplified_and_japanese_kanji_are_not():
+    assert Preprocessing()("我們在臺灣吃了烤鴨。", "zh") == "我们 在 台湾 吃 了 烤鸭 。"
+    assert Preprocessing()("我们在台湾吃了烤鸭。", "zh") == "我们 在 台湾 吃 了 烤鸭 。"
+    kept = Preprocessing(simplify_chinese=False)("我們在臺灣。", "zh")
+    assert "我們" in kept and "臺" in kept
+    assert Preprocessing()("東京で漢字を書く。", "ja") == "東京 で 漢字 を 書く 。"
+
+
+def test_tokenizer_json_without_simplify_chinese_keeps_traditional_characters(tiny_pipeline, tmp_path):
+    vocab = tmp_path / "vocab"
+    shutil.copytree(tiny_pipeline / "vocab", vocab)
+    meta = json.loads((vocab / "tokenizer.json").read_text())
+    assert meta["preprocessing"]["simplify_chinese"] is True  # what a new vocabulary records
+    del meta["preprocessing"]["simplify_chinese"]
+    (vocab / "tokenizer.json").write_text(json.dumps(meta))
+    assert Tokenizer.load(vocab).preprocessing == Preprocessing(simplify_chinese=False)
+
+
 def test_tokenizer_json_without_segment_cjk_loads_as_moses_for_every_language(tiny_pipeline, tmp_path):
     vocab = tmp_path / "vocab"
     shutil.copytree(tiny_pipeline / "vocab", vocab)
