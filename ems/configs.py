@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,7 +58,38 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     unknown = set(values) - known
     if unknown:
         raise ValueError(f"unknown {cls.__name__} keys {sorted(unknown)}; known: {sorted(known)}")
-    return cls(**values)
+    hints = typing.get_type_hints(cls)
+    return cls(**{key: _coerce(f"{cls.__name__}.{key}", value, hints[key]) for key, value in values.items()})
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """`value` as the field's scalar type where that is unambiguous. YAML 1.1 reads `3e-4` (no dot)
+    as a string and `1` as an int: both become floats for a float field. A value that does not
+    fit a scalar field is an error naming the field."""
+    allowed = set(typing.get_args(hint)) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else {hint}
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise ValueError(f"{name} cannot be null")
+    scalars = allowed & {bool, int, float, str}
+    if not scalars or type(value) in scalars:
+        return value
+    if float in scalars and isinstance(value, (int, str)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if int in scalars and isinstance(value, (str, float)):
+        try:
+            number = float(value)
+            if number.is_integer():
+                return int(number)
+        except ValueError:
+            pass
+    if str in scalars and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    expected = " or ".join(sorted(t.__name__ for t in scalars))
+    raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
 def dump_config(config: Any, path: str | Path) -> None:

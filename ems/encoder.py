@@ -2,7 +2,8 @@
 
 A model directory holds `model.safetensors` (encoder weights only; the training heads are
 not exported), `config.json` (EMSConfig) and the tokenizer files (`spm.model`,
-`tokenizer.json`).
+`tokenizer.json`), and optionally `head/`: a meaning/language head trained on top of the
+frozen encoder (`python -m eval.train_head`), which `encode(..., view="meaning"|"language")` applies.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from ems.text import Tokenizer
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+HEAD_DIR = "head"
+VIEWS = ("raw", "meaning", "language")
 
 
 def export_encoder(encoder: SentenceEncoder, tokenizer: Tokenizer, out_dir: str | Path) -> Path:
@@ -34,12 +37,14 @@ def export_encoder(encoder: SentenceEncoder, tokenizer: Tokenizer, out_dir: str 
 
 
 class EMSEncoder:
-    """A trained EMS sentence encoder: preprocessing + SentencePiece + transformer + mean pooling."""
+    """A trained EMS sentence encoder: preprocessing + SentencePiece + transformer + mean pooling,
+    optionally with a meaning/language `head` (eval.heads) for the non-raw views."""
 
-    def __init__(self, encoder: SentenceEncoder, tokenizer: Tokenizer, device: str | torch.device = "cpu"):
+    def __init__(self, encoder: SentenceEncoder, tokenizer: Tokenizer, device: str | torch.device = "cpu", head=None):
         self.model = encoder.eval().to(device)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
+        self.head = head
 
     @property
     def languages(self) -> list[str]:
@@ -50,14 +55,26 @@ class EMSEncoder:
         return self.model.cfg.d_model
 
     @torch.inference_mode()
-    def encode(self, sentences: list[str], lang: str, batch_size: int = 128) -> np.ndarray:
-        """Sentences in language `lang` -> (n, d) float32 mean-pooled vectors u.
+    def encode(self, sentences: list[str], lang: str, batch_size: int = 128, view: str = "raw") -> np.ndarray:
+        """Sentences in language `lang` -> (n, d) float32 mean-pooled vectors u (view "raw"), or
+        the head's meaning or language part of them (view "meaning" / "language").
 
         Sentences are batched by token length, so the output does not depend on the order
         of the input beyond float rounding. An empty sentence is an error (it has no tokens to pool).
         """
         if isinstance(sentences, str):
             raise TypeError("encode takes a list of sentences, not a single string")
+        if view not in VIEWS:
+            raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
+        if view != "raw" and self.head is None:
+            raise ValueError(
+                f"view {view!r} needs a head saved with the model in <model dir>/{HEAD_DIR}/; "
+                "train one with `python -m eval.train_head --encoder ems:DIR --head NAME ...`"
+            )
+        raw = self._encode_raw(sentences, lang, batch_size)
+        return raw if view == "raw" else getattr(self.head, view)(raw, lang)
+
+    def _encode_raw(self, sentences: list[str], lang: str, batch_size: int) -> np.ndarray:
         max_len = self.model.cfg.max_len
         ids = [seq[:max_len] for seq in self.tokenizer.encode(list(sentences), lang)]
         empty = [i for i, seq in enumerate(ids) if not seq]
@@ -76,7 +93,8 @@ class EMSEncoder:
 
 
 def load(path: str | Path, device: str = "cpu") -> EMSEncoder:
-    """Load a model directory written by `export_encoder` (safetensors: no pickle is executed)."""
+    """Load a model directory written by `export_encoder` (safetensors: no pickle is executed),
+    with the head in `<path>/head/` if there is one."""
     path = Path(path)
     for name in (WEIGHTS_FILE, CONFIG_FILE):
         if not (path / name).is_file():
@@ -84,4 +102,14 @@ def load(path: str | Path, device: str = "cpu") -> EMSEncoder:
     cfg = EMSConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
     encoder = SentenceEncoder(cfg)
     encoder.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
-    return EMSEncoder(encoder, Tokenizer.load(path), device)
+    return EMSEncoder(encoder, Tokenizer.load(path), device, head=_load_head(path / HEAD_DIR))
+
+
+def _load_head(directory: Path):
+    """The head saved in `directory`, or None if there is none. The head classes live in the
+    evaluation package (eval.heads), imported only when a model has a head."""
+    if not directory.is_dir():
+        return None
+    from eval.heads import load_head
+
+    return load_head(directory)

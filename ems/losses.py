@@ -37,3 +37,36 @@ def contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float) -> Tensor:
     scores = F.normalize(h_u.float(), dim=-1) @ F.normalize(h_v.float(), dim=-1).T / temperature
     labels = torch.arange(scores.shape[0], device=scores.device)
     return F.cross_entropy(scores, labels, reduction="none") + F.cross_entropy(scores.T, labels, reduction="none")
+
+
+def gather_with_grad(x: Tensor) -> Tensor:
+    """(b, k) on every rank -> (world_size * b, k): all ranks' rows in rank order, for the same
+    b on every rank. Differentiable (torch.distributed.nn all_gather): the backward pass sums,
+    over all ranks' losses, the gradient for this rank's rows. A world of one returns `x`."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return x
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x))
+
+
+def global_contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float) -> Tensor:
+    """`contrastive_loss` with negatives from every rank's batch.
+
+    h_u, h_v: (B, k) this rank's projections (the same B on every rank). Returns (B,) the
+    symmetric InfoNCE of this rank's pairs, each scored against all world_size * B pairs of
+    the global batch: the mean over ranks of the batch means is the single-process loss over
+    the concatenated global batch. Gradients reach the local rows and, through the gather,
+    the other ranks' rows.
+    """
+    import torch.distributed as dist
+
+    all_u, all_v = gather_with_grad(h_u), gather_with_grad(h_v)
+    rank = dist.get_rank() if all_u is not h_u else 0
+    u, v = F.normalize(h_u.float(), dim=-1), F.normalize(h_v.float(), dim=-1)
+    labels = rank * len(u) + torch.arange(len(u), device=u.device)
+    u_to_v = u @ F.normalize(all_v.float(), dim=-1).T / temperature
+    v_to_u = v @ F.normalize(all_u.float(), dim=-1).T / temperature
+    return F.cross_entropy(u_to_v, labels, reduction="none") + F.cross_entropy(v_to_u, labels, reduction="none")

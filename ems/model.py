@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ems.losses import contrastive_loss, xtr_loss
+from ems.losses import contrastive_loss, global_contrastive_loss, xtr_loss
 from ems.text import PAD_ID
 
 
@@ -32,11 +32,17 @@ class EMSConfig:
     temperature: float = 0.1
     xtr_weight: float = 1.0
     contrastive_weight: float = 1.0
+    global_negatives: bool = False  # contrastive negatives from all ranks' batches (training only)
+    # "sdpa": F.scaled_dot_product_attention; "matmul": `attention_with_dropout`; "auto": matmul
+    # when training on CPU with dropout, sdpa otherwise (see EncoderLayer.forward)
+    attention: str = "auto"
     pad_id: int = PAD_ID
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.attention not in ("auto", "sdpa", "matmul"):
+            raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
 
     @classmethod
     def from_dict(cls, values: dict) -> "EMSConfig":
@@ -63,13 +69,51 @@ def config_from_preset(name: str, **overrides) -> EMSConfig:
     return EMSConfig.from_dict({**PRESETS[name], **overrides})
 
 
+class PackedTokens:
+    """The real (non-pad) tokens of a padded (B, L) batch, in row-major order.
+
+    Everything but attention runs on the (N, d) states of these N tokens, so no matmul
+    work is spent on padding; `unpack` scatters them back into a zero-padded (B, L, k)
+    layout for attention and pooling, `pack` gathers them out of one.
+    """
+
+    def __init__(self, mask: Tensor):
+        self.shape = mask.shape
+        self.index = mask.reshape(-1).nonzero().squeeze(1)  # flat (row * L + position) of each real token
+        self.attn_mask = mask[:, None, None, :]  # keys only: pad positions are never attended to
+        # the same mask as a score bias; finite, so a sentence with no real token gets no NaN
+        self.attn_bias = torch.zeros(self.attn_mask.shape, device=mask.device).masked_fill(~self.attn_mask, -1e9)
+
+    def pack(self, padded: Tensor) -> Tensor:
+        """(B, L, k) -> (N, k)"""
+        return padded.reshape(-1, padded.shape[-1]).index_select(0, self.index)
+
+    def unpack(self, packed: Tensor) -> Tensor:
+        """(N, k) -> (B, L, k), zeros at pad positions"""
+        flat = packed.new_zeros(self.shape.numel(), packed.shape[-1]).index_copy(0, self.index, packed)
+        return flat.view(*self.shape, packed.shape[-1])
+
+
+def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout: float) -> Tensor:
+    """dropout(softmax(q k^T / sqrt(d_head) + bias)) v for (B, H, L, d_head) q, k, v and a (B, 1, 1, L) bias.
+
+    What F.scaled_dot_product_attention computes with dropout_p; on CPU it has no fused kernel
+    with dropout and its fallback (scaling q and k separately, a mask check, float copies) takes
+    about twice as long, forward + backward, as these four ops.
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5).add_(bias.to(q.dtype))
+    return torch.matmul(F.dropout(scores.softmax(dim=-1), dropout), v)
+
+
 class EncoderLayer(nn.Module):
-    """Pre-LayerNorm transformer layer; attention through scaled_dot_product_attention."""
+    """Pre-LayerNorm transformer layer on packed token states; attention through scaled_dot_product_attention
+    (`attention_with_dropout` when training on CPU)."""
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
         self.n_heads = cfg.n_heads
         self.dropout = cfg.dropout
+        self.attention = cfg.attention
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
@@ -77,13 +121,21 @@ class EncoderLayer(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ffn), nn.GELU(), nn.Linear(cfg.d_ffn, cfg.d_model))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, attn_mask: Tensor) -> Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
-        )
-        x = x + self.drop(self.proj(attn.transpose(1, 2).reshape(b, t, d)))
+    def forward(self, x: Tensor, tokens: PackedTokens) -> Tensor:
+        """x: (N, d) states of the real tokens of `tokens`."""
+        b, t = tokens.shape
+        d = x.shape[-1]
+        qkv = tokens.unpack(self.qkv(self.norm1(x)))
+        q, k, v = qkv.view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if self.attention == "matmul" or (
+            self.attention == "auto" and self.training and self.dropout > 0 and x.device.type == "cpu"
+        ):
+            attn = attention_with_dropout(q, k, v, tokens.attn_bias, self.dropout if self.training else 0.0)
+        else:
+            attn = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=tokens.attn_mask, dropout_p=self.dropout if self.training else 0.0
+            )
+        x = x + self.drop(self.proj(tokens.pack(attn.transpose(1, 2).reshape(b, t, d))))
         return x + self.drop(self.ffn(self.norm2(x)))
 
 
@@ -102,12 +154,12 @@ class SentenceEncoder(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         tokens = tokens[:, : self.cfg.max_len]
         mask = tokens != self.cfg.pad_id
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.drop(self.tok_emb(tokens) + self.pos_emb(positions))
-        attn_mask = mask[:, None, None, :]  # keys only: pad positions are never attended to
+        packed = PackedTokens(mask)
+        positions = packed.index % tokens.shape[1]
+        x = self.drop(self.tok_emb(tokens.reshape(-1)[packed.index]) + self.pos_emb(positions))
         for layer in self.layers:
-            x = layer(x, attn_mask)
-        x = self.norm(x)
+            x = layer(x, packed)
+        x = self.norm(packed.unpack(x))  # pad positions are zeros in and out of the mean
         m = mask.unsqueeze(-1).to(x.dtype)
         return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
 
@@ -157,11 +209,15 @@ class EMSModel(nn.Module):
         # Both sides go through the shared encoder as one batch of 2B sentences.
         both = torch.cat([F.pad(src, (0, width - src.shape[1]), value=self.cfg.pad_id),
                           F.pad(tgt, (0, width - tgt.shape[1]), value=self.cfg.pad_id)])
-        u, v = self.encoder(both).chunk(2)
-        xtr = xtr_loss(self.xtr_head(u, tgt_lang), tgt, self.cfg.pad_id) + xtr_loss(
-            self.xtr_head(v, src_lang), src, self.cfg.pad_id
-        )
-        contrastive = contrastive_loss(self.contrastive_head(u), self.contrastive_head(v), self.cfg.temperature)
+        uv = self.encoder(both)  # u (sources) then v (targets)
+        # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
+        b = src.shape[0]
+        xtr_both = xtr_loss(self.xtr_head(uv, torch.cat([tgt_lang, src_lang])), torch.cat([both[b:], both[:b]]),
+                            self.cfg.pad_id)
+        xtr = xtr_both[:b] + xtr_both[b:]
+        h_u, h_v = self.contrastive_head(uv).chunk(2)
+        in_batch_loss = global_contrastive_loss if self.cfg.global_negatives else contrastive_loss
+        contrastive = in_batch_loss(h_u, h_v, self.cfg.temperature)
         xtr, contrastive = xtr.mean(), contrastive.mean()
         loss = self.cfg.xtr_weight * xtr + self.cfg.contrastive_weight * contrastive
         return {"loss": loss, "xtr": xtr.detach(), "contrastive": contrastive.detach()}

@@ -1,6 +1,7 @@
 """The one preprocessing path shared by data prep and inference.
 
-raw text -> NFKC -> lowercase -> word pre-tokenization -> SentencePiece ids.
+raw text -> NFKC -> (Chinese: traditional -> simplified) -> lowercase -> word pre-tokenization
+-> SentencePiece ids.
 
 Pre-tokenization depends on the language (`pretokenize`): jieba for Chinese, MeCab
 (fugashi + the UniDic-lite dictionary, both from PyPI) for Japanese, Moses (sacremoses) for
@@ -69,6 +70,23 @@ def japanese_words(text: str, lang: str = "ja") -> str:
     return _mecab().parse(text).strip()
 
 
+@lru_cache(maxsize=None)
+def _opencc():
+    import opencc
+
+    return opencc.OpenCC("t2s")
+
+
+def to_simplified(text: str) -> str:
+    """Traditional -> simplified Chinese characters (OpenCC's t2s: characters and phrases);
+    other text passes through unchanged."""
+    return _opencc().convert(text)
+
+
+# Chinese written in traditional characters (zh_TW, zh_HK corpora, Tatoeba's cmn) is merged into
+# `zh` and converted to simplified, so both scripts share one vocabulary (the EMS paper merges them).
+SIMPLIFIED_CHINESE = frozenset({"zh"})
+
 # Languages whose words are not separated by spaces get a segmenter; all others use Moses.
 SEGMENTERS = {"zh": chinese_words, "wuu": chinese_words, "yue": chinese_words, "ja": japanese_words}
 
@@ -86,9 +104,12 @@ class Preprocessing:
     lowercase: bool = True
     moses: bool = True  # word pre-tokenization on/off (the name predates per-language tokenizers)
     segment_cjk: bool = True  # jieba/MeCab for zh/ja; False: Moses for all (older tokenizer.json)
+    simplify_chinese: bool = True  # `to_simplified` for SIMPLIFIED_CHINESE; False in older tokenizer.json
 
     def __call__(self, text: str, lang: str) -> str:
         text = unicodedata.normalize("NFKC", text).strip()
+        if self.simplify_chinese and lang in SIMPLIFIED_CHINESE:
+            text = to_simplified(text)
         if self.lowercase:
             text = text.lower()
         if self.moses:
@@ -152,6 +173,7 @@ class Tokenizer:
         if not meta_path.is_file() or not (directory / SPM_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {SPM_FILE} + {TOKENIZER_FILE}: not a vocabulary directory")
         meta = json.loads(meta_path.read_text())
-        # tokenizer.json files written before segment_cjk existed used Moses for zh and ja too.
-        preprocessing = Preprocessing(**{"segment_cjk": False, **meta["preprocessing"]})
+        # tokenizer.json files written before these options existed used Moses for zh and ja too,
+        # and kept traditional Chinese as it was.
+        preprocessing = Preprocessing(**{"segment_cjk": False, "simplify_chinese": False, **meta["preprocessing"]})
         return cls(str(directory / SPM_FILE), meta["languages"], preprocessing)

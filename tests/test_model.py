@@ -60,3 +60,39 @@ def test_bad_config_is_a_clear_error():
 def test_heads_are_separate_from_encoder_state():
     model = EMSModel(small_config())
     assert not any(k.startswith(("xtr", "contrastive")) for k in model.encoder.state_dict())
+
+
+def test_training_attention_matches_sdpa_without_dropout():
+    from ems.model import PackedTokens, attention_with_dropout
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 3, 5, 4).unbind(0)
+    mask = torch.tensor([[True, True, True, False, False], [True] * 5])
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+    torch.testing.assert_close(attention_with_dropout(q, k, v, PackedTokens(mask).attn_bias, 0.0), expected)
+
+
+def test_training_step_with_an_empty_sentence_stays_finite():
+    torch.manual_seed(0)
+    model = EMSModel(small_config()).train()
+    src = torch.tensor([[PAD, PAD, PAD], [5, 6, 7]])
+    tgt = torch.tensor([[8, 9, PAD], [10, PAD, PAD]])
+    loss = model(src, tgt, torch.tensor([0, 1]), torch.tensor([2, 3]))["loss"]
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_attention_implementations_agree_and_a_bad_name_is_an_error():
+    torch.manual_seed(0)
+    tokens = torch.randint(2, 50, (3, 7))
+    tokens[0, 4:] = 0
+    outputs = []
+    for attention in ("sdpa", "matmul", "auto"):
+        torch.manual_seed(1)
+        model = SentenceEncoder(small_config(attention=attention)).eval()
+        outputs.append(model(tokens))
+    torch.testing.assert_close(outputs[0], outputs[1])
+    torch.testing.assert_close(outputs[0], outputs[2])
+    with pytest.raises(ValueError, match="attention must be"):
+        small_config(attention="flash")

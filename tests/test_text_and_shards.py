@@ -74,9 +74,9 @@ def _rows(tensor):
 def test_ranks_split_the_global_batch_and_resume_position_replays(tiny_pipeline):
     shards = PairShards(tiny_pipeline / "shards")
     order = BatchOrder(shards.pair_lengths(), global_batch_size=8, seed=1)
-    _, whole = next(iterate_batches(shards, order, 120))
-    rank0 = next(iterate_batches(shards, order, 120, rank=0, world_size=2))[1]
-    rank1 = next(iterate_batches(shards, order, 120, rank=1, world_size=2))[1]
+    [whole] = next(iterate_batches(shards, order, 120))[1]
+    [rank0] = next(iterate_batches(shards, order, 120, rank=0, world_size=2))[1]
+    [rank1] = next(iterate_batches(shards, order, 120, rank=1, world_size=2))[1]
     assert _rows(rank0["src"]) == _rows(whole["src"])[0::2]
     assert _rows(rank1["tgt"]) == _rows(whole["tgt"])[1::2]
 
@@ -84,7 +84,7 @@ def test_ranks_split_the_global_batch_and_resume_position_replays(tiny_pipeline)
     batches = [next(stream) for _ in range(5)]
     resumed_pos, resumed = next(iterate_batches(shards, order, 120, start=(0, 3)))
     assert resumed_pos == batches[3][0] == (0, 3)
-    assert all(np.array_equal(resumed[k], batches[3][1][k]) for k in resumed)
+    assert all(np.array_equal(resumed[0][k], batches[3][1][0][k]) for k in resumed[0])
 
 
 def test_collate_pads_with_pad_id_and_truncates():

@@ -1,0 +1,171 @@
+"""Atomic, verifiable training checkpoints in a directory of step tags.
+
+Layout under a checkpoint directory:
+    step<N>/          one checkpoint: DeepSpeed's files, each rank's RNG state, manifest.json
+    latest            the tag of the newest complete checkpoint (replaced last, atomically)
+    .partial-step<N>/ a checkpoint being written (left behind by a crash; removed on the next save)
+
+Publishing a checkpoint: every rank writes into .partial-step<N>/step<N>/; then rank 0 writes
+manifest.json (size + sha256 of every file), fsyncs the files and directories, renames the tag
+directory into place, and only then rewrites `latest`. A checkpoint whose manifest is missing
+or does not match its files (a truncated or corrupt write) is skipped on load with a warning,
+and the newest checkpoint that does verify is used instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+LATEST = "latest"
+MANIFEST = "manifest.json"
+PARTIAL_PREFIX = ".partial-"
+TAG_PATTERN = re.compile(r"step(\d+)")
+log = logging.getLogger(__name__)
+
+
+def step_tag(step: int) -> str:
+    return f"step{step}"
+
+
+def partial_dir(checkpoint_dir: Path, tag: str) -> Path:
+    """Where the ranks write checkpoint `tag` before it is published (DeepSpeed's save_dir)."""
+    return checkpoint_dir / f"{PARTIAL_PREFIX}{tag}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _checkpoint_files(tag_dir: Path) -> list[Path]:
+    return sorted(p for p in tag_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(tag_dir: Path) -> None:
+    """manifest.json: {relative path: {"bytes", "sha256"}} of every file, all fsynced."""
+    files = {}
+    for path in _checkpoint_files(tag_dir):
+        _fsync(path)
+        files[str(path.relative_to(tag_dir))] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    _write_durably(tag_dir / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
+    for directory in {tag_dir, *(p.parent for p in _checkpoint_files(tag_dir))}:
+        _fsync(directory)
+
+
+def verify(tag_dir: Path) -> str | None:
+    """None if `tag_dir` is a complete checkpoint matching its manifest, else what is wrong."""
+    manifest_path = tag_dir / MANIFEST
+    if not manifest_path.is_file():
+        return f"{tag_dir} has no {MANIFEST} (an incomplete write)"
+    try:
+        expected = json.loads(manifest_path.read_text())["files"]
+    except (ValueError, KeyError) as error:
+        return f"{manifest_path} is unreadable: {error}"
+    for name, entry in expected.items():
+        path = tag_dir / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if path.stat().st_size != entry["bytes"]:
+            return f"{path} has {path.stat().st_size} bytes, the manifest says {entry['bytes']} (truncated?)"
+        if _sha256(path) != entry["sha256"]:
+            return f"{path} does not match its sha256 in the manifest (corrupt)"
+    return None
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file, fsync, rename: readers see old or new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    _fsync(path.parent)
+
+
+def publish(checkpoint_dir: Path, tag: str, keep_last: int) -> None:
+    """Rank 0, after every rank has written into partial_dir(tag): manifest, rename into place,
+    point `latest` at it, then delete all but the newest `keep_last` checkpoints."""
+    staged = partial_dir(checkpoint_dir, tag) / tag
+    write_manifest(staged)
+    final = checkpoint_dir / tag
+    if final.exists():
+        shutil.rmtree(final)  # a re-save of the same step (e.g. resumed and stopped again at once)
+    staged.rename(final)
+    _fsync(checkpoint_dir)
+    shutil.rmtree(partial_dir(checkpoint_dir, tag))
+    _write_durably(checkpoint_dir / LATEST, tag)
+    for old in saved_tags(checkpoint_dir)[:-keep_last]:
+        shutil.rmtree(checkpoint_dir / old)
+    for leftover in checkpoint_dir.glob(f"{PARTIAL_PREFIX}*"):
+        shutil.rmtree(leftover)
+
+
+def saved_tags(checkpoint_dir: Path) -> list[str]:
+    """Published checkpoint tags, oldest first."""
+    tags = [p.name for p in checkpoint_dir.iterdir() if p.is_dir() and TAG_PATTERN.fullmatch(p.name)]
+    return sorted(tags, key=lambda t: int(TAG_PATTERN.fullmatch(t).group(1)))
+
+
+def resumable_tag(checkpoint_dir: Path) -> str | None:
+    """The tag to resume from: `latest` if it verifies, else the newest older checkpoint that
+    does (with a warning naming what was wrong); None when there is nothing to resume."""
+    if not checkpoint_dir.is_dir():
+        return None
+    latest_file = checkpoint_dir / LATEST
+    latest = latest_file.read_text().strip() if latest_file.is_file() else None
+    candidates = saved_tags(checkpoint_dir)[::-1]
+    if latest in candidates:  # `latest` first, then older ones; never a newer unpublished one
+        candidates = candidates[candidates.index(latest):]
+    for tag in candidates:
+        problem = verify(checkpoint_dir / tag)
+        if problem is None:
+            return tag
+        log.warning("skipping checkpoint %s: %s; trying the previous one", tag, problem)
+    if latest is not None:
+        raise RuntimeError(f"{checkpoint_dir}: no checkpoint verifies (latest: {latest}); cannot resume")
+    return None
+
+
+def rng_state() -> dict:
+    """This process's torch, numpy (global) and python RNG states as JSON-ready values."""
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state().tolist(),
+        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+        "python": [version, list(internal), gauss],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def rng_file(tag_dir: Path, rank: int) -> Path:
+    return tag_dir / f"rng_rank{rank}.json"

@@ -1,0 +1,203 @@
+"""slurm/train.sh: the launch lines of its dry run for a 2-node x 4-GPU allocation (no cluster
+needed), and real `sbatch` runs on a one-node SLURM cluster started on this machine by
+tests/slurm/setup_cluster.sh: a training job (2 processes, torchrun) and a job pre-empted with
+USR1 that checkpoints, requeues itself and resumes where it stopped (DeepSpeed's launcher)."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT, SMALL_MODEL
+
+TRAIN_SH = REPO_ROOT / "slurm" / "train.sh"
+SETUP_CLUSTER = REPO_ROOT / "tests" / "slurm" / "setup_cluster.sh"
+PROCS = 2  # trainer processes on the test node
+
+
+def dry_run(launcher: str, **env) -> list[str]:
+    result = subprocess.run(
+        ["bash", str(TRAIN_SH), "--dry-run"], capture_output=True, text=True, check=True, cwd=REPO_ROOT,
+        env={"PATH": os.environ["PATH"], "NODES": "2", "GPUS_PER_NODE": "4", "DATA": "runs/x/shards",
+             "VOCAB": "runs/x/vocab", "LAUNCHER": launcher, **env},
+    )
+    return result.stdout.splitlines()
+
+
+def node_lines(lines: list[str]) -> dict[str, list[str]]:
+    """{'node1': argv, ...} from the dry run's `node R (HOST): COMMAND` lines, in node-rank order."""
+    found = [re.fullmatch(r"node (\d+) \((\S+)\): (.*)", line) for line in lines]
+    found = [m for m in found if m]
+    assert [int(m[1]) for m in found] == list(range(len(found)))
+    return {m[2]: shlex.split(m[3]) for m in found}
+
+
+def test_dry_run_deepspeed_launch_lines_for_two_nodes_of_four_gpus():
+    from deepspeed.launcher.runner import parse_args
+
+    lines = dry_run("deepspeed")
+    srun = next(line for line in lines if line.startswith("srun "))
+    assert "--nodes=2 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 bash -c" in srun
+    assert [line for line in lines if "slots=" in line] == ["#   node1 slots=4", "#   node2 slots=4"]
+    nodes = node_lines(lines)
+    assert list(nodes) == ["node1", "node2"]
+    for rank, argv in enumerate(nodes.values()):
+        assert argv[:3] == ["python", "-m", "deepspeed.launcher.runner"]
+        args = parse_args(argv[3:])  # what DeepSpeed's launcher will make of the line
+        assert (args.no_ssh, args.node_rank, args.num_gpus, args.master_addr) == (True, rank, 4, "node1")
+        assert args.hostfile == "runs/ems-train-12345/hostfile"
+        assert (args.module, args.user_script) == (True, "ems.train")
+        assert args.user_args == ["--config", "configs/train/ems-paper.yaml", "--set", "data=runs/x/shards",
+                                  "vocab=runs/x/vocab", "out=runs/ems-train-12345"]
+    assert len({parse_args(argv[3:]).master_port for argv in nodes.values()}) == 1
+
+
+def test_dry_run_torchrun_launch_lines_for_two_nodes_of_four_gpus():
+    from torch.distributed.run import get_args_parser
+
+    nodes = node_lines(dry_run("torchrun", SET="max_steps=10 save_every=5"))
+    assert list(nodes) == ["node1", "node2"]
+    for rank, argv in enumerate(nodes.values()):
+        assert argv[:3] == ["python", "-m", "torch.distributed.run"]
+        args = get_args_parser().parse_args(argv[3:])
+        assert (args.nnodes, args.nproc_per_node, args.node_rank, args.master_addr) == ("2", "4", rank, "node1")
+        assert (args.module, args.training_script) == (True, "ems.train")
+        assert args.training_script_args[-2:] == ["max_steps=10", "save_every=5"]
+
+
+def test_srun_line_runs_each_nodes_launch_line_with_usr1_ignored(tmp_path):
+    """The srun line's `bash -c` command, run as SLURM would on node 1 (SLURM_NODEID=1), execs
+    exactly the dry run's node-1 line, with USR1 ignored (so the launcher survives the stop signal)."""
+    probe = tmp_path / "probe"
+    probe.write_text("#!/bin/bash\necho \"USR1:$(trap -p USR1)\"\nprintf '%s\\n' \"$@\"\n")
+    probe.chmod(0o755)
+    lines = dry_run("deepspeed", PYTHON=str(probe))
+    node_command = shlex.split(next(line for line in lines if line.startswith("srun ")))[-1]
+    ran = subprocess.run(["bash", "-c", node_command], capture_output=True, text=True, check=True,
+                         env={"PATH": os.environ["PATH"], "SLURM_NODEID": "1"}).stdout.splitlines()
+    assert ran[0] == "USR1:trap -- '' SIGUSR1"
+    assert ran[1:] == node_lines(lines)["node2"][1:]
+
+
+def test_bad_launcher_missing_data_and_no_processes_are_clear_errors():
+    env = {"PATH": os.environ["PATH"], "DRY_RUN": "1", "VOCAB": "v"}
+    missing = subprocess.run(["bash", str(TRAIN_SH)], capture_output=True, text=True, env=env)
+    assert missing.returncode != 0 and "set DATA to the shard directory" in missing.stderr
+    bad = subprocess.run(["bash", str(TRAIN_SH)], capture_output=True, text=True, env={**env, "DATA": "d", "LAUNCHER": "mpirun"})
+    assert bad.returncode == 2 and "LAUNCHER must be deepspeed or torchrun, not 'mpirun'" in bad.stderr
+    no_gpus = subprocess.run(["bash", str(TRAIN_SH)], capture_output=True, text=True, env={**env, "DATA": "d", "GPUS_PER_NODE": "0"})
+    assert no_gpus.returncode == 2 and "set PROCS_PER_NODE" in no_gpus.stderr
+
+
+# --- a real one-node SLURM cluster -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    """The one-node test cluster, started (or found running) by tests/slurm/setup_cluster.sh."""
+    if os.geteuid() != 0:
+        pytest.skip("the SLURM cluster tests need root to start munged/slurmctld/slurmd (tests/slurm/setup_cluster.sh)")
+    setup = subprocess.run(["bash", str(SETUP_CLUSTER)], capture_output=True, text=True, timeout=300)
+    if setup.returncode != 0:
+        pytest.skip(f"the test SLURM cluster did not start (tests/slurm/setup_cluster.sh):\n{setup.stdout}{setup.stderr}")
+
+
+def submit(pipeline: Path, run: Path, launcher: str, **train) -> str:
+    """sbatch slurm/train.sh for PROCS processes on the node; returns the job id."""
+    config = run.parent / f"{run.name}.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": "tiny", "model_overrides": SMALL_MODEL, "batch_size": 16, "lr": 2e-3, "warmup_steps": 5, **train,
+    }))
+    env = {
+        **os.environ, "DATA": str(pipeline / "shards"), "VOCAB": str(pipeline / "vocab"), "OUT": str(run),
+        "CONFIG": str(config), "LAUNCHER": launcher, "PYTHON": sys.executable, "PROCS_PER_NODE": str(PROCS),
+    }
+    result = subprocess.run(
+        ["sbatch", "--parsable", "--gpus-per-node=0", f"--cpus-per-task={PROCS}", f"--chdir={REPO_ROOT}",
+         f"--output={run.parent}/%x-%j.out", str(TRAIN_SH)],
+        capture_output=True, text=True, env=env, check=True,
+    )
+    return result.stdout.strip().split(";")[0]
+
+
+def job_info(job: str) -> dict[str, str]:
+    text = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, check=True).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.3)
+
+
+# Generous: a fresh machine compiles DeepSpeed's CPU communication op in the first job (minutes).
+JOB_TIMEOUT = 600
+
+
+def wait_for_job(job: str, log: Path, timeout: float = JOB_TIMEOUT) -> dict[str, str]:
+    try:
+        wait_until(lambda: job_info(job)["JobState"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout, f"job {job}")
+    except TimeoutError:
+        subprocess.run(["scancel", job])
+        raise AssertionError(f"job {job} did not finish; its log:\n{log.read_text() if log.exists() else '(none)'}")
+    return job_info(job)
+
+
+def logged_steps(run: Path) -> list[int]:
+    return [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def test_sbatch_trains_with_two_processes(slurm_cluster, tiny_pipeline, tmp_path):
+    import ems
+
+    run = tmp_path / "run"
+    job = submit(tiny_pipeline, run, "torchrun", max_steps=12, log_every=2, save_every=6)
+    log = tmp_path / f"ems-train-{job}.out"
+    info = wait_for_job(job, log)
+    text = log.read_text()
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0"), text
+    assert f"job {job} start 1 on" in text and "1 nodes x 2 processes" in text
+    assert "trained 12 steps" in text and "training ended with status 0" in text
+    assert logged_steps(run) == [2, 4, 6, 8, 10, 12]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step12"
+    assert {p.name for p in (run / "checkpoints").glob("step*")} == {"step6", "step12"}
+    vectors = ems.load(run / "model").encode(["Enter a valid date."], lang="en")
+    assert vectors.shape == (1, SMALL_MODEL["d_model"])
+
+
+def test_usr1_preempts_checkpoints_requeues_and_resumes(slurm_cluster, tiny_pipeline, tmp_path):
+    """`scancel --batch --signal=USR1` reaches the batch shell, as `#SBATCH --signal=B:USR1@120`
+    does before the time limit; every rank stops at the same step, saves, exits 99; the job
+    requeues itself (same id, same log) and the second start resumes from that checkpoint."""
+    run = tmp_path / "run"
+    max_steps = 40
+    job = submit(tiny_pipeline, run, "deepspeed", max_steps=max_steps, log_every=1, save_every=1000)
+    log = tmp_path / f"ems-train-{job}.out"
+    metrics = run / "metrics.jsonl"
+    wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 3, JOB_TIMEOUT, "step 3")
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True)
+    info = wait_for_job(job, log)
+    text = log.read_text()
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), text
+
+    stopped = int(re.search(r"stopping at step (\d+)", text)[1])
+    assert 3 <= stopped < max_steps, text
+    assert "stop requested (USR1)" in text and f"checkpointed step {stopped}; exiting with status 99" in text
+    # status 99 came back through srun and both launchers: they survived the USR1 sent to the step
+    assert f"training stopped with a checkpoint (status 99): requeueing job {job}" in text
+    assert text.index(f"job {job} start 2 on") > text.index("requeueing")
+    assert f"resumed from {run / 'checkpoints' / f'step{stopped}'}" in text and f"at step {stopped}," in text
+    assert "training ended with status 0" in text
+    assert logged_steps(run) == list(range(1, max_steps + 1))  # every step once: none repeated or skipped
+    assert {p.name for p in (run / "checkpoints").glob("step*")} == {f"step{stopped}", f"step{max_steps}"}
+    assert not (run / "STOP").exists()

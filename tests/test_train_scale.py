@@ -1,0 +1,211 @@
+"""The trainer at scale, for real: 2 processes (torchrun, gloo on CPU) against 1, ZeRO stages,
+gradient accumulation, all-rank contrastive negatives, and exact resume after SIGKILL,
+SIGTERM/SIGUSR1 pre-emption, a STOP file and a corrupt checkpoint."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ems
+from ems.checkpoint import LATEST, saved_tags
+from ems.train import PREEMPTED_EXIT_CODE, STOP_FILE, TrainConfig, train
+from tests.conftest import REPO_ROOT, SMALL_MODEL
+
+# dropout stays on (0.1, the tiny preset's) in the resume tests: the per-rank RNG must be restored
+RESUME = dict(batch_size=32, lr=2.0e-3, warmup_steps=4, max_steps=1000, log_every=1, save_every=4, seed=3)
+STEPS = 12
+
+
+def settings(pipeline, out, **overrides) -> dict:
+    return {"data": str(pipeline / "shards"), "vocab": str(pipeline / "vocab"), "out": str(out), "model": "tiny",
+            "model_overrides": dict(SMALL_MODEL), **overrides}
+
+
+def as_args(values: dict) -> list[str]:
+    args = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            args += [f"{key}.{k}={json.dumps(v)}" for k, v in value.items()]
+        else:
+            args.append(f"{key}={json.dumps(value)}")
+    return ["--set", *args]
+
+
+def launch(values: dict, nproc: int = 1) -> subprocess.Popen:
+    # without the in-process runs' world-of-one variables (their MASTER_PORT is taken)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)] if nproc > 1 else [sys.executable]
+    return subprocess.Popen([*launcher, "-m", "ems.train", *as_args(values)], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def logged_losses(out: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if "loss" in r]
+    assert len(steps) == len(set(steps)), "a step was logged twice"
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+def parameters(model_dir) -> dict:
+    return ems.load(model_dir).model.state_dict()
+
+
+def assert_same_parameters(a: dict, b: dict, atol: float) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=atol, msg=key)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread_like_the_subprocesses():
+    """In-process runs use one thread, as `launch`'s processes do (OMP_NUM_THREADS=1): CPU kernels
+    sum in a thread-count-dependent order (the embedding gradient, seen here: up to 5e-6 apart)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_pipeline, tmp_path_factory):
+    """The uninterrupted run every resumed run must reproduce, step by step."""
+    out = tmp_path_factory.mktemp("straight")
+    result = train(TrainConfig(**settings(tiny_pipeline, out, **RESUME, stop_at_step=STEPS)))
+    return {"losses": {h["step"]: h["loss"] for h in result["history"]}, "params": parameters(result["model_dir"])}
+
+
+def assert_resumed_equals_straight(out: Path, straight: dict) -> None:
+    losses = logged_losses(out)
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    for step, loss in straight["losses"].items():
+        assert losses[step] == pytest.approx(loss, rel=1e-5), step
+    assert_same_parameters(parameters(out / "model"), straight["params"], atol=1e-6)
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"training ended (status {process.returncode}) before the test could interrupt it:\n"
+                                 + process.communicate()[0][-3000:])
+        assert time.time() < deadline, "timed out waiting for the training subprocess"
+        time.sleep(0.05)
+
+
+def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_pipeline, tmp_path, straight):
+    out = tmp_path / "run"
+    process = launch(settings(tiny_pipeline, out, **RESUME))
+    wait_for(lambda: (out / "checkpoints" / LATEST).is_file(), process)
+    process.send_signal(signal.SIGKILL)
+    assert finish(process)[0] == -signal.SIGKILL
+    killed_at = int((out / "checkpoints" / LATEST).read_text().removeprefix("step"))
+    assert killed_at < STEPS
+    resumed = train(TrainConfig(**settings(tiny_pipeline, out, **RESUME, stop_at_step=STEPS)))
+    assert [h["step"] for h in resumed["history"]][0] == killed_at + 1
+    assert_resumed_equals_straight(out, straight)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGUSR1])
+def test_preemption_signal_checkpoints_exits_99_and_resumes_exactly(tiny_pipeline, tmp_path, straight, stop_signal):
+    out = tmp_path / "run"
+    process = launch(settings(tiny_pipeline, out, **{**RESUME, "save_every": 1000}))
+    wait_for(lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2, process)
+    process.send_signal(stop_signal)
+    status, output = finish(process)
+    assert status == PREEMPTED_EXIT_CODE, output[-3000:]
+    stopped_at = int((out / "checkpoints" / LATEST).read_text().removeprefix("step"))
+    assert 2 <= stopped_at < STEPS and not (out / "model").exists()
+    assert max(logged_losses(out)) == stopped_at
+    resumed = train(TrainConfig(**settings(tiny_pipeline, out, **RESUME, stop_at_step=STEPS)))
+    assert resumed["history"][0]["step"] == stopped_at + 1
+    assert_resumed_equals_straight(out, straight)
+
+
+def test_stop_file_and_corrupt_latest_checkpoint(tiny_pipeline, tmp_path, straight, caplog):
+    out = tmp_path / "run"
+    cfg = lambda **k: TrainConfig(**settings(tiny_pipeline, out, **{**RESUME, "keep_checkpoints": 2, **k}))  # noqa: E731
+    assert train(cfg(stop_at_step=9))["steps"] == 9
+    assert saved_tags(out / "checkpoints") == ["step8", "step9"]  # keep_checkpoints=2: step4 deleted
+    # a STOP file: stop at once (nothing new to save), exit code 99 from main, STOP consumed
+    (out / STOP_FILE).touch()
+    stopped = train(cfg())
+    assert stopped["preempted"] and stopped["steps"] == 9 and not (out / STOP_FILE).exists()
+    # truncate the newest checkpoint's model file: resuming warns and uses step8
+    model_file = next((out / "checkpoints" / "step9").rglob("*model_states.pt"))
+    model_file.write_bytes(model_file.read_bytes()[:1000])
+    with caplog.at_level("WARNING", logger="ems.checkpoint"):
+        resumed = train(cfg(stop_at_step=STEPS))
+    assert "skipping checkpoint step9" in caplog.text and "truncated" in caplog.text
+    assert resumed["history"][0]["step"] == 9  # replays step 9 from step8
+    assert_resumed_equals_straight(out, straight)
+
+
+SCALE = dict(lr=2.0e-3, warmup_steps=2, max_steps=4, log_every=1, save_every=1000)
+# Parameters of runs that sum gradients in a different order: Adam divides by sqrt(v), so a rare
+# token's near-zero gradient that differs in its 7th digit moves it by a visibly different fraction
+# of lr (seen: 6.5e-6 on 1 of 64k embedding weights). A different batch moves weights by ~lr = 2e-3.
+SCALE_ATOL = 1e-5
+
+
+def test_two_processes_with_global_negatives_and_zero2_equal_one_process_with_the_global_batch(tiny_pipeline, tmp_path):
+    """Global negatives make 2 x 16 pairs the same optimisation problem as 1 x 32."""
+    no_dropout = dict(SMALL_MODEL, dropout=0.0)
+    two = settings(tiny_pipeline, tmp_path / "two", **SCALE, batch_size=16, global_negatives=True,
+                   deepspeed_config="configs/deepspeed/zero2.json", model_overrides=no_dropout)
+    status, output = finish(launch(two, nproc=2))
+    assert status == 0, output[-3000:]
+    one = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "one", **SCALE, batch_size=32, model_overrides=no_dropout)))
+    assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
+    for step, loss in logged_losses(tmp_path / "two").items():
+        assert loss == pytest.approx(logged_losses(tmp_path / "one")[step], rel=1e-5)
+
+
+def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumulating_two_micro_batches(tiny_pipeline, tmp_path):
+    """Local negatives: rank r's 16 pairs are micro-batch r of one process accumulating 2 x 16."""
+    no_dropout = dict(SMALL_MODEL, dropout=0.0)
+    two = settings(tiny_pipeline, tmp_path / "two", **SCALE, batch_size=16,
+                   deepspeed_config="configs/deepspeed/zero1.json", model_overrides=no_dropout)
+    status, output = finish(launch(two, nproc=2))
+    assert status == 0, output[-3000:]
+    one = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "one", **SCALE, batch_size=16, model_overrides=no_dropout,
+                                       deepspeed_overrides={"gradient_accumulation_steps": 2})))
+    assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
+    # and this differs from one process with in-batch negatives over all 32 pairs
+    whole = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=no_dropout)))
+    assert not torch.allclose(parameters(whole["model_dir"])["layers.0.qkv.weight"], parameters(one["model_dir"])["layers.0.qkv.weight"], atol=1e-5)
+
+
+def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline, tmp_path):
+    """XTR is a per-pair mean, so 2 accumulated micro-batches of 16 = one batch of 32 (the
+    in-batch contrastive loss is not, hence its weight 0 here)."""
+    xtr_only = dict(SMALL_MODEL, dropout=0.0, contrastive_weight=0.0)
+    accumulated = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "acc", **SCALE, batch_size=16, model_overrides=xtr_only,
+                                               deepspeed_overrides={"gradient_accumulation_steps": 2})))
+    whole = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=xtr_only)))
+    assert_same_parameters(parameters(accumulated["model_dir"]), parameters(whole["model_dir"]), atol=SCALE_ATOL)
+    a, b = [[h["xtr"] for h in r["history"]] for r in (accumulated, whole)]
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_fp16_on_a_cpu_without_fp16_support_is_a_clear_error(tiny_pipeline, tmp_path):
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().is_fp16_supported():
+        pytest.skip("this accelerator supports fp16")
+    cfg = TrainConfig(**settings(tiny_pipeline, tmp_path, **SCALE, deepspeed_config="configs/deepspeed/zero0-fp16.json"))
+    with pytest.raises(ValueError, match="enables fp16, which DeepSpeed's cpu accelerator does not support"):
+        train(cfg)
