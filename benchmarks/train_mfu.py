@@ -1,6 +1,7 @@
 """Model-FLOPs utilisation of the full EMS training step against the machine's matmul peak.
 
-    python benchmarks/train_mfu.py                    # ems-paper shapes, 152 pairs, CPU (~2 min on 2 cores)
+    python benchmarks/train_mfu.py                    # ems-paper shapes, 152 pairs, CPU (~13 min on 2 AVX2 cores in fp32;
+                                                      #   ~2 min on 2 cores with AMX bf16)
     python benchmarks/train_mfu.py --quick            # tiny shapes: a smoke test in seconds
     python benchmarks/train_mfu.py --device cuda      # + MFU against the GPU's bf16 peak and the full-run projection
     python benchmarks/train_mfu.py --profile          # + torch.profiler table of one EMS step
@@ -8,12 +9,14 @@
 One run prints, on one machine:
 1. the dense matmul rate of fp32 and bf16 (torch.matmul of two n x n matrices, median of timed calls);
 2. the full EMS training step (both sides through the encoder, XTR head with its vocabulary
-   projection and loss, contrastive head and loss, backward, AdamW step) under bf16 autocast,
-   on one batch of pairs with realistic lengths (log-normal, mean --mean-length tokens, bucketed
-   by `ems.data.BatchOrder` as in training): s/step, real tokens/s, achieved model FLOP/s and its
-   ratio to the bf16 matmul peak;
+   projection and loss, contrastive head and loss, backward, AdamW step) in the faster of fp32
+   and bf16 autocast (bf16 on a GPU), on one batch of pairs with realistic lengths (log-normal,
+   mean --mean-length tokens, bucketed by `ems.data.BatchOrder` as in training): s/step, real
+   tokens/s, achieved model FLOP/s and its ratio to that dtype's matmul peak. A CPU without
+   bf16 units (AVX2-only) emulates bf16 ~50x slower than fp32: its bf16 rate is then taken on a
+   512^3 product and the step runs in fp32;
 3. the same for a plain `torch.nn.TransformerEncoder` stack of the encoder's size (batch_first,
-   norm_first, GELU) under bf16 autocast on the same padded token batch (its input: fixed hidden
+   norm_first, GELU) in the same dtype on the same padded token batch (its input: fixed hidden
    states; its loss: the masked mean of its outputs), forward + backward + AdamW: the reference;
 4. the batch's non-pad token ratio; on a GPU, MFU against its bf16 peak (--peak-tflops, or the
    table PEAK_BF16_TFLOPS) and the projected time of the full run on one 8-GPU node.
@@ -33,6 +36,7 @@ encoder and attention terms only. FLOPs spent on padding are not counted either:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -63,6 +67,8 @@ PEAK_BF16_TFLOPS = [
 ]
 FULL_RUN_TOKENS = 2e10  # 143M pairs x 3 epochs, both sides
 NODE_GPUS = 8
+EMULATION_PROBE_SIZE = 512  # n of the first, small product of a low-precision dtype
+EMULATED_BELOW = 0.1  # a dtype this much slower than fp32 there is taken as emulated
 
 QUICK_SHAPES = dict(preset="tiny", overrides=dict(vocab_size=2000, n_languages=8), pairs=16, matmul_size=512)
 
@@ -161,7 +167,12 @@ def make_optimizer(params, adamw: str) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-6, **impl)
 
 
-def ems_step_fn(cfg: EMSConfig, batch: dict, device: torch.device, adamw: str, compile: bool = False):
+def step_context(device: torch.device, dtype: str):
+    """bf16 autocast for a "bf16" step, nothing for "fp32"."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+
+
+def ems_step_fn(cfg: EMSConfig, batch: dict, device: torch.device, adamw: str, compile: bool = False, dtype: str = "bf16"):
     torch.manual_seed(0)
     model = EMSModel(cfg).to(device).train()
     optimizer = make_optimizer(parameter_groups(model, 1e-5), adamw)
@@ -169,7 +180,7 @@ def ems_step_fn(cfg: EMSConfig, batch: dict, device: torch.device, adamw: str, c
     batch = {k: v.to(device) for k, v in batch.items()}
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with step_context(device, dtype):
             loss = model(**batch)["loss"]
         loss.backward()
         optimizer.step()
@@ -193,7 +204,8 @@ class ReferenceEncoder(nn.Module):
         return (out * keep).sum(dim=1) / keep.sum(dim=1)
 
 
-def reference_step_fn(cfg: EMSConfig, tokens: torch.Tensor, device: torch.device, adamw: str, compile: bool = False):
+def reference_step_fn(cfg: EMSConfig, tokens: torch.Tensor, device: torch.device, adamw: str, compile: bool = False,
+                      dtype: str = "bf16"):
     torch.manual_seed(0)
     model = ReferenceEncoder(cfg).to(device).train()
     optimizer = make_optimizer(model.parameters(), adamw)
@@ -202,7 +214,7 @@ def reference_step_fn(cfg: EMSConfig, tokens: torch.Tensor, device: torch.device
     x = torch.randn(*tokens.shape, cfg.d_model, device=device)
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with step_context(device, dtype):
             loss = model(x, pad).float().square().mean()
         loss.backward()
         optimizer.step()
@@ -239,13 +251,20 @@ def run(args: argparse.Namespace) -> dict:
         "preset": args.preset, "overrides": args.overrides, "compile": args.compile,
     }
 
-    rates = {"fp32": matmul_rate(torch.float32, args.matmul_size, device, args.matmul_repeats),
-             "bf16": matmul_rate(torch.bfloat16, args.matmul_size, device, args.matmul_repeats)}
-    if args.fp16:
-        rates["fp16"] = matmul_rate(torch.float16, args.matmul_size, device, args.matmul_repeats)
+    rates = {"fp32": matmul_rate(torch.float32, args.matmul_size, device, args.matmul_repeats)}
+    result["matmul_size"] = {"fp32": args.matmul_size}
+    for name, dtype in (("bf16", torch.bfloat16),) + ((("fp16", torch.float16),) if args.fp16 else ()):
+        # A CPU without bf16/fp16 units emulates them ~50x slower than fp32: time those on a
+        # small product (a 4096^3 one would take minutes) and never step in them.
+        small = matmul_rate(dtype, EMULATION_PROBE_SIZE, device, 1)
+        emulated = device.type == "cpu" and small < EMULATED_BELOW * rates["fp32"]
+        rates[name] = small if emulated else matmul_rate(dtype, args.matmul_size, device, args.matmul_repeats)
+        result["matmul_size"][name] = EMULATION_PROBE_SIZE if emulated else args.matmul_size
     result["matmul_gflops"] = {k: v / 1e9 for k, v in rates.items()}
-    result["matmul_size"] = args.matmul_size
-    peak = rates["bf16"]
+    # the step runs in the fastest of fp32 and bf16 autocast (bf16 on GPUs: MFU is quoted against bf16)
+    step_dtype = "bf16" if device.type == "cuda" or rates["bf16"] > rates["fp32"] else "fp32"
+    result["step_dtype"] = step_dtype
+    peak = rates[step_dtype]
 
     batch = realistic_batch(cfg, args.pairs, args.mean_length, seed=args.seed)
     src_len, tgt_len = real_lengths(batch["src"]), real_lengths(batch["tgt"])
@@ -257,7 +276,7 @@ def run(args: argparse.Namespace) -> dict:
                        "mean_length": real_tokens / (2 * args.pairs), "non_pad_ratio": real_tokens / (2 * args.pairs * width)}
     result["ems_flops"] = {**asdict(flops), "total": flops.total, "padded_total": padded.total}
 
-    ems_step = ems_step_fn(cfg, batch, device, args.adamw, args.compile)
+    ems_step = ems_step_fn(cfg, batch, device, args.adamw, args.compile, step_dtype)
     seconds = median_seconds(ems_step, device, args.warmup, args.steps)
     result["ems"] = _figures(flops.total, seconds, real_tokens, peak)
     if args.profile:
@@ -266,7 +285,7 @@ def run(args: argparse.Namespace) -> dict:
 
     encoder_tokens = torch.cat([nn.functional.pad(batch[k], (0, width - batch[k].shape[1]), value=PAD_ID) for k in ("src", "tgt")])
     ref_flops = encoder_flops(cfg, np.concatenate([src_len, tgt_len])).total
-    ref_step = reference_step_fn(cfg, encoder_tokens, device, args.adamw, args.compile)
+    ref_step = reference_step_fn(cfg, encoder_tokens, device, args.adamw, args.compile, step_dtype)
     result["reference"] = _figures(ref_flops, median_seconds(ref_step, device, args.warmup, args.steps), real_tokens, peak)
     del ref_step
 
@@ -283,28 +302,28 @@ def run(args: argparse.Namespace) -> dict:
 
 def _figures(flops: float, seconds: float, tokens: int, peak: float) -> dict:
     return {"s_per_step": seconds, "tokens_per_s": tokens / seconds, "gflop_per_step": flops / 1e9,
-            "gflops": flops / seconds / 1e9, "ratio_to_bf16_peak": flops / seconds / peak}
+            "gflops": flops / seconds / 1e9, "ratio_to_peak": flops / seconds / peak}
 
 
 def report(r: dict) -> str:
     s, b, f = r["shapes"], r["batch"], r["ems_flops"]
-    rates = "   ".join(f"{k} {v:.1f}" for k, v in r["matmul_gflops"].items())
+    rates = "   ".join(f"{k} {v:.1f} ({r['matmul_size'][k]}^3)" for k, v in r["matmul_gflops"].items())
     lines = [
         f"device: {r['device']}   preset {r['preset']}: d={s['d_model']} layers={s['n_layers']} heads={s['n_heads']} "
         f"ffn={s['d_ffn']} vocab={s['vocab_size']}",
-        f"matmul peak ({r['matmul_size']}^3), GFLOP/s: {rates}   (fastest: {max(r['matmul_gflops'], key=r['matmul_gflops'].get)})",
+        f"matmul peak, GFLOP/s: {rates}   (fastest: {max(r['matmul_gflops'], key=r['matmul_gflops'].get)})",
         f"batch: {b['pairs']} pairs = {b['sentences']} sentences x width {b['width']}, {b['real_tokens']} real tokens "
         f"(mean {b['mean_length']:.1f}), non-pad ratio {b['non_pad_ratio']:.3f}",
         f"EMS model FLOPs/step: {f['total'] / 1e9:.1f} G (encoder {f['encoder'] / 1e9:.1f}, attention "
         f"{f['attention'] / 1e9:.1f}, heads {f['heads'] / 1e9:.1f}); counting padding: {f['padded_total'] / 1e9:.1f} G",
         "",
-        f"{'bf16 autocast step':<28}{'s/step':>9}{'tokens/s':>11}{'GFLOP/step':>12}{'GFLOP/s':>10}{'/ bf16 peak':>13}"
+        f"{r['step_dtype'] + ' step':<28}{'s/step':>9}{'tokens/s':>11}{'GFLOP/step':>12}{'GFLOP/s':>10}{'/ ' + r['step_dtype'] + ' peak':>13}"
         + (f"{'MFU':>8}" if "peak_tflops" in r else ""),
     ]
     for name, key in (("EMS (full step)", "ems"), ("nn.TransformerEncoder ref", "reference")):
         x = r[key]
         lines.append(f"{name:<28}{x['s_per_step']:>9.3f}{x['tokens_per_s']:>11.0f}{x['gflop_per_step']:>12.1f}"
-                     f"{x['gflops']:>10.1f}{x['ratio_to_bf16_peak']:>13.3f}" + (f"{x['mfu']:>8.3f}" if "mfu" in x else ""))
+                     f"{x['gflops']:>10.1f}{x['ratio_to_peak']:>13.3f}" + (f"{x['mfu']:>8.3f}" if "mfu" in x else ""))
     lines.append(f"EMS / reference achieved FLOP/s: {r['ems_over_reference']:.2f}x   (target: EMS ratio >= 0.6 on CPU, "
                  "MFU >= 0.45 on GPU)")
     if "peak_tflops" in r:

@@ -75,8 +75,16 @@ class TrainConfig:
     max_steps: int = 100_000
     max_epochs: float | None = None  # if set, max_steps = this many passes over the data (depends on the global batch)
     max_minutes: float | None = None  # stop early (save, validate, export; exit 0) once this much wall time has passed
+    # Fit the schedule to a wall-clock budget: after `budget_probe_steps` timed steps, max_steps
+    # becomes the number of steps that fit in these minutes (never more than max_steps), so
+    # warm-up and decay end on time on a fast or a slow machine. Kept across resumes.
+    time_budget_minutes: float | None = None
+    budget_probe_steps: int = 20
     stop_at_step: int | None = None  # end this invocation (and save) at this step; the schedule still runs to max_steps
-    autocast: str = "none"  # "bf16": bfloat16 autocast for the forward pass; weights stay fp32
+    # "bf16": bfloat16 autocast for the forward pass, weights stay fp32; "auto": bf16 where it is
+    # faster than fp32 (`bf16_is_fast`: GPUs, CPUs with AMX/AVX512-BF16; not AVX2-only CPUs,
+    # which emulate it ~50x slower than fp32); "none": fp32
+    autocast: str = "none"
     seed: int = 0
     log_every: int = 10
     save_every: int = 1000
@@ -87,15 +95,29 @@ class TrainConfig:
     valid_batches: int = 8
 
 
-def lr_lambda(warmup_steps: int, max_steps: int):
-    """Linear warm-up to the peak lr, then linear decay to zero at max_steps."""
+@dataclass
+class LinearSchedule:
+    """lr factor: linear warm-up to the peak lr, then linear decay to zero at max_steps
+    (mutable, for a schedule fitted to a time budget)."""
 
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
+    warmup_steps: int
+    max_steps: int
 
-    return factor
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        return max(0.0, (self.max_steps - step) / max(1, self.max_steps - self.warmup_steps))
+
+
+def lr_lambda(warmup_steps: int, max_steps: int) -> LinearSchedule:
+    return LinearSchedule(warmup_steps, max_steps)
+
+
+def steps_within_budget(step: int, seconds_per_step: float, elapsed_minutes: float, budget_minutes: float) -> int:
+    """The final step count of a run at `step` after `elapsed_minutes` that goes on at
+    `seconds_per_step` and must end within `budget_minutes` (at least one more step)."""
+    remaining = 60.0 * (budget_minutes - elapsed_minutes)
+    return step + max(1, int(remaining / seconds_per_step))
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -132,6 +154,27 @@ def validation_loss(engine, shards: PairShards, batch_size: int, n_batches: int,
     dist.all_reduce(totals)
     loss, xtr, contrastive = (totals[:3] / totals[3]).tolist()
     return {"valid_loss": loss, "valid_xtr": xtr, "valid_contrastive": contrastive}
+
+
+def bf16_is_fast(device: torch.device) -> bool:
+    """Whether bf16 matmuls beat fp32 here. CUDA: the GPU supports bf16. CPU: timed on a 256^3
+    product, since CPUs with AMX or AVX512-BF16 run bf16 several times faster than fp32 and
+    AVX2-only CPUs emulate it tens of times slower (both seen on this project's machines)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+
+    def seconds(dtype: torch.dtype) -> float:
+        x, y = a.to(dtype), b.to(dtype)
+        torch.matmul(x, y)
+        start = time.perf_counter()
+        for _ in range(3):
+            torch.matmul(x, y)
+        return time.perf_counter() - start
+
+    return seconds(torch.bfloat16) < seconds(torch.float32)
 
 
 def _free_port() -> int:
@@ -213,15 +256,15 @@ def _keep_metrics_up_to(path: Path, step: int) -> None:
 
 
 def train(cfg: TrainConfig) -> dict:
-    """Run (or resume) training; returns {"steps", "history": [per-logged-step metrics],
+    """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step metrics],
     "model_dir" (None when stopped), "preempted": whether a signal or STOP file ended it}."""
     import deepspeed
     import torch.distributed as dist
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    if cfg.autocast not in ("none", "bf16"):
-        raise ValueError(f"autocast must be 'none' or 'bf16', not {cfg.autocast!r}")
+    if cfg.autocast not in ("none", "bf16", "auto"):
+        raise ValueError(f"autocast must be 'none', 'bf16' or 'auto', not {cfg.autocast!r}")
     ds_config = deepspeed_config(cfg)
     init_distributed()
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -251,7 +294,8 @@ def train(cfg: TrainConfig) -> dict:
     )
     max_steps = cfg.max_steps if cfg.max_epochs is None else math.ceil(cfg.max_epochs * order.batches_per_epoch())
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, max_steps))
+    schedule = LinearSchedule(cfg.warmup_steps, max_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
     # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
@@ -262,6 +306,7 @@ def train(cfg: TrainConfig) -> dict:
 
     checkpoint_dir = out / "checkpoints"
     step, position = 0, (0, 0)
+    budget_fitted = False
     chosen = [resumable_tag(checkpoint_dir) if rank == 0 else None]
     dist.broadcast_object_list(chosen, src=0)
     if chosen[0] is not None:
@@ -275,6 +320,11 @@ def train(cfg: TrainConfig) -> dict:
                 "order would differ, so it cannot resume exactly (use the same process count and batch settings)"
             )
         step, position = client_state["step"], tuple(client_state["data_position"])
+        # LambdaLR restores a callable schedule's fields from the checkpoint: set them from this
+        # run's config instead, except a max_steps fitted to a time budget
+        budget_fitted = bool(client_state.get("budget_fitted"))
+        max_steps = client_state["max_steps"] if budget_fitted else max_steps
+        schedule.warmup_steps, schedule.max_steps = cfg.warmup_steps, max_steps
         set_rng_state(json.loads(rng_file(checkpoint_dir / chosen[0], rank).read_text()))
         if rank == 0:
             _keep_metrics_up_to(out / "metrics.jsonl", step)
@@ -287,7 +337,8 @@ def train(cfg: TrainConfig) -> dict:
         if rank == 0 and staging.exists():
             shutil.rmtree(staging)  # left by a crash during an earlier save of this step
         dist.barrier()
-        client_state = {"step": step, "data_position": list(position), "world_size": world_size, "global_batch": global_batch}
+        client_state = {"step": step, "data_position": list(position), "world_size": world_size, "global_batch": global_batch,
+                        "max_steps": max_steps, "budget_fitted": budget_fitted}
         engine.save_checkpoint(str(staging), tag=tag, client_state=client_state, save_latest=False)
         (staging / tag).mkdir(parents=True, exist_ok=True)
         rng_file(staging / tag, rank).write_text(json.dumps(rng_state()))
@@ -298,9 +349,12 @@ def train(cfg: TrainConfig) -> dict:
 
     batches = iterate_batches(shards, order, model_cfg.max_len, start=position, rank=rank,
                               world_size=world_size, accumulation=accumulation)
-    autocast = (
-        torch.autocast(engine.device.type, dtype=torch.bfloat16) if cfg.autocast == "bf16" else contextlib.nullcontext()
-    )
+    use_bf16 = [cfg.autocast == "bf16" or (cfg.autocast == "auto" and rank == 0 and bf16_is_fast(engine.device))]
+    dist.broadcast_object_list(use_bf16, src=0)  # one decision for all ranks
+    use_bf16 = use_bf16[0]
+    if cfg.autocast == "auto" and rank == 0:
+        print(f"autocast=auto: {'bf16' if use_bf16 else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {engine.device}")
+    autocast = torch.autocast(engine.device.type, dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
     valid_shards = PairShards(cfg.valid_data) if cfg.valid_data else None
     writer = SummaryWriter(str(out / "tb"), purge_step=step + 1 if step else None) if rank == 0 else None
     metrics_file = (out / "metrics.jsonl").open("a") if rank == 0 else None
@@ -313,6 +367,23 @@ def train(cfg: TrainConfig) -> dict:
     bar = tqdm(total=max_steps, initial=step, disable=rank != 0, desc="train", unit="step", mininterval=2.0)
     last_step = min(max_steps, cfg.stop_at_step or max_steps)
     stop_request = StopRequest()
+    # steps [probe_from, probe_from + budget_probe_steps) are timed to fit the schedule to the budget
+    probe_from, probe_started = step + 5, None
+
+    def fit_schedule_to_budget(seconds_per_step: float) -> None:
+        nonlocal max_steps, last_step, budget_fitted
+        elapsed = (time.time() - started) / 60
+        # 5% more per step: validation and checkpoints take time the probe did not see
+        fitted = min(max_steps, steps_within_budget(step, 1.05 * seconds_per_step, elapsed, cfg.time_budget_minutes))
+        fitted = torch.tensor([fitted], dtype=torch.int64, device=engine.device)
+        dist.broadcast(fitted, src=0)  # rank 0's timing decides for all
+        max_steps = schedule.max_steps = int(fitted)
+        last_step = min(max_steps, cfg.stop_at_step or max_steps)
+        budget_fitted = True
+        bar.total = max_steps
+        if rank == 0:
+            print(f"time budget {cfg.time_budget_minutes} min: {seconds_per_step:.3f} s/step, schedule fitted to "
+                  f"{max_steps} steps", flush=True)
 
     def validate() -> None:
         if valid_shards is None:
@@ -368,6 +439,11 @@ def train(cfg: TrainConfig) -> dict:
             step += 1
             position = (epoch, batch_idx + 1)
             bar.update(1)
+            if cfg.time_budget_minutes and not budget_fitted:
+                if step == probe_from:
+                    probe_started = time.time()
+                elif step == probe_from + cfg.budget_probe_steps and probe_started is not None:
+                    fit_schedule_to_budget((time.time() - probe_started) / cfg.budget_probe_steps)
             if step % cfg.log_every == 0 or step == last_step:
                 totals = window.to(engine.device)
                 dist.all_reduce(totals)  # sums over ranks: mean losses and all tokens of the global batch
@@ -403,7 +479,7 @@ def train(cfg: TrainConfig) -> dict:
             if rank == 0:
                 (out / STOP_FILE).unlink(missing_ok=True)
                 print(f"checkpointed step {step}; exiting with status {PREEMPTED_EXIT_CODE} to be requeued", flush=True)
-            return {"steps": step, "history": history, "model_dir": None, "preempted": True}
+            return {"steps": step, "max_steps": max_steps, "history": history, "model_dir": None, "preempted": True}
         validate()
         if step != last_saved:
             save()
@@ -411,7 +487,7 @@ def train(cfg: TrainConfig) -> dict:
         if rank == 0:
             export_encoder(engine.module.encoder, tokenizer, model_dir)
         dist.barrier()
-        return {"steps": step, "history": history, "model_dir": str(model_dir), "preempted": False}
+        return {"steps": step, "max_steps": max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
     finally:
         stop_request.close()
         if rank == 0:

@@ -83,3 +83,17 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(tiny_pipeline, tmp_path
 def test_lr_schedule_warms_up_then_decays_to_zero():
     f = lr_lambda(warmup_steps=4, max_steps=10)
     assert [round(f(s), 3) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 1.0, 0.833, 0.667, 0.5, 0.333, 0.167, 0.0]
+
+
+def test_time_budget_fits_the_schedule_and_a_resume_keeps_the_fitted_end(tiny_pipeline, tmp_path):
+    # the probe (steps 5-10) ends within warm-up, so the lr never depends on the unfitted end
+    budget = dict(max_steps=100_000, warmup_steps=12, time_budget_minutes=0.05, budget_probe_steps=5, log_every=1,
+                  valid_data=None, save_every=100_000)
+    first = train(config(tiny_pipeline, tmp_path / "run", stop_at_step=12, **budget))
+    fitted = first["max_steps"]
+    assert first["steps"] == 12 and 12 < fitted < 100_000  # timed on steps 5-10, fitted to ~3 s of steps
+    second = train(config(tiny_pipeline, tmp_path / "run", **budget))  # resumes at 12: no new timing
+    assert second["max_steps"] == fitted and second["steps"] == fitted
+    assert second["history"][-1]["lr"] == 0.0  # the decay ended exactly at the fitted end
+    straight = train(config(tiny_pipeline, tmp_path / "plain", **{**budget, "max_steps": fitted, "time_budget_minutes": None}))
+    assert [h["lr"] for h in straight["history"]] == [h["lr"] for h in first["history"] + second["history"]]

@@ -79,10 +79,12 @@ def test_quick_run_reports_every_figure(tmp_path, capsys):
     for key in ("ems", "reference"):
         figures = result[key]
         assert figures["gflops"] > 0 and figures["tokens_per_s"] > 0
-        assert figures["ratio_to_bf16_peak"] == pytest.approx(figures["gflops"] / result["matmul_gflops"]["bf16"])
+        peak = result["matmul_gflops"][result["step_dtype"]]
+        assert figures["ratio_to_peak"] == pytest.approx(figures["gflops"] / peak)
+    assert result["step_dtype"] == max(("fp32", "bf16"), key=result["matmul_gflops"].get)
     assert 0 < result["batch"]["non_pad_ratio"] <= 1
     assert result["ems_over_reference"] == pytest.approx(result["ems"]["gflops"] / result["reference"]["gflops"])
-    for label in ("matmul peak", "non-pad ratio", "EMS (full step)", "nn.TransformerEncoder ref", "/ bf16 peak", "tokens/s"):
+    for label in ("matmul peak", "non-pad ratio", "EMS (full step)", "nn.TransformerEncoder ref", f"/ {result['step_dtype']} peak", "tokens/s"):
         assert label in printed
     assert "MFU against" not in printed and "mfu" not in result["ems"] and "full_run_hours_8gpu" not in result
 
