@@ -15,8 +15,8 @@ from eval.heads.training import (
     Decomposition,
     HeadHyperparameters,
     LossFunction,
-    PairBatch,
     TrainedHead,
+    classified_pair_losses,
     cosine_embedding_loss,
     linear_extractor,
 )
@@ -91,17 +91,4 @@ class ReversibleHead(TrainedHead):
         return ReversibleModule(dim, n_languages, self.hyperparameters.hidden_dim)
 
     def loss_function(self, module: nn.Module) -> LossFunction:
-        def losses(batch: PairBatch) -> dict[str, Tensor]:
-            x, y = module(batch.x), module(batch.y)
-            return reversible_losses(
-                x,
-                y,
-                module(batch.x_other),
-                module(batch.y_other),
-                module.language_classifier(x.language),
-                module.language_classifier(y.language),
-                batch.x_lang,
-                batch.y_lang,
-            )
-
-        return losses
+        return lambda batch: classified_pair_losses(module, batch, reversible_losses)

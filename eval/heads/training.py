@@ -93,6 +93,23 @@ def linear_extractor(dim: int, hidden_dim: int) -> nn.Module:
     return nn.Sequential(nn.Linear(dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, dim))
 
 
+def classified_pair_losses(module: nn.Module, batch: PairBatch, losses_of) -> dict[str, Tensor]:
+    """`losses_of(x, y, x_other, y_other, x_language_logits, y_language_logits, x_lang, y_lang)`
+    (DREAM's or the reversible method's losses) on one batch: both sides and their same-language
+    partners decomposed by `module`, both language parts scored by `module.language_classifier`."""
+    x, y = module(batch.x), module(batch.y)
+    return losses_of(
+        x,
+        y,
+        module(batch.x_other),
+        module(batch.y_other),
+        module.language_classifier(x.language),
+        module.language_classifier(y.language),
+        batch.x_lang,
+        batch.y_lang,
+    )
+
+
 def same_language_partners(languages: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """For each position r, a random position != r with the same language value (r itself only
     when r is the only one of its language). Returns (n,) int64 indices into `languages`."""
