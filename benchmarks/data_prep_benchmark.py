@@ -13,6 +13,7 @@ inserted, a word dropped or repeated, neighbours swapped). Out (printed):
 
     python benchmarks/data_prep_benchmark.py                # ~10 min on 2 cores
     python benchmarks/data_prep_benchmark.py --sizes 1000000  # skip the 10M run
+    python benchmarks/data_prep_benchmark.py --parts rss      # only the memory figures
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from tests.opus_mirror import FLORES, build_mirror, flores_lines  # noqa: E402
 
 PAIRS = [("de", "en"), ("en", "fr"), ("en", "ja"), ("en", "ru")]
 EVAL_SETS = ("tatoeba", "sts")
+PARTS = ("throughput", "ratio", "rss")
 
 
 def vary(words: list[str], rng: random.Random) -> str:
@@ -157,6 +159,10 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=20_000, help="pairs for the per-stage throughput")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000], help="pairs for the RSS runs")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--rss-stages", nargs="+", choices=("clean", "binarize"), default=["clean", "binarize"])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="which figures to measure (rss needs a vocabulary: it trains one on --sample pairs "
+                             "when throughput does not run)")
     parser.add_argument("--measure", nargs=5, metavar=("STAGE", "CORPUS", "OUT", "VOCAB", "DATA_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -166,18 +172,24 @@ def main() -> None:
         sys.exit(f"FLORES-200 not found under {args.data_dir}: set --data-dir or EMS_DATA_DIR")
     work = args.work or Path(tempfile.mkdtemp(prefix="data_prep_bench_"))
     try:
-        print(f"== pairs/s per worker, {args.sample} pairs (fetch: {len(PAIRS)} x 1012)")
-        for stage, rate in stage_throughput(args.data_dir, work / "stages", args.sample).items():
-            print(f"{stage:45s} {rate:12,.0f}")
         vocab = work / "stages" / "vocab"
-        ratio = spm_ratio(args.data_dir, work / "ratio", 200_000, vocab)
-        print(f"== SentencePiece stage vs raw sentencepiece encode (1 thread, same lines): "
-              f"{ratio['binarize_sentences_per_s']:,.0f} vs {ratio['raw_sentences_per_s']:,.0f} sentences/s, "
-              f"ratio {ratio['ratio']:.2f} (target >= 0.8)")
-        print("== peak RSS of the largest process (target: flat, < 1024 MiB)")
-        for size in args.sizes:
+        if "throughput" in args.parts:
+            print(f"== pairs/s per worker, {args.sample} pairs (fetch: {len(PAIRS)} x 1012)")
+            for stage, rate in stage_throughput(args.data_dir, work / "stages", args.sample).items():
+                print(f"{stage:45s} {rate:12,.0f}")
+        else:
+            corpus = synthetic_corpus(args.data_dir, work / "stages" / "pretok", args.sample, Preprocessing())
+            train_vocab(corpus, vocab, vocab_size=8000, character_coverage=0.9995)
+        if "ratio" in args.parts:
+            ratio = spm_ratio(args.data_dir, work / "ratio", 200_000, vocab)
+            print(f"== SentencePiece stage vs raw sentencepiece encode (1 thread, same lines): "
+                  f"{ratio['binarize_sentences_per_s']:,.0f} vs {ratio['raw_sentences_per_s']:,.0f} sentences/s, "
+                  f"ratio {ratio['ratio']:.2f} (target >= 0.8)")
+        if "rss" in args.parts:
+            print("== peak RSS of the largest process (target: flat, < 1024 MiB)")
+        for size in args.sizes if "rss" in args.parts else []:
             corpus = synthetic_corpus(args.data_dir, work / f"synthetic-{size}", size, Tokenizer.load(vocab).preprocessing)
-            for stage in ("clean", "binarize"):
+            for stage in args.rss_stages:
                 out = work / f"{stage}-{size}"
                 result = subprocess.run(
                     [sys.executable, __file__, "--measure", stage, str(corpus), str(out), str(vocab), str(args.data_dir)],

@@ -33,6 +33,7 @@ from ems.text import Tokenizer
 INDEX_FILE = "index.json"
 PARTS_DIR = "parts"
 COPY_BYTES = 1 << 24  # bytes per copy step of the join
+JOIN_ROWS = 1 << 20  # sentence lengths (and pair language rows) per step of the join: memory stays flat
 
 
 def _encode_part(task: tuple[ParallelFiles, str, str, bool, int]) -> dict:
@@ -86,7 +87,7 @@ def _open_npy(path: Path, dtype: str, shape: tuple[int, ...]):
 
 def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Tokenizer) -> None:
     """Concatenate the parts into the three arrays with sequential writes (no memory map, whose
-    written pages would count in the resident set), one part's lengths in memory at a time."""
+    written pages would count in the resident set), JOIN_ROWS lengths in memory at a time."""
     n_pairs = sum(e["n_pairs"] for e in entries)
     n_tokens = sum((p / "tokens.bin").stat().st_size // 4 for p in parts)
     with _open_npy(out_dir / "tokens.npy.partial", "<i4", (n_tokens,)) as tokens, \
@@ -97,11 +98,14 @@ def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Toke
         for part, entry in zip(parts, entries):
             with open(part / "tokens.bin", "rb") as part_tokens:
                 shutil.copyfileobj(part_tokens, tokens, COPY_BYTES)
-            ends = end + np.cumsum(np.fromfile(part / "lengths.bin", dtype="<i4"), dtype="<i8")
-            ends.tofile(offsets)
-            end = int(ends[-1]) if len(ends) else end
-            pair_langs = (tokenizer.lang_index(entry["l1"]), tokenizer.lang_index(entry["l2"]))
-            np.tile(np.asarray(pair_langs, dtype="<i2"), (entry["n_pairs"], 1)).tofile(langs)
+            with open(part / "lengths.bin", "rb") as part_lengths:
+                while (lengths := np.fromfile(part_lengths, dtype="<i4", count=JOIN_ROWS)).size:
+                    ends = end + np.cumsum(lengths, dtype="<i8")
+                    ends.tofile(offsets)
+                    end = int(ends[-1])
+            pair_langs = np.asarray((tokenizer.lang_index(entry["l1"]), tokenizer.lang_index(entry["l2"])), dtype="<i2")
+            for start in range(0, entry["n_pairs"], JOIN_ROWS):
+                np.tile(pair_langs, (min(JOIN_ROWS, entry["n_pairs"] - start), 1)).tofile(langs)
             entry["start"], entry["end"] = pair_pos, pair_pos + entry["n_pairs"]
             pair_pos += entry["n_pairs"]
     for name in ("tokens.npy", "offsets.npy", "langs.npy"):

@@ -75,10 +75,14 @@ def test_shards_hold_the_pretokenized_corpus_with_per_pair_ranges(prepared):
     assert shards.sentence(2 * start + 1).tolist() == tokenizer.encode([raw_ja], "ja")[0]
 
 
-def test_worker_count_does_not_change_the_shards(prepared, tmp_path):
+def test_worker_count_does_not_change_the_shards(prepared, tmp_path, monkeypatch):
     binarize(prepared / "pretok", prepared / "vocab", tmp_path / "one", workers=1)
     binarize(prepared / "pretok", prepared / "vocab", tmp_path / "three", workers=3)
     assert digest(tmp_path / "one") == digest(tmp_path / "three") == digest(prepared / "shards")
+    # nor does the join's step size (a few rows per step: every part is joined in many steps)
+    monkeypatch.setattr("data_prep.binarize.JOIN_ROWS", 7)
+    binarize(prepared / "pretok", prepared / "vocab", tmp_path / "small-steps", workers=1)
+    assert digest(tmp_path / "small-steps") == digest(prepared / "shards")
     assert not (tmp_path / "three" / "parts").exists()
 
 
