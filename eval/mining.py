@@ -1,14 +1,15 @@
 """Margin-based bitext mining (Artetxe & Schwenk 2019, as in LASER and the EMS paper's BUCC table).
 
 Embeddings in, scored candidate pairs out: exact k-nearest neighbours with faiss (flat inner
-product, queried in memory-bounded chunks; an IVF index for corpora over ~1M sentences; GPU when
-faiss sees one), margin scores over k neighbours each side, and the four retrieval modes
+product over chunks of both sides, so memory does not grow with the corpus; an IVF index for
+corpora over ~1M sentences; GPU when faiss sees one), margin scores over k neighbours each side, and the four retrieval modes
 (forward, backward, max, intersect). Shared by the BUCC task, the large-scale retrieval task and
 the `python -m eval.mine` command.
 """
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import faiss
@@ -58,10 +59,33 @@ def normalised_rows(name: str, x: np.ndarray, start: int, stop: int) -> np.ndarr
     """Rows start:stop of `x` as a C-contiguous float32 copy with unit rows (zero rows stay zero);
     ValueError naming `name` if they hold NaN or infinity."""
     rows = np.array(x[start:stop], dtype=np.float32, order="C", copy=True)
+    release_mapped_pages(x)
     if not np.isfinite(rows).all():
         raise ValueError(f"{name} contains NaN or infinite values (in rows {start}-{stop - 1})")
     faiss.normalize_L2(rows)
     return rows
+
+
+def release_mapped_pages(x: np.ndarray) -> None:
+    """Unmap the pages that reading a read-only memory-mapped `x` (np.load(..., mmap_mode="r"))
+    brought into this process. They stay in the OS page cache, so a later read is a cheap minor
+    fault, but the process's resident set (what a SLURM memory limit watches) no longer grows
+    with the size of the embedding file as chunks stream through. Anything else: no-op."""
+    mapping = getattr(x, "_mmap", None)  # np.memmap's mapping; numpy has no public handle for it
+    if isinstance(x, np.memmap) and x.mode == "r" and mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)  # read-only shared mapping: nothing can be lost
+
+
+def _gpus() -> int:
+    return faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+
+
+def resolve_index_type(index_type: str, n: int) -> str:
+    """"flat" or "ivf" for an index over `n` rows ("auto": ivf from IVF_MIN_ROWS rows)."""
+    check_choice("index", index_type, INDEX_TYPES)
+    if index_type == "auto":
+        return "ivf" if n >= IVF_MIN_ROWS else "flat"
+    return index_type
 
 
 def build_index(
@@ -74,21 +98,19 @@ def build_index(
     1/8 of the lists, at least 16); "auto" picks ivf from IVF_MIN_ROWS rows. Moved to all GPUs
     when faiss was built with GPU support and sees one.
     """
-    check_choice("index", index_type, INDEX_TYPES)
     n, dim = vectors.shape
-    if index_type == "auto":
-        index_type = "ivf" if n >= IVF_MIN_ROWS else "flat"
-    if index_type == "flat":
+    if resolve_index_type(index_type, n) == "flat":
         index = faiss.IndexFlatIP(dim)
     else:
         n_lists = max(1, min(int(4 * np.sqrt(n)), n // 39))  # faiss wants >= 39 training points per list
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, n_lists, faiss.METRIC_INNER_PRODUCT)
         sample = np.sort(np.random.default_rng(0).choice(n, size=min(n, 64 * n_lists), replace=False))
         training = np.array(vectors[sample], dtype=np.float32, order="C")
+        release_mapped_pages(vectors)
         faiss.normalize_L2(training)
         index.train(training)
         index.nprobe = min(n_lists, nprobe or max(16, n_lists // 8))
-    if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
+    if _gpus() > 0:
         index = faiss.index_cpu_to_all_gpus(index)
     for start in range(0, n, chunk_rows):
         index.add(normalised_rows(name, vectors, start, start + chunk_rows))
@@ -106,14 +128,64 @@ def knn(
     """Top-k inner products of the L2-normalised rows of `queries` (n, d) against a faiss
     `index`, `chunk_rows` queries per call. Returns (similarities (n, k) float32, ids (n, k)
     int64), best first."""
+    return _search_in_chunks(queries, k, lambda chunk: index.search(chunk, k), chunk_rows, progress, desc)
+
+
+def blockwise_knn(
+    queries: np.ndarray,
+    base: np.ndarray,
+    k: int,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    progress: bool = False,
+    desc: str = "queries",
+    base_name: str = "base",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k inner products of the L2-normalised rows of `queries` (n, d) against those of
+    `base` (m, d), without an index: each chunk of queries meets `base` one chunk of rows at a
+    time (faiss.knn) and the hits are merged into a running top-k (faiss.ResultHeap). Memory is
+    two chunks plus the (n, k) results whatever m is, where a flat index holds all of `base`;
+    the arithmetic is the same. Returns (similarities (n, k) float32, ids (n, k) int64), best
+    first; k <= m."""
+
+    def search(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        heap = faiss.ResultHeap(len(chunk), k, keep_max=True)
+        for start in range(0, len(base), chunk_rows):
+            block = normalised_rows(base_name, base, start, start + chunk_rows)
+            block_sims, block_ids = faiss.knn(chunk, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+            heap.add_result(block_sims, block_ids + start)
+        heap.finalize()
+        return heap.D, heap.I
+
+    return _search_in_chunks(queries, k, search, chunk_rows, progress, desc)
+
+
+def _search_in_chunks(queries, k, search, chunk_rows, progress, desc) -> tuple[np.ndarray, np.ndarray]:
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     sims = np.empty((len(queries), k), dtype=np.float32)
     ids = np.empty((len(queries), k), dtype=np.int64)
     for start in tqdm(range(0, len(queries), chunk_rows), desc=desc, unit="chunk", disable=not progress):
         chunk = normalised_rows(desc, queries, start, start + chunk_rows)
-        sims[start : start + len(chunk)], ids[start : start + len(chunk)] = index.search(chunk, k)
+        sims[start : start + len(chunk)], ids[start : start + len(chunk)] = search(chunk)
     return sims, ids
+
+
+def nearest(
+    queries: np.ndarray,
+    base: np.ndarray,
+    k: int,
+    index_type: str,
+    nprobe: int | None,
+    chunk_rows: int,
+    progress: bool,
+    desc: str,
+    base_name: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of `queries` among `base` rows by cosine: exact search on the CPU streams both sides
+    (`blockwise_knn`); IVF, and any search on GPUs, goes through a faiss index."""
+    if resolve_index_type(index_type, len(base)) == "flat" and _gpus() == 0:
+        return blockwise_knn(queries, base, k, chunk_rows, progress, desc, base_name)
+    return knn(queries, build_index(base_name, base, index_type, nprobe, chunk_rows), k, chunk_rows, progress, desc)
 
 
 @dataclass
@@ -155,9 +227,9 @@ def margin_neighbours(
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     k = min(k, len(x), len(y))
-    # One index alive at a time: memory is one side's vectors plus a chunk, beyond the inputs.
-    fwd_cos, fwd_ids = knn(x, build_index("y", y, index_type, nprobe, chunk_rows), k, chunk_rows, progress, "x")
-    bwd_cos, bwd_ids = knn(y, build_index("x", x, index_type, nprobe, chunk_rows), k, chunk_rows, progress, "y")
+    # Exact search holds two chunks at a time; an IVF index holds one side (one index alive at a time).
+    fwd_cos, fwd_ids = nearest(x, y, k, index_type, nprobe, chunk_rows, progress, "x", "y")
+    bwd_cos, bwd_ids = nearest(y, x, k, index_type, nprobe, chunk_rows, progress, "y", "x")
     # IVF may return fewer than k hits (id -1); a missing neighbour adds nothing to the average.
     fwd_cos[fwd_ids < 0], bwd_cos[bwd_ids < 0] = 0.0, 0.0
     avg_x, avg_y = fwd_cos.mean(axis=1), bwd_cos.mean(axis=1)

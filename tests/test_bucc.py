@@ -68,6 +68,29 @@ def test_margin_scores_match_numpy_brute_force_in_chunks():
     np.testing.assert_allclose(ivf.score, forward.score, rtol=1e-5)
 
 
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_memory_mapped_embeddings_give_the_same_pairs_without_staying_resident(tmp_path):
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(20_000, 256)).astype(np.float32), rng.normal(size=(20_000, 256)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    x_map, y_map = np.load(tmp_path / "x.npy", mmap_mode="r"), np.load(tmp_path / "y.npy", mmap_mode="r")
+    before = _rss_file_kib()
+    mapped = mine(x_map, y_map, mode="max", chunk_rows=1000)
+    grown_mib = (_rss_file_kib() - before) / 1024
+    # the two files are 39 MiB: read through the mappings and kept mapped, they would all be resident
+    assert grown_mib < 8, f"mapped embedding pages stayed resident: +{grown_mib:.1f} MiB"
+    in_memory = mine(x, y, mode="max", chunk_rows=1000)
+    np.testing.assert_array_equal(mapped.src, in_memory.src)
+    np.testing.assert_array_equal(mapped.tgt, in_memory.tgt)
+    np.testing.assert_array_equal(mapped.score, in_memory.score)
+
+
 def test_retrieval_modes_by_hand():
     # absolute margin, k = 1: scores are cosines. x0 (1, 0), x1 (.8, .6), x2 (0, 1); y0 (1, 0),
     # y1 (.6, .8), y2 (-1, 0). Forward: x0->y0 (1), x1->y1 (.96), x2->y1 (.8). Backward: y0->x0 (1),
