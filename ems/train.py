@@ -109,10 +109,6 @@ class LinearSchedule:
         return max(0.0, (self.max_steps - step) / max(1, self.max_steps - self.warmup_steps))
 
 
-def lr_lambda(warmup_steps: int, max_steps: int) -> LinearSchedule:
-    return LinearSchedule(warmup_steps, max_steps)
-
-
 def steps_within_budget(step: int, seconds_per_step: float, elapsed_minutes: float, budget_minutes: float) -> int:
     """The final step count of a run at `step` after `elapsed_minutes` that goes on at
     `seconds_per_step` and must end within `budget_minutes` (at least one more step)."""

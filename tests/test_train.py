@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ems
-from ems.train import TrainConfig, lr_lambda, train
+from ems.train import LinearSchedule, TrainConfig, train
 from tests.conftest import SMALL_MODEL
 
 
@@ -81,7 +81,7 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(tiny_pipeline, tmp_path
 
 
 def test_lr_schedule_warms_up_then_decays_to_zero():
-    f = lr_lambda(warmup_steps=4, max_steps=10)
+    f = LinearSchedule(warmup_steps=4, max_steps=10)
     assert [round(f(s), 3) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 1.0, 0.833, 0.667, 0.5, 0.333, 0.167, 0.0]
 
 
