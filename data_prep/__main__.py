@@ -1,6 +1,7 @@
 """Command line of the data-prep pipeline: `python -m data_prep <stage> ...`.
 
-Stages: pairs (list a config's language pairs), fetch (OPUS -> aligned files), clean,
+Stages: pairs (list a config's language pairs), fetch (OPUS -> aligned files), import
+(OPUS-MT-testsets Tatoeba Challenge / TICO-19 -> aligned files), split (held-out pairs), clean,
 pretokenize, vocab, binarize, and all (every stage in order under one output directory).
 Each prints a one-line summary per unit of work and exits 1 with a message on bad input.
 """
@@ -16,8 +17,11 @@ from pathlib import Path
 from data_prep.binarize import binarize
 from data_prep.clean import clean_corpus, failed_files, load_eval_sentences
 from data_prep.config import load_config
+from data_prep.corpus import pair_dir_name
 from data_prep.opus import FetchError, MirrorSource, OnlineSource, fetch
+from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus, build_tico19_corpus
 from data_prep.pretokenize import pretokenize_corpus
+from data_prep.split import split_heldout
 from data_prep.vocab import train_vocab
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -36,6 +40,53 @@ def run_fetch(args) -> None:
         print(f"{entry['corpus']}\t{entry['pair']}\t{entry['status']}\t{entry.get('pairs', '')}")
     for pair in report.get("pairs_without_data", []):
         print(f"warning: no corpus has the pair {pair}", file=sys.stderr)
+
+
+IMPORTERS = {"tatoeba-challenge": build_tatoeba_challenge_corpus, "tico19": build_tico19_corpus}
+
+
+def _merge_option(items: list[str] | None) -> dict[str, str]:
+    merge = {}
+    for item in items or []:
+        source, equals, target = item.partition("=")
+        if not (source and equals and target):
+            raise ValueError(f"--merge takes FROM=TO language codes (e.g. prs=fa), got {item!r}")
+        merge[source] = target
+    return merge
+
+
+def _import_summary(report: dict) -> str:
+    merged = "; ".join(
+        f"{code} <- " + ", ".join(f"{tag} {count}" for tag, count in tags)
+        for code, tags in report["merged"].items() if len(tags) > 1
+    )
+    skipped: dict[str, int] = {}
+    for folder in report["folders"].values():
+        for reason, counts in folder["skipped"].items():
+            skipped[reason] = skipped.get(reason, 0) + (sum(counts.values()) if isinstance(counts, dict) else counts)
+    skipped_lines = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items()))
+    skipped_folders = ", ".join(f"{name} ({why})" for name, why in report["skipped_folders"].items())
+    parts = [f"merged: {merged or 'nothing'}", f"skipped lines: {skipped_lines or 'none'}",
+             f"skipped folders: {skipped_folders or 'none'}"]
+    labels_missing = sum(len(folder.get("labels_missing", [])) for folder in report["folders"].values())
+    if labels_missing:
+        parts.append(f"labels files missing: {labels_missing}")
+    return " | ".join(parts)
+
+
+def run_import(args) -> None:
+    report = IMPORTERS[args.format](args.input, args.out, languages=args.languages, merge=_merge_option(args.merge))
+    for code, count in report["languages"].items():
+        print(f"{pair_dir_name('en', code)}\t{count}")
+    print(_import_summary(report))
+
+
+def run_split(args) -> None:
+    report = split_heldout(args.input, args.train_out, args.heldout_out, per_pair=args.per_pair, seed=args.seed)
+    for entry in report["pairs"]:
+        state = "too small for held-out" if entry["too_small_for_heldout"] else f"heldout {entry['heldout']}"
+        removed = entry["removed_overlapping_heldout"]
+        print(f"{entry['pair']}\t{state}\ttrain {entry['train']}\tremoved_overlapping_heldout {removed}")
 
 
 def run_clean(args) -> None:
@@ -114,6 +165,16 @@ def parser() -> argparse.ArgumentParser:
     stage("pairs", lambda a: print("\n".join(load_config(a.config).pair_names())), "print a config's language pairs", config)
     fetch_parser = stage("fetch", run_fetch, "OPUS corpora -> aligned Moses-style files", config, out, pair, source)
     fetch_parser.add_argument("--dry-run", action="store_true", help="print what would be fetched and stop")
+    import_parser = stage("import", run_import, "OPUS-MT-testsets Tatoeba Challenge or TICO-19 -> aligned English-X files "
+                          "(counts before the clean stage's deduplication)", inp, out)
+    import_parser.add_argument("--format", choices=sorted(IMPORTERS), required=True)
+    import_parser.add_argument("--languages", nargs="+", help="language codes to keep (e.g. de zh); default: all")
+    import_parser.add_argument("--merge", nargs="+", metavar="FROM=TO", help="fold a language into another, e.g. prs=fa")
+    split_parser = stage("split", run_split, "held-out pairs per language pair, kept out of training", inp)
+    split_parser.add_argument("--train-out", type=Path, required=True)
+    split_parser.add_argument("--heldout-out", type=Path, required=True)
+    split_parser.add_argument("--per-pair", type=int, required=True, help="held-out pairs per language pair")
+    split_parser.add_argument("--seed", type=int, default=0)
     stage("clean", run_clean, "normalize, filter, deduplicate, remove evaluation sentences", config, inp, out, pair, data_dir)
     stage("pretokenize", run_pretokenize, "NFKC, lowercase, per-language pre-tokenizer", inp, out, pair, workers)
     stage("vocab", run_vocab, "SentencePiece on a language-balanced sample", config, inp, out)

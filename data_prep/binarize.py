@@ -3,10 +3,18 @@
 In: a corpus root (aligned-pair layout, raw or pretokenized) and a vocabulary directory.
 Out, in `out_dir`:
 - `tokens.npy`   int32, every sentence's ids concatenated (side 1 of pair i is sentence 2i,
-                 side 2 is sentence 2i+1)
+                 side 2 is sentence 2i+1). Side 2 is the corpus's pivot language (the language of
+                 most language pairs: English in an English-centric corpus) in every pair that has
+                 it, else the pair's second language: English-centric batches are then X -> English
+                 whatever the alphabetical order, and sorting by side 1's length first does not line
+                 up the translations of one English sentence (see ems.data.BatchOrder)
 - `offsets.npy`  int64, sentence k is tokens[offsets[k]:offsets[k+1]]
 - `langs.npy`    int16 (n_pairs, 2), language index of each side
-- `index.json`   languages, one entry per corpus file pair with its [start, end) pair range
+- `content_ids.npy` uint64 (n_pairs, 2), each side's content id: a 64-bit hash of its normalised
+                 text (`data_prep.clean.normalize` + `overlap_key`), equal for equal sentences in any
+                 pair or language, so the trainer can tell in-batch translations of one sentence apart
+- `index.json`   languages, the pivot, one entry per corpus file pair with its side order
+                 (`sides`) and [start, end) pair range
                  (so the trainer can sample by language pair) and its report (read, kept,
                  skipped by reason); written last, so its presence means the shards are complete.
 Each file pair is encoded by a worker process into `out_dir/parts/<pair>.<name>/` (raw token and length
@@ -20,12 +28,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections import Counter
 from itertools import chain, islice
 from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 
+from data_prep.clean import normalize, overlap_key, text_hash
 from data_prep.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel
 from data_prep.pretokenize import corpus_preprocessing
 from ems.text import Tokenizer
@@ -33,12 +43,29 @@ from ems.text import Tokenizer
 INDEX_FILE = "index.json"
 PARTS_DIR = "parts"
 COPY_BYTES = 1 << 24  # bytes per copy step of the join
+SHARD_ARRAYS = ("tokens.npy", "offsets.npy", "langs.npy", "content_ids.npy")
 JOIN_ROWS = 1 << 20  # sentence lengths (and pair language rows) per step of the join: memory stays flat
 
 
-def _encode_part(task: tuple[ParallelFiles, str, str, bool, int]) -> dict:
-    """Encode one file pair into its part directory (skipped when done); returns its entry."""
-    files, vocab_dir, part_dir, pretokenized, batch_lines = task
+def content_id(text: str) -> int:
+    """A sentence's content id: the hash of its normalised text, the same whatever its language
+    label or corpus (traditional and simplified Chinese alike, as in the clean stage)."""
+    return text_hash(overlap_key(normalize(text)))
+
+
+def pivot_language(all_files: list[ParallelFiles]) -> str | None:
+    """The language of the most language pairs (English in an English-centric corpus); None if no
+    language leads (a single pair, or a tie)."""
+    counts = Counter(lang for pair in {(f.l1, f.l2) for f in all_files} for lang in pair).most_common(2)
+    if len(counts) < 2 or counts[0][1] == counts[1][1]:
+        return None
+    return counts[0][0]
+
+
+def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
+    """Encode one file pair into its part directory (skipped when done), its l2 side first when
+    `swap`; returns its entry."""
+    files, vocab_dir, part_dir, pretokenized, batch_lines, swap = task
     part_dir = Path(part_dir)
     done = part_dir / "part.json"
     if done.is_file():
@@ -48,24 +75,30 @@ def _encode_part(task: tuple[ParallelFiles, str, str, bool, int]) -> dict:
     read = ReadReport()
     n_pairs = skipped = 0
     pairs = read_parallel(files.path_l1, files.path_l2, read)
+    side1, side2 = (files.l2, files.l1) if swap else (files.l1, files.l2)
+    if swap:
+        pairs = ((b, a) for a, b in pairs)
 
     def encode(sentences: list[str], lang: str) -> list[list[int]]:
         if not pretokenized:
             return tokenizer.encode(sentences, lang)
         return tokenizer.sp.encode(sentences, num_threads=1)  # the worker processes are the parallelism
 
-    with open(part_dir / "tokens.bin", "wb") as tokens_out, open(part_dir / "lengths.bin", "wb") as lengths_out:
+    with open(part_dir / "tokens.bin", "wb") as tokens_out, open(part_dir / "lengths.bin", "wb") as lengths_out, \
+            open(part_dir / "content_ids.bin", "wb") as ids_out:
         while chunk := list(islice(pairs, batch_lines)):
-            ids1 = encode([p[0] for p in chunk], files.l1)
-            ids2 = encode([p[1] for p in chunk], files.l2)
-            sentences = [s for a, b in zip(ids1, ids2) if a and b for s in (a, b)]
-            skipped += len(chunk) - len(sentences) // 2
-            n_pairs += len(sentences) // 2
+            ids1 = encode([p[0] for p in chunk], side1)
+            ids2 = encode([p[1] for p in chunk], side2)
+            kept = [(pair, a, b) for pair, a, b in zip(chunk, ids1, ids2) if a and b]
+            sentences = [s for _, a, b in kept for s in (a, b)]
+            skipped += len(chunk) - len(kept)
+            n_pairs += len(kept)
             lengths = np.fromiter(map(len, sentences), dtype=np.int32, count=len(sentences))
             np.fromiter(chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum())).tofile(tokens_out)
             lengths.tofile(lengths_out)
+            np.array([content_id(text) for pair, _, _ in kept for text in pair], dtype="<u8").tofile(ids_out)
     entry = {
-        "l1": files.l1, "l2": files.l2, "name": files.name, "n_pairs": n_pairs,
+        "l1": files.l1, "l2": files.l2, "sides": [side1, side2], "name": files.name, "n_pairs": n_pairs,
         "read": read.to_dict(), "skipped_empty_after_tokenization": skipped,
     }
     done.write_text(json.dumps(entry, indent=2) + "\n")
@@ -92,23 +125,25 @@ def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Toke
     n_tokens = sum((p / "tokens.bin").stat().st_size // 4 for p in parts)
     with _open_npy(out_dir / "tokens.npy.partial", "<i4", (n_tokens,)) as tokens, \
             _open_npy(out_dir / "offsets.npy.partial", "<i8", (2 * n_pairs + 1,)) as offsets, \
-            _open_npy(out_dir / "langs.npy.partial", "<i2", (n_pairs, 2)) as langs:
+            _open_npy(out_dir / "langs.npy.partial", "<i2", (n_pairs, 2)) as langs, \
+            _open_npy(out_dir / "content_ids.npy.partial", "<u8", (n_pairs, 2)) as content_ids:
         np.zeros(1, dtype="<i8").tofile(offsets)
         end, pair_pos = 0, 0
         for part, entry in zip(parts, entries):
-            with open(part / "tokens.bin", "rb") as part_tokens:
-                shutil.copyfileobj(part_tokens, tokens, COPY_BYTES)
+            for name, joined in (("tokens.bin", tokens), ("content_ids.bin", content_ids)):
+                with open(part / name, "rb") as part_file:
+                    shutil.copyfileobj(part_file, joined, COPY_BYTES)
             with open(part / "lengths.bin", "rb") as part_lengths:
                 while (lengths := np.fromfile(part_lengths, dtype="<i4", count=JOIN_ROWS)).size:
                     ends = end + np.cumsum(lengths, dtype="<i8")
                     ends.tofile(offsets)
                     end = int(ends[-1])
-            pair_langs = np.asarray((tokenizer.lang_index(entry["l1"]), tokenizer.lang_index(entry["l2"])), dtype="<i2")
+            pair_langs = np.asarray([tokenizer.lang_index(lang) for lang in entry["sides"]], dtype="<i2")
             for start in range(0, entry["n_pairs"], JOIN_ROWS):
                 np.tile(pair_langs, (min(JOIN_ROWS, entry["n_pairs"] - start), 1)).tofile(langs)
             entry["start"], entry["end"] = pair_pos, pair_pos + entry["n_pairs"]
             pair_pos += entry["n_pairs"]
-    for name in ("tokens.npy", "offsets.npy", "langs.npy"):
+    for name in SHARD_ARRAYS:
         (out_dir / f"{name}.partial").replace(out_dir / name)
 
 
@@ -135,7 +170,9 @@ def binarize(
     parts_root.mkdir(parents=True, exist_ok=True)
     stamp.write_text(vocab_sha1)
     parts = [parts_root / f"{files.l1}-{files.l2}.{files.name}" for files in all_files]
-    tasks = [(files, str(vocab_dir), str(part), made_with is not None, batch_lines) for files, part in zip(all_files, parts)]
+    pivot = pivot_language(all_files)
+    tasks = [(files, str(vocab_dir), str(part), made_with is not None, batch_lines, files.l1 == pivot)
+             for files, part in zip(all_files, parts)]
     if workers <= 1:
         entries = [_encode_part(task) for task in tasks]
     else:
@@ -151,6 +188,7 @@ def binarize(
         "n_pairs": sum(e["n_pairs"] for e in entries),
         "n_tokens": int(np.load(out_dir / "tokens.npy", mmap_mode="r").size),
         "pretokenized_corpus": made_with is not None,
+        "pivot": pivot,
         "files": entries,
     }
     (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")

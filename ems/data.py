@@ -13,6 +13,7 @@ disjoint, their union is the global batch, and all of them have nearly the same 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -37,6 +38,11 @@ class PairShards:
         self.langs = np.load(directory / "langs.npy", mmap_mode="r")
         if len(self.offsets) != 2 * len(self.langs) + 1:
             raise ValueError(f"{directory}: offsets.npy and langs.npy disagree on the number of pairs")
+        # (n_pairs, 2) uint64 ids of each side's text; None in shards binarized before they existed
+        ids_path = directory / "content_ids.npy"
+        self.content_ids = np.load(ids_path, mmap_mode="r") if ids_path.is_file() else None
+        if self.content_ids is not None and self.content_ids.shape != self.langs.shape:
+            raise ValueError(f"{directory}: content_ids.npy and langs.npy disagree on the number of pairs")
         self.languages: list[str] = self.index["languages"]
 
     def __len__(self) -> int:
@@ -72,6 +78,96 @@ def temperature_proportions(sizes: np.ndarray, temperature: float) -> np.ndarray
     return weights / weights.sum()
 
 
+def rows_with_duplicates(batch: np.ndarray, content_ids: np.ndarray) -> int:
+    """How many pairs of `batch` (pair indices) share a sentence (either side, in either position)
+    with another pair of the same batch: the rows whose in-batch negatives hold a translation."""
+    ids = np.asarray(content_ids[batch])
+    values, counts = np.unique(_side_ids(ids)[1], return_counts=True)
+    shared = values[counts > 1]
+    return int((np.isin(ids[:, 0], shared) | np.isin(ids[:, 1], shared)).sum())
+
+
+def _side_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row of each id, id) over both sides of (n, 2) content ids; a pair whose two sides are the
+    same text counts its id once."""
+    n = len(ids)
+    distinct_second = ids[:, 1] != ids[:, 0]
+    rows = np.concatenate([np.arange(n), np.arange(n)[distinct_second]])
+    return rows, np.concatenate([ids[:, 0], ids[:, 1][distinct_second]])
+
+
+def _repeating_rows(ids: np.ndarray) -> np.ndarray:
+    """(n_batches, B, 2) content ids -> flat indices (b * B + j) of the rows that repeat a sentence
+    held by an earlier row of their batch, in order."""
+    n_batches, batch_size, _ = ids.shape
+    flat = ids.reshape(-1, 2)
+    rows, side_ids = _side_ids(flat)
+    order = np.lexsort((rows, side_ids, rows // batch_size))
+    rows, side_ids = rows[order], side_ids[order]
+    repeat = (rows[1:] // batch_size == rows[:-1] // batch_size) & (side_ids[1:] == side_ids[:-1])
+    return np.unique(rows[1:][repeat])
+
+
+def spread_duplicates(batches: np.ndarray, content_ids: np.ndarray, lengths: np.ndarray, radius: int = 16,
+                      padding_budget: float = 0.005) -> np.ndarray:
+    """Swap pairs between nearby batches of one length-sorted window so that no batch holds two
+    pairs sharing a sentence, adding little padding. Returns the new (n_batches, B) pair indices.
+
+    batches: (n_batches, B) pair indices in length order; content_ids: (n, 2) and lengths: (n,) or
+    (n, 2), indexed by pair. Like sentence-transformers' NoDuplicatesDataLoader, but keeping the
+    length buckets: each pair that repeats a sentence of its batch is swapped with the pair within
+    `radius` batches whose swap widens the two batches least (the tokens by which either batch's
+    longest sentence on either side grows, times the batch size: the padding slots it adds), ties to
+    the nearest batch, among pairs whose move creates no repeat in either batch. A first pass makes
+    only the swaps that add no padding; a second spends at most `padding_budget` (a fraction of the
+    window's token slots) on the cheapest of the rest. A repeat left over is masked in the loss."""
+    batches = batches.copy()
+    n_batches, batch_size = batches.shape
+    ids = np.asarray(content_ids[batches])  # (n_batches, B, 2)
+    lens = np.asarray(lengths[batches]).reshape(n_batches, batch_size, -1)
+    maxes = lens.max(axis=1)
+    members = [Counter(_side_ids(row)[1].tolist()) for row in ids]
+    budget = padding_budget * float(maxes.sum()) * batch_size
+
+    def own_ids(b: int, j: int) -> list[int]:
+        return list(dict.fromkeys(ids[b, j].tolist()))
+
+    def count(b: int, j: int, sign: int) -> None:
+        members[b].update({i: sign for i in own_ids(b, j)})
+        members[b] += Counter()  # drops the ids whose count fell to zero
+
+    def swap_if_cheap(b: int, j: int, max_slots: float) -> float:
+        """Swap repeating row j of batch b with its best partner if that adds at most max_slots
+        padding slots; returns the slots added (0 when no swap was made)."""
+        count(b, j, -1)
+        near = [c for d in range(1, radius + 1) for c in (b + d, b - d) if 0 <= c < n_batches]
+        free = [c for c in near if not any(i in members[c] for i in own_ids(b, j))]
+        if free:
+            in_b = np.fromiter(members[b], dtype=ids.dtype, count=len(members[b]))
+            slots = batch_size * (np.maximum(lens[free] - maxes[b], 0).sum(axis=2)
+                                  + np.maximum(lens[b, j] - maxes[free], 0).sum(axis=1)[:, None])  # (k, B)
+            slots[np.isin(ids[free], in_b).any(axis=2)] = np.iinfo(slots.dtype).max
+            k, r = np.unravel_index(np.argmin(slots), slots.shape)
+        if not free or slots[k, r] > max_slots:
+            count(b, j, +1)
+            return 0.0
+        c = free[k]
+        count(c, r, -1)
+        for array in (batches, ids, lens):
+            array[b, j], array[c, r] = array[c, r].copy(), array[b, j].copy()
+        count(b, j, +1)
+        count(c, r, +1)
+        maxes[b], maxes[c] = lens[b].max(axis=0), lens[c].max(axis=0)
+        return float(slots[k, r])
+
+    for free_only in (True, False):
+        for flat in _repeating_rows(ids).tolist():
+            b, j = divmod(flat, batch_size)
+            if any(members[b][i] > 1 for i in own_ids(b, j)):  # an earlier swap may have taken its twin away
+                budget -= swap_if_cheap(b, j, 0.0 if free_only else budget)
+    return batches
+
+
 def apportion(total: int, proportions: np.ndarray) -> np.ndarray:
     """Integer counts summing to `total`, closest to total * proportions (largest remainders)."""
     exact = total * proportions
@@ -95,7 +191,12 @@ class BatchOrder:
 
     With `temperature`, an epoch holds len(lengths) pairs drawn per language-pair group in the
     exact proportions `temperature_proportions` (rounded by `apportion`): a group smaller than
-    its share repeats (each pass a new permutation), a larger one is subsampled."""
+    its share repeats (each pass a new permutation), a larger one is subsampled.
+
+    With `content_ids` ((n, 2), `PairShards.content_ids`), each sorted window goes through
+    `spread_duplicates`: length bucketing gathers translations of one English sentence (same
+    length) into one batch, where each is a false negative for the others; spread, they fall to
+    fewer than random batches hold."""
 
     lengths: np.ndarray
     global_batch_size: int
@@ -103,6 +204,8 @@ class BatchOrder:
     bucket_batches: int = 1000
     groups: dict[str, np.ndarray] | None = None  # needed for temperature sampling
     temperature: float | None = None
+    content_ids: np.ndarray | None = None
+    padding_budget: float = 0.005  # see spread_duplicates
 
     def __post_init__(self) -> None:
         self.lengths = np.asarray(self.lengths)
@@ -114,6 +217,8 @@ class BatchOrder:
             )
         if self.temperature is not None and not self.groups:
             raise ValueError("temperature sampling needs the language-pair groups (PairShards.language_pair_groups)")
+        if self.content_ids is not None and len(self.content_ids) != len(self.lengths):
+            raise ValueError(f"content_ids has {len(self.content_ids)} rows for {len(self.lengths)} pairs")
 
     def batches_per_epoch(self) -> int:
         return len(self.lengths) // self.global_batch_size
@@ -147,7 +252,12 @@ class BatchOrder:
         window = self.bucket_batches * self.global_batch_size
         for start in range(0, len(order), window):
             part = order[start : start + window]
-            order[start : start + window] = part[self._length_order(part)]
+            part = part[self._length_order(part)]
+            if self.content_ids is not None:
+                batches = spread_duplicates(part.reshape(-1, self.global_batch_size), self.content_ids, self.lengths,
+                                            padding_budget=self.padding_budget)
+                part = batches.reshape(-1)
+            order[start : start + window] = part
         batches = order.reshape(n_batches, self.global_batch_size)
         return list(batches[rng.permutation(n_batches)])
 
@@ -161,7 +271,8 @@ def sub_batch(batch: np.ndarray, micro_step: int, rank: int, world_size: int, ac
 
 
 def collate(shards: PairShards, indices: np.ndarray, max_len: int) -> dict[str, torch.Tensor]:
-    """Pair indices -> padded (B, L) `src`/`tgt` id tensors and (B,) language indices."""
+    """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices and, when the
+    shards have them, (B, 2) `content_ids`."""
     sides = []
     for side in (0, 1):
         seqs = [shards.sentence(2 * int(i) + side)[:max_len] for i in indices]
@@ -171,7 +282,10 @@ def collate(shards: PairShards, indices: np.ndarray, max_len: int) -> dict[str, 
             row[: len(seq)] = seq
         sides.append(torch.from_numpy(out))
     langs = torch.from_numpy(np.asarray(shards.langs[indices], dtype=np.int64))
-    return {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
+    batch = {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
+    if shards.content_ids is not None:  # uint64 hashes, compared for equality only: int64 bits
+        batch["content_ids"] = torch.from_numpy(np.ascontiguousarray(shards.content_ids[indices]).view(np.int64))
+    return batch
 
 
 def real_and_padded_tokens(batch: dict[str, torch.Tensor]) -> tuple[int, int]:

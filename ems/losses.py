@@ -27,16 +27,57 @@ def xtr_loss(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
     return ((log_p_at_targets - log_q_at_targets) * mask).sum(dim=1) / n
 
 
-def contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float) -> Tensor:
+DUPLICATE_NEGATIVES = ("mask", "positive", "keep")
+
+
+def duplicate_mask(content_ids: Tensor, pool_ids: Tensor, offset: int = 0) -> Tensor:
+    """Which in-batch candidates are translations of the same sentence as a row ("duplicates").
+
+    content_ids: (B, 2) content ids of this batch's pairs (both sides; `data_prep.binarize`
+    hashes each sentence's normalised text); pool_ids: (M, 2) those of every candidate pair,
+    row i of the batch being pool row offset + i. Returns (B, M) bool, True where pair i and
+    pool pair j != offset + i share a sentence on either side, in either position: (de, en=E)
+    and (en=E, fr) share E, so de and fr are translations of each other and neither side of one
+    is a true negative for the other.
+    """
+    shared = (content_ids[:, None, :, None] == pool_ids[None, :, None, :]).flatten(2).any(dim=2)
+    rows = torch.arange(len(content_ids), device=content_ids.device)
+    shared[rows, offset + rows] = False
+    return shared
+
+
+def _info_nce(scores: Tensor, labels: Tensor, duplicates: Tensor | None, duplicate_negatives: str) -> Tensor:
+    """(B, M) scores, (B,) gold columns -> (B,) -log softmax(scores)[gold], with duplicates masked out of
+    the denominator ("mask"), counted as further positives ("positive": the supervised-contrastive
+    mean over positives, Khosla et al. 2020, Eq. 2), or left as negatives ("keep")."""
+    if duplicates is None or duplicate_negatives == "keep":
+        return F.cross_entropy(scores, labels, reduction="none")
+    if duplicate_negatives == "mask":
+        return F.cross_entropy(scores.masked_fill(duplicates, float("-inf")), labels, reduction="none")
+    positives = duplicates.clone()
+    positives[torch.arange(len(labels), device=labels.device), labels] = True
+    log_probs = F.log_softmax(scores, dim=1)
+    return -(log_probs.masked_fill(~positives, 0.0).sum(dim=1) / positives.sum(dim=1))
+
+
+def _check_duplicate_negatives(duplicate_negatives: str) -> None:
+    if duplicate_negatives not in DUPLICATE_NEGATIVES:
+        raise ValueError(f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {duplicate_negatives!r}")
+
+
+def contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None,
+                     duplicate_negatives: str = "mask") -> Tensor:
     """Symmetric in-batch InfoNCE, paper Eq. 8-11.
 
     h_u, h_v: (B, k) projections of the two sides; row i of each is a translation pair and
-    every other row in the batch is a negative. Returns (B,) loss_u->v + loss_v->u over
-    cos(h_u_i, h_v_j) / temperature.
+    every other row in the batch is a negative, except its duplicates: `duplicates` (B, B) from
+    `duplicate_mask`, handled as `duplicate_negatives` says (see `_info_nce`; the paper's loss is "keep",
+    or any handling without duplicates). Returns (B,) loss_u->v + loss_v->u over cos(h_u_i, h_v_j) / temperature.
     """
+    _check_duplicate_negatives(duplicate_negatives)
     scores = F.normalize(h_u.float(), dim=-1) @ F.normalize(h_v.float(), dim=-1).T / temperature
     labels = torch.arange(scores.shape[0], device=scores.device)
-    return F.cross_entropy(scores, labels, reduction="none") + F.cross_entropy(scores.T, labels, reduction="none")
+    return _info_nce(scores, labels, duplicates, duplicate_negatives) + _info_nce(scores.T, labels, duplicates, duplicate_negatives)
 
 
 def gather_with_grad(x: Tensor) -> Tensor:
@@ -52,10 +93,24 @@ def gather_with_grad(x: Tensor) -> Tensor:
     return torch.cat(all_gather(x))
 
 
-def global_contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float) -> Tensor:
+def gather_rows(x: Tensor) -> tuple[Tensor, int]:
+    """(b, ...) on every rank -> (all ranks' rows in rank order, this rank's first row in them),
+    without gradients (content ids); a world of one returns (x, 0)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return x, 0
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts), dist.get_rank() * len(x)
+
+
+def global_contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None,
+                            duplicate_negatives: str = "mask") -> Tensor:
     """`contrastive_loss` with negatives from every rank's batch.
 
-    h_u, h_v: (B, k) this rank's projections (the same B on every rank). Returns (B,) the
+    h_u, h_v: (B, k) this rank's projections (the same B on every rank); duplicates: (B, world_size * B)
+    from `duplicate_mask` against the gathered content ids (`gather_rows`). Returns (B,) the
     symmetric InfoNCE of this rank's pairs, each scored against all world_size * B pairs of
     the global batch: the mean over ranks of the batch means is the single-process loss over
     the concatenated global batch. Gradients reach the local rows and, through the gather,
@@ -63,10 +118,11 @@ def global_contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float) -> Ten
     """
     import torch.distributed as dist
 
+    _check_duplicate_negatives(duplicate_negatives)
     all_u, all_v = gather_with_grad(h_u), gather_with_grad(h_v)
     rank = dist.get_rank() if all_u is not h_u else 0
     u, v = F.normalize(h_u.float(), dim=-1), F.normalize(h_v.float(), dim=-1)
     labels = rank * len(u) + torch.arange(len(u), device=u.device)
     u_to_v = u @ F.normalize(all_v.float(), dim=-1).T / temperature
     v_to_u = v @ F.normalize(all_u.float(), dim=-1).T / temperature
-    return F.cross_entropy(u_to_v, labels, reduction="none") + F.cross_entropy(v_to_u, labels, reduction="none")
+    return _info_nce(u_to_v, labels, duplicates, duplicate_negatives) + _info_nce(v_to_u, labels, duplicates, duplicate_negatives)

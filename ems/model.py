@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ems.losses import contrastive_loss, global_contrastive_loss, xtr_loss
+from ems.losses import DUPLICATE_NEGATIVES, contrastive_loss, duplicate_mask, gather_rows, global_contrastive_loss, xtr_loss
 from ems.text import PAD_ID
 
 
@@ -33,6 +33,10 @@ class EMSConfig:
     xtr_weight: float = 1.0
     contrastive_weight: float = 1.0
     global_negatives: bool = False  # contrastive negatives from all ranks' batches (training only)
+    # In-batch pairs that share a sentence with a row (translations of the same sentence, common in
+    # English-centric data): "mask" them out of its softmax, count them as "positive"s, or "keep"
+    # them as negatives (the paper's loss). Needs content ids in the batch (data_prep.binarize).
+    duplicate_negatives: str = "mask"
     # "sdpa": F.scaled_dot_product_attention; "matmul": `attention_with_dropout`; "auto": matmul
     # when training on CPU with dropout, sdpa otherwise (see EncoderLayer.forward)
     attention: str = "auto"
@@ -43,6 +47,8 @@ class EMSConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.attention not in ("auto", "sdpa", "matmul"):
             raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
+        if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
+            raise ValueError(f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {self.duplicate_negatives!r}")
 
     @classmethod
     def from_dict(cls, values: dict) -> "EMSConfig":
@@ -202,25 +208,45 @@ class EMSModel(nn.Module):
         self.contrastive_head = ContrastiveHead(cfg)
         self.apply(_init_weights)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_lang: Tensor, tgt_lang: Tensor) -> dict[str, Tensor]:
-        """src, tgt: (B, L) padded token ids of the two sides; src_lang, tgt_lang: (B,) language indices."""
+    def forward(self, src: Tensor, tgt: Tensor, src_lang: Tensor, tgt_lang: Tensor, content_ids: Tensor | None = None,
+                per_example: bool = False) -> dict[str, Tensor]:
+        """src, tgt: (B, L) padded token ids of the two sides; src_lang, tgt_lang: (B,) language indices;
+        content_ids: (B, 2) ids of both sides' texts, which find the in-batch duplicates (see
+        `EMSConfig.duplicate_negatives`; None: every other row is a negative).
+
+        Returns {"loss": the weighted sum to backpropagate, "xtr", "contrastive": detached batch
+        means (0 for an objective whose weight is 0: it is not computed), "duplicate_rows": the
+        share of rows with a duplicate among their in-batch candidates (0 without content ids)};
+        with `per_example`, also "xtr_per_example" and "contrastive_per_example" (B,)."""
         src, tgt = src[:, : self.cfg.max_len], tgt[:, : self.cfg.max_len]
         width = max(src.shape[1], tgt.shape[1])
         # Both sides go through the shared encoder as one batch of 2B sentences.
         both = torch.cat([F.pad(src, (0, width - src.shape[1]), value=self.cfg.pad_id),
                           F.pad(tgt, (0, width - tgt.shape[1]), value=self.cfg.pad_id)])
         uv = self.encoder(both)  # u (sources) then v (targets)
-        # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
         b = src.shape[0]
-        xtr_both = xtr_loss(self.xtr_head(uv, torch.cat([tgt_lang, src_lang])), torch.cat([both[b:], both[:b]]),
-                            self.cfg.pad_id)
-        xtr = xtr_both[:b] + xtr_both[b:]
-        h_u, h_v = self.contrastive_head(uv).chunk(2)
-        in_batch_loss = global_contrastive_loss if self.cfg.global_negatives else contrastive_loss
-        contrastive = in_batch_loss(h_u, h_v, self.cfg.temperature)
-        xtr, contrastive = xtr.mean(), contrastive.mean()
-        loss = self.cfg.xtr_weight * xtr + self.cfg.contrastive_weight * contrastive
-        return {"loss": loss, "xtr": xtr.detach(), "contrastive": contrastive.detach()}
+        xtr = contrastive = uv.new_zeros(b, dtype=torch.float32)
+        if self.cfg.xtr_weight:
+            # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
+            xtr_both = xtr_loss(self.xtr_head(uv, torch.cat([tgt_lang, src_lang])), torch.cat([both[b:], both[:b]]),
+                                self.cfg.pad_id)
+            xtr = xtr_both[:b] + xtr_both[b:]
+        duplicates = None
+        if content_ids is not None:
+            pool, offset = gather_rows(content_ids) if self.cfg.global_negatives else (content_ids, 0)
+            duplicates = duplicate_mask(content_ids, pool, offset)
+        if self.cfg.contrastive_weight:
+            h_u, h_v = self.contrastive_head(uv).chunk(2)
+            in_batch_loss = global_contrastive_loss if self.cfg.global_negatives else contrastive_loss
+            contrastive = in_batch_loss(h_u, h_v, self.cfg.temperature, duplicates, self.cfg.duplicate_negatives)
+        loss = self.cfg.xtr_weight * xtr.mean() + self.cfg.contrastive_weight * contrastive.mean()
+        out = {
+            "loss": loss, "xtr": xtr.mean().detach(), "contrastive": contrastive.mean().detach(),
+            "duplicate_rows": duplicates.any(dim=1).float().mean() if duplicates is not None else loss.new_zeros(()),
+        }
+        if per_example:
+            out.update(xtr_per_example=xtr.detach(), contrastive_per_example=contrastive.detach())
+        return out
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -64,15 +64,19 @@ def test_shards_hold_the_pretokenized_corpus_with_per_pair_ranges(prepared):
     for files, entry in zip(list_parallel(prepared / "pretok"), index["files"]):
         lines = list(read_parallel(files.path_l1, files.path_l2))
         assert entry["end"] - entry["start"] == len(lines) - entry["skipped_empty_after_tokenization"]
+        # en is the pivot (in every pair): always side 2, so en-ja and en-zh pairs are stored ja/zh first
+        assert entry["sides"] == [files.l1, "en"] if files.l2 == "en" else [files.l2, "en"]
+        swap = entry["sides"][0] != files.l1
         for k in (0, len(lines) - 1):
             i = entry["start"] + k
-            assert shards.sentence(2 * i).tolist() == tokenizer.sp.encode(lines[k][0])
-            assert shards.sentence(2 * i + 1).tolist() == tokenizer.sp.encode(lines[k][1])
-            assert shards.langs[i].tolist() == [tokenizer.lang_index(files.l1), tokenizer.lang_index(files.l2)]
+            first, second = lines[k][::-1] if swap else lines[k]
+            assert shards.sentence(2 * i).tolist() == tokenizer.sp.encode(first)
+            assert shards.sentence(2 * i + 1).tolist() == tokenizer.sp.encode(second)
+            assert shards.langs[i].tolist() == [tokenizer.lang_index(lang) for lang in entry["sides"]]
     # the shards equal what the encoder computes from the raw, uncleaned-case text
     raw_ja = next(read_parallel(prepared / "raw" / "en-ja" / "TED2020.en", prepared / "raw" / "en-ja" / "TED2020.ja"))[1]
     start = index["files"][1]["start"]
-    assert shards.sentence(2 * start + 1).tolist() == tokenizer.encode([raw_ja], "ja")[0]
+    assert shards.sentence(2 * start).tolist() == tokenizer.encode([raw_ja], "ja")[0]
 
 
 def test_worker_count_does_not_change_the_shards(prepared, tmp_path, monkeypatch):

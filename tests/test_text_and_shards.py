@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from data_prep.binarize import binarize
+from data_prep.binarize import binarize, content_id
 from data_prep.corpus import list_parallel, read_parallel
 from ems.data import BatchOrder, PairShards, collate, iterate_batches
 from ems.text import FIRST_LANG_ID, PAD_ID, UNK_ID, Preprocessing, Tokenizer, lang_token
@@ -34,14 +34,19 @@ def test_shards_hold_exactly_the_tokenized_corpus(tiny_pipeline):
     shards = PairShards(tiny_pipeline / "shards")
     index = json.loads((tiny_pipeline / "shards" / "index.json").read_text())
     assert [(f["l1"], f["l2"]) for f in index["files"]] == [("de", "en"), ("en", "fr"), ("en", "ja")]
+    assert index["pivot"] == "en"
     for files, entry in zip(list_parallel(tiny_pipeline / "corpus" / "train"), index["files"]):
         pairs = list(read_parallel(files.path_l1, files.path_l2))
         assert entry["end"] - entry["start"] == len(pairs) - entry["skipped_empty_after_tokenization"]
+        other = files.l1 if files.l2 == "en" else files.l2
+        assert entry["sides"] == [other, "en"]  # the pivot is side 2
         for k in (0, len(pairs) // 2, len(pairs) - 1):
             i = entry["start"] + k
-            assert shards.sentence(2 * i).tolist() == tok.encode([pairs[k][0]], files.l1)[0]
-            assert shards.sentence(2 * i + 1).tolist() == tok.encode([pairs[k][1]], files.l2)[0]
-            assert shards.langs[i].tolist() == [tok.lang_index(files.l1), tok.lang_index(files.l2)]
+            texts = dict(zip((files.l1, files.l2), pairs[k]))
+            assert shards.sentence(2 * i).tolist() == tok.encode([texts[other]], other)[0]
+            assert shards.sentence(2 * i + 1).tolist() == tok.encode([texts["en"]], "en")[0]
+            assert shards.langs[i].tolist() == [tok.lang_index(other), tok.lang_index("en")]
+            assert shards.content_ids[i].tolist() == [content_id(texts[other]), content_id(texts["en"])]
 
 
 def test_binarize_rejects_language_missing_from_vocab(tiny_pipeline, tmp_path):
@@ -92,6 +97,7 @@ def test_collate_pads_with_pad_id_and_truncates():
         tokens = np.array([5, 6, 7, 8, 9, 10, 11, 12], dtype=np.int32)
         offsets = np.array([0, 3, 4, 6, 8], dtype=np.int64)  # pair 0: [5 6 7] / [8]; pair 1: [9 10] / [11 12]
         langs = np.array([[0, 1], [2, 1]], dtype=np.int16)
+        content_ids = np.array([[3, 2**64 - 1], [5, 2**63]], dtype=np.uint64)
         sentence = PairShards.sentence
 
     fake = FakeShards()
@@ -99,3 +105,5 @@ def test_collate_pads_with_pad_id_and_truncates():
     assert batch["src"].tolist() == [[5, 6], [9, 10]]
     assert batch["tgt"].tolist() == [[8, PAD_ID], [11, 12]]
     assert batch["src_lang"].tolist() == [0, 2] and batch["tgt_lang"].tolist() == [1, 1]
+    # uint64 content ids travel as int64 bit patterns: equal ids stay equal, distinct ones distinct
+    assert batch["content_ids"].tolist() == [[3, -1], [5, -(2**63)]]
