@@ -75,21 +75,30 @@ class EMSEncoder:
         return raw if view == "raw" else getattr(self.head, view)(raw, lang)
 
     def _encode_raw(self, sentences: list[str], lang: str, batch_size: int) -> np.ndarray:
-        max_len = self.model.cfg.max_len
-        ids = [seq[:max_len] for seq in self.tokenizer.encode(list(sentences), lang)]
+        ids = self.tokenizer.encode(list(sentences), lang)
         empty = [i for i, seq in enumerate(ids) if not seq]
         if empty:
             raise ValueError(f"{len(empty)} sentence(s) have no tokens after preprocessing (first at index {empty[0]})")
-        out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            width = max(len(ids[i]) for i in chunk)
-            tokens = torch.full((len(chunk), width), self.model.cfg.pad_id, dtype=torch.long)
-            for row, i in enumerate(chunk):
-                tokens[row, : len(ids[i])] = torch.tensor(ids[i])
-            out[chunk] = self.model(tokens.to(self.device)).float().cpu().numpy()
-        return out
+        return embed_token_ids(self.model, ids, batch_size, self.device)
+
+
+@torch.inference_mode()
+def embed_token_ids(model: SentenceEncoder, ids: list[list[int]], batch_size: int = 128,
+                    device: str | torch.device = "cpu") -> np.ndarray:
+    """Token-id sequences (none empty) -> (n, d) float32 sentence vectors from `model` as it is
+    (its train/eval mode is the caller's), batched by length, each cut at the model's max_len."""
+    max_len = model.cfg.max_len
+    ids = [seq[:max_len] for seq in ids]
+    out = np.zeros((len(ids), model.cfg.d_model), dtype=np.float32)
+    order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        width = max(len(ids[i]) for i in chunk)
+        tokens = torch.full((len(chunk), width), model.cfg.pad_id, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            tokens[row, : len(ids[i])] = torch.tensor(ids[i])
+        out[chunk] = model(tokens.to(device)).float().cpu().numpy()
+    return out
 
 
 def load(path: str | Path, device: str = "cpu") -> EMSEncoder:

@@ -10,7 +10,9 @@ Reads `data_prep binarize` shards; writes, under `out`:
                    see ems.checkpoint. A rerun with the same `out` resumes from the newest
                    checkpoint that verifies.
     tb/            TensorBoard: loss/{total,xtr,contrastive}, lr, grad_norm, overflow_steps (fp16), tokens_per_s,
-                   real_token_ratio, valid/{total,xtr,contrastive}
+                   real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate),
+                   valid/{total,xtr,contrastive}, valid_pair/<l1-l2>, probe/{tatoeba,flores}/{average,<lang>}
+    valid_sample.json  the stratified validation sample (ems.validation), drawn once per run
     model/         the inference export (`ems.load(out/model)`)
     train_config.yaml, metrics.jsonl
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -35,16 +38,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 
 from ems.checkpoint import partial_dir, publish, resumable_tag, rng_file, rng_state, set_rng_state, step_tag
 from ems.configs import _merge, dump_config, load_config
-from ems.data import BatchOrder, PairShards, collate, iterate_batches, real_and_padded_tokens, sub_batch
+from ems.data import BatchOrder, PairShards, iterate_batches, real_and_padded_tokens
 from ems.encoder import export_encoder
 from ems.model import EMSModel, config_from_preset
 from ems.text import Tokenizer
+from ems.validation import validation_losses, validation_sample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PREEMPTED_EXIT_CODE = 99  # slurm/train.sh turns it into `scontrol requeue`
@@ -92,7 +97,18 @@ class TrainConfig:
     export_init: bool = False  # also export the untrained encoder to out/model-init (a baseline)
     valid_data: str | None = None  # shard directory of held-out pairs: validation loss at start, every valid_every, end
     valid_every: int = 500
-    valid_batches: int = 8
+    valid_pairs: int = 2048  # the stratified sample validated on (ems.validation), drawn once, kept in out/
+    # In-batch duplicates (pairs sharing a sentence, from the shards' content ids): spread them over
+    # different batches (ems.data.spread_duplicates) at a cost of at most this share of padding
+    # slots; the loss's handling of those left is model_overrides.duplicate_negatives.
+    spread_duplicates: bool = True
+    padding_budget: float = 0.005
+    # Learning curves: Tatoeba and FLORES-200 devtest P@1 (eval.probe) of the model's languages,
+    # the first probe_sentences pairs of each, every probe_every steps (0: off), from probe_data
+    # (a directory holding tatoeba/ and flores200/devtest/); logged like validation.
+    probe_every: int = 0
+    probe_data: str | None = None
+    probe_sentences: int = 1000
 
 
 @dataclass
@@ -122,34 +138,6 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     for name, param in model.named_parameters():
         (decay if param.dim() == 2 and "emb" not in name else no_decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-@torch.no_grad()
-def validation_loss(engine, shards: PairShards, batch_size: int, n_batches: int, max_len: int, autocast) -> dict:
-    """Mean losses over fixed global batches of the first pairs of `shards`, dropout off; each
-    rank scores its share of each batch, as in training. The batches never change, so the
-    values are comparable across steps (the contrastive loss depends on the batch)."""
-    import torch.distributed as dist
-
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    global_batch = batch_size * world_size
-    n = min(len(shards), global_batch * n_batches) // world_size * world_size
-    if n < 2 * world_size:
-        raise ValueError(f"validation data needs at least {2 * world_size} pairs, has {len(shards)}")
-    engine.eval()
-    totals = torch.zeros(4)
-    for start in range(0, n, global_batch):
-        indices = sub_batch(np.arange(start, min(start + global_batch, n)), 0, rank, world_size)
-        batch = {k: v.to(engine.device) for k, v in collate(shards, indices, max_len).items()}
-        with autocast:
-            losses = engine(**batch)
-        values = torch.stack([losses["loss"], losses["xtr"], losses["contrastive"]]).float().cpu()
-        totals += torch.cat([values * len(indices), torch.tensor([len(indices)])])
-    engine.train()
-    totals = totals.to(engine.device)
-    dist.all_reduce(totals)
-    loss, xtr, contrastive = (totals[:3] / totals[3]).tolist()
-    return {"valid_loss": loss, "valid_xtr": xtr, "valid_contrastive": contrastive}
 
 
 def bf16_is_fast(device: torch.device) -> bool:
@@ -251,13 +239,254 @@ def _keep_metrics_up_to(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step metrics],
-    "model_dir" (None when stopped), "preempted": whether a signal or STOP file ended it}."""
+@dataclass
+class MetricSums:
+    """One rank's sums over the steps since the last log record (summed over ranks to log them)."""
+
+    loss: float = 0.0
+    xtr: float = 0.0
+    contrastive: float = 0.0
+    duplicate_rows: float = 0.0  # the share of rows with an in-batch duplicate, summed over steps
+    grad_norm: float = 0.0  # over the steps with a finite norm
+    finite_norm_steps: int = 0
+    overflow_steps: int = 0  # fp16: an inf/nan norm, the update dropped by DeepSpeed's loss scaler
+    steps: int = 0
+    real_tokens: int = 0
+    token_slots: int = 0
+
+    def summed_over_ranks(self, device: torch.device) -> "MetricSums":
+        import torch.distributed as dist
+
+        values = torch.tensor([getattr(self, f.name) for f in dataclasses.fields(self)], dtype=torch.float64, device=device)
+        dist.all_reduce(values)
+        return MetricSums(*values.tolist())
+
+
+@dataclass
+class RunState:
+    """Where a run is: what a checkpoint stores besides the DeepSpeed state."""
+
+    step: int = 0
+    position: tuple[int, int] = (0, 0)  # (epoch, index of the next global batch)
+    max_steps: int = 0  # the schedule's end
+    budget_fitted: bool = False  # max_steps was fitted to time_budget_minutes (kept on resume)
+    last_saved: int = 0
+
+
+@dataclass
+class Run:
+    """Everything a training run holds after setup."""
+
+    cfg: TrainConfig
+    out: Path
+    rank: int
+    world_size: int
+    global_batch: int
+    accumulation: int
+    engine: object
+    schedule: LinearSchedule
+    tokenizer: Tokenizer
+    batches: Iterator
+    autocast: object
+    state: RunState
+    valid: tuple[PairShards, np.ndarray] | None  # validation shards and the run's stored sample
+    probe: object | None  # eval.probe.RetrievalProbe, on rank 0
+    writer: object | None  # TensorBoard SummaryWriter, on rank 0
+    metrics_file: object | None
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.out / "checkpoints"
+
+    def log(self, record: dict, scalars: dict[str, float]) -> None:
+        """Append `record` to metrics.jsonl and `scalars` to TensorBoard (rank 0)."""
+        if self.rank != 0:
+            return
+        for name, value in scalars.items():
+            self.writer.add_scalar(name, value, record["step"])
+        self.metrics_file.write(json.dumps(record) + "\n")
+        self.metrics_file.flush()
+
+
+def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len: int, rank: int) -> BatchOrder:
+    """The run's BatchOrder: length bucketing, optional temperature sampling, and duplicates spread
+    apart when the shards have content ids (a warning when they have none)."""
+    if shards.content_ids is None and rank == 0:
+        print(f"warning: {cfg.data} has no content_ids.npy (binarized by an older version): in-batch duplicates are "
+              "neither masked nor spread apart; binarize again to get them", flush=True)
+    return BatchOrder(
+        np.minimum(shards.side_lengths(), max_len), global_batch, seed=cfg.seed, bucket_batches=cfg.bucket_batches,
+        groups=shards.language_pair_groups(), temperature=cfg.temperature,
+        content_ids=shards.content_ids if cfg.spread_duplicates else None, padding_budget=cfg.padding_budget,
+    )
+
+
+def resume(run: Run) -> None:
+    """Load the newest checkpoint that verifies (if any) into the engine and `run.state`."""
+    import torch.distributed as dist
+
+    chosen = [resumable_tag(run.checkpoint_dir) if run.rank == 0 else None]
+    dist.broadcast_object_list(chosen, src=0)
+    if chosen[0] is None:
+        return
+    load_path, client_state = run.engine.load_checkpoint(str(run.checkpoint_dir), tag=chosen[0])
+    if load_path is None:
+        raise RuntimeError(f"DeepSpeed could not load checkpoint {run.checkpoint_dir / chosen[0]}")
+    if client_state["global_batch"] != run.global_batch or client_state["world_size"] != run.world_size:
+        raise ValueError(
+            f"{load_path} was written by {client_state['world_size']} processes with a global batch of "
+            f"{client_state['global_batch']} pairs; this run has {run.world_size} and {run.global_batch}: the data "
+            "order would differ, so it cannot resume exactly (use the same process count and batch settings)"
+        )
+    state = run.state
+    state.step, state.position = client_state["step"], tuple(client_state["data_position"])
+    # LambdaLR restores a callable schedule's fields from the checkpoint: set them from this
+    # run's config instead, except a max_steps fitted to a time budget
+    state.budget_fitted = bool(client_state.get("budget_fitted"))
+    state.max_steps = client_state["max_steps"] if state.budget_fitted else state.max_steps
+    run.schedule.warmup_steps, run.schedule.max_steps = run.cfg.warmup_steps, state.max_steps
+    state.last_saved = state.step
+    set_rng_state(json.loads(rng_file(run.checkpoint_dir / chosen[0], run.rank).read_text()))
+    if run.rank == 0:
+        _keep_metrics_up_to(run.out / "metrics.jsonl", state.step)
+        print(f"resumed from {load_path} at step {state.step}, data position {state.position}")
+
+
+def save(run: Run) -> None:
+    """Checkpoint the engine and `run.state` at the current step (every rank; see ems.checkpoint)."""
+    import torch.distributed as dist
+
+    state = run.state
+    tag = step_tag(state.step)
+    staging = partial_dir(run.checkpoint_dir, tag)
+    if run.rank == 0 and staging.exists():
+        shutil.rmtree(staging)  # left by a crash during an earlier save of this step
+    dist.barrier()
+    client_state = {"step": state.step, "data_position": list(state.position), "world_size": run.world_size,
+                    "global_batch": run.global_batch, "max_steps": state.max_steps, "budget_fitted": state.budget_fitted}
+    run.engine.save_checkpoint(str(staging), tag=tag, client_state=client_state, save_latest=False)
+    (staging / tag).mkdir(parents=True, exist_ok=True)
+    rng_file(staging / tag, run.rank).write_text(json.dumps(rng_state()))
+    dist.barrier()
+    if run.rank == 0:
+        publish(run.checkpoint_dir, tag, run.cfg.keep_checkpoints)
+    dist.barrier()
+    state.last_saved = state.step
+
+
+def validate(run: Run, max_len: int) -> dict | None:
+    """Validation losses on the run's stratified sample, logged (None without validation data)."""
+    if run.valid is None:
+        return None
+    shards, sample = run.valid
+    record = {"step": run.state.step, **validation_losses(run.engine, shards, sample, run.cfg.batch_size, max_len, run.autocast)}
+    scalars = {f"valid/{'total' if key == 'loss' else key}": record[f"valid_{key}"] for key in ("loss", "xtr", "contrastive")}
+    scalars.update({f"valid_pair/{pair}": losses["loss"] for pair, losses in record["valid_pairs"].items()})
+    run.log(record, scalars)
+    return record
+
+
+def probe(run: Run) -> dict | None:
+    """The retrieval probe of the current model (rank 0 runs it, the others wait), logged."""
+    import torch.distributed as dist
+
+    if not run.cfg.probe_every:
+        return None
+    record = None
+    if run.rank == 0:
+        scores = run.probe.run(run.engine.module.encoder)
+        record = {"step": run.state.step, **{f"probe_{task}": result["average"] for task, result in scores.items()},
+                  "probe_languages": {task: result["languages"] for task, result in scores.items()}}
+        scalars = {f"probe/{task}/average": result["average"] for task, result in scores.items()}
+        scalars.update({f"probe/{task}/{lang}": p for task, result in scores.items() for lang, p in result["languages"].items()})
+        run.log(record, scalars)
+    dist.barrier()
+    return record
+
+
+def fit_schedule_to_budget(run: Run, seconds_per_step: float, started: float) -> None:
+    """Set max_steps (and the schedule's end) to the steps that fit in time_budget_minutes (rank 0's timing)."""
+    import torch.distributed as dist
+
+    state = run.state
+    elapsed = (time.time() - started) / 60
+    # 5% more per step: validation and checkpoints take time the probe did not see
+    fitted = min(state.max_steps, steps_within_budget(state.step, 1.05 * seconds_per_step, elapsed, run.cfg.time_budget_minutes))
+    fitted = torch.tensor([fitted], dtype=torch.int64, device=run.engine.device)
+    dist.broadcast(fitted, src=0)
+    state.max_steps = run.schedule.max_steps = int(fitted)
+    state.budget_fitted = True
+    if run.rank == 0:
+        print(f"time budget {run.cfg.time_budget_minutes} min: {seconds_per_step:.3f} s/step, schedule fitted to "
+              f"{state.max_steps} steps", flush=True)
+
+
+def stop_flags(run: Run, stop_request: "StopRequest", started: float) -> tuple[bool, bool]:
+    """(pre-empted, out of time), the same on every rank (all_reduce MAX)."""
+    import torch.distributed as dist
+
+    flags = torch.tensor([
+        stop_request.signal is not None or (run.rank == 0 and (run.out / STOP_FILE).exists()),
+        run.rank == 0 and run.cfg.max_minutes is not None and time.time() - started > 60 * run.cfg.max_minutes,
+    ], dtype=torch.float32, device=run.engine.device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return bool(flags[0]), bool(flags[1])
+
+
+def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]], sums: MetricSums) -> None:
+    """Forward, backward and optimizer step over one global batch (this rank's micro-batches),
+    adding to `sums`."""
+    engine = run.engine
+    unclipped_norm = math.nan
+    for micro_batch in micro_batches:
+        real, slots = real_and_padded_tokens(micro_batch)
+        sums.real_tokens += real
+        sums.token_slots += slots
+        micro_batch = {k: v.to(engine.device) for k, v in micro_batch.items()}
+        with run.autocast:
+            out = engine(**micro_batch)
+        engine.backward(out["loss"])
+        if engine.is_gradient_accumulation_boundary():
+            unclipped_norm = _module_grad_norm(engine.module)
+        engine.step()
+        for key in ("loss", "xtr", "contrastive", "duplicate_rows"):
+            setattr(sums, key, getattr(sums, key) + float(out[key].detach()) / run.accumulation)
+    # DeepSpeed keeps the norm it clipped with, except under ZeRO 0 in fp32 (where the
+    # gradients are whole in .grad, so the norm taken before the step is the same value)
+    grad_norm = engine.get_global_grad_norm()
+    grad_norm = float(grad_norm if grad_norm is not None else unclipped_norm)
+    if math.isfinite(grad_norm):
+        sums.grad_norm += grad_norm
+        sums.finite_norm_steps += 1
+    else:
+        sums.overflow_steps += 1
+    sums.steps += 1
+
+
+def log_training(run: Run, sums: MetricSums, epoch: int, seconds: float) -> dict:
+    """The log record of the steps summed in `sums` (over all ranks), written to metrics.jsonl and TensorBoard."""
+    total = sums.summed_over_ranks(run.engine.device)
+    record = {
+        "step": run.state.step, "epoch": epoch,
+        **{key: getattr(total, key) / total.steps for key in ("loss", "xtr", "contrastive", "duplicate_rows")},
+        "lr": float(run.engine.get_lr()[0]),
+        "grad_norm": total.grad_norm / total.finite_norm_steps if total.finite_norm_steps else math.nan,
+        "overflow_steps": round(total.overflow_steps / run.world_size),
+        "tokens_per_s": total.real_tokens / max(seconds, 1e-9), "real_token_ratio": total.real_tokens / total.token_slots,
+    }
+    if not all(math.isfinite(record[key]) for key in ("loss", "xtr", "contrastive")):
+        raise FloatingPointError(f"non-finite loss at step {run.state.step}: {record}")
+    scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in ("loss", "xtr", "contrastive")}
+    scalars.update({key: record[key] for key in ("lr", "grad_norm", "overflow_steps", "tokens_per_s", "real_token_ratio", "duplicate_rows")})
+    run.log(record, scalars)
+    return record
+
+
+def setup(cfg: TrainConfig) -> tuple[Run, EMSModel]:
+    """Distributed init, data, model, DeepSpeed engine, resume, validation sample, probe, logs."""
     import deepspeed
     import torch.distributed as dist
     from torch.utils.tensorboard import SummaryWriter
-    from tqdm import tqdm
 
     if cfg.autocast not in ("none", "bf16", "auto"):
         raise ValueError(f"autocast must be 'none', 'bf16' or 'auto', not {cfg.autocast!r}")
@@ -284,10 +513,7 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.export_init:
             export_encoder(model.encoder, tokenizer, out / "model-init")
 
-    order = BatchOrder(
-        np.minimum(shards.side_lengths(), model_cfg.max_len), global_batch, seed=cfg.seed, bucket_batches=cfg.bucket_batches,
-        groups=shards.language_pair_groups(), temperature=cfg.temperature,
-    )
+    order = build_order(cfg, shards, global_batch, model_cfg.max_len, rank)
     max_steps = cfg.max_steps if cfg.max_epochs is None else math.ceil(cfg.max_epochs * order.batches_per_epoch())
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
     schedule = LinearSchedule(cfg.warmup_steps, max_steps)
@@ -300,195 +526,111 @@ def train(cfg: TrainConfig) -> dict:
     np.random.seed(rank_seed)
     random.seed(rank_seed)
 
-    checkpoint_dir = out / "checkpoints"
-    step, position = 0, (0, 0)
-    budget_fitted = False
-    chosen = [resumable_tag(checkpoint_dir) if rank == 0 else None]
-    dist.broadcast_object_list(chosen, src=0)
-    if chosen[0] is not None:
-        load_path, client_state = engine.load_checkpoint(str(checkpoint_dir), tag=chosen[0])
-        if load_path is None:
-            raise RuntimeError(f"DeepSpeed could not load checkpoint {checkpoint_dir / chosen[0]}")
-        if client_state["global_batch"] != global_batch or client_state["world_size"] != world_size:
-            raise ValueError(
-                f"{load_path} was written by {client_state['world_size']} processes with a global batch of "
-                f"{client_state['global_batch']} pairs; this run has {world_size} and {global_batch}: the data "
-                "order would differ, so it cannot resume exactly (use the same process count and batch settings)"
-            )
-        step, position = client_state["step"], tuple(client_state["data_position"])
-        # LambdaLR restores a callable schedule's fields from the checkpoint: set them from this
-        # run's config instead, except a max_steps fitted to a time budget
-        budget_fitted = bool(client_state.get("budget_fitted"))
-        max_steps = client_state["max_steps"] if budget_fitted else max_steps
-        schedule.warmup_steps, schedule.max_steps = cfg.warmup_steps, max_steps
-        set_rng_state(json.loads(rng_file(checkpoint_dir / chosen[0], rank).read_text()))
-        if rank == 0:
-            _keep_metrics_up_to(out / "metrics.jsonl", step)
-            print(f"resumed from {load_path} at step {step}, data position {position}")
-    last_saved = step
-
-    def save() -> None:
-        tag = step_tag(step)
-        staging = partial_dir(checkpoint_dir, tag)
-        if rank == 0 and staging.exists():
-            shutil.rmtree(staging)  # left by a crash during an earlier save of this step
-        dist.barrier()
-        client_state = {"step": step, "data_position": list(position), "world_size": world_size, "global_batch": global_batch,
-                        "max_steps": max_steps, "budget_fitted": budget_fitted}
-        engine.save_checkpoint(str(staging), tag=tag, client_state=client_state, save_latest=False)
-        (staging / tag).mkdir(parents=True, exist_ok=True)
-        rng_file(staging / tag, rank).write_text(json.dumps(rng_state()))
-        dist.barrier()
-        if rank == 0:
-            publish(checkpoint_dir, tag, cfg.keep_checkpoints)
-        dist.barrier()
-
-    batches = iterate_batches(shards, order, model_cfg.max_len, start=position, rank=rank,
-                              world_size=world_size, accumulation=accumulation)
     use_bf16 = [cfg.autocast == "bf16" or (cfg.autocast == "auto" and rank == 0 and bf16_is_fast(engine.device))]
     dist.broadcast_object_list(use_bf16, src=0)  # one decision for all ranks
-    use_bf16 = use_bf16[0]
     if cfg.autocast == "auto" and rank == 0:
-        print(f"autocast=auto: {'bf16' if use_bf16 else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {engine.device}")
-    autocast = torch.autocast(engine.device.type, dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
-    valid_shards = PairShards(cfg.valid_data) if cfg.valid_data else None
-    writer = SummaryWriter(str(out / "tb"), purge_step=step + 1 if step else None) if rank == 0 else None
-    metrics_file = (out / "metrics.jsonl").open("a") if rank == 0 else None
+        print(f"autocast=auto: {'bf16' if use_bf16[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {engine.device}")
+    autocast = torch.autocast(engine.device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
+
+    run = Run(cfg=cfg, out=out, rank=rank, world_size=world_size, global_batch=global_batch, accumulation=accumulation,
+              engine=engine, schedule=schedule, tokenizer=tokenizer, batches=iter(()), autocast=autocast,
+              state=RunState(max_steps=max_steps), valid=None, probe=None, writer=None, metrics_file=None)
+    resume(run)
+    run.batches = iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
+                                  world_size=world_size, accumulation=accumulation)
+    if cfg.valid_data:
+        valid_shards = PairShards(cfg.valid_data)
+        if rank == 0:
+            validation_sample(out, valid_shards, cfg.valid_pairs, cfg.seed, write=True)
+        dist.barrier()
+        run.valid = valid_shards, validation_sample(out, valid_shards, cfg.valid_pairs, cfg.seed, write=False)
+    if cfg.probe_every and rank == 0:
+        from eval.probe import RetrievalProbe
+
+        run.probe = RetrievalProbe(cfg.probe_data, tokenizer, cfg.probe_sentences)
+        if not run.probe:
+            raise ValueError(f"probe_data={cfg.probe_data} has no Tatoeba or FLORES-200 devtest file for the languages "
+                             f"of {cfg.vocab}; set probe_every=0 or point probe_data at the data directory")
+    if rank == 0:
+        run.writer = SummaryWriter(str(out / "tb"), purge_step=run.state.step + 1 if run.state.step else None)
+        run.metrics_file = (out / "metrics.jsonl").open("a")
+    return run, model
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step
+    metrics, validations and probes], "model_dir" (None when stopped), "preempted": whether a signal or STOP
+    file ended it}."""
+    from tqdm import tqdm
+
+    run, model = setup(cfg)
+    state = run.state
+    max_len = model.cfg.max_len
     history: list[dict] = []
     started = time.time()
-    # summed over the log window: loss, xtr, contrastive, grad norm, real tokens, token slots, steps,
-    # steps with a finite grad norm, steps skipped for fp16 overflow (an inf/nan norm: DeepSpeed's
-    # loss scaler drops that update and lowers the scale)
-    window, window_start = torch.zeros(9, dtype=torch.float64), time.time()
-    bar = tqdm(total=max_steps, initial=step, disable=rank != 0, desc="train", unit="step", mininterval=2.0)
-    last_step = min(max_steps, cfg.stop_at_step or max_steps)
+    sums, window_start = MetricSums(), time.time()
+    bar = tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0)
     stop_request = StopRequest()
     # steps [probe_from, probe_from + budget_probe_steps) are timed to fit the schedule to the budget
-    probe_from, probe_started = step + 5, None
-
-    def fit_schedule_to_budget(seconds_per_step: float) -> None:
-        nonlocal max_steps, last_step, budget_fitted
-        elapsed = (time.time() - started) / 60
-        # 5% more per step: validation and checkpoints take time the probe did not see
-        fitted = min(max_steps, steps_within_budget(step, 1.05 * seconds_per_step, elapsed, cfg.time_budget_minutes))
-        fitted = torch.tensor([fitted], dtype=torch.int64, device=engine.device)
-        dist.broadcast(fitted, src=0)  # rank 0's timing decides for all
-        max_steps = schedule.max_steps = int(fitted)
-        last_step = min(max_steps, cfg.stop_at_step or max_steps)
-        budget_fitted = True
-        bar.total = max_steps
-        if rank == 0:
-            print(f"time budget {cfg.time_budget_minutes} min: {seconds_per_step:.3f} s/step, schedule fitted to "
-                  f"{max_steps} steps", flush=True)
-
-    def validate() -> None:
-        if valid_shards is None:
-            return
-        record = {"step": step, **validation_loss(engine, valid_shards, cfg.batch_size, cfg.valid_batches, model_cfg.max_len, autocast)}
-        history.append(record)
-        if rank == 0:
-            for key in ("loss", "xtr", "contrastive"):
-                writer.add_scalar(f"valid/{'total' if key == 'loss' else key}", record[f"valid_{key}"], step)
-            metrics_file.write(json.dumps(record) + "\n")
-
-    def stop_flags() -> tuple[bool, bool]:
-        """(pre-empted, out of time), the same on every rank (all_reduce MAX)."""
-        flags = torch.tensor([
-            stop_request.signal is not None or (rank == 0 and (out / STOP_FILE).exists()),
-            rank == 0 and cfg.max_minutes is not None and time.time() - started > 60 * cfg.max_minutes,
-        ], dtype=torch.float32, device=engine.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        return bool(flags[0]), bool(flags[1])
-
+    probe_from, probe_started = state.step + 5, None
     try:
-        if step == 0:
-            validate()
+        if state.step == 0:
+            history += filter(None, (validate(run, max_len), probe(run)))
         preempted = False
-        while step < last_step:
-            preempted, out_of_time = stop_flags()
+        while state.step < min(state.max_steps, cfg.stop_at_step or state.max_steps):
+            preempted, out_of_time = stop_flags(run, stop_request, started)
             if preempted or out_of_time:
-                if rank == 0:
-                    reason = f"signal {stop_request.signal} or {out / STOP_FILE}" if preempted else f"max_minutes={cfg.max_minutes}"
-                    print(f"stopping at step {step}: {reason}", flush=True)
+                if run.rank == 0:
+                    reason = f"signal {stop_request.signal} or {run.out / STOP_FILE}" if preempted else f"max_minutes={cfg.max_minutes}"
+                    print(f"stopping at step {state.step}: {reason}", flush=True)
                 break
-            (epoch, batch_idx), micro_batches = next(batches)
-            for micro_batch in micro_batches:
-                window[4:6] += torch.tensor(real_and_padded_tokens(micro_batch), dtype=torch.float64)
-                micro_batch = {k: v.to(engine.device) for k, v in micro_batch.items()}
-                with autocast:
-                    losses = engine(**micro_batch)
-                engine.backward(losses["loss"])
-                if engine.is_gradient_accumulation_boundary():
-                    unclipped_norm = _module_grad_norm(engine.module)
-                engine.step()
-                window[:3] += torch.stack([losses["loss"].detach(), losses["xtr"], losses["contrastive"]]).double().cpu() / accumulation
-            # DeepSpeed keeps the norm it clipped with, except under ZeRO 0 in fp32 (where the
-            # gradients are whole in .grad, so the norm taken before the step is the same value)
-            grad_norm = engine.get_global_grad_norm()
-            grad_norm = float(grad_norm if grad_norm is not None else unclipped_norm)
-            if math.isfinite(grad_norm):
-                window[3] += grad_norm
-                window[7] += 1
-            else:
-                window[8] += 1
-            window[6] += 1
-            step += 1
-            position = (epoch, batch_idx + 1)
+            (epoch, batch_idx), micro_batches = next(run.batches)
+            train_step(run, micro_batches, sums)
+            state.step += 1
+            state.position = (epoch, batch_idx + 1)
             bar.update(1)
-            if cfg.time_budget_minutes and not budget_fitted:
-                if step == probe_from:
+            if cfg.time_budget_minutes and not state.budget_fitted:
+                if state.step == probe_from:
                     probe_started = time.time()
-                elif step == probe_from + cfg.budget_probe_steps and probe_started is not None:
-                    fit_schedule_to_budget((time.time() - probe_started) / cfg.budget_probe_steps)
-            if step % cfg.log_every == 0 or step == last_step:
-                totals = window.to(engine.device)
-                dist.all_reduce(totals)  # sums over ranks: mean losses and all tokens of the global batch
-                loss, xtr, contrastive = (totals[:3] / totals[6]).tolist()
-                elapsed = time.time() - window_start
-                record = {
-                    "step": step, "epoch": epoch, "loss": loss, "xtr": xtr, "contrastive": contrastive,
-                    "lr": float(engine.get_lr()[0]), "grad_norm": float(window[3] / window[7]) if window[7] else math.nan,
-                    "overflow_steps": int(window[8]),
-                    "tokens_per_s": float(totals[4]) / max(elapsed, 1e-9), "real_token_ratio": float(totals[4] / totals[5]),
-                }
-                if not all(math.isfinite(v) for v in (loss, xtr, contrastive)):
-                    raise FloatingPointError(f"non-finite loss at step {step}: {record}")
+                elif state.step == probe_from + cfg.budget_probe_steps and probe_started is not None:
+                    fit_schedule_to_budget(run, (time.time() - probe_started) / cfg.budget_probe_steps, started)
+                    bar.total = state.max_steps
+            last_step = min(state.max_steps, cfg.stop_at_step or state.max_steps)
+            if state.step % cfg.log_every == 0 or state.step == last_step:
+                record = log_training(run, sums, epoch, time.time() - window_start)
                 history.append(record)
-                window, window_start = torch.zeros_like(window), time.time()
-                if rank == 0:
-                    for key in ("loss", "xtr", "contrastive"):
-                        writer.add_scalar(f"loss/{'total' if key == 'loss' else key}", record[key], step)
-                    for key in ("lr", "grad_norm", "overflow_steps", "tokens_per_s", "real_token_ratio"):
-                        writer.add_scalar(key, record[key], step)
-                    metrics_file.write(json.dumps(record) + "\n")
-                    metrics_file.flush()
-                    bar.set_postfix(loss=f"{loss:.3f}", xtr=f"{xtr:.3f}", cntrs=f"{contrastive:.3f}")
-            if step % cfg.save_every == 0:
-                save()
-                last_saved = step
-            if step % cfg.valid_every == 0 and step != last_step:
-                validate()
+                sums, window_start = MetricSums(), time.time()
+                bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}")
+            if state.step % cfg.save_every == 0:
+                save(run)
+            if state.step != last_step:
+                if state.step % cfg.valid_every == 0:
+                    history += filter(None, [validate(run, max_len)])
+                if cfg.probe_every and state.step % cfg.probe_every == 0:
+                    history += filter(None, [probe(run)])
         bar.close()
         if preempted:
-            if step != last_saved:
-                save()
-            if rank == 0:
-                (out / STOP_FILE).unlink(missing_ok=True)
-                print(f"checkpointed step {step}; exiting with status {PREEMPTED_EXIT_CODE} to be requeued", flush=True)
-            return {"steps": step, "max_steps": max_steps, "history": history, "model_dir": None, "preempted": True}
-        validate()
-        if step != last_saved:
-            save()
-        model_dir = out / "model"
-        if rank == 0:
-            export_encoder(engine.module.encoder, tokenizer, model_dir)
+            if state.step != state.last_saved:
+                save(run)
+            if run.rank == 0:
+                (run.out / STOP_FILE).unlink(missing_ok=True)
+                print(f"checkpointed step {state.step}; exiting with status {PREEMPTED_EXIT_CODE} to be requeued", flush=True)
+            return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": None, "preempted": True}
+        history += filter(None, (validate(run, max_len), probe(run)))
+        if state.step != state.last_saved:
+            save(run)
+        model_dir = run.out / "model"
+        if run.rank == 0:
+            export_encoder(run.engine.module.encoder, run.tokenizer, model_dir)
+        import torch.distributed as dist
+
         dist.barrier()
-        return {"steps": step, "max_steps": max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
+        return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
     finally:
         stop_request.close()
-        if rank == 0:
-            writer.close()
-            metrics_file.close()
+        if run.rank == 0:
+            run.writer.close()
+            run.metrics_file.close()
 
 
 def main(argv: list[str] | None = None) -> None:

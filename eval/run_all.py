@@ -28,6 +28,7 @@ from eval.classification import evaluate_classification, mlp_settings
 from eval.classification_data import read_task as read_classification_task
 from eval.correlation import HeadTraining, evaluate_correlation_task
 from eval.encoders import ENCODER_KINDS, load_encoder
+from eval.flores import FloresTask, evaluate_flores
 from eval.heldout import evaluate_heldout
 from eval.language_id import LanguageIdTask, evaluate_language_id
 from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
@@ -89,6 +90,19 @@ def _task_settings(config: dict, keys: set[str], config_path: Path) -> dict:
     if unknown:
         raise ValueError(f"{config_path}: unknown keys {sorted(unknown)}")
     return {key: config[key] for key in keys if key in config}
+
+
+def _run_flores(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
+    settings = _task_settings(config, {"split"}, config_path)
+    skipped = {}
+    if config["languages"] == "all":
+        languages = options.canonical
+    else:
+        languages, skipped = _filtered(config, options)
+    task = FloresTask(data_dir, languages, options.max_sentences, name=config["name"], **settings)
+    result = evaluate_flores(encoder, task, options.progress)
+    result["skipped"].update(skipped)
+    return result
 
 
 def _run_bucc(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
@@ -167,7 +181,7 @@ def _run_language_id(encoder, config_path: Path, config: dict, data_dir: Path, o
     return result
 
 
-TASK_RUNNERS = {"tatoeba": _run_tatoeba, "bucc": _run_bucc, "large_retrieval": _run_large_retrieval, "classification": _run_classification,
+TASK_RUNNERS = {"tatoeba": _run_tatoeba, "flores": _run_flores, "bucc": _run_bucc, "large_retrieval": _run_large_retrieval, "classification": _run_classification,
                 "qe": _run_qe, "sts": _run_sts, "language_id": _run_language_id}  # fmt: skip
 
 

@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from ems.data import BatchOrder, rows_with_duplicates, spread_duplicates
 from ems.losses import contrastive_loss, duplicate_mask, gather_rows, global_contrastive_loss
 from ems.model import EMSModel, config_from_preset
+from tests.conftest import leave_spawned_rank
 
 TEMPERATURE = 0.1
 # Pairs as (side 1, side 2) content ids. Pairs 0, 1, 2 translate one English sentence (id 100):
@@ -92,6 +93,7 @@ def _rank(rank: int, init_file: str, out_dir: str, handling: str) -> None:
     np.save(f"{out_dir}/loss{rank}.npy", loss.detach().numpy())
     np.save(f"{out_dir}/grad{rank}.npy", h_u.grad.numpy())
     dist.destroy_process_group()
+    leave_spawned_rank()
 
 
 def _global_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

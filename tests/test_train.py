@@ -13,7 +13,7 @@ def config(pipeline, out, **overrides) -> TrainConfig:
     values = dict(
         data=str(pipeline / "shards"), vocab=str(pipeline / "vocab"), out=str(out), model="tiny",
         model_overrides=SMALL_MODEL, batch_size=32, lr=2e-3, warmup_steps=10, max_steps=80,
-        log_every=5, save_every=1000, seed=3, valid_data=str(pipeline / "valid_shards"), valid_every=1000, valid_batches=4,
+        log_every=5, save_every=1000, seed=3, valid_data=str(pipeline / "valid_shards"), valid_every=1000, valid_pairs=128,
         bucket_batches=50,
     )
     return TrainConfig(**{**values, **overrides})

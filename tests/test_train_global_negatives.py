@@ -7,6 +7,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ems.losses import contrastive_loss, global_contrastive_loss
+from tests.conftest import leave_spawned_rank
 
 B, K, TEMPERATURE = 3, 4, 0.1
 
@@ -26,6 +27,7 @@ def _rank(rank: int, init_file: str, out_dir: str) -> None:
     np.save(f"{out_dir}/loss{rank}.npy", per_pair.detach().numpy())
     np.save(f"{out_dir}/grad{rank}.npy", h_u.grad.numpy())
     dist.destroy_process_group()
+    leave_spawned_rank()
 
 
 def brute_force_infonce(u: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:

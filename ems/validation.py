@@ -1,0 +1,107 @@
+"""Validation losses on a fixed sample of held-out pairs spread over every language pair.
+
+The sample is drawn once per run (as equal a number of pairs from each language pair as their
+sizes allow, seeded), stored as `OUT/valid_sample.json` and read back on every resume, so the
+values are comparable across steps and restarts. Its order is shuffled, so each validation batch
+mixes language pairs as training batches do (the contrastive loss depends on the batch).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ems.data import PairShards, apportion, collate, sub_batch
+
+SAMPLE_FILE = "valid_sample.json"
+
+
+def equal_shares(sizes: np.ndarray, n: int) -> np.ndarray:
+    """Counts per group summing to min(n, sizes.sum()), as equal as the sizes allow: a group
+    smaller than its share gives all it has, and the rest is shared again among the others."""
+    counts = np.zeros(len(sizes), dtype=np.int64)
+    open_groups = np.flatnonzero(sizes > 0)
+    left = min(n, int(sizes.sum()))
+    while left and len(open_groups):
+        share = apportion(left, np.full(len(open_groups), 1 / len(open_groups)))
+        full = sizes[open_groups] - counts[open_groups] <= share
+        if not full.any():
+            counts[open_groups] += share
+            break
+        left -= int((sizes[open_groups[full]] - counts[open_groups[full]]).sum())
+        counts[open_groups[full]] = sizes[open_groups[full]]
+        open_groups = open_groups[~full]
+    return counts
+
+
+def stratified_sample(groups: dict[str, np.ndarray], n: int, seed: int) -> np.ndarray:
+    """Up to `n` pair indices drawn at random from `groups` ({language pair: pair indices}) in
+    `equal_shares`, in a shuffled order."""
+    rng = np.random.default_rng([seed, 1])
+    counts = equal_shares(np.array([len(members) for members in groups.values()]), n)
+    drawn = [rng.choice(members, count, replace=False) for members, count in zip(groups.values(), counts)]
+    return rng.permutation(np.concatenate(drawn)) if drawn else np.zeros(0, dtype=np.int64)
+
+
+def validation_sample(out: Path, shards: PairShards, n: int, seed: int, write: bool) -> np.ndarray:
+    """The run's stored sample, or a new `stratified_sample` of `shards` (stored when `write`:
+    rank 0 writes, the other ranks read it after a barrier). A stored sample that does not fit the
+    shards (another held-out set) is an error: delete the file to draw a new one."""
+    path = Path(out) / SAMPLE_FILE
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored["n_pairs"] != len(shards) or stored["languages"] != shards.languages:
+            raise ValueError(f"{path} was drawn from {stored['n_pairs']} validation pairs and this run's validation "
+                             f"data has {len(shards)} (or other languages); delete it to draw a new sample")
+        return np.asarray(stored["indices"], dtype=np.int64)
+    sample = stratified_sample(shards.language_pair_groups(), n, seed)
+    if write:
+        counts = {name: int(np.isin(sample, members).sum()) for name, members in shards.language_pair_groups().items()}
+        record = {"n_pairs": len(shards), "languages": shards.languages, "seed": seed, "pairs_per_language_pair": counts,
+                  "indices": sample.tolist()}
+        path.write_text(json.dumps(record) + "\n")
+    return sample
+
+
+@torch.no_grad()
+def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size: int, max_len: int, autocast) -> dict:
+    """Mean losses over `sample` cut into global batches of batch_size x world_size pairs (each
+    rank scores its share of each, as in training), dropout off. Returns {"valid_loss",
+    "valid_xtr", "valid_contrastive", "valid_pairs": {language pair: {"loss", "xtr", "contrastive"}}}."""
+    import torch.distributed as dist
+
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    n = len(sample) // world_size * world_size
+    if n < 2 * world_size:
+        raise ValueError(f"validation needs at least {2 * world_size} pairs, has {len(sample)}")
+    cfg = engine.module.cfg
+    names = list(shards.language_pair_groups())
+    group_of = np.zeros(len(shards), dtype=np.int64)
+    for g, members in enumerate(shards.language_pair_groups().values()):
+        group_of[members] = g
+    # per language pair: summed xtr, summed contrastive, pairs
+    sums = torch.zeros(len(names), 3, dtype=torch.float64)
+    global_batch = batch_size * world_size
+    engine.eval()
+    for start in range(0, n, global_batch):
+        indices = sub_batch(sample[start : min(start + global_batch, n)], 0, rank, world_size)
+        batch = {k: v.to(engine.device) for k, v in collate(shards, indices, max_len).items()}
+        with autocast:
+            out = engine(**batch, per_example=True)
+        per_example = torch.stack([out["xtr_per_example"], out["contrastive_per_example"], torch.ones_like(out["xtr_per_example"])], dim=1)
+        sums.index_add_(0, torch.from_numpy(group_of[indices]), per_example.double().cpu())
+    engine.train()
+    sums = sums.to(engine.device)
+    dist.all_reduce(sums)
+    sums = sums.cpu()
+
+    def losses(row: torch.Tensor) -> dict:
+        xtr, contrastive = (row[:2] / row[2]).tolist()
+        return {"loss": cfg.xtr_weight * xtr + cfg.contrastive_weight * contrastive, "xtr": xtr, "contrastive": contrastive}
+
+    total = losses(sums.sum(dim=0))
+    return {"valid_loss": total["loss"], "valid_xtr": total["xtr"], "valid_contrastive": total["contrastive"],
+            "valid_pairs": {name: losses(sums[g]) for g, name in enumerate(names) if sums[g, 2] > 0}}

@@ -1,0 +1,76 @@
+"""FLORES-200 bitext retrieval: each language's 1012 devtest sentences (dev: 997) and the English
+ones, scored like Tatoeba (bidirectional cosine P@1, see eval.retrieval). FLORES is multi-parallel
+news/wiki text from another source than Tatoeba, so it shows how a model trained on Tatoeba-like
+sentences transfers to another domain.
+
+Files: `<data_dir>/<stem>.<split>` with `stem` from data_prep.flores.FLORES_FILES (`deu`,
+`cmn_Hans`, ...) and `eng.<split>`, line-aligned. FLORES sentences are also SIB-200's: a model
+trained on them must not be scored here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_prep.flores import FLORES_FILES
+from ems.languages import ENGLISH
+from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
+
+FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
+NOT_IN_FLORES = "no FLORES-200 file for the language"
+
+
+@dataclass
+class FloresTask:
+    """data_dir: a FLORES-200 split directory (`flores200/devtest`); languages: canonical codes,
+    None = every language of FLORES_FILES found there; max_sentences: the first N lines only."""
+
+    data_dir: Path
+    languages: list[str] | None = None
+    max_sentences: int | None = None
+    name: str = "flores200"
+    split: str = "devtest"
+
+    def __post_init__(self):
+        self.data_dir = Path(self.data_dir)
+        check_max_sentences(self.max_sentences)
+
+
+def flores_path(data_dir: Path, lang: str, split: str = "devtest") -> Path | None:
+    """The file of canonical language `lang` in a FLORES split directory, or None if FLORES_FILES
+    has no stem for it."""
+    stem = FLORES_FILES.get(lang)
+    return None if stem is None else Path(data_dir) / f"{stem}.{split}"
+
+
+def load_flores_pair(data_dir: Path, lang: str, split: str = "devtest", max_sentences: int | None = None) -> tuple[list[str], list[str]]:
+    """(xx sentences, English sentences) of one FLORES language, line-aligned; MissingDataError
+    naming the file when it is not there."""
+    xx_path, en_path = flores_path(data_dir, lang, split), flores_path(data_dir, ENGLISH, split)
+    if xx_path is None:
+        raise MissingDataError(f"{NOT_IN_FLORES}: {lang!r} (known: {', '.join(sorted(FLORES_FILES))})")
+    for path in (xx_path, en_path):
+        if not path.is_file():
+            raise MissingDataError(f"missing FLORES-200 file {path}; get the {split} split from {FLORES_SOURCE}")
+    return read_aligned_files(xx_path, en_path, max_sentences)
+
+
+def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
+    """Bidirectional P@1 (%) per language, the result shaped as eval.tatoeba.evaluate_tatoeba's
+    ("languages": {lang: {source, n, xx2en, en2xx, mean}}, "average", "skipped")."""
+    english = flores_path(task.data_dir, ENGLISH, task.split)
+    if not english.is_file():
+        raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing {english.name}); "
+                               f"get it from {FLORES_SOURCE}")
+    requested = task.languages if task.languages is not None else sorted(set(FLORES_FILES) - {ENGLISH})
+    bitexts, skipped = [], {}
+    for lang in requested:
+        path = flores_path(task.data_dir, lang, task.split)
+        if path is None or not path.is_file():
+            skipped.setdefault(NOT_IN_FLORES, []).append(lang)
+            continue
+        xx, en = load_flores_pair(task.data_dir, lang, task.split, task.max_sentences)
+        bitexts.append(Bitext(lang=lang, source=path.name, xx=xx, en=en))
+    result = evaluate_bitexts(encoder, bitexts, task.name, skipped, progress)
+    return {"task": result.pop("task"), "data_dir": str(task.data_dir), "max_sentences": task.max_sentences, **result}
