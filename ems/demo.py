@@ -1,10 +1,14 @@
-"""The whole system, offline, on the embedded default corpus:
+"""The whole system, offline, on real human translations of real sentences:
 
-    gettext catalogs in django/wagtail/sphinx -> aligned corpus -> SentencePiece vocab
-    -> shards -> EMS training through DeepSpeed -> Tatoeba + held-out retrieval,
-    for the untrained and the trained model side by side.
+    Tatoeba Translation Challenge pairs (12 languages, from --data-dir) -> clean (every sentence of
+    every evaluation set removed) -> held-out split -> SentencePiece vocab -> shards -> EMS training
+    through DeepSpeed (a fixed number of steps, with learning curves) -> Tatoeba, FLORES-200 and
+    held-out retrieval of the untrained and the trained model, side by side.
 
     python -m ems.demo [--out runs/demo] [--data-dir ../shared/data] [--set max_steps=300 ...]
+
+The schedule is a number of steps, so the same machine type gives the same model whatever its
+load; `--set time_budget_minutes=8` fits it to a wall-clock budget instead.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +26,101 @@ from ems.configs import load_config, parse_overrides
 from ems.train import REPO_ROOT, TrainConfig
 
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+DEMO_SUITE = REPO_ROOT / "configs" / "eval" / "suite_demo.yaml"
+REPORT_FILE = "demo_report.md"
+CHART_FILE = "demo_chart.png"
 
 
 @dataclass
 class DemoDataConfig:
-    packages: list[str] = field(default_factory=lambda: ["django", "wagtail", "sphinx"])
-    min_pairs: int = 500
-    heldout_size: int = 200
+    languages: list[str] = field(default_factory=lambda: "de fr es ru zh it pt nl pl tr ja ar".split())
+    corpus: str = "tatoeba_challenge"  # the Tatoeba Translation Challenge release, under --data-dir
+    gettext_packages: list[str] = field(default_factory=list)  # also the UI strings of these wheels' catalogs
+    eval_sets: list[str] = field(default_factory=lambda: ["tatoeba", "flores", "sib200", "qe", "sts"])
+    heldout_per_pair: int = 500
     vocab_size: int = 16000
-    flores_split: str | None = "flores200/devtest"  # relative to --data-dir; added to training when present
-    tatoeba_max_sentences: int | None = 300
+    seed: int = 0
+
+
+class Stages:
+    """Prints a header per stage and keeps its wall time."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._current: tuple[str, float] | None = None
+
+    def start(self, name: str) -> None:
+        self.stop()
+        self._current = name, time.time()
+        print(f"\n== {name} ==", flush=True)
+
+    def stop(self) -> None:
+        if self._current is not None:
+            name, started = self._current
+            self.seconds[name] = round(time.time() - started, 1)
+            self._current = None
+
+
+def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
+    """Import, clean (evaluation sentences removed) and split the training corpus into
+    out/corpus/{train,heldout}; returns a summary and prints one line per step."""
+    from data_prep.clean import clean_corpus, load_eval_sentences
+    from data_prep.config import CleanSettings
+    from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus
+    from data_prep.split import split_heldout
+
+    source = data_dir / cfg.corpus
+    if not source.is_dir():
+        raise FileNotFoundError(f"the demo trains on the Tatoeba Translation Challenge pairs, expected at {source} "
+                                f"(see ../shared/data/PROVENANCE.md); point --data-dir at the directory that holds {cfg.corpus}/")
+    corpus = out / "corpus"
+    shutil.rmtree(corpus, ignore_errors=True)
+    imported = build_tatoeba_challenge_corpus(source, corpus / "raw", cfg.languages)
+    print(f"imported {sum(imported['languages'].values())} pairs from {source}: "
+          + ", ".join(f"{lang} {n}" for lang, n in imported["languages"].items()), flush=True)
+    if cfg.gettext_packages:
+        print(f"added gettext pairs: {add_gettext_pairs(cfg, corpus / 'raw')}", flush=True)
+    settings = CleanSettings(eval_sets=tuple(cfg.eval_sets))
+    eval_hashes, eval_counts = load_eval_sentences(data_dir, settings.eval_sets, settings.lowercase)
+    cleaned = clean_corpus(corpus / "raw", corpus / "clean", settings, eval_hashes, eval_counts)
+    dropped = {}
+    for pair in cleaned["pairs"]:
+        for entry in pair["files"]:
+            for reason, count in entry.get("dropped", {}).items():
+                dropped[reason] = dropped.get(reason, 0) + count
+    kept = sum(entry.get("kept", 0) for pair in cleaned["pairs"] for entry in pair["files"])
+    print(f"clean: kept {kept} pairs; removed {dropped.get('in_eval_set', 0)} that share a sentence with an evaluation "
+          f"set ({', '.join(cfg.eval_sets)}: {sum(c['sentences'] for c in eval_counts.values())} sentences), "
+          f"{dropped.get('duplicate', 0)} duplicates, {sum(dropped.values()) - dropped.get('in_eval_set', 0) - dropped.get('duplicate', 0)} "
+          f"by the other filters (corpus/clean/clean_report.json)", flush=True)
+    split = split_heldout(corpus / "clean", corpus / "train", corpus / "heldout", cfg.heldout_per_pair, cfg.seed)
+    heldout = sum(entry["heldout"] for entry in split["pairs"])
+    train_pairs = sum(entry["train"] for entry in split["pairs"])
+    removed = sum(entry["removed_overlapping_heldout"] for entry in split["pairs"])
+    print(f"split: {heldout} held-out pairs ({cfg.heldout_per_pair} per language pair), {train_pairs} training pairs; "
+          f"{removed} training pairs that shared a side with a held-out pair removed", flush=True)
+    return {"imported": imported["languages"], "removed_in_eval_set": dropped.get("in_eval_set", 0),
+            "dropped": dropped, "heldout_pairs": heldout, "train_pairs": train_pairs, "removed_overlapping_heldout": removed}
+
+
+def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
+    """The gettext UI strings of cfg.gettext_packages for the demo's languages, written to
+    raw/<pair>/gettext.* (its own train/held-out split is undone: the demo splits after cleaning)."""
+    from data_prep.corpus import list_parallel, read_parallel, write_parallel
+    from data_prep.gettext_corpus import build_gettext_corpus
+
+    scratch = raw.parent / "gettext"
+    build_gettext_corpus(scratch, packages=cfg.gettext_packages, languages=cfg.languages, min_pairs=100,
+                         heldout_size=1, overwrite=True)
+    counts = {}
+    for files in list_parallel(scratch / "train"):
+        held = scratch / "heldout" / files.path_l1.parent.name
+        pairs = list(read_parallel(files.path_l1, files.path_l2))
+        pairs += list(read_parallel(held / files.path_l1.name, held / files.path_l2.name))
+        write_parallel(raw, "gettext", files.l1, files.l2, pairs)
+        counts[files.l2 if files.l1 == "en" else files.l1] = len(pairs)
+    shutil.rmtree(scratch)
+    return counts
 
 
 def comparison_table(before: dict, after: dict, task: str) -> str:
@@ -42,92 +132,112 @@ def comparison_table(before: dict, after: dict, task: str) -> str:
         lines.append(f"| {lang} | {row['n']} | {before['languages'][lang]['mean']:.1f} | {row['mean']:.1f} |")
     b, a = before["average"], after["average"]
     lines.append(f"| **average** ({a['n_languages']} languages) | {a['n']} | **{b['mean']:.1f}** | **{a['mean']:.1f}** |")
+    skipped = {reason: codes for reason, codes in after.get("skipped", {}).items() if codes}
+    if skipped:
+        lines += ["", "skipped: " + "; ".join(f"{reason}: {', '.join(codes)}" for reason, codes in skipped.items())]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"))
     parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
-                        help="directory with tatoeba/ (default: $EMS_DATA_DIR or ../shared/data)")
+                        help="directory with tatoeba_challenge/, tatoeba/, flores200/, ... (default: $EMS_DATA_DIR or ../shared/data)")
     parser.add_argument("--data-config", default=str(REPO_ROOT / "configs/data/demo.yaml"))
     parser.add_argument("--train-config", default=str(REPO_ROOT / "configs/train/demo.yaml"))
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override training config keys")
     args = parser.parse_args(argv)
+    try:
+        data_cfg = load_config(DemoDataConfig, args.data_config)
+        overrides = parse_overrides(args.set)
+        summary = run_demo(data_cfg, args.data_dir, args.out, args.train_config, overrides)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
 
+
+def prepare_data(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: Stages) -> dict:
+    """Corpus, vocabulary and shards under `out` (corpus/, vocab/, shards/{train,heldout}); returns
+    the corpus summary of `build_corpus`."""
     from data_prep.binarize import binarize
-    from data_prep.gettext_corpus import build_gettext_corpus
-    from data_prep.flores import build_flores_corpus
-    from data_prep.vocab import corpus_languages, train_vocab
+    from data_prep.vocab import train_vocab
+
+    stages.start("corpus")
+    corpus = build_corpus(data_cfg, data_dir, out)
+
+    stages.start("vocab")
+    print(f"SentencePiece (unigram, {data_cfg.vocab_size} pieces with the <2xx> tokens) on the training sentences ...", flush=True)
+    tokenizer = train_vocab(out / "corpus" / "train", out / "vocab", vocab_size=data_cfg.vocab_size, seed=data_cfg.seed)
+    print(f"{tokenizer.vocab_size} pieces, {len(tokenizer.languages)} languages: {out / 'vocab'}", flush=True)
+
+    stages.start("binarize")
+    index = binarize(out / "corpus" / "train", out / "vocab", out / "shards" / "train", workers=2)
+    binarize(out / "corpus" / "heldout", out / "vocab", out / "shards" / "heldout")
+    print(f"{index['n_pairs']} training pairs, {index['n_tokens']} tokens", flush=True)
+    stages.stop()
+    return corpus
+
+
+def data_paths(prepared: Path, data_dir: Path) -> dict[str, str]:
+    """TrainConfig keys that point a run at the data of `prepare_data`."""
+    return {"data": str(prepared / "shards" / "train"), "vocab": str(prepared / "vocab"),
+            "valid_data": str(prepared / "shards" / "heldout"), "probe_data": str(data_dir)}
+
+
+def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: str, overrides: dict) -> str:
+    """Every stage; returns the report (also written to out/demo_report.md)."""
     from ems.encoder import load
     from ems.train import train
+    from eval.chart import write_comparison_chart
+    from eval.curves import CURVES_FILE, plot_curves, read_metrics
     from eval.run_all import run_all
 
-    out = args.out
-    data_cfg = load_config(DemoDataConfig, args.data_config)
-    timings: dict[str, float] = {}
+    stages = Stages()
+    corpus = prepare_data(data_cfg, data_dir, out, stages)
 
-    def stage(name: str):
-        timings[name] = time.time()
-        print(f"\n== {name} ==", flush=True)
-
-    stage("corpus")
-    report = build_gettext_corpus(out / "corpus", packages=data_cfg.packages, min_pairs=data_cfg.min_pairs,
-                                  heldout_size=data_cfg.heldout_size, overwrite=True)
-    print(f"{report['totals']}")
-    flores_dir = args.data_dir / data_cfg.flores_split if data_cfg.flores_split else None
-    if flores_dir is not None and flores_dir.is_dir():
-        flores = build_flores_corpus(flores_dir, out / "corpus" / "train", corpus_languages(out / "corpus" / "train"))
-        print(f"added FLORES-200 ({flores_dir}) pairs for {len(flores['pairs'])} languages to training; "
-              f"not in FLORES: {' '.join(flores['not_in_flores'])}. This model has seen FLORES/SIB-200 sentences.")
-    else:
-        print(f"no FLORES-200 split at {flores_dir}: training on the gettext pairs only")
-    stage("vocab")
-    tokenizer = train_vocab(out / "corpus" / "train", out / "vocab", vocab_size=data_cfg.vocab_size)
-    print(f"{tokenizer.vocab_size} pieces, {len(tokenizer.languages)} languages")
-    stage("binarize")
-    index = binarize(out / "corpus" / "train", out / "vocab", out / "shards" / "train")
-    binarize(out / "corpus" / "heldout", out / "vocab", out / "shards" / "heldout")
-    print(f"{index['n_pairs']} training pairs, {index['n_tokens']} tokens")
-
-    stage("train")
-    overrides = {"data": str(out / "shards" / "train"), "vocab": str(out / "vocab"), "out": str(out / "run"),
-                 "valid_data": str(out / "shards" / "heldout")}
-    train_cfg = load_config(TrainConfig, args.train_config, {**overrides, **parse_overrides(args.set)})
+    stages.start("train")
+    paths = {**data_paths(out, data_dir), "out": str(out / "run")}
+    train_cfg = load_config(TrainConfig, train_config, {**paths, **overrides})
     shutil.rmtree(out / "run", ignore_errors=True)  # the demo always trains from scratch
     result = train(train_cfg)
 
-    stage("eval")
+    stages.start("eval")
     evaluations = {}
     for name, model_dir in (("untrained", out / "run" / "model-init"), ("trained", Path(result["model_dir"]))):
-        print(f"\n-- {name} model ({model_dir}) --")
-        evaluations[name] = run_all(load(model_dir), args.data_dir, heldout_dir=out / "corpus" / "heldout",
-                                    out_dir=out / "eval" / name, max_sentences=data_cfg.tatoeba_max_sentences,
-                                    progress=False)
-    timings["end"] = time.time()
+        print(f"-- {name} model ({model_dir})", flush=True)
+        evaluations[name] = run_all(load(model_dir), data_dir, heldout_dir=out / "corpus" / "heldout",
+                                    out_dir=out / "eval" / name, languages=data_cfg.languages, suite_path=DEMO_SUITE,
+                                    print_tables=False)
+    chart = write_comparison_chart(evaluations, out / CHART_FILE)
+    curves = plot_curves({"demo": read_metrics(out / "run")}, out / "run" / CURVES_FILE)
+    stages.stop()
 
-    names = list(timings)
-    durations = {names[i]: round(timings[names[i + 1]] - timings[names[i]], 1) for i in range(len(names) - 1)}
     tables = "\n".join(comparison_table(evaluations["untrained"][task], evaluations["trained"][task], task)
                        for task in evaluations["trained"])
     valid = [h for h in result["history"] if "valid_loss" in h]
     summary = (
-        f"# EMS demo\n\ntrained {result['steps']} steps; held-out loss {valid[0]['valid_loss']:.3f} -> "
-        f"{valid[-1]['valid_loss']:.3f} (xtr {valid[0]['valid_xtr']:.3f} -> {valid[-1]['valid_xtr']:.3f}, "
-        f"contrastive {valid[0]['valid_contrastive']:.3f} -> {valid[-1]['valid_contrastive']:.3f})\n\n"
-        f"stage seconds: {json.dumps(durations)}\n\n{tables}"
+        f"# EMS demo\n\n{corpus['train_pairs']} training pairs in {len(data_cfg.languages)} languages (Tatoeba "
+        f"Challenge, {corpus['removed_in_eval_set']} pairs sharing a sentence with an evaluation set removed); "
+        f"trained {result['steps']} steps; held-out loss {valid[0]['valid_loss']:.3f} -> {valid[-1]['valid_loss']:.3f} "
+        f"(xtr {valid[0]['valid_xtr']:.3f} -> {valid[-1]['valid_xtr']:.3f}, contrastive "
+        f"{valid[0]['valid_contrastive']:.3f} -> {valid[-1]['valid_contrastive']:.3f})\n\n"
+        f"stage seconds: {json.dumps(stages.seconds)} (total {sum(stages.seconds.values()):.0f})\n\n{tables}"
     )
-    (out / "demo_report.md").write_text(summary)
-    print("\n" + summary)
-    print(f"""where everything is:
-  corpus      {out / 'corpus'}  (corpus_report.json)
+    (out / REPORT_FILE).write_text(summary)
+    return summary + f"""
+where everything is:
+  corpus      {out / 'corpus'}  (raw/import_report.json, clean/clean_report.json, heldout/split_report.json)
   vocabulary  {out / 'vocab'}
   shards      {out / 'shards'}
   checkpoints {out / 'run' / 'checkpoints'}   TensorBoard: tensorboard --logdir {out / 'run' / 'tb'}
+  curves      {curves}   (python -m eval.curves {out / 'run'})
   model       {out / 'run' / 'model'}   (ems.load(...).encode(sentences, lang=...))
   evaluation  {out / 'eval'}/{{untrained,trained}}/results.json, report.md
-  this report {out / 'demo_report.md'}""")
+  chart       {chart}
+  this report {out / REPORT_FILE}"""
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -65,3 +65,38 @@ def write_chart(results: dict, path: Path) -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def write_comparison_chart(results_by_model: dict[str, dict], path: Path) -> Path | None:
+    """Write a chart comparing models side by side to `path`: one panel per task that ran for
+    every model ({model name: {task: result}}), one group of bars per language (one bar per model,
+    the task's headline score) and an average group; returns the path, or None if no task ran."""
+    names = list(results_by_model)
+    tasks = [task for task, result in results_by_model[names[0]].items()
+             if all("error" not in r.get(task, {"error": 1}) and r[task].get("languages") for r in results_by_model.values())]
+    if not tasks:
+        return None
+    widest = max(len(results_by_model[names[0]][task]["languages"]) for task in tasks)
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(max(7.0, 0.5 * (widest + 1) * len(names) + 2), 3.0 * len(tasks)),
+                             squeeze=False)
+    width = 0.8 / len(names)
+    for ax, task in zip(axes[:, 0], tasks):
+        score, label = HEADLINE[results_by_model[names[0]][task].get("metric", "p_at_1")]
+        langs = list(results_by_model[names[0]][task]["languages"])
+        for k, name in enumerate(names):
+            rows = results_by_model[name][task]["languages"]
+            values = [score(rows[lang]) if lang in rows else 0.0 for lang in langs]
+            values.append(sum(values) / len(values))
+            ax.bar([i + k * width for i in range(len(langs) + 1)], values, width, label=name)
+        ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(langs) + 1)], langs + ["average"],
+                      rotation=90 if len(langs) > 16 else 0, fontsize=7)
+        ax.set_ylim(0, 100)
+        ax.set_title(task, fontsize=10)
+        ax.set_ylabel(label, fontsize=8)
+        ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -226,6 +226,7 @@ def run_all(
     progress: bool = True,
     suite_path: Path | None = None,
     task_dirs: dict[str, Path] | None = None,
+    print_tables: bool = True,
 ) -> dict:
     """Evaluate `encoder` on the tasks of `suite_path` (default: only the Tatoeba config
     `config_path`), each reading data_dir/<its data_subdir> or task_dirs[its name], and, if
@@ -235,7 +236,8 @@ def run_all(
     sentences per language (per side and split for BUCC; documents per split for classification,
     whose train language is always read). A task whose data is missing gets
     {"task", "error": message} and the others still run. Writes results.json, report.md and
-    results.png to `out_dir` unless it is None. Returns {task name: task result}.
+    results.png to `out_dir` unless it is None; prints the tables unless `print_tables` is False.
+    Returns {task name: task result}.
     """
     options = RunOptions(max_sentences=max_sentences, progress=progress, data_root=Path(data_dir), out_dir=out_dir)
     if languages is not None:
@@ -262,8 +264,9 @@ def run_all(
         except MissingDataError as exc:
             results["heldout"] = _not_run("heldout", exc)
 
-    for name, task_result in results.items():
-        print(task_markdown(task_result, title=name))
+    if print_tables:
+        for name, task_result in results.items():
+            print(task_markdown(task_result, title=name))
     if out_dir is not None:
         json_path, report_path = write_results(results, out_dir)
         chart = write_chart(results, Path(out_dir) / CHART_FILE)

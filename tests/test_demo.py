@@ -1,0 +1,38 @@
+"""The demo's wiring, end to end on a small slice of the real data: two languages, a few steps."""
+
+import json
+
+import yaml
+
+from ems.demo import CHART_FILE, REPORT_FILE, main
+
+
+def test_demo_runs_every_stage_and_writes_its_report(data_dir, tmp_path, capsys):
+    data_config = tmp_path / "data.yaml"
+    data_config.write_text(yaml.safe_dump({"languages": ["de", "ja"], "heldout_per_pair": 50, "vocab_size": 2000}))
+    out = tmp_path / "demo"
+    status = main(["--out", str(out), "--data-dir", str(data_dir), "--data-config", str(data_config), "--set",
+                   "max_steps=6", "warmup_steps=2", "batch_size=32", "log_every=3", "valid_every=3", "probe_every=3",
+                   "probe_sentences=20", "valid_pairs=64", "save_every=6", "model_overrides.d_model=32",
+                   "model_overrides.n_heads=2", "model_overrides.d_ffn=64"])
+    printed = capsys.readouterr().out
+    assert status == 0
+    for stage in ("corpus", "vocab", "binarize", "train", "eval"):
+        assert f"== {stage} ==" in printed
+    assert printed.count("### tatoeba") == 1  # the tables are printed once
+    report = (out / REPORT_FILE).read_text()
+    assert "### tatoeba" in report and "### flores200" in report and "### heldout" in report
+    trained = json.loads((out / "eval" / "trained" / "results.json").read_text())
+    assert set(trained["tatoeba"]["languages"]) == set(trained["flores200"]["languages"]) == {"de", "ja"}
+    assert trained["tatoeba"]["languages"]["de"]["n"] == 1000  # the full test set
+    assert trained["heldout"]["languages"]["de"]["n"] == 50
+    # no training pair shares a sentence with an evaluation set
+    clean_report = json.loads((out / "corpus" / "clean" / "clean_report.json").read_text())
+    assert sum(f["dropped"].get("in_eval_set", 0) for p in clean_report["pairs"] for f in p["files"]) > 1000
+    assert (out / CHART_FILE).is_file() and (out / "run" / "curves.png").is_file()
+
+
+def test_demo_without_its_corpus_is_one_clear_error(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the demo trains on the Tatoeba Translation Challenge pairs") and err.count("\n") == 1
