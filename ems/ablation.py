@@ -85,10 +85,7 @@ def summary_table(summary: dict[str, dict[str, dict]], steps: int) -> str:
 
 def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
     """Grouped bars (one group per metric, one bar per variant) with sd error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from eval.chart import plt, save_figure  # matplotlib without a display
 
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.8 / len(summary)
@@ -98,10 +95,7 @@ def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
     ax.set_xticks([i + width * (len(summary) - 1) / 2 for i in range(len(METRICS))], list(METRICS.values()))
     ax.set_ylabel("average P@1 (%), mean ± sd over seeds")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict) -> str:

@@ -14,6 +14,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 CHART_FILE = "results.png"
 
 
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out `fig`, write it to `path` (PNG, parent folders created), close it; returns the path."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _p_at_1(row: dict) -> float:
     return row["mean"]
 
@@ -59,12 +69,7 @@ def write_chart(results: dict, path: Path) -> Path | None:
         ax.set_ylim(0, 100)
         ax.set_title(name, fontsize=10)
         ax.set_ylabel(label, fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def write_comparison_chart(results_by_model: dict[str, dict], path: Path) -> Path | None:
@@ -94,9 +99,4 @@ def write_comparison_chart(results_by_model: dict[str, dict], path: Path) -> Pat
         ax.set_title(task, fontsize=10)
         ax.set_ylabel(label, fontsize=8)
         ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -20,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from eval.chart import save_figure  # noqa: E402
+
 CURVES_FILE = "curves.png"
 
 
@@ -76,12 +78,7 @@ def plot_curves(runs: dict[str, dict[str, list[dict]]], path: str | Path) -> Pat
             ax.legend(fontsize=6)
         else:
             ax.text(0.5, 0.5, "not logged by this run", ha="center", va="center", transform=ax.transAxes, fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,8 @@ import numpy as np
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from eval.chart import save_figure  # noqa: E402
+
 
 def principal_components(x: np.ndarray, k: int = 2) -> np.ndarray:
     """(n, d) -> (n, k): x centered and projected on its top-k right singular vectors (the sign
@@ -49,9 +51,4 @@ def write_pca_plot(panels: list[tuple[str, dict[str, np.ndarray]]], path: Path, 
         ax.set_ylabel("PC 2", fontsize=7)
         ax.tick_params(labelsize=6)
         ax.legend(fontsize=7, markerscale=2)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
