@@ -70,9 +70,10 @@ class TrainConfig:
     global_negatives: bool = False  # contrastive negatives from all ranks (the paper's code: each GPU's own batch)
     temperature: float | None = None  # sample language pairs with q ∝ (n/N)^(1/T) (the paper's code: off; T=5 when on)
     # Sort pairs by both sides' lengths within windows of this many global batches (>= 95% real
-    # tokens at the paper's scale). On a small corpus a window that spans it all makes every batch
+    # tokens at the paper's scale). On a tiny corpus a window that spans it all makes every batch
     # length-uniform and the same each epoch, and the contrastive loss stalls in short runs
-    # (measured: 80 steps on 2k pairs, 6.18 vs 5.28-5.67 with 50): use ~50 there (configs/train/demo.yaml).
+    # (measured: 80 steps on 2k pairs, 6.18 vs 5.28-5.67 with 50): use ~50 there. The demo's
+    # 137k pairs (534 batches, one window) do not stall: batches differ each epoch.
     bucket_batches: int = 1000
     lr: float = 3e-4
     warmup_steps: int = 10_000
@@ -600,7 +601,8 @@ def train(cfg: TrainConfig) -> dict:
                 record = log_training(run, sums, epoch, time.time() - window_start)
                 history.append(record)
                 sums, window_start = MetricSums(), time.time()
-                bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}")
+                bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}",
+                                dup=f"{100 * record['duplicate_rows']:.1f}%")
             if state.step % cfg.save_every == 0:
                 save(run)
             if state.step != last_step:
