@@ -183,3 +183,16 @@ def test_spreading_adds_no_padding_without_a_budget():
     spread = spread_duplicates(batches, ids, lengths, padding_budget=0.0)
     assert _duplicate_rate(spread, ids) < _duplicate_rate(batches, ids)
     assert np.all(lengths[spread].max(axis=1) <= lengths[batches].max(axis=1))  # no batch got wider
+
+
+def test_batch_order_benchmark_prints_rates_for_real_shards(tiny_pipeline, capsys):
+    import importlib.util
+
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("batch_order_benchmark", REPO_ROOT / "benchmarks" / "batch_order_benchmark.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    assert benchmark.main([str(tiny_pipeline / "shards"), "--batch", "32", "--bucket-batches", "50", "--padding-budgets", "0"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| random") or line.startswith("| bucketed")]
+    assert len(rows) == 3 and all("%" in row for row in rows)

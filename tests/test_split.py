@@ -66,6 +66,24 @@ def test_no_heldout_side_appears_in_training(tmp_path, corpus):
         assert set(held) | set(read_all(train)) <= set(read_all(corpus))
 
 
+def test_a_heldout_sentence_leaves_the_training_pairs_of_every_language_pair(tmp_path):
+    # the English side of every de-en pair also comes with French; whichever are held out, their
+    # English sentences must not stay in en-fr training (nor, as a side of another pair, anywhere)
+    root = tmp_path / "corpus"
+    write_parallel(root, "a", "de", "en", [(f"Satz {i}", f"sentence {i}") for i in range(8)])
+    write_parallel(root, "b", "en", "fr", [(f"Sentence  {i}", f"phrase {i}") for i in range(8)] + [("extra", "en plus")])
+    report, train, heldout = run_split(tmp_path, root)
+    held_en = {normalize(en) for _, en in read_all(heldout, "de-en")} | {normalize(en) for en, _ in read_all(heldout, "en-fr")}
+    assert PER_PAIR <= len(held_en) <= 2 * PER_PAIR  # the two pairs may hold out the same sentence
+    train_en = {normalize(de_en[1]) for de_en in read_all(train, "de-en")} | {normalize(en) for en, _ in read_all(train, "en-fr")}
+    assert not held_en & train_en
+    entries = {entry["pair"]: entry for entry in report["pairs"]}
+    assert entries["de-en"]["train"] + entries["de-en"]["removed_overlapping_heldout"] + PER_PAIR == 8
+    assert entries["en-fr"]["train"] + entries["en-fr"]["removed_overlapping_heldout"] + PER_PAIR == 9
+    assert entries["de-en"]["train"] == 8 - len(held_en)  # each held-out English sentence is gone from de-en
+    assert entries["en-fr"]["train"] == 9 - len(held_en)
+
+
 def heldout_bytes(heldout):
     return (heldout / "de-en" / "heldout.de").read_bytes(), (heldout / "de-en" / "heldout.en").read_bytes()
 
