@@ -73,7 +73,7 @@ class TrainConfig:
     # tokens at the paper's scale). On a tiny corpus a window that spans it all makes every batch
     # length-uniform and the same each epoch, and the contrastive loss stalls in short runs
     # (measured: 80 steps on 2k pairs, 6.18 vs 5.28-5.67 with 50): use ~50 there. The demo's
-    # 137k pairs (534 batches, one window) do not stall: batches differ each epoch.
+    # 134k pairs (524 batches, one window) do not stall: batches differ each epoch.
     bucket_batches: int = 1000
     lr: float = 3e-4
     warmup_steps: int = 10_000
