@@ -168,14 +168,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def world_of_one_unless_launched():
+    """A plain `python` run (no RANK from a launcher) runs as a world of one: RANK, LOCAL_RANK,
+    WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT are set for DeepSpeed and torch.distributed,
+    and removed again on exit, so that a process this one starts later (a SLURM job, torchrun)
+    does not inherit a port that this process's group still holds."""
+    added = {}
+    if "RANK" not in os.environ:
+        added = {key: value for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                                               ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(_free_port())))
+                 if key not in os.environ}
+        os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 def init_distributed() -> None:
-    """Initialise torch.distributed through DeepSpeed (NCCL on GPUs, gloo on CPU); a plain
-    `python` run becomes a world of one."""
+    """Initialise torch.distributed through DeepSpeed (NCCL on GPUs, gloo on CPU), from the
+    launcher's environment (see world_of_one_unless_launched)."""
     import deepspeed
 
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
     deepspeed.init_distributed()
 
 
@@ -562,6 +578,11 @@ def train(cfg: TrainConfig) -> dict:
     """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step
     metrics, validations and probes], "model_dir" (None when stopped), "preempted": whether a signal or STOP
     file ended it}."""
+    with world_of_one_unless_launched():
+        return _train(cfg)
+
+
+def _train(cfg: TrainConfig) -> dict:
     from tqdm import tqdm
 
     run, model = setup(cfg)

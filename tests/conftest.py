@@ -43,8 +43,6 @@ def tiny_pipeline(tmp_path_factory):
 SMALL_MODEL = {"d_model": 64, "n_heads": 4, "d_ffn": 128, "n_layers": 2, "d_lang": 16, "d_contrastive": 32}
 
 
-
-
 def leave_spawned_rank() -> None:
     """The last call of a test's spawned gloo rank, after it wrote its results and destroyed its
     process group: exit at once. A normal interpreter exit there aborts now and then
