@@ -133,8 +133,10 @@ def spread_duplicates(batches: np.ndarray, content_ids: np.ndarray, lengths: np.
         return list(dict.fromkeys(ids[b, j].tolist()))
 
     def count(b: int, j: int, sign: int) -> None:
-        members[b].update({i: sign for i in own_ids(b, j)})
-        members[b] += Counter()  # drops the ids whose count fell to zero
+        for i in own_ids(b, j):
+            members[b][i] += sign
+            if not members[b][i]:
+                del members[b][i]
 
     def swap_if_cheap(b: int, j: int, max_slots: float) -> float:
         """Swap repeating row j of batch b with its best partner if that adds at most max_slots

@@ -391,11 +391,12 @@ def save(run: Run) -> None:
     state.last_saved = state.step
 
 
-def validate(run: Run, max_len: int) -> dict | None:
+def validate(run: Run) -> dict | None:
     """Validation losses on the run's stratified sample, logged (None without validation data)."""
     if run.valid is None:
         return None
     shards, sample = run.valid
+    max_len = run.engine.module.cfg.max_len
     record = {"step": run.state.step, **validation_losses(run.engine, shards, sample, run.cfg.batch_size, max_len, run.autocast)}
     scalars = {f"valid/{'total' if key == 'loss' else key}": record[f"valid_{key}"] for key in ("loss", "xtr", "contrastive")}
     scalars.update({f"valid_pair/{pair}": losses["loss"] for pair, losses in record["valid_pairs"].items()})
@@ -499,7 +500,7 @@ def log_training(run: Run, sums: MetricSums, epoch: int, seconds: float) -> dict
     return record
 
 
-def setup(cfg: TrainConfig) -> tuple[Run, EMSModel]:
+def setup(cfg: TrainConfig) -> Run:
     """Distributed init, data, model, DeepSpeed engine, resume, validation sample, probe, logs."""
     import deepspeed
     import torch.distributed as dist
@@ -571,7 +572,7 @@ def setup(cfg: TrainConfig) -> tuple[Run, EMSModel]:
     if rank == 0:
         run.writer = SummaryWriter(str(out / "tb"), purge_step=run.state.step + 1 if run.state.step else None)
         run.metrics_file = (out / "metrics.jsonl").open("a")
-    return run, model
+    return run
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -583,11 +584,11 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _train(cfg: TrainConfig) -> dict:
+    import torch.distributed as dist
     from tqdm import tqdm
 
-    run, model = setup(cfg)
+    run = setup(cfg)
     state = run.state
-    max_len = model.cfg.max_len
     history: list[dict] = []
     started = time.time()
     sums, window_start = MetricSums(), time.time()
@@ -597,7 +598,7 @@ def _train(cfg: TrainConfig) -> dict:
     probe_from, probe_started = state.step + 5, None
     try:
         if state.step == 0:
-            history += filter(None, (validate(run, max_len), probe(run)))
+            history += filter(None, (validate(run), probe(run)))
         preempted = False
         while state.step < min(state.max_steps, cfg.stop_at_step or state.max_steps):
             preempted, out_of_time = stop_flags(run, stop_request, started)
@@ -628,7 +629,7 @@ def _train(cfg: TrainConfig) -> dict:
                 save(run)
             if state.step != last_step:
                 if state.step % cfg.valid_every == 0:
-                    history += filter(None, [validate(run, max_len)])
+                    history += filter(None, [validate(run)])
                 if cfg.probe_every and state.step % cfg.probe_every == 0:
                     history += filter(None, [probe(run)])
         bar.close()
@@ -639,14 +640,12 @@ def _train(cfg: TrainConfig) -> dict:
                 (run.out / STOP_FILE).unlink(missing_ok=True)
                 print(f"checkpointed step {state.step}; exiting with status {PREEMPTED_EXIT_CODE} to be requeued", flush=True)
             return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": None, "preempted": True}
-        history += filter(None, (validate(run, max_len), probe(run)))
+        history += filter(None, (validate(run), probe(run)))
         if state.step != state.last_saved:
             save(run)
         model_dir = run.out / "model"
         if run.rank == 0:
             export_encoder(run.engine.module.encoder, run.tokenizer, model_dir)
-        import torch.distributed as dist
-
         dist.barrier()
         return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
     finally:

@@ -57,9 +57,10 @@ def validation_sample(out: Path, shards: PairShards, n: int, seed: int, write: b
             raise ValueError(f"{path} was drawn from {stored['n_pairs']} validation pairs and this run's validation "
                              f"data has {len(shards)} (or other languages); delete it to draw a new sample")
         return np.asarray(stored["indices"], dtype=np.int64)
-    sample = stratified_sample(shards.language_pair_groups(), n, seed)
+    groups = shards.language_pair_groups()
+    sample = stratified_sample(groups, n, seed)
     if write:
-        counts = {name: int(np.isin(sample, members).sum()) for name, members in shards.language_pair_groups().items()}
+        counts = {name: int(np.isin(sample, members).sum()) for name, members in groups.items()}
         record = {"n_pairs": len(shards), "languages": shards.languages, "seed": seed, "pairs_per_language_pair": counts,
                   "indices": sample.tolist()}
         path.write_text(json.dumps(record) + "\n")
@@ -78,9 +79,10 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
     if n < 2 * world_size:
         raise ValueError(f"validation needs at least {2 * world_size} pairs, has {len(sample)}")
     cfg = engine.module.cfg
-    names = list(shards.language_pair_groups())
+    groups = shards.language_pair_groups()
+    names = list(groups)
     group_of = np.zeros(len(shards), dtype=np.int64)
-    for g, members in enumerate(shards.language_pair_groups().values()):
+    for g, members in enumerate(groups.values()):
         group_of[members] = g
     # per language pair: summed xtr, summed contrastive, pairs
     sums = torch.zeros(len(names), 3, dtype=torch.float64)

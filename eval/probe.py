@@ -18,8 +18,8 @@ from ems.encoder import embed_token_ids
 from ems.languages import ENGLISH, lang_to_tatoeba_code
 from ems.model import SentenceEncoder
 from ems.text import Tokenizer
-from eval.flores import flores_path, load_flores_pair
-from eval.retrieval import bidirectional_p_at_1
+from eval.flores import load_flores_pair
+from eval.retrieval import MissingDataError, bidirectional_p_at_1
 from eval.tatoeba import TATOEBA_TEST_CODES, load_tatoeba_pair
 
 PROBE_TASKS = ("tatoeba", "flores")
@@ -38,16 +38,14 @@ class ProbeSet:
 
 
 def _pairs(task: str, data_dir: Path, lang: str, max_sentences: int) -> tuple[list[str], list[str]] | None:
-    if task == "tatoeba":
-        code = lang_to_tatoeba_code(lang)
-        if code not in TATOEBA_TEST_CODES or not (data_dir / "tatoeba" / f"tatoeba.{code}-eng.{code}").is_file():
-            return None
-        return load_tatoeba_pair(data_dir / "tatoeba", code, max_sentences)
-    split_dir = data_dir / "flores200" / "devtest"
-    path = flores_path(split_dir, lang)
-    if path is None or not path.is_file() or not flores_path(split_dir, ENGLISH).is_file():
+    """The first `max_sentences` (xx, English) pairs of `lang` in `task`'s test set, None if it has none."""
+    code = lang_to_tatoeba_code(lang)
+    try:
+        if task == "tatoeba":
+            return load_tatoeba_pair(data_dir / "tatoeba", code, max_sentences) if code in TATOEBA_TEST_CODES else None
+        return load_flores_pair(data_dir / "flores200" / "devtest", lang, max_sentences=max_sentences)
+    except MissingDataError:
         return None
-    return load_flores_pair(split_dir, lang, max_sentences=max_sentences)
 
 
 class RetrievalProbe:
