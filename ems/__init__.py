@@ -1,6 +1,20 @@
-"""EMS: efficient and effective massively multilingual sentence encoders, trained from scratch."""
+"""EMS: efficient and effective massively multilingual sentence encoders, trained from scratch.
 
-from ems.encoder import EMSEncoder, load
-from ems.model import PRESETS, EMSConfig, EMSModel, SentenceEncoder, config_from_preset
+The names below are imported on first use, so that `import ems` (and `python -m ems.train`, which
+imports this package first) does not wait seconds for torch before its own first line runs.
+"""
 
-__all__ = ["EMSConfig", "EMSEncoder", "EMSModel", "PRESETS", "SentenceEncoder", "config_from_preset", "load"]
+import importlib
+
+_EXPORTS = {
+    "EMSEncoder": "ems.encoder", "load": "ems.encoder",
+    "PRESETS": "ems.model", "EMSConfig": "ems.model", "EMSModel": "ems.model", "SentenceEncoder": "ems.model",
+    "config_from_preset": "ems.model",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ems' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

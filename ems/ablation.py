@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ems.cli import add_debug_option, run_main
 from ems.configs import _merge, load_config, parse_overrides
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
 from ems.train import REPO_ROOT, TrainConfig
@@ -138,7 +139,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(REPO_ROOT / "configs/ablation/demo.yaml"))
     parser.add_argument("--out", type=Path, default=Path("runs/ablation"))
@@ -146,17 +147,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="directory with tatoeba_challenge/, tatoeba/, flores200/ (default: $EMS_DATA_DIR or ../shared/data)")
     parser.add_argument("--seeds", type=int, nargs="+", help="override the config's seeds")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TrainConfig overrides for every run")
+    add_debug_option(parser)
     args = parser.parse_args(argv)
-    try:
-        cfg = load_config(AblationConfig, args.config)
-        if args.seeds:
-            cfg.seeds = args.seeds
-        print(run_ablation(cfg, args.out, args.data_dir, parse_overrides(args.set)))
-    except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    cfg = load_config(AblationConfig, args.config)
+    if args.seeds:
+        cfg.seeds = args.seeds
+    print(run_ablation(cfg, args.out, args.data_dir, parse_overrides(args.set)))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -10,6 +10,14 @@ manifest.json (size + sha256 of every file), fsyncs the files and directories, r
 directory into place, and only then rewrites `latest`. A checkpoint whose manifest is missing
 or does not match its files (a truncated or corrupt write) is skipped on load with a warning,
 and the newest checkpoint that does verify is used instead.
+
+Loading never runs code from a run directory. DeepSpeed's own engine unpickles its `.pt` files
+with `weights_only=False`, so any class named in the file would be imported and called; the
+trainer swaps in TensorOnlyCheckpointEngine, which loads them with `weights_only=True`: tensors,
+containers and plain values, plus the four DeepSpeed classes (DEEPSPEED_STATE_CLASSES) that its
+optimizer states hold, all of them plain records. A file naming anything else is refused
+(UnsafeCheckpointError). The manifest is no defence against tampering (anyone can regenerate
+it); the allow-list is.
 """
 
 from __future__ import annotations
@@ -18,13 +26,17 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
+
+from ems.cli import UserError
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
@@ -73,17 +85,40 @@ def write_manifest(tag_dir: Path) -> None:
         _fsync(directory)
 
 
+class UnsafeCheckpointError(UserError):
+    """A checkpoint file names a Python object outside the allow-list: it is never unpickled."""
+
+
+class NoUsableCheckpointError(UserError):
+    """A run directory has checkpoints, and none of them can be resumed from."""
+
+
+def _manifest_entries(manifest_path: Path) -> dict[str, dict]:
+    """{relative path: {"bytes": int, "sha256": str}} from manifest.json; ValueError if it is not that."""
+    manifest = json.loads(manifest_path.read_text())
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    entries_ok = isinstance(files, dict) and all(
+        isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+        for entry in files.values()
+    )
+    if not entries_ok:
+        raise ValueError('expected {"files": {path: {"bytes": int, "sha256": str}}}')
+    return files
+
+
 def verify(tag_dir: Path) -> str | None:
     """None if `tag_dir` is a complete checkpoint matching its manifest, else what is wrong."""
     manifest_path = tag_dir / MANIFEST
     if not manifest_path.is_file():
         return f"{tag_dir} has no {MANIFEST} (an incomplete write)"
     try:
-        expected = json.loads(manifest_path.read_text())["files"]
-    except (ValueError, KeyError) as error:
+        expected = _manifest_entries(manifest_path)
+    except ValueError as error:
         return f"{manifest_path} is unreadable: {error}"
     for name, entry in expected.items():
         path = tag_dir / name
+        if not path.resolve().is_relative_to(tag_dir.resolve()):
+            return f"{manifest_path} names {name!r}, outside the checkpoint"
         if not path.is_file():
             return f"{path} is missing"
         if path.stat().st_size != entry["bytes"]:
@@ -122,17 +157,34 @@ def publish(checkpoint_dir: Path, tag: str, keep_last: int) -> None:
         shutil.rmtree(leftover)
 
 
+def reject(checkpoint_dir: Path, tag: str) -> Path:
+    """Rank 0: move checkpoint `tag` aside to rejected-<tag>/ (never resumed from, kept for a
+    post-mortem) and point `latest` at the newest checkpoint left (or remove it); returns where."""
+    rejected = checkpoint_dir / f"rejected-{tag}"
+    if rejected.exists():
+        shutil.rmtree(rejected)
+    (checkpoint_dir / tag).rename(rejected)
+    remaining = saved_tags(checkpoint_dir)
+    if remaining:
+        _write_durably(checkpoint_dir / LATEST, remaining[-1])
+    else:
+        (checkpoint_dir / LATEST).unlink(missing_ok=True)
+    _fsync(checkpoint_dir)
+    return rejected
+
+
 def saved_tags(checkpoint_dir: Path) -> list[str]:
     """Published checkpoint tags, oldest first."""
     tags = [p.name for p in checkpoint_dir.iterdir() if p.is_dir() and TAG_PATTERN.fullmatch(p.name)]
     return sorted(tags, key=lambda t: int(TAG_PATTERN.fullmatch(t).group(1)))
 
 
-def resumable_tag(checkpoint_dir: Path) -> str | None:
-    """The tag to resume from: `latest` if it verifies, else the newest older checkpoint that
-    does (with a warning naming what was wrong); None when there is nothing to resume."""
+def resumable_tags(checkpoint_dir: Path) -> Iterator[str]:
+    """The tags to try resuming from, best first: `latest` if it verifies, then each older
+    checkpoint that does (a warning names what was wrong with each one skipped). Checked one at a
+    time, as the caller asks for the next (a caller also rejects ones whose weights are not finite)."""
     if not checkpoint_dir.is_dir():
-        return None
+        return
     latest_file = checkpoint_dir / LATEST
     latest = latest_file.read_text().strip() if latest_file.is_file() else None
     candidates = saved_tags(checkpoint_dir)[::-1]
@@ -141,11 +193,51 @@ def resumable_tag(checkpoint_dir: Path) -> str | None:
     for tag in candidates:
         problem = verify(checkpoint_dir / tag)
         if problem is None:
-            return tag
-        log.warning("skipping checkpoint %s: %s; trying the previous one", tag, problem)
-    if latest is not None:
-        raise RuntimeError(f"{checkpoint_dir}: no checkpoint verifies (latest: {latest}); cannot resume")
-    return None
+            yield tag
+        else:
+            log.warning("skipping checkpoint %s: %s; trying the previous one", tag, problem)
+
+
+def no_usable_checkpoint(checkpoint_dir: Path, why: str) -> NoUsableCheckpointError:
+    return NoUsableCheckpointError(
+        f"{checkpoint_dir}: {why}, so the run cannot resume; move {checkpoint_dir} aside to start this run "
+        "again from step 0 (or train into a new out= directory)"
+    )
+
+
+# DeepSpeed's classes inside its ZeRO / bf16 / fp16 optimizer states (found by loading every
+# configs/deepspeed/*.json checkpoint with weights_only=True): a loss-scale record, the ZeRO-stage
+# enum and a (start, numel) named tuple; none runs code when rebuilt.
+def deepspeed_state_classes() -> list:
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+def load_tensor_file(path: str | Path, map_location=None):
+    """torch.load with weights_only=True and the DeepSpeed allow-list; UnsafeCheckpointError
+    (nothing in the file is run) when it names any other object."""
+    try:
+        with torch.serialization.safe_globals(deepspeed_state_classes()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        # torch's message: a generic paragraph, then the line that names what was refused
+        found = re.search(r"[^\n]*unsupported[^\n]*", str(error), flags=re.IGNORECASE)
+        refused = found.group(0).rstrip(" .") if found else type(error).__name__
+        raise UnsafeCheckpointError(
+            f"refusing to load {path}: it names a Python object outside the allow-list of tensors, plain values and "
+            f"DeepSpeed's state records ({refused}); this project never writes one, so the file was made by other "
+            "code or tampered with. Nothing in it was run. Delete that checkpoint directory to resume from an "
+            "earlier one"
+        ) from None
+
+
+def load_only_tensors(engine) -> None:
+    """Make a DeepSpeed engine read every checkpoint file through load_tensor_file (its own
+    loader unpickles with weights_only=False); saving is unchanged."""
+    engine.checkpoint_engine.load = load_tensor_file
 
 
 def rng_state() -> dict:

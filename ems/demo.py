@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ems.cli import add_debug_option, run_main
 from ems.configs import load_config, parse_overrides
 from ems.train import REPO_ROOT, TrainConfig
 
@@ -138,7 +139,7 @@ def comparison_table(before: dict, after: dict, task: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"))
     parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
@@ -146,14 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-config", default=str(REPO_ROOT / "configs/data/demo.yaml"))
     parser.add_argument("--train-config", default=str(REPO_ROOT / "configs/train/demo.yaml"))
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override training config keys")
+    add_debug_option(parser)
     args = parser.parse_args(argv)
-    try:
-        data_cfg = load_config(DemoDataConfig, args.data_config)
-        overrides = parse_overrides(args.set)
-        summary = run_demo(data_cfg, args.data_dir, args.out, args.train_config, overrides)
-    except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    data_cfg = load_config(DemoDataConfig, args.data_config)
+    overrides = parse_overrides(args.set)
+    summary = run_demo(data_cfg, args.data_dir, args.out, args.train_config, overrides)
     print(summary)
     return 0
 
@@ -240,4 +238,4 @@ where everything is:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -24,6 +24,23 @@ honoured, so the requeued run trains on.
 
 from __future__ import annotations
 
+import signal
+
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+_held_signals: list[int] = []  # stop signals that arrived before StopRequest was installed
+
+
+def _hold_signal(signum, frame) -> None:
+    _held_signals.append(signum)
+
+
+if __name__ == "__main__":
+    # First, before the seconds of imports below: a stop signal during start-up is held for
+    # StopRequest (checkpoint if anything was trained, exit 99: requeued) instead of killing
+    # the process with status 143, which slurm/train.sh does not requeue.
+    for _stop_signal in STOP_SIGNALS:
+        signal.signal(_stop_signal, _hold_signal)
+
 import argparse
 import contextlib
 import dataclasses
@@ -32,18 +49,23 @@ import math
 import os
 import random
 import shutil
-import signal
 import socket
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
+import yaml
 
-from ems.checkpoint import partial_dir, publish, resumable_tag, rng_file, rng_state, set_rng_state, step_tag
+from ems.checkpoint import (
+    LATEST, TAG_PATTERN, load_only_tensors, no_usable_checkpoint, partial_dir, publish, reject, resumable_tags, rng_file,
+    rng_state, saved_tags, set_rng_state, step_tag,
+)
+from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import _merge, dump_config, load_config
 from ems.data import BatchOrder, PairShards, iterate_batches, real_and_padded_tokens
 from ems.encoder import export_encoder
@@ -53,8 +75,11 @@ from ems.validation import validation_losses, validation_sample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PREEMPTED_EXIT_CODE = 99  # slurm/train.sh turns it into `scontrol requeue`
+DIVERGED_EXIT_CODE = 3  # a non-finite loss, gradient norm or model: stopped, nothing non-finite saved
 STOP_FILE = "STOP"  # in `out`: stop at the next step boundary, checkpoint, exit PREEMPTED_EXIT_CODE
-STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+CONFIG_HISTORY_FILE = "train_config_history.yaml"
+RUN_CONFIG_FILE = "run_config.json"  # in each checkpoint: the config it was trained under, checked on resume
+AUTOCAST_MODES = ("none", "bf16", "auto")
 
 
 @dataclass
@@ -110,6 +135,26 @@ class TrainConfig:
     probe_every: int = 0
     probe_data: str | None = None
     probe_sentences: int = 1000
+
+    def __post_init__(self) -> None:
+        """Every value's range, checked when the config is built: a bad value is one error naming
+        the key, not a crash (or a silent misbehaviour) somewhere in a run."""
+        at_least = {"batch_size": 1, "warmup_steps": 0, "max_steps": 1, "budget_probe_steps": 1, "log_every": 1,
+                    "save_every": 1, "keep_checkpoints": 1, "valid_every": 1, "valid_pairs": 1, "probe_every": 0,
+                    "probe_sentences": 1, "bucket_batches": 1, "weight_decay": 0.0}
+        problems = [f"{key} must be at least {low}, got {getattr(self, key)!r}"
+                    for key, low in at_least.items() if not getattr(self, key) >= low]
+        problems += [f"{key} must be positive or null, got {getattr(self, key)!r}"
+                     for key in ("max_epochs", "max_minutes", "time_budget_minutes", "stop_at_step", "temperature")
+                     if getattr(self, key) is not None and not getattr(self, key) > 0]
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            problems.append(f"lr must be a positive number, got {self.lr!r}")
+        if not 0 <= self.padding_budget < 1:
+            problems.append(f"padding_budget must be in [0, 1), got {self.padding_budget!r}")
+        if self.autocast not in AUTOCAST_MODES:
+            problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
+        if problems:
+            raise ValueError("TrainConfig: " + "; ".join(problems))
 
 
 @dataclass
@@ -220,10 +265,11 @@ def deepspeed_config(cfg: TrainConfig) -> dict:
 
 
 class StopRequest:
-    """Set by SIGUSR1/SIGTERM (the handler only sets a flag); restored handlers on close."""
+    """Set by SIGUSR1/SIGTERM (the handler only sets a flag; a signal held since start-up counts
+    too); restored handlers on close."""
 
     def __init__(self) -> None:
-        self.signal: int | None = None
+        self.signal: int | None = _held_signals[-1] if _held_signals else None
         self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
 
     def _handle(self, signum, frame) -> None:
@@ -232,6 +278,58 @@ class StopRequest:
     def close(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+    def __enter__(self) -> "StopRequest":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class TrainingDiverged(UserError):
+    """A non-finite loss, gradient norm or model (outside fp16 loss scaling): the run stops, and
+    nothing non-finite is checkpointed."""
+
+    exit_code = DIVERGED_EXIT_CODE
+
+
+class ResumeConfigError(UserError):
+    """A resumed run's config changes a setting that is fixed for the life of a run."""
+
+
+# How TrainConfig keys may differ when a run resumes (config_changes, apply_schedule_on_resume). Changes of these
+# take effect from the resume step (an end-of-schedule change also drops a time-budget fit):
+SCHEDULE_KEYS = ("lr", "warmup_steps", "max_steps", "max_epochs", "weight_decay", "time_budget_minutes",
+                 "budget_probe_steps")
+SCHEDULE_END_KEYS = ("max_steps", "max_epochs", "time_budget_minutes", "budget_probe_steps")
+# These fix the model, the data order or the optimizer's layout, so a change is refused, as is a
+# change of the merged DeepSpeed config or of the shards' content (Run.fixed). All other keys
+# (paths, logging, saving, validation, probes, when to stop) may change. Every change is recorded.
+FIXED_KEYS = ("model", "model_overrides", "batch_size", "global_negatives", "temperature", "bucket_batches", "seed",
+              "spread_duplicates", "padding_budget", "autocast")
+
+
+def any_rank(world_size: int, device: torch.device, flag: bool) -> bool:
+    """Whether `flag` holds on any rank: an all-reduce of one number, none in a world of one."""
+    import torch.distributed as dist
+
+    if world_size == 1:
+        return flag
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value)
+
+
+def nonfinite_parameters(module: torch.nn.Module) -> list[str]:
+    """Names of the parameters holding a NaN or an infinity (one host sync)."""
+    names, params = zip(*module.named_parameters())
+    flags = torch.stack([~torch.isfinite(p.detach()).all() for p in params]).tolist()
+    return [name for name, bad in zip(names, flags) if bad]
+
+
+def data_fingerprint(shards: PairShards) -> dict:
+    """What identifies the shards' content (not their path: run folders move between machines)."""
+    return {key: shards.index.get(key) for key in ("languages", "vocab_sha1", "n_pairs", "n_tokens")}
 
 
 def _module_grad_norm(module: torch.nn.Module) -> float:
@@ -300,6 +398,7 @@ class Run:
     world_size: int
     global_batch: int
     accumulation: int
+    fixed: dict  # {"deepspeed": merged DeepSpeed config, "data": data_fingerprint}: may not change on resume
     engine: object
     schedule: LinearSchedule
     tokenizer: Tokenizer
@@ -338,35 +437,113 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
     )
 
 
-def resume(run: Run) -> None:
-    """Load the newest checkpoint that verifies (if any) into the engine and `run.state`."""
+def resume(run: Run) -> dict[str, list]:
+    """Load the newest checkpoint that verifies and has finite weights (if any) into the engine
+    and `run.state`, then apply this run's config to it (config_changes refuses a change that cannot apply, apply_schedule_on_resume). Returns the
+    config changes, {key: [old, new]}; NoUsableCheckpointError if checkpoints exist but none will do."""
     import torch.distributed as dist
 
-    chosen = [resumable_tag(run.checkpoint_dir) if run.rank == 0 else None]
-    dist.broadcast_object_list(chosen, src=0)
-    if chosen[0] is None:
-        return
-    load_path, client_state = run.engine.load_checkpoint(str(run.checkpoint_dir), tag=chosen[0])
-    if load_path is None:
-        raise RuntimeError(f"DeepSpeed could not load checkpoint {run.checkpoint_dir / chosen[0]}")
+    candidates = resumable_tags(run.checkpoint_dir) if run.rank == 0 else iter(())
+    had_checkpoints = run.rank == 0 and run.checkpoint_dir.is_dir() and (
+        bool(saved_tags(run.checkpoint_dir)) or (run.checkpoint_dir / LATEST).is_file())
+    while True:
+        chosen = [next(candidates, None), had_checkpoints]
+        dist.broadcast_object_list(chosen, src=0)
+        tag, had_checkpoints = chosen
+        if tag is None:
+            if had_checkpoints:
+                raise no_usable_checkpoint(run.checkpoint_dir, "no checkpoint verifies and holds finite weights")
+            return {}
+        changes = config_changes(run, run.checkpoint_dir / tag)  # before loading: a refused change never loads
+        try:
+            load_path, client_state = run.engine.load_checkpoint(str(run.checkpoint_dir), tag=tag)
+        except RuntimeError as error:  # e.g. torch's size mismatches, for a checkpoint without its config
+            raise no_usable_checkpoint(run.checkpoint_dir, f"{tag} does not fit this model ({str(error).splitlines()[0]})") from None
+        if load_path is None:
+            raise no_usable_checkpoint(run.checkpoint_dir, f"DeepSpeed found no checkpoint files in {tag}")
+        bad = nonfinite_parameters(run.engine.module)
+        if not any_rank(run.world_size, run.engine.device, bool(bad)):
+            break
+        if run.rank == 0:
+            print(f"warning: skipping checkpoint {tag}: non-finite weights in {', '.join(bad[:3])}"
+                  f"{' ...' if len(bad) > 3 else ''}; trying the previous one", flush=True)
     if client_state["global_batch"] != run.global_batch or client_state["world_size"] != run.world_size:
-        raise ValueError(
+        raise ResumeConfigError(
             f"{load_path} was written by {client_state['world_size']} processes with a global batch of "
             f"{client_state['global_batch']} pairs; this run has {run.world_size} and {run.global_batch}: the data "
             "order would differ, so it cannot resume exactly (use the same process count and batch settings)"
         )
     state = run.state
     state.step, state.position = client_state["step"], tuple(client_state["data_position"])
-    # LambdaLR restores a callable schedule's fields from the checkpoint: set them from this
-    # run's config instead, except a max_steps fitted to a time budget
-    state.budget_fitted = bool(client_state.get("budget_fitted"))
-    state.max_steps = client_state["max_steps"] if state.budget_fitted else state.max_steps
-    run.schedule.warmup_steps, run.schedule.max_steps = run.cfg.warmup_steps, state.max_steps
+    apply_schedule_on_resume(run, client_state, changes)
     state.last_saved = state.step
-    set_rng_state(json.loads(rng_file(run.checkpoint_dir / chosen[0], run.rank).read_text()))
+    set_rng_state(json.loads(rng_file(run.checkpoint_dir / tag, run.rank).read_text()))
     if run.rank == 0:
         _keep_metrics_up_to(run.out / "metrics.jsonl", state.step)
-        print(f"resumed from {load_path} at step {state.step}, data position {state.position}")
+        changed = f"; config changes applied: {_describe(changes)}" if changes else ""
+        print(f"resumed from {load_path} at step {state.step}, data position {state.position}{changed}")
+    return changes
+
+
+def _describe(changes: dict[str, list]) -> str:
+    return ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))
+
+
+def config_changes(run: Run, tag_dir: Path) -> dict[str, list]:
+    """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
+    RUN_CONFIG_FILE) and this run's; ResumeConfigError for a change of a FIXED_KEYS key or of
+    Run.fixed (the merged DeepSpeed config, the shards' content)."""
+    path = tag_dir / RUN_CONFIG_FILE
+    if not path.is_file():
+        if run.rank == 0:
+            print(f"warning: {tag_dir} predates stored run configs: changes to the config are not checked", flush=True)
+        return {}
+    stored = json.loads(path.read_text())
+    saved = {**stored["config"], **stored["fixed"]}
+    current = _as_json({**dataclasses.asdict(run.cfg), **run.fixed})
+    changes = {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
+    refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in run.fixed}
+    if refused:
+        raise ResumeConfigError(
+            f"{run.out} was trained to {tag_dir.name} with other settings that fix its model, data order or "
+            f"optimizer layout: {_describe(refused)}. Resume with the old values, or train into a new out= "
+            "directory (lr, the schedule, weight decay, logging, saving, validation and stopping may change)"
+        )
+    return changes
+
+
+def apply_schedule_on_resume(run: Run, client_state: dict, changes: dict[str, list]) -> None:
+    """The schedule, lr and weight decay of this run's config from the resume step on (LambdaLR
+    and the optimizer restore the checkpoint's); a schedule fitted to a time budget is kept unless
+    its end's settings changed."""
+    state, cfg = run.state, run.cfg
+    state.budget_fitted = bool(client_state.get("budget_fitted")) and not changes.keys() & set(SCHEDULE_END_KEYS)
+    state.max_steps = client_state["max_steps"] if state.budget_fitted else state.max_steps
+    run.schedule.warmup_steps, run.schedule.max_steps = cfg.warmup_steps, state.max_steps
+    scheduler = run.engine.lr_scheduler
+    scheduler.base_lrs = [cfg.lr] * len(scheduler.base_lrs)
+    lr = cfg.lr * run.schedule(scheduler.last_epoch)  # what LambdaLR would have set at this step
+    for group, weight_decay in zip(scheduler.optimizer.param_groups, (cfg.weight_decay, 0.0), strict=True):
+        group.update(initial_lr=cfg.lr, lr=lr, weight_decay=weight_decay)
+
+
+def record_config(run: Run, changes: dict[str, list]) -> None:
+    """Rank 0: train_config.yaml is the config in effect; CONFIG_HISTORY_FILE lists each segment
+    of the run (from which step, what changed, the whole config)."""
+    if run.rank != 0:
+        return
+    dump_config(run.cfg, run.out / "train_config.yaml")
+    history_path = run.out / CONFIG_HISTORY_FILE
+    history = yaml.safe_load(history_path.read_text()) if run.state.step and history_path.is_file() else None
+    history = history if isinstance(history, list) else []
+    if not history or changes:
+        history.append({"from_step": run.state.step, "changed": {key: {"from": old, "to": new} for key, (old, new) in changes.items()},
+                        "config": dataclasses.asdict(run.cfg)})
+        history_path.write_text(yaml.safe_dump(history, sort_keys=False))
 
 
 def save(run: Run) -> None:
@@ -374,6 +551,13 @@ def save(run: Run) -> None:
     import torch.distributed as dist
 
     state = run.state
+    bad = nonfinite_parameters(run.engine.module)
+    if any_rank(run.world_size, run.engine.device, bool(bad)):
+        raise TrainingDiverged(
+            f"the model has non-finite weights at step {state.step} ({', '.join(bad[:3]) or 'on another rank'}"
+            f"{' ...' if len(bad) > 3 else ''}): not checkpointed; the last checkpoint is step {state.last_saved}. "
+            "Resume with a lower lr (a changed lr takes effect on resume)"
+        )
     tag = step_tag(state.step)
     staging = partial_dir(run.checkpoint_dir, tag)
     if run.rank == 0 and staging.exists():
@@ -384,6 +568,9 @@ def save(run: Run) -> None:
     run.engine.save_checkpoint(str(staging), tag=tag, client_state=client_state, save_latest=False)
     (staging / tag).mkdir(parents=True, exist_ok=True)
     rng_file(staging / tag, run.rank).write_text(json.dumps(rng_state()))
+    if run.rank == 0:
+        run_config = {"config": dataclasses.asdict(run.cfg), "fixed": run.fixed}
+        (staging / tag / RUN_CONFIG_FILE).write_text(json.dumps(run_config, indent=1) + "\n")
     dist.barrier()
     if run.rank == 0:
         publish(run.checkpoint_dir, tag, run.cfg.keep_checkpoints)
@@ -451,11 +638,29 @@ def stop_flags(run: Run, stop_request: "StopRequest", started: float) -> tuple[b
     return bool(flags[0]), bool(flags[1])
 
 
-def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]], sums: MetricSums) -> None:
+@dataclass
+class StepValues:
+    """One step's loss on this rank (mean over its micro-batches), global gradient norm and lr."""
+
+    loss: float
+    xtr: float
+    contrastive: float
+    grad_norm: float
+    lr: float
+
+    @property
+    def finite(self) -> bool:
+        return all(math.isfinite(v) for v in (self.loss, self.xtr, self.contrastive, self.grad_norm))
+
+
+def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]], sums: MetricSums) -> StepValues:
     """Forward, backward and optimizer step over one global batch (this rank's micro-batches),
-    adding to `sums`."""
+    adding to `sums`; returns the step's values (read to the host here anyway, so checking them
+    costs no extra synchronisation)."""
     engine = run.engine
+    lr = float(engine.get_lr()[0])
     unclipped_norm = math.nan
+    step_sums = dict.fromkeys(("loss", "xtr", "contrastive", "duplicate_rows"), 0.0)
     for micro_batch in micro_batches:
         real, slots = real_and_padded_tokens(micro_batch)
         sums.real_tokens += real
@@ -467,18 +672,55 @@ def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]], sums: Met
         if engine.is_gradient_accumulation_boundary():
             unclipped_norm = _module_grad_norm(engine.module)
         engine.step()
-        for key in ("loss", "xtr", "contrastive", "duplicate_rows"):
-            setattr(sums, key, getattr(sums, key) + float(out[key].detach()) / run.accumulation)
+        for key in step_sums:
+            step_sums[key] += float(out[key].detach()) / run.accumulation
     # DeepSpeed keeps the norm it clipped with, except under ZeRO 0 in fp32 (where the
     # gradients are whole in .grad, so the norm taken before the step is the same value)
     grad_norm = engine.get_global_grad_norm()
     grad_norm = float(grad_norm if grad_norm is not None else unclipped_norm)
+    for key, value in step_sums.items():
+        setattr(sums, key, getattr(sums, key) + value)
     if math.isfinite(grad_norm):
         sums.grad_norm += grad_norm
         sums.finite_norm_steps += 1
     else:
         sums.overflow_steps += 1
     sums.steps += 1
+    return StepValues(step_sums["loss"], step_sums["xtr"], step_sums["contrastive"], grad_norm, lr)
+
+
+def batch_language_pairs(micro_batches: list[dict[str, torch.Tensor]], languages: list[str]) -> str:
+    """'de-en 12, fr-en 20': the language pairs of this rank's batch and their counts."""
+    counts = Counter()
+    for batch in micro_batches:
+        counts.update(f"{languages[a]}-{languages[b]}" for a, b in zip(batch["src_lang"].tolist(), batch["tgt_lang"].tolist()))
+    return ", ".join(f"{pair} {n}" for pair, n in sorted(counts.items()))
+
+
+def diverged(run: Run, values: StepValues, micro_batches: list[dict[str, torch.Tensor]], position: tuple[int, int],
+             reject_start: bool) -> TrainingDiverged:
+    """The diagnostic of a step whose loss or gradient norm is not finite (on this or another rank).
+    With `reject_start`, the checkpoint of the weights this step started from is moved aside
+    first: finite, yet they gave a non-finite loss or gradient (typically one update too large),
+    so a resume from it would diverge again at once."""
+    import torch.distributed as dist
+
+    rejected = ""
+    if reject_start:
+        tag = step_tag(run.state.last_saved)
+        if run.rank == 0:
+            rejected = f" Checkpoint {tag}, whose weights this step started from, was moved aside to {reject(run.checkpoint_dir, tag).name}."
+        dist.barrier()
+        remaining = saved_tags(run.checkpoint_dir)
+        run.state.last_saved = int(TAG_PATTERN.fullmatch(remaining[-1]).group(1)) if remaining else 0
+    where = (f"loss {values.loss:.4g} (xtr {values.xtr:.4g}, contrastive {values.contrastive:.4g}), gradient norm "
+             f"{values.grad_norm:.4g}, lr {values.lr:.4g}; rank {run.rank}'s batch: "
+             f"{batch_language_pairs(micro_batches, run.tokenizer.languages)}")
+    return TrainingDiverged(
+        f"training diverged at step {run.state.step} (epoch {position[0]}, batch {position[1]}): {where}. "
+        f"Nothing non-finite was checkpointed.{rejected} The last checkpoint: {step_tag(run.state.last_saved) if run.state.last_saved else 'none'}; "
+        "resume with a lower lr (a changed lr takes effect on resume)"
+    )
 
 
 def log_training(run: Run, sums: MetricSums, epoch: int, seconds: float) -> dict:
@@ -492,8 +734,6 @@ def log_training(run: Run, sums: MetricSums, epoch: int, seconds: float) -> dict
         "overflow_steps": round(total.overflow_steps / run.world_size),
         "tokens_per_s": total.real_tokens / max(seconds, 1e-9), "real_token_ratio": total.real_tokens / total.token_slots,
     }
-    if not all(math.isfinite(record[key]) for key in ("loss", "xtr", "contrastive")):
-        raise FloatingPointError(f"non-finite loss at step {run.state.step}: {record}")
     scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in ("loss", "xtr", "contrastive")}
     scalars.update({key: record[key] for key in ("lr", "grad_norm", "overflow_steps", "tokens_per_s", "real_token_ratio", "duplicate_rows")})
     run.log(record, scalars)
@@ -506,8 +746,6 @@ def setup(cfg: TrainConfig) -> Run:
     import torch.distributed as dist
     from torch.utils.tensorboard import SummaryWriter
 
-    if cfg.autocast not in ("none", "bf16", "auto"):
-        raise ValueError(f"autocast must be 'none', 'bf16' or 'auto', not {cfg.autocast!r}")
     ds_config = deepspeed_config(cfg)
     init_distributed()
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -527,7 +765,6 @@ def setup(cfg: TrainConfig) -> Run:
     model = EMSModel(model_cfg)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        dump_config(cfg, out / "train_config.yaml")
         if cfg.export_init:
             export_encoder(model.encoder, tokenizer, out / "model-init")
 
@@ -536,7 +773,11 @@ def setup(cfg: TrainConfig) -> Run:
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
     schedule = LinearSchedule(cfg.warmup_steps, max_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    try:
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    except AssertionError as error:  # DeepSpeed checks its config with asserts
+        raise ValueError(f"DeepSpeed rejects the config ({cfg.deepspeed_config} with deepspeed_overrides): {error}") from None
+    load_only_tensors(engine)
     # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
     # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
     rank_seed = int(np.random.SeedSequence([cfg.seed, rank]).generate_state(1)[0])
@@ -551,9 +792,9 @@ def setup(cfg: TrainConfig) -> Run:
     autocast = torch.autocast(engine.device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
 
     run = Run(cfg=cfg, out=out, rank=rank, world_size=world_size, global_batch=global_batch, accumulation=accumulation,
-              engine=engine, schedule=schedule, tokenizer=tokenizer, batches=iter(()), autocast=autocast,
+              fixed={"deepspeed": ds_config, "data": data_fingerprint(shards)}, engine=engine, schedule=schedule, tokenizer=tokenizer, batches=iter(()), autocast=autocast,
               state=RunState(max_steps=max_steps), valid=None, probe=None, writer=None, metrics_file=None)
-    resume(run)
+    record_config(run, resume(run))
     run.batches = iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
                                   world_size=world_size, accumulation=accumulation)
     if cfg.valid_data:
@@ -578,88 +819,94 @@ def setup(cfg: TrainConfig) -> Run:
 def train(cfg: TrainConfig) -> dict:
     """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step
     metrics, validations and probes], "model_dir" (None when stopped), "preempted": whether a signal or STOP
-    file ended it}."""
-    with world_of_one_unless_launched():
-        return _train(cfg)
+    file ended it}. The stop signals are caught from the start, set-up included."""
+    with world_of_one_unless_launched(), StopRequest() as stop_request:
+        run = setup(cfg)
+        try:
+            return train_loop(run, stop_request)
+        finally:
+            if run.rank == 0:
+                run.writer.close()
+                run.metrics_file.close()
 
 
-def _train(cfg: TrainConfig) -> dict:
+def train_loop(run: Run, stop_request: StopRequest) -> dict:
+    """Train from run.state to the end of the schedule (or a stop), validate, save, export; see train()."""
     import torch.distributed as dist
     from tqdm import tqdm
 
-    run = setup(cfg)
-    state = run.state
+    cfg, state = run.cfg, run.state
     history: list[dict] = []
     started = time.time()
     sums, window_start = MetricSums(), time.time()
     bar = tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0)
-    stop_request = StopRequest()
     # steps [probe_from, probe_from + budget_probe_steps) are timed to fit the schedule to the budget
     probe_from, probe_started = state.step + 5, None
-    try:
-        if state.step == 0:
-            history += filter(None, (validate(run), probe(run)))
-        preempted = False
-        while state.step < min(state.max_steps, cfg.stop_at_step or state.max_steps):
-            preempted, out_of_time = stop_flags(run, stop_request, started)
-            if preempted or out_of_time:
-                if run.rank == 0:
-                    reason = f"signal {stop_request.signal} or {run.out / STOP_FILE}" if preempted else f"max_minutes={cfg.max_minutes}"
-                    print(f"stopping at step {state.step}: {reason}", flush=True)
-                break
-            (epoch, batch_idx), micro_batches = next(run.batches)
-            train_step(run, micro_batches, sums)
-            state.step += 1
-            state.position = (epoch, batch_idx + 1)
-            bar.update(1)
-            if cfg.time_budget_minutes and not state.budget_fitted:
-                if state.step == probe_from:
-                    probe_started = time.time()
-                elif state.step == probe_from + cfg.budget_probe_steps and probe_started is not None:
-                    fit_schedule_to_budget(run, (time.time() - probe_started) / cfg.budget_probe_steps, started)
-                    bar.total = state.max_steps
-            last_step = min(state.max_steps, cfg.stop_at_step or state.max_steps)
-            if state.step % cfg.log_every == 0 or state.step == last_step:
-                record = log_training(run, sums, epoch, time.time() - window_start)
-                history.append(record)
-                sums, window_start = MetricSums(), time.time()
-                bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}",
-                                dup=f"{100 * record['duplicate_rows']:.1f}%")
-            if state.step % cfg.save_every == 0:
-                save(run)
-            if state.step != last_step:
-                if state.step % cfg.valid_every == 0:
-                    history += filter(None, [validate(run)])
-                if cfg.probe_every and state.step % cfg.probe_every == 0:
-                    history += filter(None, [probe(run)])
-        bar.close()
-        if preempted:
-            if state.step != state.last_saved:
-                save(run)
-            if run.rank == 0:
-                (run.out / STOP_FILE).unlink(missing_ok=True)
-                print(f"checkpointed step {state.step}; exiting with status {PREEMPTED_EXIT_CODE} to be requeued", flush=True)
-            return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": None, "preempted": True}
+    if state.step == 0:
         history += filter(None, (validate(run), probe(run)))
+    preempted = False
+    while state.step < min(state.max_steps, cfg.stop_at_step or state.max_steps):
+        preempted, out_of_time = stop_flags(run, stop_request, started)
+        if preempted or out_of_time:
+            if run.rank == 0:
+                reason = f"signal {stop_request.signal} or {run.out / STOP_FILE}" if preempted else f"max_minutes={cfg.max_minutes}"
+                print(f"stopping at step {state.step}: {reason}", flush=True)
+            break
+        (epoch, batch_idx), micro_batches = next(run.batches)
+        values = train_step(run, micro_batches, sums)
+        state.step += 1
+        state.position = (epoch, batch_idx + 1)
+        # fp16: DeepSpeed's loss scaler skips such a step (counted as overflow_steps)
+        if not run.engine.fp16_enabled() and any_rank(run.world_size, run.engine.device, not values.finite):
+            bar.close()
+            raise diverged(run, values, micro_batches, (epoch, batch_idx), reject_start=state.last_saved == state.step - 1)
+        bar.update(1)
+        if cfg.time_budget_minutes and not state.budget_fitted:
+            if state.step == probe_from:
+                probe_started = time.time()
+            elif state.step == probe_from + cfg.budget_probe_steps and probe_started is not None:
+                fit_schedule_to_budget(run, (time.time() - probe_started) / cfg.budget_probe_steps, started)
+                bar.total = state.max_steps
+        last_step = min(state.max_steps, cfg.stop_at_step or state.max_steps)
+        if state.step % cfg.log_every == 0 or state.step == last_step:
+            record = log_training(run, sums, epoch, time.time() - window_start)
+            history.append(record)
+            sums, window_start = MetricSums(), time.time()
+            bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}",
+                            dup=f"{100 * record['duplicate_rows']:.1f}%")
+        if state.step % cfg.save_every == 0:
+            save(run)
+        if state.step != last_step:
+            if state.step % cfg.valid_every == 0:
+                history += filter(None, [validate(run)])
+            if cfg.probe_every and state.step % cfg.probe_every == 0:
+                history += filter(None, [probe(run)])
+    bar.close()
+    if preempted:
         if state.step != state.last_saved:
             save(run)
-        model_dir = run.out / "model"
         if run.rank == 0:
-            export_encoder(run.engine.module.encoder, run.tokenizer, model_dir)
-        dist.barrier()
-        return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
-    finally:
-        stop_request.close()
-        if run.rank == 0:
-            run.writer.close()
-            run.metrics_file.close()
+            (run.out / STOP_FILE).unlink(missing_ok=True)
+            print(f"checkpointed step {state.step}; exiting with status {PREEMPTED_EXIT_CODE} to be requeued", flush=True)
+        return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": None, "preempted": True}
+    history += filter(None, (validate(run), probe(run)))
+    if state.step != state.last_saved:
+        save(run)
+    model_dir = run.out / "model"
+    if run.rank == 0:
+        export_encoder(run.engine.module.encoder, run.tokenizer, model_dir)
+    dist.barrier()
+    return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> int:
+    """The command line: 0 trained, PREEMPTED_EXIT_CODE stopped to be requeued (user errors:
+    ems.cli.run_main's one line and status 2; DIVERGED_EXIT_CODE for a non-finite loss)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML file of TrainConfig keys")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config keys")
     parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # the deepspeed launcher adds it
+    add_debug_option(parser)
     args = parser.parse_args(argv)
     cfg = load_config(TrainConfig, args.config, args.set)
     for key in ("data", "vocab"):
@@ -667,10 +914,11 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"{key} is not set (in the config or with --set {key}=PATH)")
     result = train(cfg)
     if result["preempted"]:
-        sys.exit(PREEMPTED_EXIT_CODE)
+        return PREEMPTED_EXIT_CODE
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"trained {result['steps']} steps; model: {result['model_dir']}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

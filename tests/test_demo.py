@@ -4,6 +4,7 @@ import json
 
 import yaml
 
+from ems.cli import run_main
 from ems.demo import CHART_FILE, REPORT_FILE, main
 
 
@@ -33,6 +34,6 @@ def test_demo_runs_every_stage_and_writes_its_report(data_dir, tmp_path, capsys)
 
 
 def test_demo_without_its_corpus_is_one_clear_error(tmp_path, capsys):
-    assert main(["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == 1
+    assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: the demo trains on the Tatoeba Translation Challenge pairs") and err.count("\n") == 1

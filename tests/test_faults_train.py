@@ -1,0 +1,259 @@
+"""Faults of the trainer (issue 13): what a hostile but fair user does to `python -m ems.train`
+and a run directory, and the one clear outcome each must have."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from ems.checkpoint import NoUsableCheckpointError, UnsafeCheckpointError, load_tensor_file, write_manifest
+from ems.cli import run_main
+from ems.train import (
+    CONFIG_HISTORY_FILE, DIVERGED_EXIT_CODE, PREEMPTED_EXIT_CODE, LinearSchedule, ResumeConfigError, TrainConfig,
+    TrainingDiverged, main, train,
+)
+from tests.conftest import REPO_ROOT, SMALL_MODEL
+
+MODEL_STATES = "mp_rank_00_model_states.pt"
+
+
+def config(pipeline, out, **overrides) -> TrainConfig:
+    values = dict(data=str(pipeline / "shards"), vocab=str(pipeline / "vocab"), out=str(out), model_overrides=SMALL_MODEL,
+                  batch_size=32, lr=2e-3, warmup_steps=5, max_steps=12, log_every=4, save_every=4, seed=3,
+                  bucket_batches=50)
+    return TrainConfig(**{**values, **overrides})
+
+
+def cli_args(pipeline, out, *settings: str) -> list[str]:
+    return ["--set", f"data={pipeline / 'shards'}", f"vocab={pipeline / 'vocab'}", f"out={out}", "batch_size=32",
+            "max_steps=4", "warmup_steps=2", "bucket_batches=50", "seed=3",
+            *(f"model_overrides.{key}={value}" for key, value in SMALL_MODEL.items()), *settings]
+
+
+def one_error_line(capsys) -> str:
+    """The `error: ` line that ends stderr (after any progress bars); no traceback."""
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error")]
+    assert "Traceback" not in err and len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-3000:]
+    return errors[0]
+
+
+def module_weights(tag_dir: Path) -> dict[str, torch.Tensor]:
+    return load_tensor_file(tag_dir / MODEL_STATES)["module"]
+
+
+def rewrite_model_states(tag_dir: Path, change) -> None:
+    """Edit a checkpoint's model file in place and regenerate its manifest (as anyone can)."""
+    states = load_tensor_file(tag_dir / MODEL_STATES)
+    change(states)
+    torch.save(states, tag_dir / MODEL_STATES, _use_new_zipfile_serialization=False)
+    (tag_dir / "manifest.json").unlink()
+    write_manifest(tag_dir)
+
+
+class Payload:
+    """Unpickling this runs a shell command (the classic __reduce__ exploit)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+# --- 1. no code runs from a run directory ---------------------------------------------------
+
+def test_malicious_checkpoint_is_refused_and_its_payload_never_runs(tiny_pipeline, tmp_path, capsys):
+    out, marker = tmp_path / "run", tmp_path / "PWNED"
+    train(config(tiny_pipeline, out, stop_at_step=4))
+    rewrite_model_states(out / "checkpoints" / "step4", lambda states: states.update(extra=Payload(marker)))
+    with pytest.raises(UnsafeCheckpointError, match=r"refusing to load .*step4/mp_rank_00_model_states.pt.*GLOBAL posix.system"):
+        train(config(tiny_pipeline, out))
+    assert not marker.exists()
+    capsys.readouterr()
+    assert run_main(main, cli_args(tiny_pipeline, out, "max_steps=12", "warmup_steps=5")) == 2
+    assert "Nothing in it was run" in one_error_line(capsys)
+    assert not marker.exists()
+
+
+def test_no_project_code_unpickles():
+    """Every loader of run, model and head files: torch.load only with weights_only=True, numpy
+    and YAML without pickles or arbitrary objects, no pickle.load."""
+    offenders = []
+    for path in [*REPO_ROOT.glob("ems/**/*.py"), *REPO_ROOT.glob("eval/**/*.py"), *REPO_ROOT.glob("data_prep/**/*.py")]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if ("torch.load(" in line and "weights_only=True" not in line) or "allow_pickle=True" in line \
+                    or "pickle.load" in line or "yaml.load(" in line or "yaml.unsafe_load" in line:
+                offenders.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+# --- 2. no NaN reaches a checkpoint -------------------------------------------------------------
+
+def assert_all_checkpoints_finite(out: Path) -> list[str]:
+    tags = sorted(t.name for t in (out / "checkpoints").glob("step*"))
+    for tag in tags:
+        assert all(torch.isfinite(w).all() for w in module_weights(out / "checkpoints" / tag).values()), tag
+    return tags
+
+
+def test_divergence_stops_at_its_step_with_a_diagnostic_and_no_non_finite_checkpoint(tiny_pipeline, tmp_path, capsys):
+    """The issue's run: lr=1e6, loss logged every 20 steps, saved every 5 (it used to save NaN
+    checkpoints at 5, 10, 15); then the same directory with a sane lr."""
+    out = tmp_path / "run"
+    args = ["lr=1e6", "warmup_steps=1", "max_steps=30", "log_every=20", "save_every=5"]
+    assert run_main(main, cli_args(tiny_pipeline, out, *args)) == DIVERGED_EXIT_CODE
+    message = one_error_line(capsys)
+    assert message.startswith("error: training diverged at step 2 (epoch 0, batch 1): loss nan")
+    assert "gradient norm nan, lr 1e+06; rank 0's batch: de-en " in message and "Nothing non-finite was checkpointed" in message
+    assert assert_all_checkpoints_finite(out) == []
+    result = train(config(tiny_pipeline, out, lr=2e-3, warmup_steps=1, max_steps=30, log_every=20, save_every=5))
+    assert result["steps"] == 30 and all(math.isfinite(h["loss"]) for h in result["history"] if "loss" in h)
+
+
+def test_after_divergence_a_sane_lr_resumes_from_the_last_good_checkpoint(tiny_pipeline, tmp_path, capsys):
+    out = tmp_path / "run"
+    train(config(tiny_pipeline, out, stop_at_step=4, save_every=2))
+    # lr=1e6 from step 4: the update of step 5 explodes the weights (finite, saved), step 6 is NaN
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 6 .* Checkpoint step5, whose weights this step started "
+                                               r"from, was moved aside to rejected-step5\. The last checkpoint: step4"):
+        train(config(tiny_pipeline, out, lr=1e6, save_every=1, log_every=20, max_steps=30))
+    assert assert_all_checkpoints_finite(out) == ["step2", "step4"]
+    assert (out / "checkpoints" / "latest").read_text() == "step4" and (out / "checkpoints" / "rejected-step5").is_dir()
+    capsys.readouterr()
+    result = train(config(tiny_pipeline, out, save_every=2, log_every=20, max_steps=30))
+    assert "checkpoints/step4/mp_rank_00_model_states.pt at step 4," in capsys.readouterr().out
+    assert result["steps"] == 30 and all(math.isfinite(h["loss"]) for h in result["history"] if "loss" in h)
+    assert assert_all_checkpoints_finite(out)[-1] == "step30"
+
+
+def test_resume_skips_a_checkpoint_with_non_finite_weights(tiny_pipeline, tmp_path, capsys):
+    out = tmp_path / "run"
+    train(config(tiny_pipeline, out, stop_at_step=8))
+    name = next(iter(module_weights(out / "checkpoints" / "step8")))
+    rewrite_model_states(out / "checkpoints" / "step8", lambda states: states["module"][name].fill_(math.nan))
+    result = train(config(tiny_pipeline, out))
+    assert f"skipping checkpoint step8: non-finite weights in {name}" in capsys.readouterr().out
+    assert [h["step"] for h in result["history"] if "loss" in h] == [8, 12]  # resumed at step 4, not 8
+
+
+def test_the_per_step_check_is_the_loss_already_read():
+    """train_step returns the values it read anyway; `finite` is a property of them."""
+    from ems.train import StepValues
+
+    assert StepValues(1.0, 0.5, 0.5, 2.0, 1e-3).finite
+    assert not StepValues(math.nan, 0.5, 0.5, 2.0, 1e-3).finite and not StepValues(1.0, 0.5, 0.5, math.inf, 1e-3).finite
+
+
+# --- 3. a changed config on resume ---------------------------------------------------------------
+
+def test_a_changed_lr_takes_effect_on_resume_and_is_recorded(tiny_pipeline, tmp_path):
+    out = tmp_path / "run"
+    train(config(tiny_pipeline, out, stop_at_step=4, log_every=1))
+    resumed = train(config(tiny_pipeline, out, lr=5e-4, log_every=1, save_every=6))
+    schedule = LinearSchedule(5, 12)
+    assert [h["lr"] for h in resumed["history"] if "lr" in h] == pytest.approx([5e-4 * schedule(s) for s in range(5, 13)], rel=1e-6)
+    assert yaml.safe_load((out / "train_config.yaml").read_text())["lr"] == 5e-4
+    history = yaml.safe_load((out / CONFIG_HISTORY_FILE).read_text())
+    assert [segment["from_step"] for segment in history] == [0, 4]
+    assert history[1]["changed"] == {"lr": {"from": 2e-3, "to": 5e-4}, "stop_at_step": {"from": 4, "to": None},
+                                     "save_every": {"from": 4, "to": 6}}
+    assert history[0]["config"]["lr"] == 2e-3
+
+
+@pytest.mark.parametrize("change", [{"batch_size": 16}, {"model_overrides": {**SMALL_MODEL, "n_layers": 1}},
+                                    {"seed": 4}, {"deepspeed_overrides": {"gradient_clipping": 0.5}}])
+def test_a_change_that_fixes_model_or_data_order_is_refused_on_resume(tiny_pipeline, tmp_path, change):
+    out = tmp_path / "run"
+    train(config(tiny_pipeline, out, stop_at_step=4))
+    key = next(iter(change))
+    with pytest.raises(ResumeConfigError, match=rf"{key if key != 'deepspeed_overrides' else 'deepspeed'} .*->.*new out="):
+        train(config(tiny_pipeline, out, **change))
+
+
+# --- 4. one line and status 2 for every user error -------------------------------------------------
+
+@pytest.mark.parametrize("settings, expected", [
+    (["lr=abc"], "TrainConfig.lr must be float, got 'abc'"),
+    (["no_such_key=1"], "unknown TrainConfig keys ['no_such_key']"),
+    (["save_every=0"], "save_every must be at least 1, got 0"),
+    (["batch_size=0"], "batch_size must be at least 1, got 0"),
+    (["lr=-1"], "lr must be a positive number"),
+    (["autocast=fp8"], "autocast must be one of none, bf16, auto"),
+    (["deepspeed_overrides.gradient_accumulation_steps=0"], "DeepSpeed rejects the config"),
+    (["data=/nonexistent/shards"], "/nonexistent/shards"),
+    (["vocab=/nonexistent/vocab"], "/nonexistent/vocab"),
+    (["deepspeed_config=/nonexistent.json"], "/nonexistent.json"),
+])
+def test_bad_settings_are_one_line_and_status_2(tiny_pipeline, tmp_path, capsys, settings, expected):
+    assert run_main(main, cli_args(tiny_pipeline, tmp_path / "run", *settings)) == 2
+    assert expected in one_error_line(capsys)
+
+
+def test_a_missing_config_file_is_one_line(tmp_path, capsys):
+    assert run_main(main, ["--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml does not exist" in one_error_line(capsys)
+
+
+def test_a_hand_edited_manifest_falls_back_to_the_previous_checkpoint(tiny_pipeline, tmp_path, caplog):
+    out = tmp_path / "run"
+    train(config(tiny_pipeline, out, stop_at_step=8))
+    (out / "checkpoints" / "step8" / "manifest.json").write_text('{"files": ["mp_rank_00_model_states.pt"]}')
+    result = train(config(tiny_pipeline, out))
+    assert "skipping checkpoint step8" in caplog.text and "manifest.json is unreadable" in caplog.text
+    assert [h["step"] for h in result["history"] if "loss" in h] == [8, 12]
+
+
+def test_all_checkpoints_bad_is_one_line(tiny_pipeline, tmp_path, capsys):
+    out = tmp_path / "run"
+    train(config(tiny_pipeline, out, stop_at_step=8))
+    for tag_dir in (out / "checkpoints").glob("step*"):
+        (tag_dir / MODEL_STATES).write_bytes(b"truncated")
+    with pytest.raises(NoUsableCheckpointError):
+        train(config(tiny_pipeline, out))
+    capsys.readouterr()
+    assert run_main(main, cli_args(tiny_pipeline, out, "max_steps=12", "warmup_steps=5")) == 2
+    assert "no checkpoint verifies and holds finite weights" in one_error_line(capsys)
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-m", "ems.train", "--set", "lr=abc", f"out={tmp_path}"]
+    plain = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert plain.returncode == 2 and plain.stderr.strip().splitlines() == ["error: TrainConfig.lr must be float, got 'abc'"]
+    debug = subprocess.run([*command, "--debug"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "ValueError" in debug.stderr
+
+
+# --- 8. a stop signal at start-up --------------------------------------------------------------------
+
+def _catches(pid: int, signum: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see when the handler is in place")
+def test_sigterm_during_start_up_exits_99_to_be_requeued(tiny_pipeline, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "ems.train", *cli_args(tiny_pipeline, out)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while not _catches(process.pid, signal.SIGTERM) and time.time() < deadline and process.poll() is None:
+        time.sleep(0.005)
+    assert "libtorch" not in Path(f"/proc/{process.pid}/maps").read_text()  # caught before the slow imports
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-2000:]
+    assert "stopping at step 0" in stdout and not (out / "model").exists()
