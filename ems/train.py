@@ -6,20 +6,36 @@
 
 Reads `data_prep binarize` shards; writes, under `out`:
     checkpoints/   step<N>/ checkpoints (DeepSpeed model/optimizer/scheduler/loss-scaler state,
-                   step, data position, every rank's RNG states, manifest.json) and `latest`;
-                   see ems.checkpoint. A rerun with the same `out` resumes from the newest
-                   checkpoint that verifies.
+                   step, data position, every rank's RNG states, run_config.json, manifest.json)
+                   and `latest`; see ems.checkpoint. A rerun with the same `out` resumes from
+                   the newest checkpoint that verifies and has finite weights.
     tb/            TensorBoard: loss/{total,xtr,contrastive}, lr, grad_norm, overflow_steps (fp16), tokens_per_s,
                    real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate),
                    valid/{total,xtr,contrastive}, valid_pair/<l1-l2>, probe/{tatoeba,flores}/{average,<lang>}
     valid_sample.json  the stratified validation sample (ems.validation), drawn once per run
     model/         the inference export (`ems.load(out/model)`)
-    train_config.yaml, metrics.jsonl
+    train_config.yaml, train_config_history.yaml, metrics.jsonl
 
 Stopping: SIGUSR1 or SIGTERM (SLURM's pre-emption warning) on any rank, or a file named STOP in
 `out`, makes every rank finish the current step, save a checkpoint and exit with status
 PREEMPTED_EXIT_CODE (99; slurm/train.sh requeues the job on it). The STOP file is removed once
-honoured, so the requeued run trains on.
+honoured, so the requeued run trains on. The signals are caught from the module's first line, so
+one that arrives during start-up also ends in 99.
+
+Resuming applies the config given: a changed lr, warm-up, schedule end or weight decay takes
+effect from the resume step; a change of what fixes the model, the data order or the optimizer
+layout (FIXED_KEYS, the merged DeepSpeed config, the shards' content) is refused with a message.
+train_config.yaml is the config in effect, train_config_history.yaml every segment of the run.
+
+Divergence: a non-finite loss or gradient norm stops the run at the step it happens (outside fp16
+loss scaling, which skips such steps), with its data position, the batch's language pairs, the
+gradient norm and the lr, exit status DIVERGED_EXIT_CODE (3). A model with non-finite weights is
+never checkpointed, resume skips a checkpoint whose weights are not finite, and the checkpoint the
+diverging step started from is moved aside (rejected-step<N>/), so a resume with a lower lr works.
+
+Checkpoint files are loaded as tensors only (ems.checkpoint.load_tensor_file): a file naming any
+other Python object is refused, and nothing in it runs. User errors (bad values, missing files,
+unusable checkpoints) are one line `error: ...` and status 2 (ems.cli; --debug for the traceback).
 """
 
 from __future__ import annotations
