@@ -33,14 +33,14 @@ class PairShards:
         if not (directory / INDEX_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
         self.index = json.loads((directory / INDEX_FILE).read_text())
-        self.tokens = np.load(directory / "tokens.npy", mmap_mode="r")
-        self.offsets = np.load(directory / "offsets.npy", mmap_mode="r")
-        self.langs = np.load(directory / "langs.npy", mmap_mode="r")
+        self.tokens = np.load(directory / "tokens.npy", mmap_mode="r", allow_pickle=False)
+        self.offsets = np.load(directory / "offsets.npy", mmap_mode="r", allow_pickle=False)
+        self.langs = np.load(directory / "langs.npy", mmap_mode="r", allow_pickle=False)
         if len(self.offsets) != 2 * len(self.langs) + 1:
             raise ValueError(f"{directory}: offsets.npy and langs.npy disagree on the number of pairs")
         # (n_pairs, 2) uint64 ids of each side's text; None in shards binarized before they existed
         ids_path = directory / "content_ids.npy"
-        self.content_ids = np.load(ids_path, mmap_mode="r") if ids_path.is_file() else None
+        self.content_ids = np.load(ids_path, mmap_mode="r", allow_pickle=False) if ids_path.is_file() else None
         if self.content_ids is not None and self.content_ids.shape != self.langs.shape:
             raise ValueError(f"{directory}: content_ids.npy and langs.npy disagree on the number of pairs")
         self.languages: list[str] = self.index["languages"]
