@@ -4,18 +4,28 @@ A model directory holds `model.safetensors` (encoder weights only; the training 
 not exported), `config.json` (EMSConfig) and the tokenizer files (`spm.model`,
 `tokenizer.json`), and optionally `head/`: a meaning/language head trained on top of the
 frozen encoder (`python -m eval.train_head`), which `encode(..., view="meaning"|"language")` applies.
+
+`encode` checks its input: `lang` must name one of the model's languages (aliases resolve through
+ems.languages: `EN`, `eng` -> `en`; `cmn`, `zho`, `zh-Hans` -> `zh`; `deu_Latn` -> `de`), the
+sentences must be a list of str and `batch_size` an integer >= 1. A sentence longer than the model's
+`max_len` tokens is cut to its first `max_len` tokens, as in training; each `encode` call that cuts
+any warns once (TruncationWarning, with the count), and `EMSEncoder.truncated_sentences` counts them
+over the encoder's life.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ems.languages import resolve_language
 from ems.model import EMSConfig, SentenceEncoder
 from ems.text import Tokenizer
 
@@ -23,6 +33,18 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 HEAD_DIR = "head"
 VIEWS = ("raw", "meaning", "language")
+
+
+class TruncationWarning(UserWarning):
+    """Some sentences were longer than the model's max_len tokens and were cut."""
+
+
+def check_batch_size(batch_size: int) -> None:
+    """TypeError unless `batch_size` is an integer (not a bool), ValueError unless it is >= 1."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise TypeError(f"batch_size must be an integer >= 1, got {type(batch_size).__name__}: {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
 
 def export_encoder(encoder: SentenceEncoder, tokenizer: Tokenizer, out_dir: str | Path) -> Path:
@@ -45,6 +67,7 @@ class EMSEncoder:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.head = head
+        self.truncated_sentences = 0  # sentences cut at max_len tokens by `encode`, all calls together
 
     @property
     def languages(self) -> list[str]:
@@ -60,10 +83,14 @@ class EMSEncoder:
         the head's meaning or language part of them (view "meaning" / "language").
 
         Sentences are batched by token length, so the output does not depend on the order
-        of the input beyond float rounding. An empty sentence is an error (it has no tokens to pool).
+        of the input beyond float rounding. `lang` is one of `languages` or an alias of one (see the
+        module docstring); an unknown or other language is an UnknownLanguageError (a ValueError)
+        that lists the model's languages. `sentences` must be a list (any iterable) of str (TypeError
+        naming the first bad index). An empty sentence is an error (it has no tokens to pool).
+        Sentences over max_len tokens are cut: one TruncationWarning per call, counted in
+        `truncated_sentences`.
         """
-        if isinstance(sentences, str):
-            raise TypeError("encode takes a list of sentences, not a single string")
+        check_batch_size(batch_size)
         if view not in VIEWS:
             raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
         if view != "raw" and self.head is None:
@@ -71,14 +98,24 @@ class EMSEncoder:
                 f"view {view!r} needs a head saved with the model in <model dir>/{HEAD_DIR}/; "
                 "train one with `python -m eval.train_head --encoder ems:DIR --head NAME ...`"
             )
+        lang = resolve_language(lang, self.languages)
         raw = self._encode_raw(sentences, lang, batch_size)
         return raw if view == "raw" else getattr(self.head, view)(raw, lang)
 
     def _encode_raw(self, sentences: list[str], lang: str, batch_size: int) -> np.ndarray:
-        ids = self.tokenizer.encode(list(sentences), lang)
+        ids = self.tokenizer.encode(sentences, lang)
         empty = [i for i, seq in enumerate(ids) if not seq]
         if empty:
             raise ValueError(f"{len(empty)} sentence(s) have no tokens after preprocessing (first at index {empty[0]})")
+        max_len = self.model.cfg.max_len
+        truncated = sum(len(seq) > max_len for seq in ids)
+        if truncated:
+            self.truncated_sentences += truncated
+            warnings.warn(
+                f"{truncated} of {len(ids)} {lang} sentence(s) are longer than the model's max_len of {max_len} "
+                f"tokens and were cut to their first {max_len} tokens",
+                TruncationWarning, stacklevel=4,  # the caller of encode (under torch.inference_mode)
+            )
         return embed_token_ids(self.model, ids, batch_size, self.device)
 
 
@@ -86,7 +123,9 @@ class EMSEncoder:
 def embed_token_ids(model: SentenceEncoder, ids: list[list[int]], batch_size: int = 128,
                     device: str | torch.device = "cpu") -> np.ndarray:
     """Token-id sequences (none empty) -> (n, d) float32 sentence vectors from `model` as it is
-    (its train/eval mode is the caller's), batched by length, each cut at the model's max_len."""
+    (its train/eval mode is the caller's), batched by length, each cut at the model's max_len
+    (silently: `EMSEncoder.encode` counts and warns). `batch_size` must be an integer >= 1."""
+    check_batch_size(batch_size)
     max_len = model.cfg.max_len
     ids = [seq[:max_len] for seq in ids]
     out = np.zeros((len(ids), model.cfg.d_model), dtype=np.float32)

@@ -23,6 +23,8 @@ from pathlib import Path
 import sentencepiece as spm
 from sacremoses import MosesTokenizer
 
+from ems.languages import resolve_language
+
 PAD_ID = 0
 UNK_ID = 1
 FIRST_LANG_ID = 2  # <2xx> tokens follow pad and unk, in the order of Tokenizer.languages
@@ -117,6 +119,21 @@ class Preprocessing:
         return text
 
 
+def checked_sentences(sentences: list[str]) -> list[str]:
+    """`sentences` as a list, or a TypeError unless it is a list (any iterable) of str; the error
+    names the index of the first item that is not a str."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError("expected a list of sentences, not a single string")
+    try:
+        sentences = list(sentences)
+    except TypeError:
+        raise TypeError(f"expected a list of sentences (str), got {type(sentences).__name__}") from None
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence {i} is {type(sentence).__name__}, not str: {sentence!r:.60}")
+    return sentences
+
+
 @dataclass
 class Tokenizer:
     """SentencePiece model + language list + preprocessing; `encode` maps raw text to ids."""
@@ -138,23 +155,27 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
 
+    def resolve_language(self, lang: str) -> str:
+        """The entry of the language list that the tag `lang` names (`EN` -> `en`, `cmn` -> `zh`, see
+        ems.languages.resolve_language); UnknownLanguageError (a ValueError) naming the list otherwise."""
+        return resolve_language(lang, self.languages, owner="this vocabulary")
+
     def lang_index(self, lang: str) -> int:
         """Index of `lang` in the language list (the XTR language-embedding row)."""
-        try:
-            return self.languages.index(lang)
-        except ValueError:
-            raise ValueError(
-                f"language {lang!r} is not in this vocabulary's languages: {' '.join(self.languages)}"
-            ) from None
+        return self.languages.index(self.resolve_language(lang))
 
     def lang_token_id(self, lang: str) -> int:
         return FIRST_LANG_ID + self.lang_index(lang)
 
     def preprocess(self, sentences: list[str], lang: str) -> list[str]:
-        return [self.preprocessing(s, lang) for s in sentences]
+        """Raw sentences in `lang` (one of `languages`, or an alias of one) -> the text SentencePiece
+        reads. TypeError unless `sentences` is a list of str; UnknownLanguageError for another `lang`."""
+        lang = self.resolve_language(lang)
+        return [self.preprocessing(s, lang) for s in checked_sentences(sentences)]
 
     def encode(self, sentences: list[str], lang: str) -> list[list[int]]:
-        """Raw sentences in `lang` -> token ids (no language token; the encoder is language-agnostic)."""
+        """Raw sentences in `lang` -> token ids (no language token; the encoder is language-agnostic);
+        errors as for `preprocess`."""
         return self.sp.encode(self.preprocess(sentences, lang))
 
     def save(self, directory: str | Path) -> None:
