@@ -3,7 +3,9 @@
 Stages: pairs (list a config's language pairs), fetch (OPUS -> aligned files), import
 (OPUS-MT-testsets Tatoeba Challenge / TICO-19 -> aligned files), split (held-out pairs), clean,
 pretokenize, vocab, binarize, and all (every stage in order under one output directory).
-Each prints a one-line summary per unit of work and exits 1 with a message on bad input.
+Each prints a one-line summary per unit of work. Bad input (a config value, a missing file, an
+OPUS file that yields nothing, a pair folder of a language the config lacks) ends it with one
+line `error: ...` on stderr and exit status 2; `--debug` (or EMS_DEBUG=1) shows the traceback.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from pathlib import Path
 from data_prep.binarize import binarize
 from data_prep.clean import clean_corpus, failed_files, load_eval_sentences
 from data_prep.config import load_config
-from data_prep.corpus import pair_dir_name
-from data_prep.opus import FetchError, MirrorSource, OnlineSource, fetch
+from data_prep.corpus import CorpusError, list_parallel, pair_dir_name
+from data_prep.opus import MirrorSource, OnlineSource, fetch
 from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus, build_tico19_corpus
 from data_prep.pretokenize import pretokenize_corpus
 from data_prep.split import split_heldout
 from data_prep.vocab import train_vocab
+from ems.cli import add_debug_option, run_main
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -38,6 +41,10 @@ def run_fetch(args) -> None:
     report = fetch(config, _source(args), args.out, pairs=args.pair, dry_run=args.dry_run)
     for entry in report.get("fetched", []):
         print(f"{entry['corpus']}\t{entry['pair']}\t{entry['status']}\t{entry.get('pairs', '')}")
+        if entry.get("documents_missing") or entry.get("empty_side"):
+            print(f"warning: {entry['corpus']} {entry['pair']}: {entry['documents_missing']} document(s) missing from "
+                  f"the sentence archives, {entry['empty_side']} pair(s) with an empty side left out "
+                  f"(see the fetch report)", file=sys.stderr)
     for pair in report.get("pairs_without_data", []):
         print(f"warning: no corpus has the pair {pair}", file=sys.stderr)
 
@@ -89,8 +96,14 @@ def run_split(args) -> None:
         print(f"{entry['pair']}\t{state}\ttrain {entry['train']}\tremoved_overlapping_heldout {removed}")
 
 
+def _check_pair_folders(config, corpus_root: Path, pairs: list[str] | None) -> None:
+    """The first stage that reads a corpus with its config refuses a pair folder of a language the config lacks."""
+    config.check_pair_folders(corpus_root, {f"{files.l1}-{files.l2}" for files in list_parallel(corpus_root, pairs)})
+
+
 def run_clean(args) -> None:
     config = load_config(args.config)
+    _check_pair_folders(config, args.input, args.pair)
     eval_hashes, eval_counts = load_eval_sentences(args.data_dir, config.clean.eval_sets, config.clean.lowercase)
     report = clean_corpus(args.input, args.out, config.clean, eval_hashes, eval_counts, pairs=args.pair)
     for pair in report["pairs"]:
@@ -99,7 +112,7 @@ def run_clean(args) -> None:
                 print(f"{pair['pair']}\t{entry['name']}\tread {entry['read']}\tkept {entry['kept']}\t{json.dumps(entry['dropped'])}")
     failures = failed_files(report)
     if failures:
-        raise FetchError("could not clean: " + "; ".join(failures))
+        raise CorpusError("could not clean: " + "; ".join(failures))
 
 
 def run_pretokenize(args) -> None:
@@ -108,7 +121,9 @@ def run_pretokenize(args) -> None:
 
 
 def run_vocab(args) -> None:
-    settings = load_config(args.config).vocab
+    config = load_config(args.config)
+    _check_pair_folders(config, args.input, None)
+    settings = config.vocab
     tokenizer = train_vocab(
         args.input, args.out, vocab_size=settings.vocab_size, character_coverage=settings.character_coverage,
         max_sentences=settings.max_sentences, temperature=settings.temperature,
@@ -136,6 +151,7 @@ def run_all(args) -> None:
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m data_prep", description=__doc__.split("\n\n")[0])
+    add_debug_option(root)
     stages = root.add_subparsers(dest="stage", required=True)
 
     def stage(name, func, help_text, *arguments):
@@ -186,14 +202,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one stage; a user error raises (ems.cli.run_main turns it into one line and status 2)."""
     args = parser().parse_args(argv)
-    try:
-        args.func(args)
-    except (ValueError, OSError, RuntimeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    args.func(args)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

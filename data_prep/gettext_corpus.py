@@ -1,8 +1,10 @@
 """The embedded default training corpus: English/X pairs from gettext catalogs in wheels.
 
 django, wagtail and sphinx ship human translations of their UI and log messages as
-compiled gettext catalogs (``locale/<locale>/LC_MESSAGES/*.mo``), all BSD-licensed.
-This module reads those catalogs from installed packages or from ``.whl`` files, cleans
+gettext catalogs (``locale/<locale>/LC_MESSAGES/*.mo``, compiled, and their ``*.po`` sources),
+all BSD-licensed. This module reads those catalogs from installed packages or from ``.whl``
+files (a ``.po`` only where no ``.mo`` of the same catalog sits beside it: the report counts
+both kinds and the ``.po`` files left for their ``.mo``), cleans
 the (English msgid, translated msgstr) pairs, and writes one en-X parallel corpus per
 language with a fixed held-out split, using the layout of ``data_prep.corpus``.
 
@@ -12,8 +14,10 @@ Run ``python -m data_prep.gettext_corpus OUT_DIR`` to build it from the installe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import html
+import io
 import importlib.metadata
 import importlib.util
 import json
@@ -29,7 +33,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from babel.messages.pofile import PoFileError, read_po
+
 from data_prep.corpus import write_parallel
+from ems.cli import add_debug_option, run_main
 
 DEFAULT_PACKAGES = ("django", "wagtail", "sphinx")
 SOURCE_LANGUAGE = "en"
@@ -41,8 +48,16 @@ _CONTEXT_SEPARATOR = "\x04"
 _PLURAL_SEPARATOR = "\x00"
 
 
-class MoParseError(ValueError):
+class CatalogParseError(ValueError):
+    """A catalog (.mo or .po) is corrupt, truncated or undecodable; the message names the file."""
+
+
+class MoParseError(CatalogParseError):
     """A .mo catalog is corrupt, truncated or undecodable; the message names the file."""
+
+
+class PoParseError(CatalogParseError):
+    """A .po catalog cannot be read; the message names the file."""
 
 
 class GettextCorpusError(ValueError):
@@ -128,6 +143,30 @@ def parse_mo(data: bytes, source: str) -> list[CatalogEntry]:
     return entries
 
 
+def parse_po(data: bytes, source: str) -> tuple[list[CatalogEntry], list[str]]:
+    """Parse the bytes of a gettext source catalog (babel's reader) into its entries and the
+    warnings of the reader (lines it could not make sense of, which it skips).
+
+    Kept as msgfmt compiles a .mo: no header, no fuzzy or obsolete entry, no untranslated one.
+    Raises PoParseError when the file cannot be read at all (undecodable, unknown charset).
+    """
+    warnings = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(warnings):  # babel prints what it skips
+            catalog = read_po(io.BytesIO(data), ignore_obsolete=True)
+    except (PoFileError, ValueError, LookupError) as error:  # ValueError: UnicodeDecodeError
+        raise PoParseError(f"{source}: not a readable .po catalog: {error}") from None
+    entries = []
+    for message in catalog:
+        if not message.id or message.fuzzy:
+            continue
+        msgid, msgid_plural = (message.id[0], message.id[1]) if isinstance(message.id, tuple) else (message.id, None)
+        msgstr = message.string[0] if isinstance(message.string, tuple) else message.string
+        if msgstr:
+            entries.append(CatalogEntry(message.context, msgid, msgstr, msgid_plural))
+    return entries, [line.removeprefix("WARNING: ") for line in warnings.getvalue().splitlines()]
+
+
 # Deprecated or macrolanguage codes that gettext locales still use, mapped to the code
 # the corpus uses for that language.
 _LANGUAGE_ALIASES = {"no": "nb", "iw": "he", "in": "id", "ji": "yi", "jw": "jv", "mo": "ro"}
@@ -193,23 +232,43 @@ def has_letter(text: str) -> bool:
 
 @dataclass(frozen=True)
 class CatalogFile:
-    """A .mo catalog found in a package or wheel: a printable source, its locale, its bytes."""
+    """A .mo or .po catalog found in a package or wheel: a printable source, its locale, its bytes.
+
+    `compiled_beside`: a .po whose .mo sits beside it; that .mo is read instead (`data` is empty).
+    """
 
     source: str
     locale: str
     data: bytes
+    compiled_beside: bool = False
+
+    @property
+    def is_po(self) -> bool:
+        return self.source.endswith(".po")
 
 
 def _catalog_locale(parts: tuple[str, ...]) -> str | None:
-    """The locale of a path ending in ``locale/<locale>/LC_MESSAGES/<domain>.mo``, else None."""
+    """The locale of a path ending in ``locale/<locale>/LC_MESSAGES/<domain>.mo`` (or ``.po``), else None."""
     if (
         len(parts) >= 4
-        and parts[-1].endswith(".mo")
+        and parts[-1].endswith((".mo", ".po"))
         and parts[-2] == "LC_MESSAGES"
         and parts[-4] == "locale"
     ):
         return parts[-3]
     return None
+
+
+def _catalog_files(source: str, names: list[str], read) -> Iterator[CatalogFile]:
+    """CatalogFile of each catalog path of `names` (sorted; `read(name)` gives its bytes), a .po
+    beside its .mo marked `compiled_beside` and not read."""
+    present = set(names)
+    for name in sorted(names):
+        locale = _catalog_locale(PurePosixPath(name).parts)
+        if name.endswith(".po") and name[:-3] + ".mo" in present:
+            yield CatalogFile(f"{source}:{name}", locale, b"", compiled_beside=True)
+        else:
+            yield CatalogFile(f"{source}:{name}", locale, read(name))
 
 
 def _package_catalogs(package: str) -> Iterator[CatalogFile]:
@@ -225,13 +284,12 @@ def _package_catalogs(package: str) -> Iterator[CatalogFile]:
     for location in sorted(spec.submodule_search_locations):
         package_dir = Path(location)
         found = [
-            (path.relative_to(package_dir).as_posix(), path)
-            for path in package_dir.rglob("*.mo")
+            path.relative_to(package_dir).as_posix()
+            for pattern in ("*.mo", "*.po")
+            for path in package_dir.rglob(pattern)
             if _catalog_locale(path.parts) is not None
         ]
-        for relative, path in sorted(found):
-            locale = _catalog_locale(path.parts)
-            yield CatalogFile(f"{package}:{relative}", locale, path.read_bytes())
+        yield from _catalog_files(package, found, lambda relative: (package_dir / relative).read_bytes())
 
 
 def _wheel_catalogs(wheel: Path) -> Iterator[CatalogFile]:
@@ -239,14 +297,8 @@ def _wheel_catalogs(wheel: Path) -> Iterator[CatalogFile]:
         raise GettextCorpusError(f"wheel file not found: {wheel}")
     try:
         with zipfile.ZipFile(wheel) as archive:
-            members = sorted(
-                name
-                for name in archive.namelist()
-                if _catalog_locale(PurePosixPath(name).parts) is not None
-            )
-            for member in members:
-                locale = _catalog_locale(PurePosixPath(member).parts)
-                yield CatalogFile(f"{wheel.name}:{member}", locale, archive.read(member))
+            members = [name for name in archive.namelist() if _catalog_locale(PurePosixPath(name).parts) is not None]
+            yield from _catalog_files(wheel.name, members, archive.read)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError) as error:
         raise GettextCorpusError(f"{wheel} is not a readable wheel (zip) file: {error}") from None
 
@@ -260,10 +312,11 @@ def _check_collection(value: object, what: str) -> None:
 def find_catalogs(
     packages: Iterable[str] = DEFAULT_PACKAGES, wheels: Iterable[str | Path] = ()
 ) -> Iterator[CatalogFile]:
-    """Every ``locale/<locale>/LC_MESSAGES/*.mo`` catalog of the packages, then the wheels.
+    """Every ``locale/<locale>/LC_MESSAGES/*.{mo,po}`` catalog of the packages, then the wheels.
 
     Packages are looked up among the installed ones; wheels are ``.whl`` (zip) files.
-    Catalogs come in a fixed order: sources as given, paths sorted within each source.
+    Catalogs come in a fixed order: sources as given, paths sorted within each source. A .po
+    with its .mo beside it comes with `compiled_beside` set and no data.
     """
     _check_collection(packages, "packages")
     _check_collection(wheels, "wheels")
@@ -383,6 +436,8 @@ class _Harvest:
     pairs: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     skipped_catalogs: list[dict] = field(default_factory=list)
     english_catalogs: int = 0
+    catalog_files: Counter = field(default_factory=Counter)  # mo_read, po_read, po_left_for_mo
+    po_warnings: dict[str, list[str]] = field(default_factory=dict)  # .po source -> what babel skipped in it
 
 
 def _harvest_catalogs(
@@ -391,6 +446,9 @@ def _harvest_catalogs(
     harvest = _Harvest()
     seen_by_language: dict[str, set[tuple[str, str]]] = {}
     for catalog in find_catalogs(packages, wheels):
+        if catalog.compiled_beside:
+            harvest.catalog_files["po_left_for_mo"] += 1
+            continue
         try:
             language = locale_to_language(catalog.locale)
         except ValueError as error:
@@ -402,10 +460,16 @@ def _harvest_catalogs(
         if requested is not None and language not in requested:
             continue
         try:
-            entries = parse_mo(catalog.data, catalog.source)
-        except MoParseError as error:
+            if catalog.is_po:
+                entries, warnings = parse_po(catalog.data, catalog.source)
+                if warnings:
+                    harvest.po_warnings[catalog.source] = warnings
+            else:
+                entries = parse_mo(catalog.data, catalog.source)
+        except CatalogParseError as error:
             harvest.skipped_catalogs.append({"catalog": catalog.source, "error": str(error)})
             continue
+        harvest.catalog_files["po_read" if catalog.is_po else "mo_read"] += 1
         stats = harvest.stats.setdefault(language, LanguageStats())
         pairs = harvest.pairs.setdefault(language, [])
         seen = seen_by_language.setdefault(language, set())
@@ -515,6 +579,8 @@ def build_gettext_corpus(
         "dropped_too_few_pairs": too_few_pairs,
         "english_catalogs_skipped": harvest.english_catalogs,
         "skipped_catalogs": harvest.skipped_catalogs,
+        "catalog_files": {key: harvest.catalog_files[key] for key in ("mo_read", "po_read", "po_left_for_mo")},
+        "po_warnings": harvest.po_warnings,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / REPORT_FILE, "w", encoding="utf-8") as report_file:
@@ -538,21 +604,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout-size", type=int, default=200)
     parser.add_argument("--max-chars", type=int, default=300)
     parser.add_argument("--overwrite", action="store_true")
+    add_debug_option(parser)
     args = parser.parse_args(argv)
-    try:
-        report = build_gettext_corpus(
-            args.out_dir,
-            packages=args.packages,
-            wheels=args.wheels,
-            min_pairs=args.min_pairs,
-            heldout_size=args.heldout_size,
-            languages=args.languages,
-            max_chars=args.max_chars,
-            overwrite=args.overwrite,
-        )
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    report = build_gettext_corpus(
+        args.out_dir,
+        packages=args.packages,
+        wheels=args.wheels,
+        min_pairs=args.min_pairs,
+        heldout_size=args.heldout_size,
+        languages=args.languages,
+        max_chars=args.max_chars,
+        overwrite=args.overwrite,
+    )
     for language, language_stats in report["languages"].items():
         print(
             f"{language}\ttrain {language_stats['train_pairs']}\t"
@@ -565,8 +628,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(report['dropped_too_few_pairs'])} languages below {args.min_pairs} pairs, "
         f"{len(report['skipped_catalogs'])} catalogs skipped (see {args.out_dir / REPORT_FILE})"
     )
+    files = report["catalog_files"]
+    print(
+        f"catalog files: {files['mo_read']} .mo and {files['po_read']} .po read, {files['po_left_for_mo']} .po "
+        f"left for the .mo beside them, {len(report['po_warnings'])} .po with lines babel skipped"
+    )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -9,7 +9,13 @@ In: a `PrepConfig` (languages, pairs, corpora with per-pair caps) and a source:
   with resumable HTTP range requests, then reads it with `opustools.OpusRead`.
 Out: `OUT/<l1>-<l2>/<Corpus>.<l1|l2>` (a `.<opus pair>` infix when OPUS codes differ from ours,
 e.g. `OpenSubtitles.en-zh_TW.zh`) and `OUT/fetch_report.json`: one entry per corpus and pair
-with its status, pairs written and whether the cap cut it.
+with its status, pairs written, whether the cap cut it, pairs left out for an empty side
+(`empty_side`: OPUS's 1:0 links, or sentences a truncated document lacks) and the documents
+the alignment names that the sentence archives lack (`documents_missing`).
+
+Output files are written under temporary names and renamed when whole, and only once at least
+one pair was read: a download or parse that yields nothing (an alignment file that is not XML,
+an empty archive) is a FetchError and leaves no file behind, so the next run tries it again.
 """
 
 from __future__ import annotations
@@ -19,24 +25,43 @@ import json
 import sqlite3
 import urllib.error
 import urllib.request
+import xml.parsers.expat
+import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from itertools import islice
 from pathlib import Path
 
 from opustools import OpusGet, OpusRead
+from opustools.parse.alignment_parser import AlignmentParserError
+from opustools.parse.block_parser import BlockParserError
+from opustools.parse.sentence_parser import SentenceParserError
 
 from data_prep.config import CorpusSpec, PrepConfig
-from data_prep.corpus import CorpusError, write_parallel
+from data_prep.corpus import write_parallel
+from ems.cli import UserError
 
 REPORT_FILE = "fetch_report.json"
 # Any of these inside a sentence would split it over two lines in the Moses files.
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
 
 
-class FetchError(RuntimeError):
+class FetchError(UserError, RuntimeError):
     """A corpus could not be listed, downloaded or read; the message says which and why."""
+
+
+class NothingRead(FetchError):
+    """Reading a corpus-pair gave no pair with two non-empty sides."""
+
+
+# What reading an OPUS file that is corrupt, truncated or not what it should be raises, inside
+# opustools or below it (gzip, zipfile, expat; ValueError: bad UTF-8, CorpusError).
+READ_ERRORS = (
+    AlignmentParserError, SentenceParserError, BlockParserError, xml.parsers.expat.ExpatError, zipfile.BadZipFile,
+    zlib.error, EOFError, OSError, KeyError, ValueError,
+)
+MISSING_DOCUMENTS_LISTED = 10  # names of missing documents kept in a report entry (all are counted)
 
 
 @dataclass(frozen=True)
@@ -95,11 +120,11 @@ class MirrorSource:
     def prepare(self, job: FetchJob) -> None:
         """Nothing to download: the mirror is read in place."""
 
-    def reader(self, job: FetchJob, maximum: int) -> OpusRead:
+    def reader(self, job: FetchJob) -> OpusRead:
         return OpusRead(
             directory=job.corpus.name, source=job.opus_l1, target=job.opus_l2, release=job.corpus.release,
             preprocess=self.preprocess, root_directory=str(self.root), download_dir=str(self.root),
-            maximum=maximum, suppress_prompts=True, chunk_size=100_000,
+            suppress_prompts=True, chunk_size=100_000,
         )
 
 
@@ -142,19 +167,24 @@ class OnlineSource:
         return f"OPUS lists no Moses file of {job.corpus.name} {job.corpus.release} for {a}-{b}"
 
     def prepare(self, job: FetchJob) -> None:
-        """Download the corpus's Moses zip unless it is already complete."""
-        if self.zip_path(job).is_file():
+        """Download the corpus's Moses zip unless a readable one is already there; a download that is not a
+        zip (an error page, a truncated file) is removed, so that the next run downloads it again."""
+        path = self.zip_path(job)
+        if path.is_file() and zipfile.is_zipfile(path):
             return
+        path.unlink(missing_ok=True)
         files = [f for f in self._listing(job) if f["url"].endswith(".txt.zip")]
         if not files:
             raise FetchError(self.missing_reason(job))
-        download(files[0]["url"], self.zip_path(job))
+        download(files[0]["url"], path)
+        if not zipfile.is_zipfile(path):
+            path.unlink()
+            raise FetchError(f"download of {files[0]['url']} is not a zip file ({path} removed: rerun to download again)")
 
-    def reader(self, job: FetchJob, maximum: int) -> OpusRead:
+    def reader(self, job: FetchJob) -> OpusRead:
         return OpusRead(
             directory=job.corpus.name, source=job.opus_l1, target=job.opus_l2, release=job.corpus.release,
-            preprocess="moses", write_mode="moses", download_dir=str(self.download_dir), maximum=maximum,
-            suppress_prompts=True,
+            preprocess="moses", write_mode="moses", download_dir=str(self.download_dir), suppress_prompts=True,
         )
 
 
@@ -226,37 +256,80 @@ def plan_jobs(config: PrepConfig, source, pairs: list[str] | None = None) -> tup
     return jobs, skipped
 
 
-def _pairs(reader: OpusRead, cap: int | None, counts: dict) -> Iterator[tuple[str, str]]:
-    """OpusRead's first `cap` (source, target) pairs, in-sentence line breaks replaced by spaces (counted).
+def _count_missing_documents(reader: OpusRead, missing: set[str]) -> None:
+    """Record in `missing` every sentence document that the alignment names and its archive lacks
+    (opustools itself only prints it to stderr and goes on with the next document)."""
+    handler = reader.of_handler
+    open_sentence_file = handler.open_sentence_file
 
-    The cap is applied here too: opustools 1.9.0 ignores `maximum` for Moses-format corpora.
+    def open_counted(doc_name: str, direction: str):
+        try:
+            return open_sentence_file(doc_name, direction)
+        except KeyError:
+            missing.add(doc_name)
+            raise
+
+    handler.open_sentence_file = open_counted
+
+
+def _pairs(reader: OpusRead, cap: int | None, counts: dict, where: str) -> Iterator[tuple[str, str]]:
+    """OpusRead's first `cap` pairs with two non-empty sides, in-sentence line breaks replaced by spaces
+    (counted); a pair with an empty side is counted, not yielded. NothingRead when there is no pair.
+
+    The cap is applied here: opustools 1.9.0 ignores `maximum` for Moses-format corpora, and counts
+    the pairs with an empty side.
     """
-    for src, trg in islice(reader.yieldPairs(), cap):
+    for src, trg in reader.yieldPairs():
         clean_src, clean_trg = src.translate(_LINE_BREAKS), trg.translate(_LINE_BREAKS)
+        if not clean_src.strip() or not clean_trg.strip():
+            counts["empty_side"] += 1
+            continue
         counts["line_breaks_replaced"] += (clean_src != src) + (clean_trg != trg)
         counts["pairs"] += 1
         yield clean_src, clean_trg
+        if counts["pairs"] == cap:
+            return
+    if not counts["pairs"]:
+        raise NothingRead(f"{where}: no sentence pair read from OPUS ({counts['empty_side']} with an empty side, "
+                          f"{len(counts['missing'])} document(s) missing); nothing written, the next run tries again")
+
+
+def _is_whole(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
 
 
 def fetch_job(job: FetchJob, source, out_root: Path) -> dict:
-    """Read one corpus-pair into `out_root` (skipped when its files exist); returns its report entry."""
+    """Read one corpus-pair into `out_root` (skipped when its files exist); returns its report entry.
+
+    FetchError when nothing could be read; no output file is then left behind.
+    """
     entry = {"corpus": job.corpus.name, "release": job.corpus.release, "pair": job.pair, "opus_pair": "-".join(job.opus_pair)}
     path_l1, path_l2 = job.output_paths(out_root)
-    if path_l1.is_file() and path_l2.is_file():
+    if _is_whole(path_l1) and _is_whole(path_l2):
         return {**entry, "status": "exists", "path": str(path_l1.parent)}
     cap = job.corpus.cap(job.pair)
     source.prepare(job)
-    counts = {"pairs": 0, "line_breaks_replaced": 0}
+    counts = {"pairs": 0, "line_breaks_replaced": 0, "empty_side": 0, "missing": set()}
+    where = f"{job.corpus.name} {job.corpus.release} {job.pair}"
     try:
+        reader = source.reader(job)
+        _count_missing_documents(reader, counts["missing"])
         # OpusRead yields (opus_l1 text, opus_l2 text), whatever OPUS's own file order.
-        pairs = _pairs(source.reader(job, -1 if cap is None else cap), cap, counts)
-        write_parallel(out_root, job.output_name, job.l1, job.l2, pairs)
-    except (CorpusError, FileNotFoundError, KeyError) as error:
-        raise FetchError(f"{job.corpus.name} {job.pair}: reading from OPUS failed: {error}") from error
+        write_parallel(out_root, job.output_name, job.l1, job.l2, _pairs(reader, cap, counts, where))
+    except FetchError:
+        raise
+    except READ_ERRORS as error:
+        raise FetchError(f"{where}: reading from OPUS failed: {error}") from error
+    finally:
+        if path_l1.parent.is_dir() and not any(path_l1.parent.iterdir()):
+            path_l1.parent.rmdir()  # a pair folder this failure left empty
+    missing = sorted(counts["missing"])
     return {
         **entry, "status": "fetched", "pairs": counts["pairs"], "cap": cap,
         "capped": cap is not None and counts["pairs"] >= cap,
-        "line_breaks_replaced": counts["line_breaks_replaced"], "path": str(path_l1.parent),
+        "line_breaks_replaced": counts["line_breaks_replaced"], "empty_side": counts["empty_side"],
+        "documents_missing": len(missing), "missing_documents": missing[:MISSING_DOCUMENTS_LISTED],
+        "path": str(path_l1.parent),
     }
 
 

@@ -49,3 +49,14 @@ def build_mirror(root: Path, corpus: str, release: str, data_dir: Path, pairs: l
                           f'toDoc={quoteattr(f"{b}/doc{d}.xml.gz")}>\n{links}</linkGrp>\n')
         with gzip.open(base / "xml" / f"{a}-{b}.xml.gz", "wt", encoding="utf-8") as out:
             out.write('<?xml version="1.0" encoding="utf-8"?>\n<cesAlign version="1.0">\n' + "".join(groups) + "</cesAlign>\n")
+
+
+def edit_sentence_archive(root: Path, corpus: str, release: str, lang: str, edit) -> None:
+    """Rewrite `lang`'s sentence archive: `edit(member name, bytes)` gives the new bytes, or None to drop it."""
+    path = root / corpus / release / "raw" / f"{lang}.zip"
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            if (data := edit(name, data)) is not None:
+                archive.writestr(name, data)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from data_prep.__main__ import main
+from ems.cli import run_main
 from data_prep.clean import EvalSetError, HashSet, clean_corpus, load_eval_sentences, normalize, text_hash
 from data_prep.config import CleanSettings
 from data_prep.corpus import read_parallel, write_parallel
@@ -92,7 +93,7 @@ def test_unequal_line_counts_fail_that_file_with_a_clear_message(tmp_path, capsy
     config.write_text("languages: [de, en]\npivot: en\n")
     args = ["clean", "--config", str(config), "--in", str(tmp_path / "raw"), "--out", str(tmp_path / "c2"),
             "--data-dir", str(tmp_path)]
-    assert main(args) == 1
+    assert run_main(main, args) == 2
     assert "could not clean: de-en/toy:" in capsys.readouterr().err
 
 

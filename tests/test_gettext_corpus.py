@@ -296,8 +296,9 @@ def test_catalogs_are_read_from_a_wheel_file(tmp_path):
 
     catalogs = list(find_catalogs(packages=(), wheels=[wheel]))
 
-    assert [(c.source, c.locale) for c in catalogs] == [
-        ("pkg-1.0-py3-none-any.whl:pkg/locale/de/LC_MESSAGES/django.mo", "de")
+    assert [(c.source, c.locale, c.compiled_beside) for c in catalogs] == [
+        ("pkg-1.0-py3-none-any.whl:pkg/locale/de/LC_MESSAGES/django.mo", "de", False),
+        ("pkg-1.0-py3-none-any.whl:pkg/locale/de/LC_MESSAGES/django.po", "de", True),  # the .mo is read
     ]
     assert parse_mo(catalogs[0].data, catalogs[0].source) == parse_mo(data, str(DJANGO_DE))
 

@@ -9,6 +9,7 @@ import zipfile
 import pytest
 
 from data_prep.__main__ import main
+from ems.cli import run_main
 from data_prep.config import ConfigError, parse_config
 from data_prep.opus import FetchError, MirrorSource, OnlineSource, check_opus_codes, download, fetch
 from tests.opus_mirror import build_mirror, flores_lines
@@ -158,7 +159,7 @@ def test_download_resumes_a_partial_file(tmp_path):
 
 
 def test_cli_fetch_reports_bad_input_without_a_traceback(tmp_path, capsys):
-    assert main(["fetch", "--config", str(tmp_path / "none.yaml"), "--mirror", str(tmp_path), "--out", str(tmp_path)]) == 1
+    assert run_main(main, ["fetch", "--config", str(tmp_path / "none.yaml"), "--mirror", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "none.yaml not found" in capsys.readouterr().err
 
 

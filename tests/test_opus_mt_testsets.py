@@ -5,6 +5,7 @@ import json
 import pytest
 
 from data_prep.__main__ import main
+from ems.cli import run_main
 from data_prep.corpus import CorpusError, list_parallel, read_parallel
 from data_prep.opus_mt_testsets import (
     REPORT_FILE,
@@ -257,11 +258,11 @@ def test_cli_import_prints_pairs_and_a_summary(tmp_path, capsys):
 
 
 def test_cli_import_bad_input_is_one_error_line(tmp_path, capsys):
-    assert main(["import", "--format", "tico19", "--in", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 1
+    assert run_main(main, ["import", "--format", "tico19", "--in", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {tmp_path / 'none'} is not a directory")
 
     write_folder(tmp_path / "in", "en-fa", "fa", "en", [("Water", "آب")], stem="tico19-test")
-    assert main(["import", "--format", "tico19", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-                 "--merge", "prs:fa"]) == 1
+    assert run_main(main, ["import", "--format", "tico19", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
+                 "--merge", "prs:fa"]) == 2
     assert capsys.readouterr().err == "error: --merge takes FROM=TO language codes (e.g. prs=fa), got 'prs:fa'\n"

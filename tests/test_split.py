@@ -5,6 +5,7 @@ import json
 import pytest
 
 from data_prep.__main__ import main
+from ems.cli import run_main
 from data_prep.clean import normalize
 from data_prep.corpus import list_parallel, read_parallel, write_parallel
 from data_prep.opus_mt_testsets import build_tico19_corpus
@@ -110,9 +111,9 @@ def test_cli_split(tmp_path, corpus, capsys):
         "de-en\theldout 3\ttrain 14\tremoved_overlapping_heldout 3",
         "en-fr\ttoo small for held-out\ttrain 3\tremoved_overlapping_heldout 0",
     ]
-    assert main(args + ["--per-pair", "0"]) == 1
+    assert run_main(main, args + ["--per-pair", "0"]) == 2
     assert capsys.readouterr().err == "error: per_pair must be at least 1, got 0\n"
-    assert main(["split", "--in", str(tmp_path / "none"), "--train-out", "t", "--heldout-out", "h", "--per-pair", "1"]) == 1
+    assert run_main(main, ["split", "--in", str(tmp_path / "none"), "--train-out", "t", "--heldout-out", "h", "--per-pair", "1"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
