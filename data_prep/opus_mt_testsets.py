@@ -27,62 +27,16 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import langcodes
-
 from data_prep.corpus import CorpusError, ReadReport, read_parallel, write_parallel
-from ems.languages import ENGLISH, UnknownLanguageError
+from ems.languages import ENGLISH, UnknownLanguageError, canonical_language
 
 REPORT_FILE = "import_report.json"
 TATOEBA_CHALLENGE_RELEASE = "tatoeba-test-v2021-08-07"
-
-# Language subtag -> canonical code, where langcodes' answer is wrong for this project.
-_LANGUAGE_OVERRIDES = {
-    # langcodes: sr. Serbo-Croatian text may as well be Croatian or Bosnian: never guess (the
-    # hbs folder labels each line srp_*, hrv or bos_*, so this only names lines without labels).
-    "hbs": "hbs",
-    # langcodes: fa (via fa-AF). Dari stays apart unless the user folds it: merge={"prs": "fa"}.
-    "prs": "prs",
-    # langcodes: fil (a CLDR alias); ems.languages and LASER's Tatoeba call Tagalog tl.
-    "tgl": "tl",
-    "tl": "tl",
-    # langcodes: dtp (ISO 639-3 retired kzj into dtp in 2016); LASER's Tatoeba tests kzj apart.
-    "kzj": "kzj",
-    # langcodes with macro=True: chm, the Mari macro-language; ems.languages has Eastern Mari, mhr.
-    "mhr": "mhr",
-    # Toki Pona: Tatoeba writes the 4-letter toki; ISO 639-3 assigned tok in 2022, after the
-    # registry that langcodes 3.5.1 ships, which therefore rejects both.
-    "toki": "tok",
-    "tok": "tok",
-}
-_LANGUAGE_SUBTAG = re.compile(r"[a-z]{2,3}")
-
-
-@functools.cache
-def canonical_language(tag: str) -> str:
-    """A language tag (`cmn_Hans`, `es_419`, `fuv_Latn_NG`, `deu`, `pt-BR`) -> the project's
-    canonical code (`zh`, `es`, `fuv`, `de`, `pt`): ISO 639-1 where one exists, else ISO 639-3,
-    lowercase, without script or region; individual languages of a macro-language that
-    ems.languages folds (cmn, lvs, zsm, pes, swh) become the macro-language's code.
-
-    Raises UnknownLanguageError (a ValueError) for a tag that is not a registered language.
-    """
-    override = _LANGUAGE_OVERRIDES.get(re.split("[-_]", tag, maxsplit=1)[0].lower())
-    if override:
-        return override
-    try:
-        language = langcodes.Language.get(langcodes.standardize_tag(tag.replace("_", "-"), macro=True)).language
-    except langcodes.LanguageTagError as error:
-        raise UnknownLanguageError(f"cannot parse the language tag {tag!r}: {error}") from None
-    if language is None or not _LANGUAGE_SUBTAG.fullmatch(language) or not langcodes.tag_is_valid(language):
-        raise UnknownLanguageError(f"{tag!r} does not name a registered language")
-    return language
-
 
 @dataclass(frozen=True)
 class Layout:
