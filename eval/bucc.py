@@ -16,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ems.languages import ENGLISH
+from eval.faults import DATA_ERRORS, DataErrors
 from eval.mining import (
     DEFAULT_K,
     INDEX_TYPES,
@@ -187,25 +188,31 @@ def scores_at_threshold(mined: MinedIdPairs, gold: set, threshold: float) -> dic
     return precision_recall_f1(predicted, gold)
 
 
-def evaluate_bucc_language(encoder, task: BuccTask, lang: str) -> dict:
-    """Threshold from the training split, P/R/F1 on training and (if it has gold) test.
-
-    Returns {"threshold", "train": {precision, recall, f1, n_predicted, n_gold}, "test": same or
-    None, "n_test_predicted", "note"?}."""
+def load_bucc_language(task: BuccTask, lang: str) -> tuple[BuccSplit, BuccSplit | None]:
+    """The training split (with a non-empty gold) and the test split (None if it has no
+    sentence files) of one language. MissingDataError / ValueError for missing or bad files."""
     train = load_bucc_split(task.data_dir, lang, task.train_split, task.max_sentences, task.source)
     if not train.gold:
         raise ValueError(
             f"{split_paths(task.data_dir, lang, task.train_split)['gold']}: the training split needs a "
             "non-empty gold file to choose the threshold"
         )
+    if not split_paths(task.data_dir, lang, task.test_split)["xx"].is_file():
+        return train, None
+    return train, load_bucc_split(task.data_dir, lang, task.test_split, task.max_sentences, task.source)
+
+
+def score_bucc_language(encoder, task: BuccTask, lang: str, train: BuccSplit, test: BuccSplit | None) -> dict:
+    """Threshold from the training split, P/R/F1 on training and (if it has gold) test.
+
+    Returns {"threshold", "train": {precision, recall, f1, n_predicted, n_gold}, "test": same or
+    None, "n_test_predicted", "note"?}."""
     mined = mine_split(encoder, train, lang, task)
     threshold = best_threshold(mined.scores, [pair in train.gold for pair in mined.pairs], len(train.gold))
     row = {"threshold": threshold, "train": scores_at_threshold(mined, train.gold, threshold), "test": None}
-    test_paths = split_paths(task.data_dir, lang, task.test_split)
-    if not test_paths["xx"].is_file():
+    if test is None:
         row["note"] = NO_TEST_SPLIT
         return row
-    test = load_bucc_split(task.data_dir, lang, task.test_split, task.max_sentences, task.source)
     test_mined = mine_split(encoder, test, lang, task)
     row["n_test_predicted"] = int((test_mined.scores >= threshold).sum())
     if test.gold is None:
@@ -219,9 +226,10 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
     """BUCC F1 for each of the task's languages the encoder covers.
 
     Returns {"task", "metric": "mining_f1", "data_dir", "settings", "languages": {lang: row of
-    `evaluate_bucc_language`}, "average": {"train_f1", "test_f1" (None without test gold),
-    "n_languages"} or None, "skipped": {reason: [codes]}}. MissingDataError if the data
-    directory is missing; a language whose files are missing is skipped with the message.
+    `score_bucc_language`}, "average": {"train_f1", "test_f1" (None without test gold),
+    "n_languages"} or None, "skipped": {reason: [codes]}, "data_errors": {lang: reason}}.
+    MissingDataError if the data directory is missing; a language whose files are missing or
+    bad is a data error (eval.faults), the other languages still run.
     """
     if not task.data_dir.is_dir():
         raise MissingDataError(
@@ -230,15 +238,15 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
         )
     covered = encoder_languages(encoder)
     skipped: dict[str, list[str]] = {}
+    errors = DataErrors()
     per_language = {}
     for lang in tqdm(task.languages, desc=task.name, unit="lang", disable=not progress):
         if covered is not None and not (lang in covered and ENGLISH in covered):
             skipped.setdefault(NOT_COVERED, []).append(lang)
             continue
-        try:
-            per_language[lang] = evaluate_bucc_language(encoder, task, lang)
-        except MissingDataError as exc:
-            skipped.setdefault(f"missing data ({exc})", []).append(lang)
+        splits = errors.read(lang, load_bucc_language, task, lang)
+        if splits is not None:
+            per_language[lang] = score_bucc_language(encoder, task, lang, *splits)
     average = None
     if per_language:
         rows = per_language.values()
@@ -251,4 +259,4 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
     settings = {"k": task.k, "margin": task.margin, "mode": task.mode, "index": task.index,
                 "train_split": task.train_split, "test_split": task.test_split, "max_sentences": task.max_sentences}  # fmt: skip
     return {"task": task.name, "metric": "mining_f1", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_language, "average": average, "skipped": skipped}  # fmt: skip
+            "languages": per_language, "average": average, "skipped": skipped, DATA_ERRORS: dict(errors)}  # fmt: skip

@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from eval.classification_data import ClassificationTask, Document
+from eval.faults import DATA_ERRORS
 from eval.retrieval import encode_checked, encoder_languages
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -118,7 +119,8 @@ def evaluate_classification(encoder, task: ClassificationTask, seeds=DEFAULT_SEE
     """{"task", "metric": "accuracy", "train_language", "languages": {lang: {"n", "accuracy", "std",
     "per_seed"}} (non-train languages), "in_language": that row for the train language or None,
     "average": {"n_languages", "accuracy"} or None, "dev": {"n", "accuracy", "std", "best_epoch"},
-    "settings", "skipped": {reason: [items]}}; accuracies in percent, mean/std over `seeds`."""
+    "settings", "skipped": {reason: [items]}, "data_errors": the task's}; accuracies in percent,
+    mean/std over `seeds`."""
     settings = settings or MlpSettings()
     seeds = list(seeds)
     if not seeds:
@@ -127,7 +129,8 @@ def evaluate_classification(encoder, task: ClassificationTask, seeds=DEFAULT_SEE
     skipped = {reason: list(items) for reason, items in task.skipped.items()}
     result = {"task": task.name, "metric": "accuracy", "train_language": task.train_language, "languages": {},
               "in_language": None, "average": None, "dev": None,
-              "settings": {"seeds": seeds, "labels": task.labels, **asdict(settings)}, "skipped": skipped}  # fmt: skip
+              "settings": {"seeds": seeds, "labels": task.labels, **asdict(settings)}, "skipped": skipped,
+              DATA_ERRORS: dict(task.data_errors)}  # fmt: skip
     if covered is not None and task.train_language not in covered:
         skipped.setdefault(NOT_COVERED, []).append(f"{task.train_language} (the train language: nothing evaluated)")
         return result

@@ -19,9 +19,11 @@ stripped and empty ones dropped. LASER embedded each MLDoc line whole, as a sing
 `split=False` (config `reader: {split: false}`) to do the same. The document embedding is the mean of
 its sentences' embeddings (eval.classification).
 
-Bad input: a missing directory or file raises MissingDataError naming it and where the data comes
-from; a malformed line/record, an empty text or an unknown label is skipped and counted in
-`task.skipped` ({reason: ["<file>: <count> of <lines>"]}); a split with no document left raises ValueError.
+Bad input: a missing directory or training file raises MissingDataError naming it and where the data
+comes from; a test file that is missing or bad (not UTF-8, no document left) costs only its language,
+recorded in `task.data_errors` ({lang: reason}, eval.faults); a malformed line/record, an empty text or
+an unknown label is skipped and counted in `task.skipped` ({reason: ["<file>: <count> of <lines>"]});
+a training split with no document left raises ValueError.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ import numpy as np
 
 from data_prep.flores import FLORES_FILES
 from ems.languages import ENGLISH
-from eval.retrieval import MissingDataError, read_lines
+from eval.faults import DataErrors
+from eval.retrieval import MissingDataError, read_lines, read_text
 
 SPLITS = ("train", "dev", "test")
 SIB200_SOURCE = "https://github.com/dadelani/sib-200 (data/annotated/)"
@@ -73,6 +76,7 @@ class ClassificationTask:
     dev: list[Document]
     test: dict[str, list[Document]]
     skipped: dict[str, list[str]] = field(default_factory=dict)  # reason -> items, for the report
+    data_errors: dict[str, str] = field(default_factory=dict)  # test language -> why it could not be read
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
@@ -211,15 +215,9 @@ def read_sib200(
         return _cap(_read_sib200_split(path, labels, skipped), max_documents)
 
     test_languages = [train_language] + [lang for lang in wanted if lang in available and lang != train_language]
-    return ClassificationTask(
-        name=name,
-        labels=labels,
-        train_language=train_language,
-        train=split(train_language, "train"),
-        dev=split(train_language, "dev"),
-        test={lang: split(lang, "test") for lang in test_languages},
-        skipped=skipped,
-    )
+    train, dev = split(train_language, "train"), split(train_language, "dev")
+    test, errors = _read_tests(test_languages, lambda lang: split(lang, "test"))
+    return ClassificationTask(name, labels, train_language, train, dev, test, skipped, errors)
 
 
 # ---------------------------------------------------------------- MLDoc
@@ -230,6 +228,8 @@ MLDOC_LANGUAGES = {"en": "english", "de": "german", "fr": "french", "es": "spani
 
 
 def _read_labelled_lines(path: Path, labels: list[str], split: bool, skipped: dict) -> list[Document]:
+    if not path.is_file():
+        raise MissingDataError(f"missing MLDoc file {path}; build it from {MLDOC_SOURCE}")
     documents, malformed, empty, unknown = [], 0, 0, 0
     lines = [line for line in read_lines(path) if line.strip()]
     for line in lines:
@@ -259,8 +259,8 @@ def read_mldoc(
     split: bool = True,
 ) -> ClassificationTask:
     """MLDoc: <train language>.train.<train_size> and .dev, <language>.test for each of `languages`
-    (canonical codes, None = all eight) and the train language. Missing test files of other
-    languages are skipped under "missing files"; missing training files raise MissingDataError."""
+    (canonical codes, None = all eight) and the train language. A missing or bad test file is a
+    data error of its language; missing training files raise MissingDataError."""
     directory = Path(directory)
     wanted = list(MLDOC_LANGUAGES) if languages is None else list(dict.fromkeys(languages))
     unknown = [lang for lang in [train_language, *wanted] if lang not in MLDOC_LANGUAGES]
@@ -276,14 +276,10 @@ def read_mldoc(
     def read(path: Path) -> list[Document]:
         return _cap(_read_labelled_lines(path, MLDOC_LABELS, split, skipped), max_documents)
 
-    test = {}
-    for lang in [train_language] + [lang for lang in wanted if lang in MLDOC_LANGUAGES and lang != train_language]:
-        path = directory / f"{MLDOC_LANGUAGES[lang]}.test"
-        if path.is_file():
-            test[lang] = read(path)
-        else:
-            skipped.setdefault("missing files", []).append(f"{lang} ({path})")
-    return ClassificationTask(name, MLDOC_LABELS, train_language, read(train_files[0]), read(train_files[1]), test, skipped)
+    train, dev = read(train_files[0]), read(train_files[1])
+    test_languages = [train_language] + [lang for lang in wanted if lang in MLDOC_LANGUAGES and lang != train_language]
+    test, errors = _read_tests(test_languages, lambda lang: read(directory / f"{MLDOC_LANGUAGES[lang]}.test"))
+    return ClassificationTask(name, MLDOC_LABELS, train_language, train, dev, test, skipped, errors)
 
 
 # ---------------------------------------------------------------- webis-cls-10 (Amazon reviews)
@@ -299,11 +295,7 @@ def read_webis_reviews(path: Path, split: bool, skipped: dict) -> list[Document]
     """The reviews of one webis-cls-10 .review file as documents labelled negative/positive."""
     if not path.is_file():
         raise MissingDataError(f"missing webis-cls-10 file {path}; get it from {WEBIS_CLS10_SOURCE}")
-    try:
-        content = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not valid UTF-8 ({exc})") from exc
-    items = _ITEM.findall(content)
+    items = _ITEM.findall(read_text(path))
     documents, bad, neutral, empty = [], 0, 0, 0
     for item in items:
         rating, text = _RATING.search(item), _TEXT.search(item)
@@ -356,14 +348,23 @@ def read_webis_cls10(
     n_dev = max(1, round(dev_fraction * len(reviews)))
     dev = [reviews[i] for i in sorted(order[:n_dev])]
     train = [reviews[i] for i in sorted(order[n_dev:])]
-    test = {}
-    for lang in [train_language] + [lang for lang in wanted if lang in WEBIS_LANGUAGES and lang != train_language]:
-        if path(lang, "test").is_file():
-            test[lang] = _cap(read_webis_reviews(path(lang, "test"), split, skipped), max_documents)
-        else:
-            skipped.setdefault("missing files", []).append(f"{lang} ({path(lang, 'test')})")
+    test_languages = [train_language] + [lang for lang in wanted if lang in WEBIS_LANGUAGES and lang != train_language]
+    test, errors = _read_tests(
+        test_languages, lambda lang: _cap(read_webis_reviews(path(lang, "test"), split, skipped), max_documents)
+    )
     return ClassificationTask(name, WEBIS_LABELS, train_language, _cap(train, max_documents),
-                              _cap(dev, max_documents), test, skipped)  # fmt: skip
+                              _cap(dev, max_documents), test, skipped, errors)  # fmt: skip
+
+
+def _read_tests(languages: list[str], read) -> tuple[dict[str, list[Document]], DataErrors]:
+    """{lang: read(lang)} of the test languages whose file could be read, and the data errors of
+    the others (eval.faults)."""
+    test, errors = {}, DataErrors()
+    for lang in languages:
+        documents = errors.read(lang, read, lang)
+        if documents is not None:
+            test[lang] = documents
+    return test, errors
 
 
 READERS = {"sib200": read_sib200, "mldoc": read_mldoc, "webis_cls10": read_webis_cls10}

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from eval.faults import DATA_ERRORS, DataErrors
 from eval.heads.base import UnknownLanguageError
+from eval.heads.parallel_data import PIVOT, flores_file, flores_pairs
 from eval.train_head import train_heads_on_flores
 
 RAW = "raw"
@@ -122,12 +124,26 @@ class HeadTraining:
         return cls(flores_dir, list(heads or []), **settings)
 
 
+def _with_head_data(pair_sets: list[ScoredPairs], training: HeadTraining, errors: DataErrors) -> list[ScoredPairs]:
+    """The pair sets whose languages all have a FLORES file to train the heads on; the others
+    become data errors. (Without the English file no head trains: train_heads_on_flores says so.)"""
+    if not training.heads or flores_file(training.flores_dir, PIVOT) is None:
+        return pair_sets
+    return [pairs for pairs in pair_sets
+            if errors.read(pairs.name, flores_pairs, training.flores_dir, [pairs.lang1, pairs.lang2]) is not None]  # fmt: skip
+
+
 def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[ScoredPairs], training: HeadTraining,
-                              skipped: dict | None = None, progress: bool = True) -> dict:  # fmt: skip
+                              skipped: dict | None = None, progress: bool = True,
+                              data_errors: dict | None = None) -> dict:  # fmt: skip
     """Train the heads on FLORES for the languages of `pair_sets`, then correlations per set
-    and view. Result: {"task", "metric", "views", "languages": {set name: row}, "average",
-    "heads": training logs, "head_training", "skipped"}."""
+    and view. A pair set with a language that has no FLORES file to train the heads on joins
+    `data_errors` ({set name: reason}, eval.faults) instead. Result: {"task", "metric", "views",
+    "languages": {set name: row}, "average", "heads": training logs, "head_training", "skipped",
+    "data_errors"}."""
     skipped = {reason: list(items) for reason, items in (skipped or {}).items()}
+    errors = DataErrors(data_errors or {})
+    pair_sets = _with_head_data(pair_sets, training, errors)
     languages = sorted({lang for pairs in pair_sets for lang in (pairs.lang1, pairs.lang2)})
     heads, logs = {}, {}
     if training.heads and pair_sets:
@@ -151,4 +167,5 @@ def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[S
         "head_training": {"flores_dir": str(training.flores_dir), "languages": languages, "valid_fraction": training.valid_fraction,
                           "seed": training.seed, "max_pairs": training.max_pairs},  # fmt: skip
         "skipped": skipped,
+        DATA_ERRORS: dict(errors),
     }

@@ -5,7 +5,8 @@
 Panels, against steps: training loss (total, and XTR / contrastive dashed), validation loss
 (`valid_data`), the retrieval probe's average P@1 on Tatoeba and FLORES-200 (`probe_every`), and
 the share of training rows with an in-batch duplicate. Several runs overlay, labelled by the
-paths given. Writes RUN/curves.png for one run, else --out (required).
+paths given. Writes RUN/curves.png for one run, else --out (required). A missing or unreadable
+metrics.jsonl is one `error: ...` line and exit status 2 (--debug or EMS_DEBUG=1: the traceback).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ems.cli import add_debug_option, run_main  # noqa: E402
 from eval.chart import save_figure  # noqa: E402
 
 CURVES_FILE = "curves.png"
@@ -39,6 +41,8 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[dict]]:
             record = json.loads(line)
         except ValueError:
             raise ValueError(f"{path}:{number} is not a JSON record") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise ValueError(f"{path}:{number} is not a metrics record (a JSON object with an integer step)")
         kind = "valid" if "valid_loss" in record else "probe" if any(k.startswith("probe_") for k in record) else "train"
         kinds[kind].append(record)
     return {kind: sorted(records, key=lambda r: r["step"]) for kind, records in kinds.items()}
@@ -85,18 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.curves", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="training output directories (holding metrics.jsonl)")
     parser.add_argument("--out", type=Path, help=f"PNG to write (default for one run: RUN/{CURVES_FILE})")
+    add_debug_option(parser)
     args = parser.parse_args(argv)
     if args.out is None and len(args.runs) > 1:
         parser.error("--out is required with more than one run")
-    try:
-        runs = {str(run): read_metrics(run) for run in args.runs}
-    except (OSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    runs = {str(run): read_metrics(run) for run in args.runs}
     path = plot_curves(runs, args.out or args.runs[0] / CURVES_FILE)
     print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.cli import UserError
 from eval.retrieval import MissingDataError
 
 # mUSE v3's 16 languages (zh-cn and zh-tw both map to zh).
@@ -182,6 +183,10 @@ class CachedEncoder:
         return vectors
 
 
+class EncoderUnavailableError(UserError, ImportError):
+    """An encoder kind whose package is not installed (a user error: one line, status 2, in a CLI)."""
+
+
 def _needs_no_path(make):
     def load(path: str | None):
         if path:
@@ -211,11 +216,16 @@ ENCODER_KINDS = {
 
 def load_encoder(spec: str, cache_dir: Path | None = None):
     """Encoder for a spec "KIND" or "KIND:PATH" (see the module docstring), cached on disk
-    under `cache_dir` if given (never for `npy:`, which is already on disk)."""
+    under `cache_dir` if given (never for `npy:`, which is already on disk). ValueError for a bad
+    spec, MissingDataError for a missing path, EncoderUnavailableError (an ImportError and an
+    ems.cli.UserError) when the kind's package is not installed."""
     kind, _, path = spec.partition(":")
     if kind not in ENCODER_KINDS:
         raise ValueError(f"unknown encoder kind {kind!r} in {spec!r}; expected one of {', '.join(ENCODER_KINDS)}")
-    encoder = ENCODER_KINDS[kind](path or None)
+    try:
+        encoder = ENCODER_KINDS[kind](path or None)
+    except ImportError as exc:
+        raise EncoderUnavailableError(f"encoder {kind!r} is not available: {exc}") from exc
     if cache_dir is None or kind == "npy":
         return encoder
     return CachedEncoder(encoder, cache_dir)

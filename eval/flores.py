@@ -15,6 +15,7 @@ from pathlib import Path
 
 from data_prep.flores import FLORES_FILES
 from ems.languages import ENGLISH
+from eval.faults import DataErrors
 from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
 
 FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
@@ -58,19 +59,22 @@ def load_flores_pair(data_dir: Path, lang: str, split: str = "devtest", max_sent
 
 def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
     """Bidirectional P@1 (%) per language, the result shaped as eval.tatoeba.evaluate_tatoeba's
-    ("languages": {lang: {source, n, xx2en, en2xx, mean}}, "average", "skipped")."""
+    ("languages": {lang: {source, n, xx2en, en2xx, mean}}, "average", "skipped", "data_errors").
+    A language FLORES-200 does not have is skipped, and with `languages` None so is one whose
+    file is absent; a requested language whose file is missing or unreadable is a data error."""
     english = flores_path(task.data_dir, ENGLISH, task.split)
     if not english.is_file():
         raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing {english.name}); "
                                f"get it from {FLORES_SOURCE}")
     requested = task.languages if task.languages is not None else sorted(set(FLORES_FILES) - {ENGLISH})
-    bitexts, skipped = [], {}
+    bitexts, skipped, errors = [], {}, DataErrors()
     for lang in requested:
         path = flores_path(task.data_dir, lang, task.split)
-        if path is None or not path.is_file():
+        if path is None or (task.languages is None and not path.is_file()):
             skipped.setdefault(NOT_IN_FLORES, []).append(lang)
             continue
-        xx, en = load_flores_pair(task.data_dir, lang, task.split, task.max_sentences)
-        bitexts.append(Bitext(lang=lang, source=path.name, xx=xx, en=en))
-    result = evaluate_bitexts(encoder, bitexts, task.name, skipped, progress)
+        pair = errors.read(lang, load_flores_pair, task.data_dir, lang, task.split, task.max_sentences)
+        if pair is not None:
+            bitexts.append(Bitext(lang=lang, source=path.name, xx=pair[0], en=pair[1]))
+    result = evaluate_bitexts(encoder, bitexts, task.name, skipped, progress, errors)
     return {"task": result.pop("task"), "data_dir": str(task.data_dir), "max_sentences": task.max_sentences, **result}

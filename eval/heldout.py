@@ -2,7 +2,9 @@
 
 Layout: ROOT/<l1>-<l2>/<name>.<l1> + ROOT/<l1>-<l2>/<name>.<l2>, codes in alphabetical order and
 one of them `en` (e.g. de-en/gettext.de + de-en/gettext.en). All corpora of a pair directory are
-concatenated in name order into one test set for that language.
+concatenated in name order into one test set for that language. A language whose directory has
+a file without its aligned partner, files of unequal length or bad UTF-8 is not scored: it is
+listed under "data_errors" with the reason (eval.faults), and the other languages still run.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ems.languages import ENGLISH
+from eval.faults import DataErrors
 from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
 
 NOT_A_PAIR_DIRECTORY = "not a <l1>-<l2> directory"
@@ -24,12 +27,15 @@ def _stems(pair_dir: Path, lang: str) -> set[str]:
     return {p.name[: -len(suffix)] for p in pair_dir.glob(f"*{suffix}") if p.is_file() and not p.name.startswith(".")}
 
 
-def find_heldout_bitexts(root: Path, max_sentences: int | None = None) -> tuple[list[Bitext], dict[str, list[str]]]:
+def find_heldout_bitexts(
+    root: Path, max_sentences: int | None = None
+) -> tuple[list[Bitext], dict[str, list[str]], DataErrors]:
     """Read every `<l1>-<l2>` pair directory under `root` that has an `en` side.
 
-    Returns (bitexts, skipped): one Bitext per non-English language (its first `max_sentences`
-    pairs if given), and {reason: [directory or file names]} for what could not be used.
-    Raises MissingDataError if `root` is missing, ValueError if two aligned files differ in length.
+    Returns (bitexts, skipped, data errors): one Bitext per non-English language (its first
+    `max_sentences` pairs if given), {reason: [directory names]} for directories that are not
+    test sets, and {lang: reason} for languages whose files could not be used: a file without its
+    aligned partner, unequal line counts, bad UTF-8. Raises MissingDataError if `root` is missing.
     """
     root = Path(root)
     check_max_sentences(max_sentences)
@@ -40,6 +46,7 @@ def find_heldout_bitexts(root: Path, max_sentences: int | None = None) -> tuple[
         )
     bitexts: list[Bitext] = []
     skipped: dict[str, list[str]] = {}
+    errors = DataErrors()
     for pair_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         codes = pair_dir.name.split("-")
         if len(codes) != 2 or not all(codes) or codes[0] == codes[1]:
@@ -49,24 +56,33 @@ def find_heldout_bitexts(root: Path, max_sentences: int | None = None) -> tuple[
             skipped.setdefault(NOT_PAIRED_WITH_ENGLISH, []).append(pair_dir.name)
             continue
         lang = codes[1] if codes[0] == ENGLISH else codes[0]
-        xx_stems, en_stems = _stems(pair_dir, lang), _stems(pair_dir, ENGLISH)
-        orphans = [f"{stem}.{lang}" for stem in xx_stems - en_stems] + [f"{stem}.en" for stem in en_stems - xx_stems]
-        for orphan in sorted(orphans):
-            skipped.setdefault(FILE_WITHOUT_PARTNER, []).append(f"{pair_dir.name}/{orphan}")
-        corpora = sorted(xx_stems & en_stems)
-        if not corpora:
+        if not _stems(pair_dir, lang) | _stems(pair_dir, ENGLISH):
             skipped.setdefault(NO_ALIGNED_FILES, []).append(pair_dir.name)
             continue
-        xx_all: list[str] = []
-        en_all: list[str] = []
-        for stem in corpora:
-            xx, en = read_aligned_files(pair_dir / f"{stem}.{lang}", pair_dir / f"{stem}.{ENGLISH}")
-            xx_all += xx
-            en_all += en
-        if max_sentences is not None:
-            xx_all, en_all = xx_all[:max_sentences], en_all[:max_sentences]
-        bitexts.append(Bitext(lang=lang, source=f"{pair_dir.name}/{'+'.join(corpora)}", xx=xx_all, en=en_all))
-    return bitexts, skipped
+        bitext = errors.read(lang, _read_pair_directory, pair_dir, lang)
+        if bitext is not None:
+            if max_sentences is not None:
+                bitext.xx, bitext.en = bitext.xx[:max_sentences], bitext.en[:max_sentences]
+            bitexts.append(bitext)
+    return bitexts, skipped, errors
+
+
+def _read_pair_directory(pair_dir: Path, lang: str) -> Bitext:
+    """The corpora of one pair directory, concatenated in name order; MissingDataError naming
+    every file without its aligned partner, ValueError for unequal line counts or bad UTF-8."""
+    xx_stems, en_stems = _stems(pair_dir, lang), _stems(pair_dir, ENGLISH)
+    orphans = [f"{stem}.{lang} (no {stem}.{ENGLISH})" for stem in sorted(xx_stems - en_stems)]
+    orphans += [f"{stem}.{ENGLISH} (no {stem}.{lang})" for stem in sorted(en_stems - xx_stems)]
+    if orphans:
+        raise MissingDataError(f"{FILE_WITHOUT_PARTNER} in {pair_dir}: {', '.join(orphans)}")
+    corpora = sorted(xx_stems)
+    xx_all: list[str] = []
+    en_all: list[str] = []
+    for stem in corpora:
+        xx, en = read_aligned_files(pair_dir / f"{stem}.{lang}", pair_dir / f"{stem}.{ENGLISH}")
+        xx_all += xx
+        en_all += en
+    return Bitext(lang=lang, source=f"{pair_dir.name}/{'+'.join(corpora)}", xx=xx_all, en=en_all)
 
 
 def evaluate_heldout(
@@ -80,15 +96,17 @@ def evaluate_heldout(
     """Bidirectional P@1 (%) on each held-out pair under `root` whose language the encoder covers.
 
     `languages` (canonical codes) restricts the evaluation; requested languages without a pair
-    directory are listed as skipped. Returns the same shape as `evaluate_tatoeba`, with "root"
+    directory are listed as skipped, languages whose files cannot be used under "data_errors"
+    (see find_heldout_bitexts). Returns the same shape as `evaluate_tatoeba`, with "root"
     instead of "data_dir" and each language's "source" naming its directory and corpora.
     """
     if isinstance(languages, str):
         raise ValueError(f"languages must be a list of language codes, got the string {languages!r}")
-    bitexts, skipped = find_heldout_bitexts(root, max_sentences)
+    bitexts, skipped, errors = find_heldout_bitexts(root, max_sentences)
     if languages is not None:
-        found = {b.lang for b in bitexts}
+        found = {b.lang for b in bitexts} | set(errors)
         skipped[NOT_IN_HELDOUT] = [lang for lang in languages if lang not in found and lang != ENGLISH]
         bitexts = [b for b in bitexts if b.lang in languages]
-    result = evaluate_bitexts(encoder, bitexts, name, skipped, progress)
+        errors = {lang: reason for lang, reason in errors.items() if lang in languages}
+    result = evaluate_bitexts(encoder, bitexts, name, skipped, progress, errors)
     return {"task": result.pop("task"), "root": str(root), "max_sentences": max_sentences, **result}

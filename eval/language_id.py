@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from eval.faults import DATA_ERRORS, DataErrors
 from eval.heads.base import ParallelEmbeddings
 from eval.heads.parallel_data import PIVOT, flores_file, flores_pairs
 from eval.pca_plot import write_pca_plot
@@ -109,10 +110,17 @@ def pivot_embeddings(embeddings: dict[str, np.ndarray], rows: slice, pivot: str 
 def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = None, progress: bool = True) -> dict:
     """Train the task's heads on the head block, then LID probe accuracy on the raw view and on
     every head's meaning and language views; the PCA plot goes to out_dir/PCA_FILE if out_dir
-    is given. Result: {"task", "metric": "lid_accuracy", "views": {view: accuracy}, "chance",
-    "lines", "heads" (training logs), "pca_plot", "skipped"}."""
-    languages = sorted(set(task.languages) | {PIVOT})
-    pair_sets = flores_pairs(task.data_dir, languages)
+    is given. A language without a FLORES file is left out as a data error (eval.faults).
+    Result: {"task", "metric": "lid_accuracy", "views": {view: accuracy}, "chance", "lines",
+    "heads" (training logs), "pca_plot", "skipped", "data_errors": {lang: reason}}."""
+    if flores_file(task.data_dir, PIVOT) is None:
+        flores_pairs(task.data_dir, [PIVOT])  # MissingDataError naming the English file: nothing can run
+    errors = DataErrors()
+    others = sorted(set(task.languages) - {PIVOT})
+    pair_sets = [pairs for lang in others for pairs in errors.read(lang, flores_pairs, task.data_dir, [lang]) or []]
+    if not pair_sets:
+        raise MissingDataError(f"{task.name}: no language besides English to probe in {task.data_dir} ({dict(errors)})")
+    languages = sorted({PIVOT, *(pairs.y_lang for pairs in pair_sets)})
     sentences = {PIVOT: pair_sets[0].x, **{pairs.y_lang: pairs.y for pairs in pair_sets}}
     n_lines = min(len(lines) for lines in sentences.values())
     blocks = _blocks(task, n_lines)
@@ -142,7 +150,9 @@ def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = N
         train, test = {lang: a for lang, (a, _) in parts.items()}, {lang: b for lang, (_, b) in parts.items()}
         accuracies[view] = probe_accuracy(train, test, task.l2)
     plot = None
-    if out_dir is not None and task.pca_pair:
+    if task.pca_pair and set(task.pca_pair.split("-")) - set(languages):
+        skipped.setdefault("PCA plot not drawn (a language of pca_pair was not probed)", []).append(task.pca_pair)
+    elif out_dir is not None and task.pca_pair:
         plot = str(_pca_plot(views, task.pca_pair, Path(out_dir) / PCA_FILE))
     return {
         "task": task.name,
@@ -154,6 +164,7 @@ def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = N
         "heads": logs,
         "pca_plot": plot,
         "skipped": skipped,
+        DATA_ERRORS: dict(errors),
     }
 
 

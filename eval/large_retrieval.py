@@ -16,12 +16,12 @@ import numpy as np
 from tqdm import tqdm
 
 from ems.languages import ENGLISH
+from eval.faults import DATA_ERRORS, DataErrors
 from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, check_choice, margin_neighbours
 from eval.retrieval import MissingDataError, encode_checked, encoder_languages, read_aligned_files
 
 NOT_COVERED = "not covered by the encoder"
 SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"
-MISSING_FILES = "missing files"
 
 
 @dataclass
@@ -71,23 +71,40 @@ def margin_p_at_1(queries: np.ndarray, candidates: np.ndarray, candidate_texts: 
     return 100.0 * float(np.mean(hits))
 
 
+def read_retrieval_pair(task: LargeRetrievalTask, pair: RetrievalPair) -> tuple[list[str], list[str]]:
+    """The first n_candidates lines of a pair's two files; MissingDataError naming the missing
+    files (and where to get them), ValueError for unequal line counts or bad UTF-8."""
+    missing = [str(path) for path in (task.data_dir / pair.src, task.data_dir / pair.tgt) if not path.is_file()]
+    if missing:
+        where = f"; get them from {task.source}" if task.source else ""
+        raise MissingDataError(f"missing {' and '.join(missing)} (line-aligned {pair.src} + {pair.tgt}){where}")
+    return read_aligned_files(task.data_dir / pair.src, task.data_dir / pair.tgt, task.n_candidates)
+
+
 def evaluate_large_retrieval(encoder, task: LargeRetrievalTask, progress: bool = True) -> dict:
     """P@1 per file pair the encoder covers. Returns {"task", "metric": "retrieval_p_at_1",
     "data_dir", "settings", "languages": {"xx-yy": {n_queries, n_candidates, p_at_1}},
-    "average": {p_at_1, n_languages} or None, "skipped": {reason: [pair names]}}.
-    A pair with a missing file is skipped; MissingDataError (naming the files) if every pair is."""
+    "average": {p_at_1, n_languages} or None, "skipped": {reason: [pair names]},
+    "data_errors": {pair name: reason}}. A pair whose files are missing or bad is a data error
+    (eval.faults); MissingDataError if the data directory is missing."""
+    if not task.data_dir.is_dir():
+        where = f" (get them from {task.source})" if task.source else ""
+        raise MissingDataError(
+            f"task {task.name}: data directory {task.data_dir} does not exist; expected line-aligned "
+            f"{', '.join(f'{p.src} + {p.tgt}' for p in task.pairs)}{where}"
+        )
     covered = encoder_languages(encoder)
     skipped: dict[str, list[str]] = {}
+    errors = DataErrors()
     per_pair = {}
     for pair in tqdm(task.pairs, desc=task.name, unit="pair", disable=not progress):
         if covered is not None and not (pair.src_lang in covered and pair.tgt_lang in covered):
             skipped.setdefault(NOT_COVERED, []).append(pair.name)
             continue
-        missing = [path for path in (task.data_dir / pair.src, task.data_dir / pair.tgt) if not path.is_file()]
-        if missing:
-            skipped.setdefault(MISSING_FILES, []).append(f"{pair.name} ({', '.join(map(str, missing))})")
+        texts = errors.read(pair.name, read_retrieval_pair, task, pair)
+        if texts is None:
             continue
-        src, tgt = read_aligned_files(task.data_dir / pair.src, task.data_dir / pair.tgt, task.n_candidates)
+        src, tgt = texts
         if len(tgt) < task.n_candidates:
             skipped.setdefault(SHORTER_THAN_ASKED, []).append(f"{pair.name} ({len(tgt)} of {task.n_candidates})")
         queries = encode_checked(encoder, src[: task.n_queries], pair.src_lang)
@@ -97,16 +114,10 @@ def evaluate_large_retrieval(encoder, task: LargeRetrievalTask, progress: bool =
             "n_candidates": len(candidates),
             "p_at_1": margin_p_at_1(queries, candidates, tgt, task.k, task.margin, task.index),
         }
-    if len(skipped.get(MISSING_FILES, [])) == len(task.pairs):
-        where = f" (get them from {task.source})" if task.source else ""
-        raise MissingDataError(
-            f"task {task.name}: no file pair found in {task.data_dir}: expected line-aligned "
-            f"{', '.join(f'{p.src} + {p.tgt}' for p in task.pairs)}{where}"
-        )
     average = None
     if per_pair:
         average = {"p_at_1": float(np.mean([r["p_at_1"] for r in per_pair.values()])), "n_languages": len(per_pair)}
     settings = {"k": task.k, "margin": task.margin, "index": task.index,
                 "n_queries": task.n_queries, "n_candidates": task.n_candidates}  # fmt: skip
     return {"task": task.name, "metric": "retrieval_p_at_1", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_pair, "average": average, "skipped": skipped}  # fmt: skip
+            "languages": per_pair, "average": average, "skipped": skipped, DATA_ERRORS: dict(errors)}  # fmt: skip

@@ -11,6 +11,8 @@ the other side). Each side also gets `tatoeba_distractors` real Tatoeba sentence
 the language's Tatoeba file, English ones from other languages' Tatoeba files, leaving out every
 English sentence of the language's own Tatoeba file (which could translate an xx distractor).
 Lines are shuffled and get BUCC-style ids; `build.json` records the parameters and counts.
+A missing or bad input file is one `error: ...` line and exit status 2 (--debug or EMS_DEBUG=1: the
+traceback).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.cli import add_debug_option, run_main
 from ems.languages import ENGLISH, TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, lang_to_tatoeba_code
 from eval.bucc import split_paths
 from eval.retrieval import MissingDataError, read_lines
@@ -122,16 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gold", type=int, default=100, help="hidden FLORES pairs per split")
     parser.add_argument("--tatoeba-distractors", type=int, default=200, help="extra Tatoeba sentences per side and split")
     parser.add_argument("--seed", type=int, default=0)
+    add_debug_option(parser)
     args = parser.parse_args(argv)
-    try:
-        record = build_flores_bucc(args.data_dir, args.out, args.languages, args.gold, args.tatoeba_distractors, args.seed)
-    except (MissingDataError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    record = build_flores_bucc(args.data_dir, args.out, args.languages, args.gold, args.tatoeba_distractors, args.seed)
     print(json.dumps(record["counts"]))
     print(f"wrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -8,6 +8,10 @@ One sentence per line in, "<score>\\t<src sentence>\\t<tgt sentence>" lines out,
 Identical lines are mined once (as in BUCC); empty lines are skipped and counted. Without
 --threshold every candidate pair is written; a BUCC threshold from `eval.run_all` (results.json,
 "threshold" of a language) is a good starting point for the same encoder and settings.
+--src-lang and --tgt-lang are checked before any file is read: one of the encoder's languages (or
+an alias of one: deu, DE, deu_Latn -> de), or any registered language code for an encoder that takes
+every language. Bad input is one `error: ...` line and exit status 2; --debug (or EMS_DEBUG=1) shows
+the traceback.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.cli import add_debug_option, run_main
+from ems.languages import UnknownLanguageError, canonical_language, resolve_language
 from eval.encoders import ENCODER_KINDS, load_encoder
 from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, RETRIEVAL, mine
-from eval.retrieval import MissingDataError, encode_checked, read_lines
+from eval.retrieval import encode_checked, encoder_languages, read_lines
 
 
 def distinct_lines(lines: list[str]) -> tuple[list[str], list[int], int]:
@@ -83,14 +89,26 @@ def mine_files(
             "tgt_lines": len(tgt_lines), "tgt_distinct": len(tgt), "tgt_empty": tgt_empty, "written": written}  # fmt: skip
 
 
+def checked_language(lang: str, encoder, option: str) -> str:
+    """The language code to encode with: one of the encoder's languages (aliases resolved, see
+    ems.languages.resolve_language), or for an encoder of any language (or none: precomputed
+    embeddings) the canonical code of a registered language. UnknownLanguageError (a ValueError)
+    naming `option` otherwise."""
+    languages = None if encoder is None else encoder_languages(encoder)
+    try:
+        return canonical_language(lang) if languages is None else resolve_language(lang, languages, "the encoder")
+    except UnknownLanguageError as error:
+        raise UnknownLanguageError(f"{option}: {error}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; 1 on bad input, with the reason."""
+    """CLI entry point; bad input raises (run_main: one `error: ...` line, status 2)."""
     parser = argparse.ArgumentParser(prog="python -m eval.mine", description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", help=f"KIND[:PATH], KIND one of {', '.join(ENCODER_KINDS)}")
     parser.add_argument("--src", type=Path, required=True)
-    parser.add_argument("--src-lang", required=True, help="canonical code, e.g. de")
+    parser.add_argument("--src-lang", required=True, help="language code, e.g. de (checked against the encoder's)")
     parser.add_argument("--tgt", type=Path, required=True)
-    parser.add_argument("--tgt-lang", required=True, help="canonical code, e.g. en")
+    parser.add_argument("--tgt-lang", required=True, help="language code, e.g. en")
     parser.add_argument("--out", type=Path, required=True, help="output TSV: score, src, tgt")
     parser.add_argument("--threshold", type=float, help="keep pairs scoring at least this (default: all)")
     parser.add_argument("--k", type=int, default=DEFAULT_K)
@@ -100,20 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, help="cache embeddings here")
     parser.add_argument("--src-embeddings", type=Path, help="precomputed .npy, one row per line of --src")
     parser.add_argument("--tgt-embeddings", type=Path, help="precomputed .npy, one row per line of --tgt")
+    add_debug_option(parser)
     args = parser.parse_args(argv)
     precomputed = args.src_embeddings is not None and args.tgt_embeddings is not None
     if args.encoder is None and not precomputed:
         parser.error("give --encoder, or both --src-embeddings and --tgt-embeddings")
-    try:
-        encoder = None if args.encoder is None else load_encoder(args.encoder, args.cache_dir)
-        counts = mine_files(encoder, args.src, args.src_lang, args.tgt, args.tgt_lang, args.out, args.threshold,
-                            args.k, args.margin, args.mode, args.index, args.src_embeddings, args.tgt_embeddings)  # fmt: skip
-    except (MissingDataError, ValueError, ImportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    encoder = None if args.encoder is None else load_encoder(args.encoder, args.cache_dir)
+    src_lang = checked_language(args.src_lang, encoder, "--src-lang")
+    tgt_lang = checked_language(args.tgt_lang, encoder, "--tgt-lang")
+    counts = mine_files(encoder, args.src, src_lang, args.tgt, tgt_lang, args.out, args.threshold,
+                        args.k, args.margin, args.mode, args.index, args.src_embeddings, args.tgt_embeddings)  # fmt: skip
     print(f"wrote {counts['written']} pairs to {args.out}; {counts}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -10,13 +10,15 @@ cosine(original, translation) and z_mean, per pair (eval.correlation).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
 import numpy as np
 
 from eval.correlation import ScoredPairs
-from eval.retrieval import MissingDataError
+from eval.faults import DataErrors
+from eval.retrieval import MissingDataError, read_text
 
 COLUMNS = ("original", "translation", "z_mean")
 SKIP_MALFORMED = "wrong number of fields"
@@ -41,7 +43,7 @@ def read_mlqe(path: Path, pair: str) -> ScoredPairs:
         raise MissingDataError(f"missing WMT20 QE file {path} (MLQE-PE data/direct-assessments, see PROVENANCE.md)")
     src, _, tgt = pair.partition("-")
     sent1, sent2, gold, skipped = [], [], [], {}
-    with open(path, encoding="utf-8-sig", newline="") as file:
+    with io.StringIO(read_text(path, "utf-8-sig"), newline="") as file:
         reader = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(reader, None)
         missing = [column for column in COLUMNS if header is None or column not in header]
@@ -71,16 +73,19 @@ def _problem(fields: list[str], n_columns: int, index: list[int]) -> str | None:
     return None if math.isfinite(score) else SKIP_SCORE
 
 
-def read_qe_pairs(data_dir: Path, pairs: list[str], split: str, max_sentences: int | None = None) -> tuple[list[ScoredPairs], dict]:
-    """The MLQE files of `pairs` (first `max_sentences` rows each; None: all). A missing file
-    is skipped and reported; MissingDataError when none is there. Returns (pair sets, skipped)."""
-    pair_sets, missing = [], []
+def read_qe_pairs(
+    data_dir: Path, pairs: list[str], split: str, max_sentences: int | None = None
+) -> tuple[list[ScoredPairs], DataErrors]:
+    """The MLQE files of `pairs` (first `max_sentences` rows each; None: all). A missing or bad
+    file is a data error of its pair (eval.faults); MissingDataError when `data_dir` is missing.
+    Returns (pair sets, {pair: reason})."""
+    if not Path(data_dir).is_dir():
+        raise MissingDataError(
+            f"WMT20 QE directory {data_dir} does not exist (MLQE-PE data/direct-assessments, see PROVENANCE.md)"
+        )
+    pair_sets, errors = [], DataErrors()
     for pair in pairs:
-        path = mlqe_path(data_dir, pair, split)
-        if path.is_file():
-            pair_sets.append(read_mlqe(path, pair).head(max_sentences))
-        else:
-            missing.append(f"{pair} ({path})")
-    if pairs and not pair_sets:
-        raise MissingDataError(f"no WMT20 QE file found: {'; '.join(missing)} (MLQE-PE data/direct-assessments, see PROVENANCE.md)")
-    return pair_sets, ({"missing files": missing} if missing else {})
+        scored = errors.read(pair, read_mlqe, mlqe_path(data_dir, pair, split), pair)
+        if scored is not None:
+            pair_sets.append(scored.head(max_sentences))
+    return pair_sets, errors

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eval.faults import DATA_ERRORS
+
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 SCORE_KEYS = ("xx2en", "en2xx", "mean")
@@ -16,8 +18,8 @@ def _row(cells: list[str]) -> str:
 
 def markdown_table(results: dict, title: str) -> str:
     """Markdown section for one task's results: a row per language (lang, n, xx→en, en→xx, mean),
-    an average row, and the skipped languages by reason. A result with an "error" key (a task
-    that could not run) becomes a one-line note."""
+    an average row, the skipped languages by reason and the languages whose data could not be read
+    (eval.faults). A result with an "error" key (a task that could not run) becomes a one-line note."""
     lines = [f"### {title}", ""]
     if "error" in results:
         return "\n".join(lines + [f"Not run: {results['error']}", ""])
@@ -45,6 +47,10 @@ def _skipped_lines(results: dict) -> list[str]:
     lines = []
     for reason, codes in results.get("skipped", {}).items():
         lines += ["", f"Skipped, {reason} ({len(codes)}): {', '.join(codes)}"]
+    errors = results.get(DATA_ERRORS) or {}
+    if errors:
+        lines += ["", f"Not run, bad or missing data ({len(errors)}):", ""]
+        lines += [f"- {item}: {reason}" for item, reason in errors.items()]
     return lines
 
 

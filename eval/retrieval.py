@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ems.languages import ENGLISH
+from eval.faults import DATA_ERRORS
 
 DEFAULT_CHUNK_ROWS = 1024  # 1024 x 10k float32 similarities = 40 MB per chunk
 NOT_COVERED = "not covered by the encoder"
@@ -105,16 +106,25 @@ def bidirectional_p_at_1(
     return {"xx2en": xx2en, "en2xx": en2xx, "mean": (xx2en + en2xx) / 2}
 
 
-def read_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file without their line endings; only "\\n" ends a line."""
+def read_text(path: Path, encoding: str = "utf-8") -> str:
+    """The whole text of a file, line endings untouched (`encoding` "utf-8-sig" drops a BOM).
+    MissingDataError if it is not there; ValueError naming the file if it is not valid UTF-8."""
     path = Path(path)
     if not path.is_file():
         raise MissingDataError(f"missing test-set file {path}")
     try:
-        with open(path, encoding="utf-8", newline="\n") as f:
-            return [line.rstrip("\r\n") for line in f]
+        with open(path, encoding=encoding, newline="") as f:
+            return f.read()
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path} is not valid UTF-8 ({exc})") from exc
+
+
+def read_lines(path: Path) -> list[str]:
+    """Lines of a UTF-8 text file without their line endings; only "\n" ends a line."""
+    lines = read_text(path).split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the end of the last line, or an empty file
+    return [line.rstrip("\r") for line in lines]
 
 
 def read_aligned_files(
@@ -181,14 +191,16 @@ def evaluate_bitexts(
     task: str,
     skipped: dict[str, list[str]] | None = None,
     progress: bool = True,
+    data_errors: dict[str, str] | None = None,
 ) -> dict:
     """Bidirectional P@1 for each bitext whose language the encoder covers.
 
     English sides are encoded with lang="en", the others with their canonical code. `skipped`
     maps a reason to codes the caller already left out; languages the encoder does not cover,
     pairs with an empty side (counted per language) and empty test sets are added to it.
+    `data_errors` ({lang: reason}, see eval.faults) are the languages whose files could not be read.
     Returns {"task", "languages": {lang: {source, n, xx2en, en2xx, mean}},
-    "average": {xx2en, en2xx, mean, n_languages, n} or None if nothing ran, "skipped"}.
+    "average": {xx2en, en2xx, mean, n_languages, n} or None if nothing ran, "skipped", "data_errors"}.
     """
     seen = [b.lang for b in bitexts]
     duplicates = sorted({lang for lang in seen if seen.count(lang) > 1})
@@ -219,7 +231,8 @@ def evaluate_bitexts(
         rows = per_language.values()
         average = {key: float(np.mean([row[key] for row in rows])) for key in ("xx2en", "en2xx", "mean")}
         average.update(n_languages=len(per_language), n=sum(row["n"] for row in rows))
-    return {"task": task, "languages": per_language, "average": average, "skipped": skipped}
+    return {"task": task, "languages": per_language, "average": average, "skipped": skipped,
+            DATA_ERRORS: dict(data_errors or {})}  # fmt: skip
 
 
 def group_averages(per_language: dict, groups: dict[str, list[str]]) -> dict:

@@ -7,8 +7,15 @@
 DIR is the data root: each task config (configs/eval/*.yaml) names its `data_subdir` under it,
 which `--task-dir NAME=DIR` replaces for one task. Without --suite only Tatoeba runs (plus the
 held-out pairs in --heldout, a directory of <l1>-<l2>/<name>.<l1|l2> aligned files). Encoder kinds
-are listed in eval.encoders. A task whose data is missing is reported with the files it needs and
-where to get them; the others still run.
+are listed in eval.encoders. `--debug` (or EMS_DEBUG=1) shows the traceback of an error.
+
+Bad input costs as little as it can (eval.faults): a language (pair, track) whose file is missing,
+not UTF-8 or misaligned is listed with the reason under "data_errors" of its task and the other
+languages run; a task whose data directory or config is missing or broken is reported with the
+files it needs and where to get them, and the other tasks run. results.json and report.md are
+written in any case; the exit status is then 2 (eval.faults.NOT_RUN_EXIT_CODE) if anything
+requested could not run, with one `error: ...` line naming what, else 0. A mistake on the command
+line (a missing --model, --suite or encoder) is one `error: ...` line and status 2 before anything runs.
 From Python, call `run_all(encoder, data_dir, heldout_dir, out_dir)` with any encoder object.
 """
 
@@ -21,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from ems.cli import UserError, add_debug_option, one_line, run_main
 from ems.languages import TATOEBA_TEST_CODES, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.bucc import BuccTask, evaluate_bucc
 from eval.chart import CHART_FILE, write_chart
@@ -28,12 +36,13 @@ from eval.classification import evaluate_classification, mlp_settings
 from eval.classification_data import read_task as read_classification_task
 from eval.correlation import HeadTraining, evaluate_correlation_task
 from eval.encoders import ENCODER_KINDS, load_encoder
+from eval.faults import DATA_FAULTS, NOT_RUN_EXIT_CODE, not_run, not_run_lines
 from eval.flores import FloresTask, evaluate_flores
 from eval.heldout import evaluate_heldout
 from eval.language_id import LanguageIdTask, evaluate_language_id
 from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
 from eval.qe import read_qe_pairs
-from eval.report import task_markdown, write_results
+from eval.report import RESULTS_FILE, task_markdown, write_results
 from eval.retrieval import MissingDataError
 from eval.sts import read_sts_tracks
 from eval.tatoeba import DEFAULT_CONFIG, evaluate_tatoeba, load_tatoeba_task
@@ -154,17 +163,17 @@ def _pair_in_filter(languages: list[str], options: RunOptions) -> bool:
 def _run_qe(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
     settings = _task_settings(config, {"split", "heads", "head_training", "source"}, config_path)
     pairs = [pair for pair in config["pairs"] if _pair_in_filter(pair.split("-"), options)]
-    pair_sets, skipped = read_qe_pairs(data_dir, pairs, settings.get("split", "test20"), options.max_sentences)
+    pair_sets, errors = read_qe_pairs(data_dir, pairs, settings.get("split", "test20"), options.max_sentences)
     training = HeadTraining.from_config(settings.get("heads"), settings.get("head_training"), options.data_root, str(config_path))
-    return evaluate_correlation_task(encoder, config["name"], "qe_pearson", pair_sets, training, skipped, options.progress)
+    return evaluate_correlation_task(encoder, config["name"], "qe_pearson", pair_sets, training, None, options.progress, errors)
 
 
 def _run_sts(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
     settings = _task_settings(config, {"tracks", "heads", "head_training", "source"}, config_path)
     tracks = [track for track in settings["tracks"] if _pair_in_filter(track.get("langs", []), options)]
-    pair_sets, skipped = read_sts_tracks(data_dir, tracks, options.max_sentences)
+    pair_sets, errors = read_sts_tracks(data_dir, tracks, options.max_sentences)
     training = HeadTraining.from_config(settings.get("heads"), settings.get("head_training"), options.data_root, str(config_path))
-    return evaluate_correlation_task(encoder, config["name"], "sts_correlation", pair_sets, training, skipped, options.progress)
+    return evaluate_correlation_task(encoder, config["name"], "sts_correlation", pair_sets, training, None, options.progress, errors)
 
 
 def _run_language_id(encoder, config_path: Path, config: dict, data_dir: Path, options: RunOptions) -> dict:
@@ -210,9 +219,25 @@ def suite_task_configs(suite_path: Path) -> list[Path]:
     return [suite_path.parent / name for name in suite["tasks"]]
 
 
-def _not_run(task: str, exc: Exception) -> dict:
-    print(f"{task}: not run: {exc}", file=sys.stderr)
-    return {"task": task, "error": str(exc)}
+def _not_run(name: str, exc: Exception) -> dict:
+    result = {"task": name, "error": one_line(exc)}
+    print(*not_run_lines(name, result), file=sys.stderr, flush=True)
+    return result
+
+
+def _run_task(results: dict, name: str, run, *args) -> None:
+    """results[name] = run(*args), or {"task", "error"} if it raises a DATA_FAULTS error (bad or
+    missing input); a bug is recorded too, then re-raised. What could not run goes to stderr."""
+    try:
+        results[name] = run(*args)
+    except DATA_FAULTS as exc:
+        results[name] = _not_run(name, exc)
+        return
+    except Exception as exc:
+        results[name] = {"task": name, "error": f"crashed: {type(exc).__name__}: {one_line(exc)}"}
+        raise
+    for line in not_run_lines(name, results[name]):
+        print(line, file=sys.stderr, flush=True)
 
 
 def run_all(
@@ -234,10 +259,11 @@ def run_all(
 
     `languages` (Tatoeba or canonical codes) restricts every task; `max_sentences` caps the
     sentences per language (per side and split for BUCC; documents per split for classification,
-    whose train language is always read). A task whose data is missing gets
-    {"task", "error": message} and the others still run. Writes results.json, report.md and
-    results.png to `out_dir` unless it is None; prints the tables unless `print_tables` is False.
-    Returns {task name: task result}.
+    whose train language is always read). A language whose data is missing or bad is listed under
+    its task's "data_errors"; a task whose data or config is missing or bad gets
+    {"task", "error": message}; the rest still runs (eval.faults). Writes results.json, report.md
+    and results.png to `out_dir` unless it is None, also when a task crashes (then re-raised);
+    prints the tables unless `print_tables` is False. Returns {task name: task result}.
     """
     options = RunOptions(max_sentences=max_sentences, progress=progress, data_root=Path(data_dir), out_dir=out_dir)
     if languages is not None:
@@ -246,31 +272,26 @@ def run_all(
     config_paths = suite_task_configs(suite_path) if suite_path is not None else [Path(config_path)]
 
     results = {}
-    for path in config_paths:
-        try:
-            config = read_task_config(path)
-        except MissingDataError as exc:
-            results[path.stem] = _not_run(path.stem, exc)
-            continue
-        name = config["name"]
-        task_dir = task_dirs.get(name, Path(data_dir) / config["data_subdir"])
-        try:
-            results[name] = TASK_RUNNERS[config["type"]](encoder, path, config, task_dir, options)
-        except MissingDataError as exc:
-            results[name] = _not_run(name, exc)
-    if heldout_dir is not None:
-        try:
-            results["heldout"] = evaluate_heldout(encoder, heldout_dir, options.canonical, max_sentences, progress)
-        except MissingDataError as exc:
-            results["heldout"] = _not_run("heldout", exc)
-
-    if print_tables:
-        for name, task_result in results.items():
-            print(task_markdown(task_result, title=name))
-    if out_dir is not None:
-        json_path, report_path = write_results(results, out_dir)
-        chart = write_chart(results, Path(out_dir) / CHART_FILE)
-        print(f"wrote {json_path}, {report_path}" + (f" and {chart}" if chart else ""))
+    try:
+        for path in config_paths:
+            try:
+                config = read_task_config(path)
+            except DATA_FAULTS as exc:
+                results[path.stem] = _not_run(path.stem, exc)
+                continue
+            name = config["name"]
+            task_dir = task_dirs.get(name, Path(data_dir) / config["data_subdir"])
+            _run_task(results, name, TASK_RUNNERS[config["type"]], encoder, path, config, task_dir, options)
+        if heldout_dir is not None:
+            _run_task(results, "heldout", evaluate_heldout, encoder, heldout_dir, options.canonical, max_sentences, progress)
+    finally:
+        if print_tables:
+            for name, task_result in results.items():
+                print(task_markdown(task_result, title=name))
+        if out_dir is not None:
+            json_path, report_path = write_results(results, out_dir)
+            chart = write_chart(results, Path(out_dir) / CHART_FILE)
+            print(f"wrote {json_path}, {report_path}" + (f" and {chart}" if chart else ""))
     return results
 
 
@@ -289,7 +310,8 @@ def task_dir_option(text: str) -> tuple[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns 1 if no task could run, else 0."""
+    """CLI entry point: 0 if everything requested ran, NOT_RUN_EXIT_CODE (with one `error: ...`
+    line) if a task or language could not; a usage error raises (run_main: one line, status 2)."""
     parser = argparse.ArgumentParser(prog="python -m eval.run_all", description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=Path, help="model directory saved by this project (same as --encoder ems:DIR)")
@@ -304,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--languages", help="comma-separated Tatoeba or canonical codes, e.g. deu,fra (default: all)")
     parser.add_argument("--max-sentences", type=positive_int, help="evaluate only the first N sentences per language")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="Tatoeba task config, when no --suite")
+    add_debug_option(parser)
     args = parser.parse_args(argv)
 
     languages = None
@@ -311,28 +334,34 @@ def main(argv: list[str] | None = None) -> int:
         languages = [code.strip() for code in args.languages.split(",") if code.strip()]
         if not languages:
             parser.error("--languages is empty")
-    if args.model is not None and not args.model.exists():
-        parser.error(f"model path {args.model} does not exist")
     if args.encoder is not None and args.out is None:
         parser.error("--out is required with --encoder")
+    if args.model is not None and not args.model.exists():
+        raise UserError(f"model directory {args.model} does not exist")
+    if args.suite is not None:
+        suite_task_configs(args.suite)  # a missing or malformed suite file fails before the encoder loads
     spec = f"ems:{args.model}" if args.model is not None else args.encoder
-    try:
-        encoder = load_encoder(spec, args.cache_dir)
-    except (ValueError, ImportError, MissingDataError) as exc:
-        parser.error(str(exc))
+    encoder = load_encoder(spec, args.cache_dir)
+    out = args.out or args.model / "eval"
     results = run_all(
         encoder,
         args.data_dir,
         args.heldout,
-        args.out or args.model / "eval",
+        out,
         languages,
         args.max_sentences,
         args.config,
         suite_path=args.suite,
         task_dirs=dict(args.task_dir),
     )
-    return 0 if any("error" not in task_result for task_result in results.values()) else 1
+    failed = not_run(results)
+    if failed:
+        named = ", ".join(failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
+        print(f"error: could not run {named}; the reasons are above and in {Path(out) / RESULTS_FILE}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return NOT_RUN_EXIT_CODE
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

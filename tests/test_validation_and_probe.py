@@ -8,6 +8,7 @@ import pytest
 
 from data_prep.binarize import binarize
 from data_prep.corpus import write_parallel
+from ems.cli import run_main
 from ems.data import PairShards
 from ems.encoder import load
 from ems.model import SentenceEncoder, config_from_preset
@@ -121,7 +122,8 @@ def test_curves_plot_a_run_and_reject_a_directory_without_metrics(probed_run, tm
     assert [r["step"] for r in metrics["probe"]] == [0, 15, 30] and len(metrics["train"]) == 3
     assert curves_main([str(out)]) == 0 and (out / "curves.png").stat().st_size > 10_000
     assert curves_main([str(out), str(out), "--out", str(tmp_path / "two.png")]) == 0
-    assert curves_main([str(tmp_path / "nothing")]) == 1
+    capsys.readouterr()
+    assert run_main(curves_main, [str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "metrics.jsonl not found" in err and err.count("\n") == 1
 
