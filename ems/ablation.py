@@ -50,14 +50,15 @@ def _resolve(path: str) -> Path:
 def run_scores(model_dir: Path, prepared: Path, data_dir: Path, languages: list[str]) -> dict[str, float]:
     """Average P@1 of a trained model on each METRICS task."""
     from ems.encoder import load
+    from eval.faults import not_run
     from eval.run_all import run_all
 
     results = run_all(load(model_dir), data_dir, heldout_dir=prepared / "corpus" / "heldout", out_dir=model_dir.parent / "eval",
                       languages=languages, suite_path=DEMO_SUITE, progress=False, print_tables=False)
-    missing = [task for task in METRICS if "error" in results.get(task, {"error": "not run"})]
-    if missing:
-        raise FileNotFoundError(f"could not score {model_dir} on {', '.join(missing)}: "
-                                + "; ".join(results.get(task, {}).get("error", "not run") for task in missing))
+    missing = [task for task in METRICS if task not in results]
+    failed = missing + not_run({task: results[task] for task in METRICS if task in results})
+    if failed:  # a language that could not run would shrink the set a variant's average is over
+        raise FileNotFoundError(f"could not score {model_dir} on {', '.join(failed)} (see {model_dir.parent / 'eval'})")
     return {task: results[task]["average"]["mean"] for task in METRICS}
 
 
