@@ -36,7 +36,11 @@ VIEWS = ("raw", "meaning", "language")
 
 
 class TruncationWarning(UserWarning):
-    """Some sentences were longer than the model's max_len tokens and were cut."""
+    """Some sentences (`count` of them) were longer than the model's max_len tokens and were cut."""
+
+    def __init__(self, message: str, count: int = 0):
+        super().__init__(message)
+        self.count = count
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -112,9 +116,9 @@ class EMSEncoder:
         if truncated:
             self.truncated_sentences += truncated
             warnings.warn(
-                f"{truncated} of {len(ids)} {lang} sentence(s) are longer than the model's max_len of {max_len} "
-                f"tokens and were cut to their first {max_len} tokens",
-                TruncationWarning, stacklevel=4,  # the caller of encode (under torch.inference_mode)
+                TruncationWarning(f"{truncated} of {len(ids)} {lang} sentence(s) are longer than the model's max_len of "
+                                  f"{max_len} tokens and were cut to their first {max_len} tokens", truncated),
+                stacklevel=4,  # the caller of encode (under torch.inference_mode)
             )
         return embed_token_ids(self.model, ids, batch_size, self.device)
 

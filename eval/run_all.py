@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from ems.cli import UserError, add_debug_option, one_line, run_main
+from ems.encoder import TruncationWarning
 from ems.languages import TATOEBA_TEST_CODES, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.bucc import BuccTask, evaluate_bucc
 from eval.chart import CHART_FILE, write_chart
@@ -227,17 +229,28 @@ def _not_run(name: str, exc: Exception) -> dict:
 
 def _run_task(results: dict, name: str, run, *args) -> None:
     """results[name] = run(*args), or {"task", "error"} if it raises a DATA_FAULTS error (bad or
-    missing input); a bug is recorded too, then re-raised. What could not run goes to stderr."""
-    try:
-        results[name] = run(*args)
-    except DATA_FAULTS as exc:
-        results[name] = _not_run(name, exc)
-        return
-    except Exception as exc:
-        results[name] = {"task": name, "error": f"crashed: {type(exc).__name__}: {one_line(exc)}"}
-        raise
-    for line in not_run_lines(name, results[name]):
-        print(line, file=sys.stderr, flush=True)
+    missing input); a bug is recorded too, then re-raised. What could not run goes to stderr.
+    The encoder's TruncationWarnings (one per encode call) become one count per task:
+    "truncated_sentences" in its result and one line on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncationWarning)
+        try:
+            results[name] = run(*args)
+        except DATA_FAULTS as exc:
+            results[name] = _not_run(name, exc)
+        except Exception as exc:
+            results[name] = {"task": name, "error": f"crashed: {type(exc).__name__}: {one_line(exc)}"}
+            raise
+        finally:
+            truncated = sum(w.message.count for w in caught if isinstance(w.message, TruncationWarning))
+            for other in (w for w in caught if not isinstance(w.message, TruncationWarning)):
+                warnings.showwarning(other.message, other.category, other.filename, other.lineno)
+    if truncated:
+        results[name]["truncated_sentences"] = truncated
+        print(f"{name}: {truncated} sentence(s) longer than the model's max_len tokens were cut", file=sys.stderr, flush=True)
+    if "error" not in results[name]:
+        for line in not_run_lines(name, results[name]):
+            print(line, file=sys.stderr, flush=True)
 
 
 def run_all(

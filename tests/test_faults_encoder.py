@@ -155,6 +155,23 @@ def test_truncation_warns_once_per_call_with_the_count_and_is_counted(model):
     assert model.truncated_sentences == 3  # the call before added one
 
 
+def test_an_evaluation_task_reports_its_truncations_once_as_a_count(model, capsys):
+    from eval.run_all import _run_task
+
+    def task(encoder):
+        for _ in range(3):  # three encode calls, three warnings: one count in the result
+            encoder.encode([LONG, *ENGLISH[:2]], "en")
+        return {"task": "t", "languages": {}, "average": None}
+
+    results = {}
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        _run_task(results, "t", task, model)
+    assert results["t"]["truncated_sentences"] == 3
+    assert not [w for w in shown if issubclass(w.category, TruncationWarning)]
+    assert "t: 3 sentence(s) longer than the model's max_len tokens were cut" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("tag, code", [
     ("de", "de"), ("DE", "de"), ("deu", "de"), ("ger", "de"), ("deu_Latn", "de"), ("cmn", "zh"), ("zho", "zh"),
     ("zh-Hans", "zh"), ("cmn_Hans", "zh"), ("EN", "en"), ("sh", "hbs"), ("hbs", "hbs"), ("lvs", "lv"), ("swh", "sw"),
