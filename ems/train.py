@@ -313,10 +313,9 @@ class ResumeConfigError(UserError):
     """A resumed run's config changes a setting that is fixed for the life of a run."""
 
 
-# How TrainConfig keys may differ when a run resumes (config_changes, apply_schedule_on_resume). Changes of these
-# take effect from the resume step (an end-of-schedule change also drops a time-budget fit):
-SCHEDULE_KEYS = ("lr", "warmup_steps", "max_steps", "max_epochs", "weight_decay", "time_budget_minutes",
-                 "budget_probe_steps")
+# How TrainConfig keys may differ when a run resumes (config_changes, apply_schedule_on_resume).
+# lr, warmup_steps, weight_decay and these, the schedule's end, take effect from the resume step
+# (a changed end also drops a time-budget fit):
 SCHEDULE_END_KEYS = ("max_steps", "max_epochs", "time_budget_minutes", "budget_probe_steps")
 # These fix the model, the data order or the optimizer's layout, so a change is refused, as is a
 # change of the merged DeepSpeed config or of the shards' content (Run.fixed). All other keys
@@ -455,8 +454,9 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
 
 def resume(run: Run) -> dict[str, list]:
     """Load the newest checkpoint that verifies and has finite weights (if any) into the engine
-    and `run.state`, then apply this run's config to it (config_changes refuses a change that cannot apply, apply_schedule_on_resume). Returns the
-    config changes, {key: [old, new]}; NoUsableCheckpointError if checkpoints exist but none will do."""
+    and `run.state`, with this run's config applied (config_changes refuses what cannot apply,
+    apply_schedule_on_resume). Returns the config changes, {key: [old, new]};
+    NoUsableCheckpointError if checkpoints exist but none will do."""
     import torch.distributed as dist
 
     candidates = resumable_tags(run.checkpoint_dir) if run.rank == 0 else iter(())
@@ -474,7 +474,8 @@ def resume(run: Run) -> dict[str, list]:
         try:
             load_path, client_state = run.engine.load_checkpoint(str(run.checkpoint_dir), tag=tag)
         except RuntimeError as error:  # e.g. torch's size mismatches, for a checkpoint without its config
-            raise no_usable_checkpoint(run.checkpoint_dir, f"{tag} does not fit this model ({str(error).splitlines()[0]})") from None
+            why = f"{tag} does not fit this model ({str(error).splitlines()[0]})"
+            raise no_usable_checkpoint(run.checkpoint_dir, why) from None
         if load_path is None:
             raise no_usable_checkpoint(run.checkpoint_dir, f"DeepSpeed found no checkpoint files in {tag}")
         bad = nonfinite_parameters(run.engine.module)
@@ -571,8 +572,7 @@ def save(run: Run) -> None:
     if any_rank(run.world_size, run.engine.device, bool(bad)):
         raise TrainingDiverged(
             f"the model has non-finite weights at step {state.step} ({', '.join(bad[:3]) or 'on another rank'}"
-            f"{' ...' if len(bad) > 3 else ''}): not checkpointed; the last checkpoint is step {state.last_saved}. "
-            "Resume with a lower lr (a changed lr takes effect on resume)"
+            f"{' ...' if len(bad) > 3 else ''}): not checkpointed. {_last_checkpoint(state)}"
         )
     tag = step_tag(state.step)
     staging = partial_dir(run.checkpoint_dir, tag)
@@ -713,6 +713,11 @@ def batch_language_pairs(micro_batches: list[dict[str, torch.Tensor]], languages
     return ", ".join(f"{pair} {n}" for pair, n in sorted(counts.items()))
 
 
+def _last_checkpoint(state: RunState) -> str:
+    last = step_tag(state.last_saved) if state.last_saved else "none"
+    return f"The last checkpoint: {last}; resume with a lower lr (a changed lr takes effect on resume)"
+
+
 def diverged(run: Run, values: StepValues, micro_batches: list[dict[str, torch.Tensor]], position: tuple[int, int],
              reject_start: bool) -> TrainingDiverged:
     """The diagnostic of a step whose loss or gradient norm is not finite (on this or another rank).
@@ -725,7 +730,8 @@ def diverged(run: Run, values: StepValues, micro_batches: list[dict[str, torch.T
     if reject_start:
         tag = step_tag(run.state.last_saved)
         if run.rank == 0:
-            rejected = f" Checkpoint {tag}, whose weights this step started from, was moved aside to {reject(run.checkpoint_dir, tag).name}."
+            moved_to = reject(run.checkpoint_dir, tag).name
+            rejected = f" Checkpoint {tag}, whose weights this step started from, was moved aside to {moved_to}."
         dist.barrier()
         remaining = saved_tags(run.checkpoint_dir)
         run.state.last_saved = int(TAG_PATTERN.fullmatch(remaining[-1]).group(1)) if remaining else 0
@@ -734,8 +740,7 @@ def diverged(run: Run, values: StepValues, micro_batches: list[dict[str, torch.T
              f"{batch_language_pairs(micro_batches, run.tokenizer.languages)}")
     return TrainingDiverged(
         f"training diverged at step {run.state.step} (epoch {position[0]}, batch {position[1]}): {where}. "
-        f"Nothing non-finite was checkpointed.{rejected} The last checkpoint: {step_tag(run.state.last_saved) if run.state.last_saved else 'none'}; "
-        "resume with a lower lr (a changed lr takes effect on resume)"
+        f"Nothing non-finite was checkpointed.{rejected} {_last_checkpoint(run.state)}"
     )
 
 
@@ -808,7 +813,8 @@ def setup(cfg: TrainConfig) -> Run:
     autocast = torch.autocast(engine.device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
 
     run = Run(cfg=cfg, out=out, rank=rank, world_size=world_size, global_batch=global_batch, accumulation=accumulation,
-              fixed={"deepspeed": ds_config, "data": data_fingerprint(shards)}, engine=engine, schedule=schedule, tokenizer=tokenizer, batches=iter(()), autocast=autocast,
+              fixed={"deepspeed": ds_config, "data": data_fingerprint(shards)}, engine=engine, schedule=schedule,
+              tokenizer=tokenizer, batches=iter(()), autocast=autocast,
               state=RunState(max_steps=max_steps), valid=None, probe=None, writer=None, metrics_file=None)
     record_config(run, resume(run))
     run.batches = iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
