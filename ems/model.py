@@ -1,7 +1,9 @@
 """The EMS dual transformer: one encoder shared by both sides of a parallel pair.
 
-`SentenceEncoder` (token ids -> mean-pooled sentence vector u) is what inference keeps;
-`XTRHead` and `ContrastiveHead` exist only for training and are dropped at export.
+`SentenceEncoder` (token ids -> mean-pooled sentence vector u, optionally mapped to `d_output`
+dimensions) is what inference keeps; `XTRHead` and `ContrastiveHead` exist only for training and
+are dropped at export. A third objective, multilingual knowledge distillation (Reimers & Gurevych
+2020, `ems.losses.distill_loss`), needs no head: it pulls u of both sides towards a teacher's vector.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ems.losses import DUPLICATE_NEGATIVES, contrastive_loss, duplicate_mask, gather_rows, global_contrastive_loss, xtr_loss
+from ems.losses import (
+    DUPLICATE_NEGATIVES, contrastive_loss, distill_loss, duplicate_mask, gather_rows, global_contrastive_loss, xtr_loss,
+)
 from ems.text import PAD_ID
 
 
@@ -32,6 +36,11 @@ class EMSConfig:
     temperature: float = 0.1
     xtr_weight: float = 1.0
     contrastive_weight: float = 1.0
+    distill_weight: float = 0.0  # knowledge distillation from a teacher's vectors (ems.losses.distill_loss)
+    # A linear map of the pooled vector to this many dimensions, trained with the rest and kept in
+    # the exported encoder (its output is then d_output-dimensional, and every objective acts on
+    # it): how a student of width d_model matches a teacher of another dimension. None: no map.
+    d_output: int | None = None
     global_negatives: bool = False  # contrastive negatives from all ranks' batches (training only)
     # In-batch pairs that share a sentence with a row (translations of the same sentence, common in
     # English-centric data): "mask" them out of its softmax, count them as "positive"s, or "keep"
@@ -49,6 +58,16 @@ class EMSConfig:
             raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
         if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
             raise ValueError(f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {self.duplicate_negatives!r}")
+        weights = {"xtr_weight": self.xtr_weight, "contrastive_weight": self.contrastive_weight, "distill_weight": self.distill_weight}
+        if any(w < 0 for w in weights.values()) or not any(weights.values()):
+            raise ValueError(f"the objective weights must be >= 0 and one of them > 0, got {weights}")
+        if self.d_output is not None and self.d_output < 1:
+            raise ValueError(f"d_output must be a positive number of dimensions or null, got {self.d_output}")
+
+    @property
+    def d_sentence(self) -> int:
+        """The dimension of the sentence vector the encoder outputs."""
+        return self.d_output or self.d_model
 
     @classmethod
     def from_dict(cls, values: dict) -> "EMSConfig":
@@ -146,7 +165,8 @@ class EncoderLayer(nn.Module):
 
 
 class SentenceEncoder(nn.Module):
-    """(B, L) token ids, `pad_id` where padded -> (B, d_model) mean of the non-pad token states."""
+    """(B, L) token ids, `pad_id` where padded -> (B, d_model) mean of the non-pad token states,
+    mapped linearly to (B, d_output) when the config has d_output."""
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
@@ -156,6 +176,7 @@ class SentenceEncoder(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(cfg.d_model)
+        self.output_projection = nn.Linear(cfg.d_model, cfg.d_output) if cfg.d_output else None
 
     def forward(self, tokens: Tensor) -> Tensor:
         tokens = tokens[:, : self.cfg.max_len]
@@ -167,7 +188,8 @@ class SentenceEncoder(nn.Module):
             x = layer(x, packed)
         x = self.norm(packed.unpack(x))  # pad positions are zeros in and out of the mean
         m = mask.unsqueeze(-1).to(x.dtype)
-        return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+        pooled = (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+        return pooled if self.output_projection is None else self.output_projection(pooled)
 
 
 class XTRHead(nn.Module):
@@ -179,8 +201,8 @@ class XTRHead(nn.Module):
     def __init__(self, cfg: EMSConfig):
         super().__init__()
         self.lang_emb = nn.Embedding(cfg.n_languages, cfg.d_lang)
-        self.fc = nn.Linear(cfg.d_lang + cfg.d_model, cfg.d_lang + cfg.d_model)
-        self.out = nn.Linear(cfg.d_lang + cfg.d_model, cfg.vocab_size)
+        self.fc = nn.Linear(cfg.d_lang + cfg.d_sentence, cfg.d_lang + cfg.d_sentence)
+        self.out = nn.Linear(cfg.d_lang + cfg.d_sentence, cfg.vocab_size)
 
     def forward(self, u: Tensor, target_lang: Tensor) -> Tensor:
         return self.out(F.silu(self.fc(torch.cat([self.lang_emb(target_lang), u], dim=-1))))
@@ -191,7 +213,8 @@ class ContrastiveHead(nn.Module):
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.ReLU(), nn.Linear(cfg.d_model, cfg.d_contrastive))
+        d = cfg.d_sentence
+        self.net = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, cfg.d_contrastive))
 
     def forward(self, u: Tensor) -> Tensor:
         return self.net(u)
@@ -209,15 +232,19 @@ class EMSModel(nn.Module):
         self.apply(_init_weights)
 
     def forward(self, src: Tensor, tgt: Tensor, src_lang: Tensor, tgt_lang: Tensor, content_ids: Tensor | None = None,
+                teacher: Tensor | None = None, teacher_mask: Tensor | None = None,
                 per_example: bool = False) -> dict[str, Tensor]:
         """src, tgt: (B, L) padded token ids of the two sides; src_lang, tgt_lang: (B,) language indices;
         content_ids: (B, 2) ids of both sides' texts, which find the in-batch duplicates (see
-        `EMSConfig.duplicate_negatives`; None: every other row is a negative).
+        `EMSConfig.duplicate_negatives`; None: every other row is a negative); teacher: (B, d_sentence)
+        the teacher's vector of each pair's source sentence and teacher_mask: (B,) bool, the rows
+        that have one (ems.teacher.TeacherTargets; needed when distill_weight > 0).
 
-        Returns {"loss": the weighted sum to backpropagate, "xtr", "contrastive": detached batch
-        means (0 for an objective whose weight is 0: it is not computed), "duplicate_rows": the
-        share of rows with a duplicate among their in-batch candidates (0 without content ids)};
-        with `per_example`, also "xtr_per_example" and "contrastive_per_example" (B,)."""
+        Returns {"loss": the weighted sum to backpropagate, "xtr", "contrastive", "distill": detached
+        batch means (0 for an objective whose weight is 0: it is not computed; distill over the rows
+        with a teacher vector), "duplicate_rows": the share of rows with a duplicate among their
+        in-batch candidates (0 without content ids)}; with `per_example`, also "xtr_per_example",
+        "contrastive_per_example", "distill_per_example" (B,) and "teacher_mask" (B,)."""
         src, tgt = src[:, : self.cfg.max_len], tgt[:, : self.cfg.max_len]
         width = max(src.shape[1], tgt.shape[1])
         # Both sides go through the shared encoder as one batch of 2B sentences.
@@ -225,7 +252,8 @@ class EMSModel(nn.Module):
                           F.pad(tgt, (0, width - tgt.shape[1]), value=self.cfg.pad_id)])
         uv = self.encoder(both)  # u (sources) then v (targets)
         b = src.shape[0]
-        xtr = contrastive = uv.new_zeros(b, dtype=torch.float32)
+        xtr = contrastive = distill = uv.new_zeros(b, dtype=torch.float32)
+        has_teacher = uv.new_zeros(b, dtype=torch.bool)
         if self.cfg.xtr_weight:
             # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
             xtr_both = xtr_loss(self.xtr_head(uv, torch.cat([tgt_lang, src_lang])), torch.cat([both[b:], both[:b]]),
@@ -239,13 +267,23 @@ class EMSModel(nn.Module):
             h_u, h_v = self.contrastive_head(uv).chunk(2)
             in_batch_loss = global_contrastive_loss if self.cfg.global_negatives else contrastive_loss
             contrastive = in_batch_loss(h_u, h_v, self.cfg.temperature, duplicates, self.cfg.duplicate_negatives)
-        loss = self.cfg.xtr_weight * xtr.mean() + self.cfg.contrastive_weight * contrastive.mean()
+        if self.cfg.distill_weight:
+            if teacher is None:
+                raise ValueError("distill_weight > 0 needs the teacher's vectors in the batch (TrainConfig.teacher)")
+            has_teacher = teacher_mask if teacher_mask is not None else torch.ones(b, dtype=torch.bool, device=uv.device)
+            distill = distill_loss(uv[:b], uv[b:], teacher) * has_teacher
+        # over the rows with a teacher vector; a batch without any adds 0 (and no gradient)
+        distill_mean = distill.sum() / has_teacher.sum().clamp(min=1)
+        loss = (self.cfg.xtr_weight * xtr.mean() + self.cfg.contrastive_weight * contrastive.mean()
+                + self.cfg.distill_weight * distill_mean)
         out = {
             "loss": loss, "xtr": xtr.mean().detach(), "contrastive": contrastive.mean().detach(),
+            "distill": distill_mean.detach(),
             "duplicate_rows": duplicates.any(dim=1).float().mean() if duplicates is not None else loss.new_zeros(()),
         }
         if per_example:
-            out.update(xtr_per_example=xtr.detach(), contrastive_per_example=contrastive.detach())
+            out.update(xtr_per_example=xtr.detach(), contrastive_per_example=contrastive.detach(),
+                       distill_per_example=distill.detach(), teacher_mask=has_teacher)
         return out
 
 

