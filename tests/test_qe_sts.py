@@ -179,8 +179,9 @@ def test_language_filter_and_missing_flores(tmp_path):
 
 
 def test_repo_configs_name_real_files_and_column_languages(data_dir):
-    """configs/eval/{mlqe,sts2017,language_id}.yaml parse, and every STS track's `langs` matches
-    its file: the Arabic/Turkish/Spanish column is the one the config says."""
+    """configs/eval/{mlqe,sts2017,sts2017_raw,language_id}.yaml parse, and every STS track's `langs`
+    matches its file: each Arabic/Turkish/Spanish column is the one the config says, and an English
+    column looks like none of them."""
     import re
     from pathlib import Path
 
@@ -190,13 +191,16 @@ def test_repo_configs_name_real_files_and_column_languages(data_dir):
     qe = read_task_config(configs / "mlqe.yaml")
     assert all(mlqe_path(data_dir / qe["data_subdir"], pair, qe["split"]).is_file() for pair in qe["pairs"])
     assert read_task_config(configs / "language_id.yaml")["type"] == "language_id"
-    sts = read_task_config(configs / "sts2017.yaml")
     looks_like = {"ar": lambda s: bool(re.search("[\u0600-\u06ff]", s)), "tr": lambda s: bool(re.search("[çğıöşü]", s)),
                   "es": lambda s: bool(re.search(r"\b(el|la|los|las|una?|está|están)\b", s.lower()))}  # fmt: skip
-    for track in sts["tracks"]:
-        pairs = read_sts(data_dir / sts["data_subdir"] / track["file"], track["name"], *track["langs"])
-        other = next(lang for lang in track["langs"] if lang != "en")
-        column = pairs.sent1 if track["langs"][0] == other else pairs.sent2
-        english = pairs.sent2 if track["langs"][0] == other else pairs.sent1
-        assert sum(map(looks_like[other], column)) > 0.8 * len(column), track["name"]
-        assert sum(map(looks_like[other], english)) < 0.1 * len(english), track["name"]
+    for config in ("sts2017.yaml", "sts2017_raw.yaml"):
+        sts = read_task_config(configs / config)
+        assert len(sts["tracks"]) == 7  # every track of the release: 3 monolingual, 4 cross-lingual
+        for track in sts["tracks"]:
+            pairs = read_sts(data_dir / sts["data_subdir"] / track["file"], track["name"], *track["langs"])
+            for column, lang in zip((pairs.sent1, pairs.sent2), track["langs"]):
+                if lang == "en":
+                    for other, test in looks_like.items():
+                        assert sum(map(test, column)) < 0.1 * len(column), (config, track["name"], other)
+                else:
+                    assert sum(map(looks_like[lang], column)) > 0.8 * len(column), (config, track["name"])
