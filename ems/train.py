@@ -82,6 +82,7 @@ import numpy as np
 import torch
 import yaml
 
+from data_prep.teacher import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.checkpoint import (
     LATEST, TAG_PATTERN, load_only_tensors, no_usable_checkpoint, partial_dir, publish, reject, resumable_tags, rng_file,
     rng_state, saved_tags, set_rng_state, step_tag,
@@ -89,7 +90,6 @@ from ems.checkpoint import (
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import _merge, dump_config, load_config
 from ems.data import BatchOrder, PairShards, iterate_batches, real_and_padded_tokens
-from data_prep.teacher import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.encoder import export_encoder, initialize_from
 from ems.model import EMSModel, config_from_preset
 from ems.text import Tokenizer
