@@ -3,7 +3,8 @@
 `SentenceEncoder` (token ids -> mean-pooled sentence vector u, optionally mapped to `d_output`
 dimensions) is what inference keeps; `XTRHead` and `ContrastiveHead` exist only for training and
 are dropped at export. A third objective, multilingual knowledge distillation (Reimers & Gurevych
-2020, `ems.losses.distill_loss`), needs no head: it pulls u of both sides towards a teacher's vector.
+2020, `ems.losses.distill_loss`), needs no head: it pulls the encoder's output (u, or its d_output
+map) of both sides towards a teacher's vector; XTR and contrastive act on u.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ class EMSConfig:
     xtr_weight: float = 1.0
     contrastive_weight: float = 1.0
     distill_weight: float = 0.0  # knowledge distillation from a teacher's vectors (ems.losses.distill_loss)
-    # A linear map of the pooled vector to this many dimensions, trained with the rest and kept in
-    # the exported encoder (its output is then d_output-dimensional, and every objective acts on
-    # it): how a student of width d_model matches a teacher of another dimension. None: no map.
+    # A linear map of the pooled vector u to this many dimensions, kept in the exported encoder (its
+    # output is then d_output-dimensional): how a student of width d_model matches a teacher of
+    # another dimension. Distillation trains it; XTR and contrastive act on u before it (acting on
+    # the mapped vector, they fought the distillation term over its scale: measured in the README).
     d_output: int | None = None
     global_negatives: bool = False  # contrastive negatives from all ranks' batches (training only)
     # In-batch pairs that share a sentence with a row (translations of the same sentence, common in
@@ -165,8 +167,8 @@ class EncoderLayer(nn.Module):
 
 
 class SentenceEncoder(nn.Module):
-    """(B, L) token ids, `pad_id` where padded -> (B, d_model) mean of the non-pad token states,
-    mapped linearly to (B, d_output) when the config has d_output."""
+    """(B, L) token ids, `pad_id` where padded -> (B, d_model) mean of the non-pad token states u
+    (`pool`), mapped linearly to (B, d_output) when the config has d_output (`project`)."""
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
@@ -179,6 +181,14 @@ class SentenceEncoder(nn.Module):
         self.output_projection = nn.Linear(cfg.d_model, cfg.d_output) if cfg.d_output else None
 
     def forward(self, tokens: Tensor) -> Tensor:
+        return self.project(self.pool(tokens))
+
+    def project(self, pooled: Tensor) -> Tensor:
+        """(B, d_model) pooled vectors -> the encoder's output vectors (B, d_sentence)."""
+        return pooled if self.output_projection is None else self.output_projection(pooled)
+
+    def pool(self, tokens: Tensor) -> Tensor:
+        """(B, L) token ids -> (B, d_model) mean of the final (LayerNorm'd) non-pad token states."""
         tokens = tokens[:, : self.cfg.max_len]
         mask = tokens != self.cfg.pad_id
         packed = PackedTokens(mask)
@@ -188,8 +198,7 @@ class SentenceEncoder(nn.Module):
             x = layer(x, packed)
         x = self.norm(packed.unpack(x))  # pad positions are zeros in and out of the mean
         m = mask.unsqueeze(-1).to(x.dtype)
-        pooled = (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
-        return pooled if self.output_projection is None else self.output_projection(pooled)
+        return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
 
 
 class XTRHead(nn.Module):
@@ -201,8 +210,8 @@ class XTRHead(nn.Module):
     def __init__(self, cfg: EMSConfig):
         super().__init__()
         self.lang_emb = nn.Embedding(cfg.n_languages, cfg.d_lang)
-        self.fc = nn.Linear(cfg.d_lang + cfg.d_sentence, cfg.d_lang + cfg.d_sentence)
-        self.out = nn.Linear(cfg.d_lang + cfg.d_sentence, cfg.vocab_size)
+        self.fc = nn.Linear(cfg.d_lang + cfg.d_model, cfg.d_lang + cfg.d_model)
+        self.out = nn.Linear(cfg.d_lang + cfg.d_model, cfg.vocab_size)
 
     def forward(self, u: Tensor, target_lang: Tensor) -> Tensor:
         return self.out(F.silu(self.fc(torch.cat([self.lang_emb(target_lang), u], dim=-1))))
@@ -213,8 +222,7 @@ class ContrastiveHead(nn.Module):
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
-        d = cfg.d_sentence
-        self.net = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, cfg.d_contrastive))
+        self.net = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.ReLU(), nn.Linear(cfg.d_model, cfg.d_contrastive))
 
     def forward(self, u: Tensor) -> Tensor:
         return self.net(u)
@@ -250,7 +258,7 @@ class EMSModel(nn.Module):
         # Both sides go through the shared encoder as one batch of 2B sentences.
         both = torch.cat([F.pad(src, (0, width - src.shape[1]), value=self.cfg.pad_id),
                           F.pad(tgt, (0, width - tgt.shape[1]), value=self.cfg.pad_id)])
-        uv = self.encoder(both)  # u (sources) then v (targets)
+        uv = self.encoder.pool(both)  # u (sources) then v (targets)
         b = src.shape[0]
         xtr = contrastive = distill = uv.new_zeros(b, dtype=torch.float32)
         has_teacher = uv.new_zeros(b, dtype=torch.bool)
@@ -271,7 +279,8 @@ class EMSModel(nn.Module):
             if teacher is None:
                 raise ValueError("distill_weight > 0 needs the teacher's vectors in the batch (TrainConfig.teacher)")
             has_teacher = teacher_mask if teacher_mask is not None else torch.ones(b, dtype=torch.bool, device=uv.device)
-            distill = distill_loss(uv[:b], uv[b:], teacher) * has_teacher
+            out_uv = self.encoder.project(uv)  # the exported vectors: the teacher's dimension
+            distill = distill_loss(out_uv[:b], out_uv[b:], teacher) * has_teacher
         # over the rows with a teacher vector; a batch without any adds 0 (and no gradient)
         distill_mean = distill.sum() / has_teacher.sum().clamp(min=1)
         loss = (self.cfg.xtr_weight * xtr.mean() + self.cfg.contrastive_weight * contrastive.mean()
