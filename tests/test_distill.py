@@ -81,6 +81,15 @@ def test_distill_gradient_reaches_the_encoder_and_the_output_map():
     assert model.encoder.layers[0].qkv.weight.grad.abs().sum() > 0
 
 
+def test_xtr_and_contrastive_act_on_the_pooled_vector_not_the_map():
+    model = tiny_model(d_output=TEACHER_DIM).train()  # XTR + contrastive, no distillation
+    src, tgt, src_lang, tgt_lang = random_batch()
+    model(src, tgt, src_lang, tgt_lang)["loss"].backward()
+    assert model.encoder.output_projection.weight.grad is None
+    assert model.encoder.layers[0].qkv.weight.grad.abs().sum() > 0
+    assert model.encoder(src).shape == (len(src), TEACHER_DIM)  # the exported vector is the mapped one
+
+
 def test_objective_weights_and_teacher_are_checked():
     with pytest.raises(ValueError, match="one of them > 0"):
         tiny_model(xtr_weight=0.0, contrastive_weight=0.0)
