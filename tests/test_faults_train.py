@@ -148,8 +148,11 @@ def test_the_per_step_check_is_the_loss_already_read():
     """train_step returns the values it read anyway; `finite` is a property of them."""
     from ems.train import StepValues
 
-    assert StepValues(1.0, 0.5, 0.5, 2.0, 1e-3).finite
-    assert not StepValues(math.nan, 0.5, 0.5, 2.0, 1e-3).finite and not StepValues(1.0, 0.5, 0.5, math.inf, 1e-3).finite
+    values = dict(loss=1.0, xtr=0.5, contrastive=0.5, distill=0.0, grad_norm=2.0, lr=1e-3)
+    assert StepValues(**values).finite
+    for key in ("loss", "xtr", "contrastive", "distill", "grad_norm"):
+        assert not StepValues(**{**values, key: math.nan}).finite, key
+    assert not StepValues(**{**values, "grad_norm": math.inf}).finite
 
 
 # --- 3. a changed config on resume ---------------------------------------------------------------
