@@ -125,6 +125,11 @@ class CountingEncoder:
         return np.stack([self.vector(s) for s in sentences])
 
 
+class NoCallEncoder(CountingEncoder):
+    def encode(self, sentences, lang):
+        raise AssertionError(f"the teacher was called for {len(sentences)} sentences")
+
+
 def english_sentences(corpus):
     return {text for files in list_parallel(corpus) for text in
             (pair[1] if files.l2 == "en" else pair[0] for pair in read_parallel(files.path_l1, files.path_l2))}
@@ -150,7 +155,7 @@ def test_store_holds_each_source_sentence_once_and_is_reused(tiny_pipeline, tmp_
     assert found.all()
     np.testing.assert_allclose(vectors, np.stack([teacher.vector(texts[k]) for k in some]), rtol=1e-6)
     # second run: no teacher call at all
-    again = build_teacher_store(shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=CountingEncoder(fail_after=0),
+    again = build_teacher_store(shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=NoCallEncoder(),
                                 progress=False)
     assert (again["encoded"], again["reused"]) == (0, len(needed))
 
