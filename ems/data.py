@@ -286,10 +286,11 @@ def collate(shards: PairShards, indices: np.ndarray, max_len: int, teacher=None)
         sides.append(torch.from_numpy(out))
     langs = torch.from_numpy(np.asarray(shards.langs[indices], dtype=np.int64))
     batch = {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
-    if shards.content_ids is not None:  # uint64 hashes, compared for equality only: int64 bits
-        batch["content_ids"] = torch.from_numpy(np.ascontiguousarray(shards.content_ids[indices]).view(np.int64))
+    content_ids = np.ascontiguousarray(shards.content_ids[indices]) if shards.content_ids is not None else None
+    if content_ids is not None:  # uint64 hashes, compared for equality only: int64 bits
+        batch["content_ids"] = torch.from_numpy(content_ids.view(np.int64))
     if teacher is not None:
-        vectors, mask = teacher(shards.content_ids[indices], shards.langs[indices])
+        vectors, mask = teacher(content_ids, langs.numpy())
         batch["teacher"], batch["teacher_mask"] = torch.from_numpy(vectors), torch.from_numpy(mask)
     return batch
 

