@@ -60,12 +60,13 @@ class AblationConfig:
 
 
 def metric_value(results: dict, metric: dict) -> float:
-    """One number from eval.run_all results: results[task] followed down `path`, or its mean over
-    results[task]["languages"][row] for each of `rows`, times `scale` (default 1). KeyError naming
-    what is missing."""
-    task = results.get(metric["task"])
-    if task is None or "error" in task:
-        raise KeyError(f"task {metric['task']} has no result ({(task or {}).get('error', 'not in the suite')})")
+    """One number from eval.run_all results ({task: eval.results.TaskResult}): the task's result
+    mapping (TaskResult.to_dict) followed down `path`, or its mean over its ["languages"][row] for
+    each of `rows`, times `scale` (default 1). KeyError naming what is missing."""
+    result = results.get(metric["task"])
+    if result is None or not result.ran:
+        raise KeyError(f"task {metric['task']} has no result ({result.error if result else 'not in the suite'})")
+    task = result.to_dict()
 
     def follow(node, where: str) -> float:
         for key in metric["path"]:
@@ -110,10 +111,12 @@ def score_encoder(encoder, out_dir: Path, cfg: AblationConfig, prepared: Path, d
 def with_all_columns(scores_file: Path, eval_dir: Path, cfg: AblationConfig) -> dict:
     """A scored run's record, with any metric column added to the config since it was scored read
     from its eval_dir/results.json (and stored): a new column needs no retraining."""
+    from eval.results import read_results
+
     record = json.loads(scores_file.read_text())
     missing = [column for column in cfg.metrics if column not in record]
     if missing:
-        results = json.loads((eval_dir / "results.json").read_text())
+        results = read_results(eval_dir)
         record.update({column: metric_value(results, cfg.metrics[column]) for column in missing})
         scores_file.write_text(json.dumps(record, indent=2) + "\n")
     return record

@@ -130,10 +130,11 @@ def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
     return counts
 
 
-def comparison_table(before: dict, after: dict, task: str) -> str:
-    """Markdown: mean P@1 per language, untrained vs trained, for one task."""
-    if "error" in before or "error" in after:
-        return f"### {task}\n\nNot run: {before.get('error') or after.get('error')}\n"
+def comparison_table(before, after, task: str) -> str:
+    """Markdown: mean P@1 per language, untrained vs trained (eval.results.TaskResult), for one task."""
+    if not before.ran or not after.ran:
+        return f"### {task}\n\nNot run: {before.error or after.error}\n"
+    before, after = before.to_dict(), after.to_dict()
     lines = [f"### {task}: mean P@1 (%) of xx→en and en→xx", "", "| lang | n | untrained | trained |", "|:--|--:|--:|--:|"]
     for lang, row in after["languages"].items():
         lines.append(f"| {lang} | {row['n']} | {before['languages'][lang]['mean']:.1f} | {row['mean']:.1f} |")

@@ -111,8 +111,9 @@ def evaluation_report(model_dir: Path, run_dir: Path | None) -> str | None:
             return (directory / "report.md").read_text().strip()
         if (directory / "results.json").is_file():
             from eval.report import report_markdown
+            from eval.results import read_results
 
-            return report_markdown(json.loads((directory / "results.json").read_text())).strip()
+            return report_markdown(read_results(directory)).strip()
     return None
 
 

@@ -1,6 +1,7 @@
-"""A PNG bar chart of evaluation results: one panel per task that ran, one bar per language
-(Tatoeba / held-out / bitext: mean P@1; xSIM: xx→en error rate; BUCC: test F1, else training F1; large retrieval: P@1;
-classification: accuracy on each non-train language; QE / STS: Pearson r × 100 of the raw embeddings)."""
+"""A PNG bar chart of evaluation results: one panel per task that ran and has a headline score
+(eval.task.TaskType.headline: Tatoeba / held-out / bitext: mean P@1; xSIM: xx→en error rate; BUCC:
+test F1, else training F1; large retrieval: P@1; classification: accuracy on each non-train
+language; QE / STS: Pearson r × 100 of the raw embeddings), one bar per language."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+
+from eval.results import TaskResult  # noqa: E402
+from eval.task import task_type  # noqa: E402
 
 CHART_FILE = "results.png"
 
@@ -24,53 +28,22 @@ def save_figure(fig, path: str | Path) -> Path:
     return path
 
 
-def _p_at_1(row: dict) -> float:
-    return row["mean"]
+def _charted(result: TaskResult) -> bool:
+    return result.ran and bool(result.languages) and task_type(result.type).headline is not None
 
 
-def _xsim_error(row: dict) -> float:
-    return row["xx2en"]
-
-
-def _mining_f1(row: dict) -> float:
-    return (row["test"] or row["train"])["f1"]
-
-
-def _retrieval_p_at_1(row: dict) -> float:
-    return row["p_at_1"]
-
-
-def _accuracy(row: dict) -> float:
-    return row["accuracy"]
-
-
-def _raw_pearson(row: dict) -> float:
-    return 100.0 * (row["raw"]["pearson"] or 0.0)
-
-
-HEADLINE = {
-    "p_at_1": (_p_at_1, "P@1 (%), mean of both directions"),
-    "bitext_p_at_1": (_p_at_1, "P@1 (%), mean of the directions"),
-    "xsim_error": (_xsim_error, "xSIM error (%), xx→en, lower is better"),
-    "mining_f1": (_mining_f1, "F1 (%), test split (training if no test gold)"),
-    "retrieval_p_at_1": (_retrieval_p_at_1, "P@1 (%)"),
-    "accuracy": (_accuracy, "accuracy (%), mean over seeds"),
-    "qe_pearson": (_raw_pearson, "Pearson r × 100 (raw embeddings)"),
-    "sts_correlation": (_raw_pearson, "Pearson r × 100 (raw embeddings)"),
-}
-
-
-def write_chart(results: dict, path: Path) -> Path | None:
-    """Write the chart of {task: result} to `path`; returns it, or None if no task has scores."""
-    panels = [(name, r) for name, r in results.items() if "error" not in r and r.get("languages")]
+def write_chart(results: dict[str, TaskResult], path: Path) -> Path | None:
+    """Write the chart of {task: TaskResult} to `path`; returns it, or None if no task has scores."""
+    panels = [(name, r) for name, r in results.items() if _charted(r)]
     if not panels:
         return None
-    widest = max(len(r["languages"]) for _, r in panels)
+    widest = max(len(r.languages) for _, r in panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(max(6.0, 0.22 * widest + 2), 2.8 * len(panels)), squeeze=False)
     for ax, (name, result) in zip(axes[:, 0], panels):
-        score, label = HEADLINE[result.get("metric", "p_at_1")]
-        langs = list(result["languages"])
-        ax.bar(range(len(langs)), [score(result["languages"][lang]) for lang in langs], color="tab:blue")
+        kind = task_type(result.type)
+        score, label = kind.headline, kind.headline_label
+        langs = list(result.languages)
+        ax.bar(range(len(langs)), [score(result.languages[lang]) for lang in langs], color="tab:blue")
         ax.set_xticks(range(len(langs)), langs, rotation=90 if len(langs) > 12 else 0, fontsize=7)
         ax.set_ylim(0, 100)
         ax.set_title(name, fontsize=10)
@@ -78,24 +51,25 @@ def write_chart(results: dict, path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
-def write_comparison_chart(results_by_model: dict[str, dict], path: Path) -> Path | None:
+def write_comparison_chart(results_by_model: dict[str, dict[str, TaskResult]], path: Path) -> Path | None:
     """Write a chart comparing models side by side to `path`: one panel per task that ran for
-    every model ({model name: {task: result}}), one group of bars per language (one bar per model,
-    the task's headline score) and an average group; returns the path, or None if no task ran."""
+    every model ({model name: {task: TaskResult}}), one group of bars per language (one bar per
+    model, the task's headline score) and an average group; returns the path, or None if no task ran."""
     names = list(results_by_model)
-    tasks = [task for task, result in results_by_model[names[0]].items()
-             if all("error" not in r.get(task, {"error": 1}) and r[task].get("languages") for r in results_by_model.values())]
+    tasks = [task for task in results_by_model[names[0]]
+             if all(task in r and _charted(r[task]) for r in results_by_model.values())]
     if not tasks:
         return None
-    widest = max(len(results_by_model[names[0]][task]["languages"]) for task in tasks)
+    widest = max(len(results_by_model[names[0]][task].languages) for task in tasks)
     fig, axes = plt.subplots(len(tasks), 1, figsize=(max(7.0, 0.5 * (widest + 1) * len(names) + 2), 3.0 * len(tasks)),
                              squeeze=False)
     width = 0.8 / len(names)
     for ax, task in zip(axes[:, 0], tasks):
-        score, label = HEADLINE[results_by_model[names[0]][task].get("metric", "p_at_1")]
-        langs = list(results_by_model[names[0]][task]["languages"])
+        kind = task_type(results_by_model[names[0]][task].type)
+        score, label = kind.headline, kind.headline_label
+        langs = list(results_by_model[names[0]][task].languages)
         for k, name in enumerate(names):
-            rows = results_by_model[name][task]["languages"]
+            rows = results_by_model[name][task].languages
             values = [score(rows[lang]) if lang in rows else 0.0 for lang in langs]
             values.append(sum(values) / len(values))
             ax.bar([i + k * width for i in range(len(langs) + 1)], values, width, label=name)

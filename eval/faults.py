@@ -6,7 +6,7 @@ counts, a broken line or header) costs only its own item: a language, a pair or 
 every task result carries that mapping under DATA_ERRORS ("data_errors"), next to "skipped"
 (items left out by design: not covered by the encoder, not a language of the task, ...).
 A task that cannot run at all (its data directory, config or shared file missing or broken)
-becomes {"task", "error"} (eval.run_all). `not_run(results)` lists both kinds: eval.run_all
+becomes a TaskResult with `error` set (eval.run_all, eval.results). `not_run(results)` lists both kinds: eval.run_all
 writes results.json and report.md in any case and exits with NOT_RUN_EXIT_CODE when the list is
 not empty, whatever the kind of missing input (data directory, --heldout directory, one file,
 an unreadable file).
@@ -43,18 +43,18 @@ class DataErrors(dict):
 
 
 def not_run(results: dict) -> list[str]:
-    """What could not run in {task name: task result}: "task" for a task that did not run,
-    "task/item" for an item of a task that did."""
+    """What could not run in {task name: eval.results.TaskResult}: "task" for a task that did not
+    run, "task/item" for an item of a task that did."""
     failed = []
     for name, result in results.items():
-        if "error" in result:
+        if result.error is not None:
             failed.append(name)
-        failed += [f"{name}/{item}" for item in result.get(DATA_ERRORS) or {}]
+        failed += [f"{name}/{item}" for item in result.data_errors]
     return failed
 
 
-def not_run_lines(name: str, result: dict) -> list[str]:
-    """One "<task>[/<item>]: not run: <reason>" line per task error or data error of a result."""
-    if "error" in result:
-        return [f"{name}: not run: {result['error']}"]
-    return [f"{name}/{item}: not run: {reason}" for item, reason in (result.get(DATA_ERRORS) or {}).items()]
+def not_run_lines(name: str, result) -> list[str]:
+    """One "<task>[/<item>]: not run: <reason>" line per task error or data error of a TaskResult."""
+    if result.error is not None:
+        return [f"{name}: not run: {result.error}"]
+    return [f"{name}/{item}: not run: {reason}" for item, reason in result.data_errors.items()]

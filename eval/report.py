@@ -1,13 +1,18 @@
-"""Markdown tables and result files for evaluation results (see eval.retrieval.evaluate_bitexts for the shape)."""
+"""Markdown tables for evaluation results, and report.md.
+
+The table functions take one task's flat result mapping (eval.results.TaskResult.to_dict) and a
+title; each task type (eval.task) names the one that draws it. `task_markdown` picks it from the
+result's type.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from eval.faults import DATA_ERRORS
+from eval.results import RESULTS_FILE, TaskResult, write_results_json
+from eval.task import task_type
 
-RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 SCORE_KEYS = ("xx2en", "en2xx", "mean")
 
@@ -240,30 +245,24 @@ def language_id_table(results: dict, title: str) -> str:
     return "\n".join(lines + _skipped_lines(results) + [""])
 
 
-TABLES = {"p_at_1": markdown_table, "bitext_p_at_1": bitext_table, "xsim_error": xsim_table, "mining_f1": bucc_table, "retrieval_p_at_1": retrieval_table, "accuracy": classification_table,
-          "qe_pearson": correlation_table, "sts_correlation": correlation_table, "lid_accuracy": language_id_table}  # fmt: skip
+def task_markdown(result: TaskResult, title: str) -> str:
+    """Markdown section for one task result, drawn by its task type's table (a task that did
+    not run: one line saying why)."""
+    if not result.ran:
+        return markdown_table(result.to_dict(), title)
+    return task_type(result.type).table(result.to_dict(), title)
 
 
-def task_markdown(results: dict, title: str) -> str:
-    """Markdown section for one task result, in the table style of its metric."""
-    if "error" in results:
-        return markdown_table(results, title)
-    return TABLES[results.get("metric", "p_at_1")](results, title)
-
-
-def report_markdown(results: dict) -> str:
-    """Markdown report for {task name: task result}, one section per task."""
+def report_markdown(results: dict[str, TaskResult]) -> str:
+    """Markdown report for {task name: TaskResult}, one section per task."""
     return "\n".join(task_markdown(task_result, title=task) for task, task_result in results.items())
 
 
-def write_results(results: dict, out_dir: Path) -> tuple[Path, Path]:
-    """Write `results` ({task name: task result}, or one task result) to out_dir/results.json and
-    its markdown to out_dir/report.md, creating out_dir. Returns the two paths."""
-    if "task" in results:
-        results = {results["task"]: results}
+def write_results(results: dict[str, TaskResult], out_dir: Path) -> tuple[Path, Path]:
+    """Write {task name: TaskResult} to out_dir/results.json (eval.results) and its markdown to
+    out_dir/report.md, creating out_dir. Returns the two paths."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, report_path = out_dir / RESULTS_FILE, out_dir / REPORT_FILE
-    json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    json_path = write_results_json(results, out_dir / RESULTS_FILE)
+    report_path = out_dir / REPORT_FILE
     report_path.write_text(report_markdown(results), encoding="utf-8")
     return json_path, report_path

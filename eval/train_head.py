@@ -25,18 +25,21 @@ from ems.encoder import HEAD_DIR
 from eval.encoders import ENCODER_KINDS, load_encoder
 from eval.heads import HEADS
 from eval.heads.base import ParallelEmbeddings
+from eval.heads.training import HeadHyperparameters
 from eval.heads.parallel_data import SentencePairs, encode_pairs, flores_pairs, moses_pairs
 
 TRAINING_LOG = "training_log.json"
 
 
-def train_head(name: str, data: ParallelEmbeddings, valid_fraction: float = 0.1, seed: int = 0):
+def train_head(name: str, data: ParallelEmbeddings, valid_fraction: float = 0.1, seed: int = 0,
+               hyperparameters: HeadHyperparameters | None = None):
     """A fresh head `name` (a key of eval.heads.HEADS) fit on a random (1 - valid_fraction) of
-    `data`, early-stopped on the rest. Returns (head, training log with the split sizes and seconds)."""
+    `data`, early-stopped on the rest, with `hyperparameters` (a trained head's; None: the head's
+    defaults). Returns (head, training log with the split sizes and seconds)."""
     if name not in HEADS:
         raise ValueError(f"unknown head {name!r}; available: {', '.join(HEADS)}")
     train, valid = data.split(valid_fraction, seed)
-    head = HEADS[name]()
+    head = HEADS[name](hyperparameters) if hyperparameters is not None else HEADS[name]()
     start = time.perf_counter()
     log = dict(head.fit(train, valid, seed=seed))
     log.update(train_pairs=len(train), valid_pairs=len(valid), seconds=round(time.perf_counter() - start, 2))

@@ -3,12 +3,13 @@
 import pytest
 
 from ems.ablation import DEFAULT_METRICS, metric_value, summary_table, summarize
+from eval.results import TaskResult
 
 RESULTS = {
-    "sts2017": {"languages": {"track5.en-en": {"raw": {"spearman": 0.8, "pearson": 0.7}},
-                              "track2.ar-en": {"raw": {"spearman": 0.5}}, "track6.tr-en": {"raw": {"spearman": 0.2}}}},
-    "tatoeba": {"average": {"mean": 42.5}},
-    "broken": {"task": "broken", "error": "missing file x"},
+    "sts2017": TaskResult("sts2017", "sts", languages={"track5.en-en": {"raw": {"spearman": 0.8, "pearson": 0.7}},
+                          "track2.ar-en": {"raw": {"spearman": 0.5}}, "track6.tr-en": {"raw": {"spearman": 0.2}}}),
+    "tatoeba": TaskResult("tatoeba", "tatoeba", average={"mean": 42.5}),
+    "broken": TaskResult.not_run("broken", "bucc", "missing file x"),
 }
 
 
@@ -38,13 +39,19 @@ def test_summary_table_has_reference_rows_and_mean_sd():
     assert list(DEFAULT_METRICS) == ["held-out P@1", "Tatoeba P@1", "FLORES-200 P@1"]
 
 
-def test_a_column_added_later_is_read_from_the_stored_results(tmp_path):
+@pytest.mark.parametrize("schema", [1, 2])
+def test_a_column_added_later_is_read_from_the_stored_results(tmp_path, schema):
     import json
 
     from ems.ablation import AblationConfig, with_all_columns
+    from eval.results import write_results_json
 
     (tmp_path / "eval").mkdir()
-    (tmp_path / "eval" / "results.json").write_text(json.dumps(RESULTS))
+    if schema == 2:
+        write_results_json(RESULTS, tmp_path / "eval" / "results.json")
+    else:  # a results.json written before the schema version: {task: flat result}
+        flat = {name: {k: v for k, v in result.to_dict().items() if k != "type"} for name, result in RESULTS.items()}
+        (tmp_path / "eval" / "results.json").write_text(json.dumps(flat))
     scores = tmp_path / "scores.json"
     scores.write_text(json.dumps({"steps": 5, "Tatoeba P@1": 42.5}))
     cfg = AblationConfig(metrics={"Tatoeba P@1": {"task": "tatoeba", "path": ["average", "mean"]},

@@ -11,6 +11,7 @@ from eval.bitext import BitextTask, evaluate_bitext
 from eval.retrieval import read_lines
 from eval.run_all import main as run_all_main
 from tests.test_eval_tatoeba import TrigramEncoder
+from eval.results import read_results as stored_results
 
 N = 30
 # NTREX file codes (3-letter, BCP-47 with region or script) -> the FLORES file holding the same language
@@ -44,7 +45,7 @@ def test_ems_eval_runs_the_generic_task_on_an_ntrex_layout(data_dir, tmp_path, m
     monkeypatch.setattr("eval.run_all.load_encoder", lambda spec, cache_dir, device: TrigramEncoder())
     status = run_all_main(["--encoder", "trigram", "--data-dir", str(tmp_path / "data"), "--suite",
                            str(tmp_path / "suite.yaml"), "--out", str(tmp_path / "out")])  # fmt: skip
-    result = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["ntrex"]
+    result = stored_results(tmp_path / "out")["ntrex"]
     assert status == 2 and list(result["data_errors"]) == ["spa"]
     assert list(result["languages"]) == ["deu", "fra-CA", "zho-CN", "srp-Cyrl", "cmn_Hant"]
     assert {row["n"] for row in result["languages"].values()} == {N}

@@ -31,6 +31,7 @@ from eval.classification_data import (
 )
 from eval.retrieval import MissingDataError
 from eval.run_all import run_all
+from eval.results import read_results as stored_results
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "eval"
@@ -286,7 +287,7 @@ def test_run_all_with_classification_tasks(tmp_path, data_dir):
     mldoc = results["mldoc"]
     assert list(mldoc["languages"]) == ["de"] and mldoc["skipped"]["not a language of this task"] == ["ko"]
     assert list(mldoc["data_errors"]) == ["fr"] and "french.test" in mldoc["data_errors"]["fr"]
-    saved = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    saved = stored_results(out)
     assert saved["sib200"]["languages"]["de"]["accuracy"] == pytest.approx(sib["languages"]["de"]["accuracy"])
     report = (out / "report.md").read_text(encoding="utf-8")
     de = sib["languages"]["de"]

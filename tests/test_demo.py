@@ -7,6 +7,7 @@ import yaml
 from ems.cli import run_main
 from ems.demo import CHART_FILE, REPORT_FILE, main
 from ems.train import PREEMPTED_EXIT_CODE
+from eval.results import read_results as stored_results
 
 
 def test_demo_runs_every_stage_and_writes_its_report(data_dir, tmp_path, capsys):
@@ -24,7 +25,7 @@ def test_demo_runs_every_stage_and_writes_its_report(data_dir, tmp_path, capsys)
     assert printed.count("### tatoeba") == 1  # the tables are printed once
     report = (out / REPORT_FILE).read_text()
     assert "### tatoeba" in report and "### flores200" in report and "### heldout" in report
-    trained = json.loads((out / "eval" / "trained" / "results.json").read_text())
+    trained = stored_results(out / "eval" / "trained")
     assert set(trained["tatoeba"]["languages"]) == set(trained["flores200"]["languages"]) == {"de", "ja"}
     assert trained["tatoeba"]["languages"]["de"]["n"] == 1000  # the full test set
     assert trained["heldout"]["languages"]["de"]["n"] == 50

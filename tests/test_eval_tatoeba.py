@@ -32,6 +32,7 @@ from eval.retrieval import (
 )
 from eval.run_all import main, run_all
 from eval.tatoeba import TatoebaTask, evaluate_tatoeba, load_tatoeba_pair
+from eval.results import read_results as stored_results
 
 # --- fixtures and fake encoders ---------------------------------------------------------------
 
@@ -371,7 +372,7 @@ def test_run_all_writes_results_and_report(tmp_path, capsys):
     assert set(results) == {"tatoeba", "heldout"}
     assert list(results["tatoeba"]["languages"]) == ["de"]
     assert results["tatoeba"]["skipped"] == {NOT_COVERED: ["fr"]}
-    assert json.loads((out / "results.json").read_text(encoding="utf-8")) == results
+    assert stored_results(out) == results
     report = (out / "report.md").read_text(encoding="utf-8")
     de = results["tatoeba"]["languages"]["de"]
     assert f"| de | 2 | {de['xx2en']:.1f} | {de['en2xx']:.1f} | {de['mean']:.1f} |" in report
@@ -413,7 +414,7 @@ def test_cli_loads_the_model_and_writes_to_model_eval(tmp_path, monkeypatch):
     argv = ["--model", str(model_dir), "--data-dir", str(data_root), "--heldout", str(heldout)]
     assert main(argv + ["--languages", "deu", "--max-sentences", "1", "--device", "cpu"]) == 0
     assert loaded == [(model_dir, "cpu")]
-    results = json.loads((model_dir / "eval" / "results.json").read_text(encoding="utf-8"))
+    results = stored_results(model_dir / "eval")
     assert results["tatoeba"]["languages"]["de"]["n"] == 1 and results["tatoeba"]["max_sentences"] == 1
     assert main(["--model", str(model_dir), "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
 

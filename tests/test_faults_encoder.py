@@ -2,6 +2,7 @@
 language gives the canonical code's vectors, and cutting at max_len is said and counted."""
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,18 +157,21 @@ def test_truncation_warns_once_per_call_with_the_count_and_is_counted(model):
 
 
 def test_an_evaluation_task_reports_its_truncations_once_as_a_count(model, capsys):
+    from eval.report import markdown_table
     from eval.run_all import _run_task
+    from eval.task import RunOptions, TaskRun, TaskType
 
-    def task(encoder):
+    def run(encoder, task):
         for _ in range(3):  # three encode calls, three warnings: one count in the result
             encoder.encode([LONG, *ENGLISH[:2]], "en")
-        return {"task": "t", "languages": {}, "average": None}
+        return {"task": "t", "metric": "p_at_1", "languages": {}, "average": None}
 
     results = {}
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
-        _run_task(results, "t", task, model)
-    assert results["t"]["truncated_sentences"] == 3
+        _run_task(results, TaskType("t", "p_at_1", run, markdown_table), model,
+                  TaskRun({"type": "t", "name": "t"}, Path("t.yaml"), Path("."), RunOptions()))
+    assert results["t"].truncated_sentences == 3 and results["t"]["truncated_sentences"] == 3
     assert not [w for w in shown if issubclass(w.category, TruncationWarning)]
     assert "t: 3 sentence(s) longer than the model's max_len tokens were cut" in capsys.readouterr().err
 

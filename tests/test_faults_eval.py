@@ -30,6 +30,7 @@ from eval.run_all import run_all
 from eval.train_head import main as train_head_main
 from tests.conftest import REPO_ROOT
 from tests.test_eval_tatoeba import TrigramEncoder, write_pair, write_tatoeba
+from eval.results import read_results as stored_results
 
 PAIRS = {
     "deu": [("Ich habe Hunger.", "I am hungry."), ("Guten Tag!", "Good day!"), ("Wo ist der Bahnhof?", "Where is the station?")],
@@ -73,7 +74,7 @@ def assert_one_error_line(err: str, *fragments: str) -> str:
 
 
 def read_results(out: Path) -> dict:
-    return json.loads((out / "results.json").read_text(encoding="utf-8"))
+    return {name: result.to_dict() for name, result in stored_results(out).items()}
 
 
 def run_all_cli(data: Path, out: Path, capsys, *extra) -> tuple[str, dict]:
@@ -81,7 +82,7 @@ def run_all_cli(data: Path, out: Path, capsys, *extra) -> tuple[str, dict]:
     asserted; returns (stderr, the results.json written)."""
     status, err = cli(run_all_main, ["--encoder", "trigram", "--data-dir", data, "--out", out, *extra], capsys)
     assert status == NOT_RUN_EXIT_CODE == 2
-    return err, read_results(out)
+    return err, stored_results(out)
 
 
 def assert_scored(task_result: dict, *languages: str) -> None:
@@ -279,7 +280,8 @@ def test_results_json_is_written_even_when_a_task_crashes(tmp_path):
     write_pair(heldout, "de-en", "gettext", {"de": ["Datei"], "en": ["File"]})
     with pytest.raises(RuntimeError, match="exploded"):
         run_all(Broken(), data, heldout, tmp_path / "out", progress=False, print_tables=False)
-    assert read_results(tmp_path / "out") == {"tatoeba": {"task": "tatoeba", "error": "crashed: RuntimeError: encoder exploded"}}
+    assert read_results(tmp_path / "out") == {"tatoeba": {"task": "tatoeba", "type": "tatoeba",
+                                                          "error": "crashed: RuntimeError: encoder exploded"}}
 
 
 # --- eval.mine --src-lang / --tgt-lang (item 4) -----------------------------------------------

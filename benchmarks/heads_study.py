@@ -1,0 +1,139 @@
+"""Choose the trained heads' settings on MLQE-PE dev, and measure the effect of training-set size.
+
+    python benchmarks/heads_study.py --encoder SPEC --data-dir DATA --pairs CORPUS [--cache-dir DIR]
+                                     [--caps 1000,10000,all] [--out FILE.json]
+
+For each head-training source (FLORES-200 devtest en-X pairs; the Moses-format corpus CORPUS,
+e.g. the shared Tatoeba Challenge + TICO-19 pairs cleaned with configs/data/heads.yaml, capped at
+each of --caps pairs per language with data_prep's seeded sample) and each head setting (the
+centering, ridge projection and reversible heads at their defaults; DREAM and MEAT over a grid of
+learning rates), heads are trained per task exactly as eval.run_all does (the task's languages,
+10% held out for early stopping, seed 0) and scored as Pearson r of the meaning view on:
+  WMT20 QE dev (MLQE-PE `dev`, the selection split), WMT20 QE test20 (reported only), and every
+  STS2017 track (reported only; STS2017 has no dev split, so STS heads use the setting chosen on
+  QE dev).
+Selection reads only the QE dev figures: for each head and source the learning rate with the best
+dev average, and across sources the one with the best dev average. Test figures are printed beside
+them and never compared. Averages are over the QE pairs every source has training pairs for (the
+corpus has no Sinhala: si-en is left out of those averages) and, for FLORES, over all six too.
+Embeddings come from the encoder's cache: the corpus is encoded whole once and every cap takes
+its rows (the same rows `capped` keeps), so caps cost no extra encoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from eval.correlation import RAW, evaluate_scored_pairs
+from eval.encoders import load_encoder
+from eval.heads import HEADS
+from eval.heads.parallel_data import capped_rows, encode_pairs, flores_pairs, pivot_pairs
+from eval.qe import read_qe_pairs
+from eval.sts import read_sts_tracks
+from eval.train_head import train_head
+
+ROOT = Path(__file__).resolve().parents[1]
+QE_PAIRS = ["en-de", "en-zh", "et-en", "ne-en", "ro-en", "si-en"]
+LEARNING_RATES = {"dream": [3e-4, 1e-3, 3e-3], "meat": [1e-4, 3e-4, 1e-3]}
+
+
+def head_settings(chosen: dict[str, float] | None = None) -> list[tuple[str, str, object]]:
+    """(label, head name, hyperparameters or None for the defaults) for every setting compared:
+    the grid, or with `chosen` ({head: learning rate chosen on QE dev}) only those."""
+    settings = [("centering", "centering", None), ("projection", "projection", None), ("reversible", "reversible", None)]
+    for name, rates in LEARNING_RATES.items():
+        for rate in ([chosen[name]] if chosen else rates):
+            settings.append((f"{name} lr={rate:g}", name, replace(HEADS[name].default_hyperparameters, learning_rate=rate)))
+    return settings
+
+
+def chosen_on_dev(rows: list[dict], source: str) -> dict[str, float]:
+    """{head: the learning rate whose QE dev average (meaning view) is best} for `source`."""
+    chosen = {}
+    for name in LEARNING_RATES:
+        candidates = [row for row in rows if row["source"] == source and row["task"] == "qe" and row["head"] == name]
+        best = max(candidates, key=lambda row: row["dev_avg"][name])
+        chosen[name] = best["learning_rate"]
+    return chosen
+
+
+def training_data(encoder, source: str, languages: list[str], flores_dir: Path, corpus: Path):
+    """ParallelEmbeddings of the English-X pairs of `source` ("flores" or "corpus@N"/"corpus@all")
+    for the languages of `languages` that the source has, and those languages."""
+    if source == "flores":
+        sets = flores_pairs(flores_dir, languages)
+        return encode_pairs(encoder, sets), [s.y_lang for s in sets]
+    cap = None if source.endswith("@all") else int(source.split("@")[1])
+    have = [lang for lang in languages if lang != "en" and ((corpus / f"en-{lang}").is_dir() or (corpus / f"{lang}-en").is_dir())]
+    sets = pivot_pairs(corpus, have)
+    data = encode_pairs(encoder, sets)  # the sets' rows one after another
+    rows, offset = [], 0
+    for pairs in sets:
+        keep = capped_rows(len(pairs.x), cap, 0)
+        rows.append(offset + (np.arange(len(pairs.x)) if keep is None else keep))
+        offset += len(pairs.x)
+    return data.subset(np.concatenate(rows)), [s.y_lang for s in sets]
+
+
+def pearson_of(per_set: dict, view: str, names: list[str]) -> float | None:
+    values = [per_set[name][view]["pearson"] for name in names if per_set[name].get(view)]
+    return float(np.mean(values)) if len(values) == len(names) else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--encoder", required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--pairs", type=Path, required=True, help="Moses-format corpus root (configs/data/heads.yaml)")
+    parser.add_argument("--cache-dir", type=Path)
+    parser.add_argument("--caps", default="1000,10000,all")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    encoder = load_encoder(args.encoder, args.cache_dir)
+    qe_dev, _ = read_qe_pairs(args.data_dir / "mlqe", QE_PAIRS, "dev")
+    qe_test, _ = read_qe_pairs(args.data_dir / "mlqe", QE_PAIRS, "test20")
+    tracks = yaml.safe_load((ROOT / "configs/eval/sts2017.yaml").read_text())["tracks"]
+    sts, _ = read_sts_tracks(args.data_dir / "sts2017", tracks)
+    tasks = {"qe": (sorted({l for p in QE_PAIRS for l in p.split("-")}), {"dev": qe_dev, "test": qe_test}),
+             "sts": (sorted({l for t in tracks for l in t["langs"]}), {"test": sts})}
+    sources = ["flores"] + [f"corpus@{cap}" for cap in args.caps.split(",")]
+    rows = []
+    for source in sources:
+        for task, (languages, splits) in tasks.items():
+            data, trained_languages = training_data(encoder, source, languages, args.data_dir / "flores200/devtest", args.pairs)
+            for label, name, hyperparameters in head_settings(chosen_on_dev(rows, source) if task != "qe" else None):
+                start = time.perf_counter()
+                head, log = train_head(name, data, 0.1, 0, hyperparameters)
+                scored = {split: evaluate_scored_pairs(encoder, sets, {name: head})[0] for split, sets in splits.items()}
+                row = {"source": source, "task": task, "setting": label, "head": name, "train_pairs": len(data),
+                       "languages": trained_languages, "best_epoch": log.get("best_epoch"), "epochs": log.get("epochs"),
+                       "seconds": round(time.perf_counter() - start, 1),
+                       "learning_rate": getattr(head, "hyperparameters", None) and head.hyperparameters.learning_rate}
+                for split, per_set in scored.items():
+                    covered = [s for s in per_set if set(s.split(".")[-1].split("-")) - {"en"} <= set(trained_languages)]
+                    row[split] = {s: {v: (per_set[s][v] or {}).get("pearson") for v in (RAW, name)} for s in per_set}
+                    row[f"{split}_avg"] = {v: pearson_of(per_set, v, [s for s in covered if s != "si-en"]) for v in (RAW, name)}
+                    if task == "qe" and source == "flores":
+                        row[f"{split}_avg6"] = {v: pearson_of(per_set, v, list(per_set)) for v in (RAW, name)}
+                rows.append(row)
+                dev = row.get("dev_avg", {}).get(name)
+                print(f"{source:14} {task:4} {label:18} pairs {len(data):6} epochs {row['epochs']} "
+                      f"dev {dev if dev is None else round(dev, 3)} test {round(row['test_avg'][name] or float('nan'), 3)} "
+                      f"({row['seconds']} s)", flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"encoder": args.encoder, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
