@@ -88,15 +88,74 @@ def pearson_of(per_set: dict, view: str, names: list[str]) -> float | None:
     return float(np.mean(values)) if len(values) == len(names) else None
 
 
+def _cell(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def summary(rows: list[dict]) -> str:
+    """Markdown: (1) every QE setting's dev and test averages per source, (2) per head the
+    setting and source chosen on QE dev with its test figures per pair, (3) STS per source with
+    the QE-dev-chosen learning rates."""
+    qe = [row for row in rows if row["task"] == "qe"]
+    sources = list(dict.fromkeys(row["source"] for row in rows))
+    settings = list(dict.fromkeys(row["setting"] for row in qe))
+    out = ["QE meaning-view Pearson r, average over the 5 pairs without si-en: dev (selection) / test20 (reported)", "",
+           "| setting | " + " | ".join(sources) + " |", "|:--|" + "--:|" * len(sources)]
+    raw = next(row for row in qe)
+    out.insert(3, f"| raw | " + " | ".join(f"{_cell(raw['dev_avg']['raw'])} / {_cell(raw['test_avg']['raw'])}" for _ in sources) + " |")
+    for setting in settings:
+        cells = []
+        for source in sources:
+            row = next((r for r in qe if r["source"] == source and r["setting"] == setting), None)
+            cells.append("–" if row is None else f"{_cell(row['dev_avg'][row['head']])} / {_cell(row['test_avg'][row['head']])}")
+        out.append(f"| {setting} | " + " | ".join(cells) + " |")
+    pairs = list(raw["test"])
+    out += ["", "Chosen on QE dev (best dev average over 5 pairs, any source and learning rate); test20 per pair:", "",
+            "| view | chosen | dev avg5 | " + " | ".join(pairs) + " | test avg5 | test avg6 |", "|:--|:--|--:|" + "--:|" * (len(pairs) + 2)]
+    flores = next(row for row in qe if row["source"] == "flores")
+    out.append("| raw | – | " + _cell(raw["dev_avg"]["raw"]) + " | " + " | ".join(_cell(raw["test"][p]["raw"]) for p in pairs)
+               + f" | {_cell(raw['test_avg']['raw'])} | {_cell(flores['test_avg6']['raw'])} |")
+    for head in dict.fromkeys(row["head"] for row in qe):
+        best = max((row for row in qe if row["head"] == head), key=lambda row: row["dev_avg"][head] or -1)
+        six = _cell(best["test_avg6"][head]) if "test_avg6" in best else "–"
+        out.append(f"| {head} | {best['setting']}, {best['source']} | {_cell(best['dev_avg'][head])} | "
+                   + " | ".join(_cell(best["test"][p][head]) for p in pairs) + f" | {_cell(best['test_avg'][head])} | {six} |")
+    sts = [row for row in rows if row["task"] == "sts"]
+    if sts:
+        tracks = list(sts[0]["test"])
+        out += ["", "STS2017 Pearson r per track (heads with the QE-dev-chosen learning rate of each source):", "",
+                "| source | view | " + " | ".join(tracks) + " | avg |", "|:--|:--|" + "--:|" * (len(tracks) + 1)]
+        for source in sources:
+            source_rows = [row for row in sts if row["source"] == source]
+            if not source_rows:
+                continue
+            first = source_rows[0]
+            out.append(f"| {source} | raw | " + " | ".join(_cell(first["test"][t]["raw"]) for t in tracks) + f" | {_cell(first['test_avg']['raw'])} |")
+            for row in source_rows:
+                out.append(f"| {source} | {row['setting']} | " + " | ".join(_cell(row["test"][t][row["head"]]) for t in tracks)
+                           + f" | {_cell(row['test_avg'][row['head']])} |")
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--encoder", required=True)
-    parser.add_argument("--data-dir", type=Path, required=True)
-    parser.add_argument("--pairs", type=Path, required=True, help="Moses-format corpus root (configs/data/heads.yaml)")
+    parser.add_argument("--summary", type=Path, nargs="+", help="print the tables of finished studies' JSON files (rows joined) and exit")
+    parser.add_argument("--encoder")
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--pairs", type=Path, help="Moses-format corpus root (configs/data/heads.yaml)")
     parser.add_argument("--cache-dir", type=Path)
     parser.add_argument("--caps", default="1000,10000,all")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--tasks", default="qe,sts", help="which of qe, sts to run")
+    parser.add_argument("--continue-from", type=Path, help="a study JSON of the same encoder whose rows (e.g. the QE "
+                        "rows STS takes its learning rates from) are kept and not run again")
+    parser.add_argument("--corpus-tasks", default="qe,sts", help="tasks that also train on the corpus caps (others: FLORES only)")
     args = parser.parse_args()
+    if args.summary:
+        print(summary([row for path in args.summary for row in json.loads(path.read_text())["rows"]]), end="")
+        return
+    if not (args.encoder and args.data_dir and args.pairs):
+        parser.error("--encoder, --data-dir and --pairs are required (unless --summary)")
     torch.set_num_threads(1)
 
     encoder = load_encoder(args.encoder, args.cache_dir)
@@ -107,11 +166,17 @@ def main() -> None:
     tasks = {"qe": (sorted({l for p in QE_PAIRS for l in p.split("-")}), {"dev": qe_dev, "test": qe_test}),
              "sts": (sorted({l for t in tracks for l in t["langs"]}), {"test": sts})}
     sources = ["flores"] + [f"corpus@{cap}" for cap in args.caps.split(",")]
-    rows = []
+    rows = json.loads(args.continue_from.read_text())["rows"] if args.continue_from else []
+    done = {(row["source"], row["task"], row["setting"]) for row in rows}
+    tasks = {task: tasks[task] for task in args.tasks.split(",")}
     for source in sources:
         for task, (languages, splits) in tasks.items():
+            if source != "flores" and task not in args.corpus_tasks.split(","):
+                continue
             data, trained_languages = training_data(encoder, source, languages, args.data_dir / "flores200/devtest", args.pairs)
             for label, name, hyperparameters in head_settings(chosen_on_dev(rows, source) if task != "qe" else None):
+                if (source, task, label) in done:
+                    continue
                 start = time.perf_counter()
                 head, log = train_head(name, data, 0.1, 0, hyperparameters)
                 scored = {split: evaluate_scored_pairs(encoder, sets, {name: head})[0] for split, sets in splits.items()}

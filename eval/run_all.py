@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml

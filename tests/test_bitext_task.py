@@ -2,7 +2,6 @@
 newstest2019-ref.<code>.txt / newstest2019-src.eng.txt), run by `python -m eval.run_all`; margin
 scoring and LASER's duplicate rule on hand-built vectors."""
 
-import json
 
 import numpy as np
 import pytest

@@ -1,7 +1,6 @@
 """Zero-shot classification: the MLP evaluator on hand-checked synthetic embeddings, the MLDoc /
 webis-cls-10 / SIB-200 readers on fixtures and real data, and the task inside eval.run_all."""
 
-import json
 import re
 import zlib
 from pathlib import Path

@@ -6,7 +6,6 @@ see conftest.py) and are skipped with a message when it does not exist.
 
 from __future__ import annotations
 
-import json
 import zlib
 from pathlib import Path
 

@@ -9,7 +9,6 @@ for real, with precomputed (`npy:`) embeddings.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

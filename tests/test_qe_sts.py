@@ -1,7 +1,6 @@
 """WMT20 QE and STS2017: readers (real files and hand-made fixtures with quotes and malformed
 rows), Pearson/Spearman against hand-computed values, and run_all end to end on a tiny subset."""
 
-import json
 
 import numpy as np
 import pytest

