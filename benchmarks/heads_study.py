@@ -55,8 +55,11 @@ def head_settings(chosen: dict[str, float] | None = None) -> list[tuple[str, str
     return settings
 
 
-def chosen_on_dev(rows: list[dict], source: str) -> dict[str, float]:
-    """{head: the learning rate whose QE dev average (meaning view) is best} for `source`."""
+def chosen_on_dev(rows: list[dict], source: str) -> dict[str, float] | None:
+    """{head: the learning rate whose QE dev average (meaning view) is best} for `source`; None
+    when there are no QE rows for it (then STS runs the whole grid and the summary picks)."""
+    if not any(row["source"] == source and row["task"] == "qe" for row in rows):
+        return None
     chosen = {}
     for name in LEARNING_RATES:
         candidates = [row for row in rows if row["source"] == source and row["task"] == "qe" and row["head"] == name]
@@ -126,7 +129,9 @@ def summary(rows: list[dict]) -> str:
         out += ["", "STS2017 Pearson r per track (heads with the QE-dev-chosen learning rate of each source):", "",
                 "| source | view | " + " | ".join(tracks) + " | avg |", "|:--|:--|" + "--:|" * (len(tracks) + 1)]
         for source in sources:
-            source_rows = [row for row in sts if row["source"] == source]
+            chosen = chosen_on_dev(rows, source)
+            source_rows = [row for row in sts if row["source"] == source
+                           and (chosen is None or row["head"] not in chosen or row["learning_rate"] == chosen[row["head"]])]
             if not source_rows:
                 continue
             first = source_rows[0]
