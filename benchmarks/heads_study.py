@@ -102,27 +102,29 @@ def summary(rows: list[dict]) -> str:
     qe = [row for row in rows if row["task"] == "qe"]
     sources = list(dict.fromkeys(row["source"] for row in rows))
     settings = list(dict.fromkeys(row["setting"] for row in qe))
-    out = ["QE meaning-view Pearson r, average over the 5 pairs without si-en: dev (selection) / test20 (reported)", "",
-           "| setting | " + " | ".join(sources) + " |", "|:--|" + "--:|" * len(sources)]
-    raw = next(row for row in qe)
-    out.insert(3, f"| raw | " + " | ".join(f"{_cell(raw['dev_avg']['raw'])} / {_cell(raw['test_avg']['raw'])}" for _ in sources) + " |")
-    for setting in settings:
-        cells = []
-        for source in sources:
-            row = next((r for r in qe if r["source"] == source and r["setting"] == setting), None)
-            cells.append("–" if row is None else f"{_cell(row['dev_avg'][row['head']])} / {_cell(row['test_avg'][row['head']])}")
-        out.append(f"| {setting} | " + " | ".join(cells) + " |")
-    pairs = list(raw["test"])
-    out += ["", "Chosen on QE dev (best dev average over 5 pairs, any source and learning rate); test20 per pair:", "",
-            "| view | chosen | dev avg5 | " + " | ".join(pairs) + " | test avg5 | test avg6 |", "|:--|:--|--:|" + "--:|" * (len(pairs) + 2)]
-    flores = next(row for row in qe if row["source"] == "flores")
-    out.append("| raw | – | " + _cell(raw["dev_avg"]["raw"]) + " | " + " | ".join(_cell(raw["test"][p]["raw"]) for p in pairs)
-               + f" | {_cell(raw['test_avg']['raw'])} | {_cell(flores['test_avg6']['raw'])} |")
-    for head in dict.fromkeys(row["head"] for row in qe):
-        best = max((row for row in qe if row["head"] == head), key=lambda row: row["dev_avg"][head] or -1)
-        six = _cell(best["test_avg6"][head]) if "test_avg6" in best else "–"
-        out.append(f"| {head} | {best['setting']}, {best['source']} | {_cell(best['dev_avg'][head])} | "
-                   + " | ".join(_cell(best["test"][p][head]) for p in pairs) + f" | {_cell(best['test_avg'][head])} | {six} |")
+    out = []
+    if qe:
+        out += ["QE meaning-view Pearson r, average over the 5 pairs without si-en: dev (selection) / test20 (reported)", "",
+               "| setting | " + " | ".join(sources) + " |", "|:--|" + "--:|" * len(sources)]
+        raw = next(row for row in qe)
+        out.insert(3, f"| raw | " + " | ".join(f"{_cell(raw['dev_avg']['raw'])} / {_cell(raw['test_avg']['raw'])}" for _ in sources) + " |")
+        for setting in settings:
+            cells = []
+            for source in sources:
+                row = next((r for r in qe if r["source"] == source and r["setting"] == setting), None)
+                cells.append("–" if row is None else f"{_cell(row['dev_avg'][row['head']])} / {_cell(row['test_avg'][row['head']])}")
+            out.append(f"| {setting} | " + " | ".join(cells) + " |")
+        pairs = list(raw["test"])
+        out += ["", "Chosen on QE dev (best dev average over 5 pairs, any source and learning rate); test20 per pair:", "",
+                "| view | chosen | dev avg5 | " + " | ".join(pairs) + " | test avg5 | test avg6 |", "|:--|:--|--:|" + "--:|" * (len(pairs) + 2)]
+        flores = next(row for row in qe if row["source"] == "flores")
+        out.append("| raw | – | " + _cell(raw["dev_avg"]["raw"]) + " | " + " | ".join(_cell(raw["test"][p]["raw"]) for p in pairs)
+                   + f" | {_cell(raw['test_avg']['raw'])} | {_cell(flores['test_avg6']['raw'])} |")
+        for head in dict.fromkeys(row["head"] for row in qe):
+            best = max((row for row in qe if row["head"] == head), key=lambda row: row["dev_avg"][head] or -1)
+            six = _cell(best["test_avg6"][head]) if "test_avg6" in best else "–"
+            out.append(f"| {head} | {best['setting']}, {best['source']} | {_cell(best['dev_avg'][head])} | "
+                       + " | ".join(_cell(best["test"][p][head]) for p in pairs) + f" | {_cell(best['test_avg'][head])} | {six} |")
     sts = [row for row in rows if row["task"] == "sts"]
     if sts:
         tracks = list(sts[0]["test"])
