@@ -107,7 +107,7 @@ def summary(rows: list[dict]) -> str:
         out += ["QE meaning-view Pearson r, average over the 5 pairs without si-en: dev (selection) / test20 (reported)", "",
                "| setting | " + " | ".join(sources) + " |", "|:--|" + "--:|" * len(sources)]
         raw = next(row for row in qe)
-        out.insert(3, f"| raw | " + " | ".join(f"{_cell(raw['dev_avg']['raw'])} / {_cell(raw['test_avg']['raw'])}" for _ in sources) + " |")
+        out.insert(4, f"| raw | " + " | ".join(f"{_cell(raw['dev_avg']['raw'])} / {_cell(raw['test_avg']['raw'])}" for _ in sources) + " |")
         for setting in settings:
             cells = []
             for source in sources:
