@@ -2,13 +2,17 @@
 
 In: a corpus root (aligned-pair layout, raw or pretokenized) and a vocabulary directory.
 Out, in `out_dir`:
-- `tokens.npy`   int32, every sentence's ids concatenated (side 1 of pair i is sentence 2i,
+- `tokens.npy`   every sentence's ids concatenated, in the narrowest dtype the vocabulary allows
+                 (uint16 below 65,536 pieces, else int32; `token_dtype`) (side 1 of pair i is sentence 2i,
                  side 2 is sentence 2i+1). Side 2 is the corpus's pivot language (the language of
                  most language pairs: English in an English-centric corpus) in every pair that has
                  it, else the pair's second language: English-centric batches are then X -> English
                  whatever the alphabetical order, and sorting by side 1's length first does not line
                  up the translations of one English sentence (see ems.data.BatchOrder)
 - `offsets.npy`  int64, sentence k is tokens[offsets[k]:offsets[k+1]]
+- `lengths.npy`  (n_pairs, 2) token count of each pair's two sides, in the narrowest dtype the
+                 longest sentence allows (uint8 up to 255 tokens, uint16, else int32;
+                 `length_dtype`), so the trainer's batch order never has to diff the offsets
 - `langs.npy`    int16 (n_pairs, 2), language index of each side
 - `content_ids.npy` uint64 (n_pairs, 2), each side's content id: a 64-bit hash of its normalised
                  text (`data_prep.clean.normalize` + `overlap_key`), equal for equal sentences in any
@@ -16,7 +20,9 @@ Out, in `out_dir`:
 - `index.json`   languages, the pivot, one entry per corpus file pair with its side order
                  (`sides`) and [start, end) pair range
                  (so the trainer can sample by language pair) and its report (read, kept,
-                 skipped by reason); written last, so its presence means the shards are complete.
+                 skipped by reason), `format` (SHARD_FORMAT) and the dtypes; written last, so its
+                 presence means the shards are complete.
+Shards written before `format` 2 (int32 tokens, no lengths.npy) still read (ems.data.PairShards).
 Each file pair is encoded by a worker process into `out_dir/parts/<pair>.<name>/` (raw token and length
 arrays, streamed batch by batch); a join step concatenates the parts in corpus order. The
 result is byte-identical whatever the number of workers, and a rerun keeps finished parts.
@@ -43,7 +49,8 @@ from ems.text import Tokenizer
 INDEX_FILE = "index.json"
 PARTS_DIR = "parts"
 COPY_BYTES = 1 << 24  # bytes per copy step of the join
-SHARD_ARRAYS = ("tokens.npy", "offsets.npy", "langs.npy", "content_ids.npy")
+SHARD_ARRAYS = ("tokens.npy", "offsets.npy", "lengths.npy", "langs.npy", "content_ids.npy")
+SHARD_FORMAT = 2  # 2: narrow token dtype and lengths.npy; 1 (no "format" in index.json): int32 tokens
 JOIN_ROWS = 1 << 20  # sentence lengths (and pair language rows) per step of the join: memory stays flat
 
 
@@ -111,6 +118,25 @@ def _check_languages(tokenizer: Tokenizer, all_files: list[ParallelFiles]) -> No
             tokenizer.lang_index(lang)  # clear error for a language the vocabulary lacks
 
 
+def token_dtype(vocab_size: int) -> str:
+    """The narrowest dtype that holds every id of a `vocab_size`-piece vocabulary."""
+    return "<u2" if vocab_size <= 1 << 16 else "<i4"
+
+
+def length_dtype(max_length: int) -> str:
+    """The narrowest dtype that holds sentence lengths up to `max_length` tokens."""
+    return "<u1" if max_length < 1 << 8 else "<u2" if max_length < 1 << 16 else "<i4"
+
+
+def _max_length(parts: list[Path]) -> int:
+    longest = 0
+    for part in parts:
+        with open(part / "lengths.bin", "rb") as part_lengths:
+            while (lengths := np.fromfile(part_lengths, dtype="<i4", count=JOIN_ROWS)).size:
+                longest = max(longest, int(lengths.max()))
+    return longest
+
+
 def _open_npy(path: Path, dtype: str, shape: tuple[int, ...]):
     """A .npy file opened for writing its data sequentially after the header."""
     out = open(path, "wb")
@@ -119,24 +145,31 @@ def _open_npy(path: Path, dtype: str, shape: tuple[int, ...]):
 
 
 def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Tokenizer) -> None:
-    """Concatenate the parts into the three arrays with sequential writes (no memory map, whose
-    written pages would count in the resident set), JOIN_ROWS lengths in memory at a time."""
+    """Concatenate the parts into the shard arrays with sequential writes (no memory map, whose
+    written pages would count in the resident set), JOIN_ROWS values in memory at a time; tokens
+    and lengths narrowed to `token_dtype` / `length_dtype`. Returns those two dtypes."""
     n_pairs = sum(e["n_pairs"] for e in entries)
     n_tokens = sum((p / "tokens.bin").stat().st_size // 4 for p in parts)
-    with _open_npy(out_dir / "tokens.npy.partial", "<i4", (n_tokens,)) as tokens, \
+    tokens_dtype, lengths_dtype = token_dtype(tokenizer.vocab_size), length_dtype(_max_length(parts))
+    with _open_npy(out_dir / "tokens.npy.partial", tokens_dtype, (n_tokens,)) as tokens, \
             _open_npy(out_dir / "offsets.npy.partial", "<i8", (2 * n_pairs + 1,)) as offsets, \
+            _open_npy(out_dir / "lengths.npy.partial", lengths_dtype, (n_pairs, 2)) as side_lengths, \
             _open_npy(out_dir / "langs.npy.partial", "<i2", (n_pairs, 2)) as langs, \
             _open_npy(out_dir / "content_ids.npy.partial", "<u8", (n_pairs, 2)) as content_ids:
         np.zeros(1, dtype="<i8").tofile(offsets)
         end, pair_pos = 0, 0
         for part, entry in zip(parts, entries):
-            for name, joined in (("tokens.bin", tokens), ("content_ids.bin", content_ids)):
-                with open(part / name, "rb") as part_file:
-                    shutil.copyfileobj(part_file, joined, COPY_BYTES)
+            with open(part / "content_ids.bin", "rb") as part_file:
+                shutil.copyfileobj(part_file, content_ids, COPY_BYTES)
+            with open(part / "tokens.bin", "rb") as part_tokens:
+                while (ids := np.fromfile(part_tokens, dtype="<i4", count=COPY_BYTES // 4)).size:
+                    ids.astype(tokens_dtype).tofile(tokens)
             with open(part / "lengths.bin", "rb") as part_lengths:
+                # JOIN_ROWS is even, so every chunk holds whole pairs (both sides of a pair are written together)
                 while (lengths := np.fromfile(part_lengths, dtype="<i4", count=JOIN_ROWS)).size:
                     ends = end + np.cumsum(lengths, dtype="<i8")
                     ends.tofile(offsets)
+                    lengths.astype(lengths_dtype).tofile(side_lengths)
                     end = int(ends[-1])
             pair_langs = np.asarray([tokenizer.lang_index(lang) for lang in entry["sides"]], dtype="<i2")
             for start in range(0, entry["n_pairs"], JOIN_ROWS):
@@ -145,6 +178,7 @@ def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Toke
             pair_pos += entry["n_pairs"]
     for name in SHARD_ARRAYS:
         (out_dir / f"{name}.partial").replace(out_dir / name)
+    return tokens_dtype, lengths_dtype
 
 
 def binarize(
@@ -180,8 +214,11 @@ def binarize(
             entries = list(pool.imap(_encode_part, tasks))
     if not sum(e["n_pairs"] for e in entries):
         raise ValueError(f"{corpus_root}: no sentence pairs to binarize")
-    _join(out_dir, parts, entries, tokenizer)
+    tokens_dtype, lengths_dtype = _join(out_dir, parts, entries, tokenizer)
     index = {
+        "format": SHARD_FORMAT,
+        "token_dtype": np.dtype(tokens_dtype).name,
+        "length_dtype": np.dtype(lengths_dtype).name,
         "languages": tokenizer.languages,
         "vocab_size": tokenizer.vocab_size,
         "vocab_sha1": vocab_sha1,

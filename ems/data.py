@@ -26,7 +26,9 @@ from ems.text import PAD_ID
 
 
 class PairShards:
-    """Memory-mapped view of a `data_prep.binarize` output directory."""
+    """Memory-mapped view of a `data_prep.binarize` output directory: the current format (token
+    ids in uint16 when the vocabulary allows, per-pair side lengths in lengths.npy) or the
+    format-1 shards written before it (int32 ids, lengths derived from the offsets)."""
 
     def __init__(self, directory: str | Path):
         directory = Path(directory)
@@ -44,6 +46,10 @@ class PairShards:
         if self.content_ids is not None and self.content_ids.shape != self.langs.shape:
             raise ValueError(f"{directory}: content_ids.npy and langs.npy disagree on the number of pairs")
         self.languages: list[str] = self.index["languages"]
+        lengths_path = directory / "lengths.npy"
+        self.lengths = np.load(lengths_path, mmap_mode="r", allow_pickle=False) if lengths_path.is_file() else None
+        if self.lengths is not None and self.lengths.shape != self.langs.shape:
+            raise ValueError(f"{directory}: lengths.npy and langs.npy disagree on the number of pairs")
 
     def __len__(self) -> int:
         return len(self.langs)
@@ -56,8 +62,11 @@ class PairShards:
         return self.side_lengths().max(axis=1)
 
     def side_lengths(self) -> np.ndarray:
-        """(n_pairs, 2) token counts of each pair's first and second side."""
-        lengths = np.diff(self.offsets)
+        """(n_pairs, 2) int32 token counts of each pair's first and second side (from lengths.npy,
+        or from the offsets in format-1 shards)."""
+        if self.lengths is not None:
+            return np.asarray(self.lengths, dtype=np.int32)
+        lengths = np.diff(self.offsets).astype(np.int32)
         return np.stack([lengths[0::2], lengths[1::2]], axis=1)
 
     def language_pair_groups(self) -> dict[str, np.ndarray]:
