@@ -94,6 +94,7 @@ STOP_FILE = "STOP"  # in `out`: stop at the next step boundary, checkpoint, exit
 CONFIG_HISTORY_FILE = "train_config_history.yaml"
 RUN_CONFIG_FILE = "run_config.json"  # in each checkpoint: the config it was trained under, checked on resume
 AUTOCAST_MODES = ("none", "bf16", "auto")
+LR_SCALING_RULES = ("none", "linear", "sqrt")
 
 
 @dataclass
@@ -116,6 +117,15 @@ class TrainConfig:
     bucket_batches: int = 1000
     lr: float = 3e-4
     warmup_steps: int = 10_000
+    # Batch-size-aware schedule (ems.train.effective_schedule). The paper's lr 3e-4 and 10k
+    # warm-up steps go with 4 GPUs x 152 pairs = 608 pairs per step (reference_global_batch).
+    # warmup_samples (pairs), when set, replaces warmup_steps: warm-up steps = ceil(warmup_samples /
+    # global batch), the same share of the data at any global batch (the paper's: 6,080,000).
+    # lr_scaling rescales lr from reference_global_batch to the run's global batch: "linear"
+    # (Goyal et al., 2017), "sqrt" (Krizhevsky, 2014; Adam's usual rule), "none" (lr as given).
+    warmup_samples: int | None = None
+    lr_scaling: str = "none"
+    reference_global_batch: int = 608
     weight_decay: float = 1e-5
     max_steps: int = 100_000
     max_epochs: float | None = None  # if set, max_steps = this many passes over the data (depends on the global batch)
@@ -163,7 +173,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """Every value's range, checked when the config is built: a bad value is one error naming
         the key, not a crash (or a silent misbehaviour) somewhere in a run."""
-        at_least = {"batch_size": 1, "warmup_steps": 0, "max_steps": 1, "budget_probe_steps": 1, "log_every": 1,
+        at_least = {"batch_size": 1, "warmup_steps": 0, "reference_global_batch": 1, "max_steps": 1, "budget_probe_steps": 1, "log_every": 1,
                     "save_every": 1, "keep_checkpoints": 1, "valid_every": 1, "valid_pairs": 1, "probe_every": 0,
                     "probe_sentences": 1, "bucket_batches": 1, "weight_decay": 0.0}
         problems = [f"{key} must be at least {low}, got {getattr(self, key)!r}"
@@ -175,6 +185,10 @@ class TrainConfig:
             problems.append(f"lr must be a positive number, got {self.lr!r}")
         if not 0 <= self.padding_budget < 1:
             problems.append(f"padding_budget must be in [0, 1), got {self.padding_budget!r}")
+        if self.warmup_samples is not None and not self.warmup_samples >= 0:
+            problems.append(f"warmup_samples must be at least 0 or null, got {self.warmup_samples!r}")
+        if self.lr_scaling not in LR_SCALING_RULES:
+            problems.append(f"lr_scaling must be one of {', '.join(LR_SCALING_RULES)}, got {self.lr_scaling!r}")
         if self.autocast not in AUTOCAST_MODES:
             problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
         if problems:
@@ -193,6 +207,36 @@ class LinearSchedule:
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
         return max(0.0, (self.max_steps - step) / max(1, self.max_steps - self.warmup_steps))
+
+
+@dataclass(frozen=True)
+class EffectiveSchedule:
+    """The peak lr and warm-up steps a run uses at its global batch (effective_schedule)."""
+
+    lr: float
+    warmup_steps: int
+    global_batch: int
+
+    def describe(self, cfg: TrainConfig, max_steps: int, world_size: int, accumulation: int) -> str:
+        """One line for the start of a run: the global batch, the lr and warm-up and where they come from."""
+        ratio = self.global_batch / cfg.reference_global_batch
+        lr_from = (f"lr {cfg.lr:g} x {ratio:g}{'' if cfg.lr_scaling == 'linear' else ' ** 0.5'} ({cfg.lr_scaling} scaling from "
+                   f"{cfg.reference_global_batch} pairs)" if cfg.lr_scaling != "none" else "lr as configured")
+        warm_from = (f"warmup_samples {cfg.warmup_samples:,} / {self.global_batch}" if cfg.warmup_samples is not None
+                     else "warmup_steps as configured")
+        share = 100.0 * min(self.warmup_steps, max_steps) / max_steps
+        return (f"schedule: global batch {self.global_batch} pairs ({world_size} ranks x {accumulation} accumulation x "
+                f"{cfg.batch_size}); peak lr {self.lr:.3g} ({lr_from}); warm-up {self.warmup_steps} steps = "
+                f"{self.warmup_steps * self.global_batch:,} pairs ({warm_from}), {share:.1f}% of {max_steps} steps")
+
+
+def effective_schedule(cfg: TrainConfig, global_batch: int) -> EffectiveSchedule:
+    """The peak lr and warm-up steps for `global_batch` pairs per optimizer step: lr scaled from
+    cfg.reference_global_batch by cfg.lr_scaling, warm-up from cfg.warmup_samples when set."""
+    ratio = global_batch / cfg.reference_global_batch
+    lr = cfg.lr * (ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio) if cfg.lr_scaling == "sqrt" else 1.0)
+    warmup = cfg.warmup_steps if cfg.warmup_samples is None else math.ceil(cfg.warmup_samples / global_batch)
+    return EffectiveSchedule(lr=lr, warmup_steps=warmup, global_batch=global_batch)
 
 
 def steps_within_budget(step: int, seconds_per_step: float, elapsed_minutes: float, budget_minutes: float) -> int:
@@ -572,12 +616,13 @@ def apply_schedule_on_resume(run: Run, client_state: dict, changes: dict[str, li
     state, cfg = run.state, run.cfg
     state.budget_fitted = bool(client_state.get("budget_fitted")) and not changes.keys() & set(SCHEDULE_END_KEYS)
     state.max_steps = client_state["max_steps"] if state.budget_fitted else state.max_steps
-    run.schedule.warmup_steps, run.schedule.max_steps = cfg.warmup_steps, state.max_steps
+    effective = effective_schedule(cfg, run.global_batch)
+    run.schedule.warmup_steps, run.schedule.max_steps = effective.warmup_steps, state.max_steps
     scheduler = run.engine.lr_scheduler
-    scheduler.base_lrs = [cfg.lr] * len(scheduler.base_lrs)
-    lr = cfg.lr * run.schedule(scheduler.last_epoch)  # what LambdaLR would have set at this step
+    scheduler.base_lrs = [effective.lr] * len(scheduler.base_lrs)
+    lr = effective.lr * run.schedule(scheduler.last_epoch)  # what LambdaLR would have set at this step
     for group, weight_decay in zip(scheduler.optimizer.param_groups, (cfg.weight_decay, 0.0), strict=True):
-        group.update(initial_lr=cfg.lr, lr=lr, weight_decay=weight_decay)
+        group.update(initial_lr=effective.lr, lr=lr, weight_decay=weight_decay)
 
 
 def record_config(run: Run, changes: dict[str, list]) -> None:
@@ -837,8 +882,9 @@ def setup(cfg: TrainConfig) -> Run:
 
     order = build_order(cfg, shards, global_batch, model_cfg.max_len, rank)
     max_steps = cfg.max_steps if cfg.max_epochs is None else math.ceil(cfg.max_epochs * order.batches_per_epoch())
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
-    schedule = LinearSchedule(cfg.warmup_steps, max_steps)
+    effective = effective_schedule(cfg, global_batch)
+    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=effective.lr, betas=(0.9, 0.98), eps=1e-6)
+    schedule = LinearSchedule(effective.warmup_steps, max_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     try:
         engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
@@ -865,6 +911,8 @@ def setup(cfg: TrainConfig) -> Run:
               fixed=fixed, engine=engine, schedule=schedule, tokenizer=tokenizer, batches=iter(()), autocast=autocast,
               state=RunState(max_steps=max_steps), valid=None, valid_teacher=None, probe=None, writer=None, metrics_file=None)
     record_config(run, resume(run))
+    if rank == 0:
+        print(effective_schedule(cfg, global_batch).describe(cfg, run.state.max_steps, world_size, accumulation), flush=True)
     run.batches = iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
                                   world_size=world_size, accumulation=accumulation, teacher=teacher)
     if cfg.valid_data:

@@ -97,3 +97,21 @@ def test_time_budget_fits_the_schedule_and_a_resume_keeps_the_fitted_end(tiny_pi
     assert second["history"][-1]["lr"] == 0.0  # the decay ended exactly at the fitted end
     straight = train(config(tiny_pipeline, tmp_path / "plain", **{**budget, "max_steps": fitted, "time_budget_minutes": None}))
     assert [h["lr"] for h in straight["history"]] == [h["lr"] for h in first["history"] + second["history"]]
+
+
+def test_warmup_in_samples_and_scaled_lr_drive_the_logged_lr_and_survive_a_resume(tiny_pipeline, tmp_path, capsys):
+    """Global batch 32 (one process): warmup_samples=160 -> 5 warm-up steps; lr 2e-3 linearly
+    scaled from a 64-pair reference -> peak 1e-3. The logged lr is that schedule's, resumed or not."""
+    common = dict(max_steps=20, log_every=1, warmup_samples=160, lr_scaling="linear", reference_global_batch=64,
+                  valid_data=None, save_every=10)
+    first = train(config(tiny_pipeline, tmp_path / "run", stop_at_step=10, **common))
+    printed = capsys.readouterr().out
+    assert "schedule: global batch 32 pairs (1 ranks x 1 accumulation x 32); peak lr 0.001" in printed
+    assert "warm-up 5 steps = 160 pairs (warmup_samples 160 / 32), 25.0% of 20 steps" in printed
+    second = train(config(tiny_pipeline, tmp_path / "run", **common))
+    schedule = LinearSchedule(5, 20)
+    logged = {h["step"]: h["lr"] for h in first["history"] + second["history"] if "lr" in h}
+    # the record of step s holds the lr the scheduler set after step s, i.e. for step s + 1 (0-based s)
+    assert sorted(logged) == list(range(1, 21))
+    for step, lr in logged.items():
+        assert lr == pytest.approx(1e-3 * schedule(step), rel=1e-6), step
