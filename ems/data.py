@@ -326,3 +326,75 @@ def iterate_batches(
                 for m in range(accumulation)
             ]
         epoch, batch_idx = epoch + 1, 0
+
+
+class Prefetcher:
+    """An iterator over `source` read ahead by a background thread: up to `depth` items wait,
+    collated (and pinned, `pin_memory`, for a fast copy to a GPU), while the training step runs.
+    Items come out in the source's order, so data positions and exact resume are unchanged.
+    `wait_seconds` adds up the time `next` spent blocked on the thread (the step waiting for
+    data). An error in the thread is raised by the `next` that would have returned the item;
+    `close` stops the thread. depth 0 reads synchronously (`wait_seconds` is then the read time)."""
+
+    _END = object()
+
+    def __init__(self, source: Iterator, depth: int = 2, pin_memory: bool = False):
+        import queue
+        import threading
+
+        self.source, self.depth, self.pin_memory = source, depth, pin_memory
+        self.wait_seconds = 0.0
+        self._stop = threading.Event()
+        self._queue: "queue.Queue" = queue.Queue(maxsize=max(depth, 1))
+        self._thread = None
+        if depth > 0:
+            self._thread = threading.Thread(target=self._fill, name="ems-prefetch", daemon=True)
+            self._thread.start()
+
+    def _prepare(self, item):
+        if not self.pin_memory:
+            return item
+        position, micro_batches = item
+        return position, [{k: v.pin_memory() for k, v in batch.items()} for batch in micro_batches]
+
+    def _fill(self) -> None:
+        import queue
+
+        try:
+            for item in self.source:
+                item = self._prepare(item)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self._queue.put(self._END)
+        except BaseException as error:  # handed to the consumer, raised there
+            self._queue.put(error)
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self):
+        import time
+
+        start = time.perf_counter()
+        try:
+            if self._thread is None:
+                return self._prepare(next(self.source))
+            item = self._queue.get()
+        finally:
+            self.wait_seconds += time.perf_counter() - start
+        if item is self._END:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -10,7 +10,7 @@ Reads `data_prep binarize` shards; writes, under `out`:
                    and `latest`; see ems.checkpoint. A rerun with the same `out` resumes from
                    the newest checkpoint that verifies and has finite weights.
     tb/            TensorBoard: loss/{total,xtr,contrastive,distill}, lr, grad_norm, overflow_steps (fp16), tokens_per_s,
-                   real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate),
+                   real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate), data_wait_fraction,
                    valid/{total,xtr,contrastive,distill}, valid_pair/<l1-l2>, probe/{tatoeba,flores}/{average,<lang>}
     valid_sample.json  the stratified validation sample (ems.validation), drawn once per run
     model/         the inference export (`ems.load(out/model)`) with its model card README.md and run_metadata.json
@@ -79,7 +79,7 @@ from ems.checkpoint import (
 )
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import _merge, dump_config, load_config
-from ems.data import BatchOrder, PairShards, iterate_batches, real_and_padded_tokens
+from ems.data import BatchOrder, PairShards, Prefetcher, iterate_batches, real_and_padded_tokens
 from ems.encoder import export_encoder, initialize_from
 from ems.model import EMSModel, config_from_preset
 from ems.model_card import model_facts, write_model_card
@@ -153,6 +153,10 @@ class TrainConfig:
     # slots; the loss's handling of those left is model_overrides.duplicate_negatives.
     spread_duplicates: bool = True
     padding_budget: float = 0.005
+    # Batches read, collated (and pinned on a GPU) by a background thread this many steps ahead
+    # (ems.data.Prefetcher); 0 reads them inside the step. data_wait_fraction in the logs is the
+    # share of wall time the steps spent waiting for data.
+    prefetch_batches: int = 2
     # Learning curves: Tatoeba and FLORES-200 devtest P@1 (eval.probe) of the model's languages,
     # the first probe_sentences pairs of each, every probe_every steps (0: off), from probe_data
     # (a directory holding tatoeba/ and flores200/devtest/); logged like validation.
@@ -175,7 +179,7 @@ class TrainConfig:
         the key, not a crash (or a silent misbehaviour) somewhere in a run."""
         at_least = {"batch_size": 1, "warmup_steps": 0, "reference_global_batch": 1, "max_steps": 1, "budget_probe_steps": 1, "log_every": 1,
                     "save_every": 1, "keep_checkpoints": 1, "valid_every": 1, "valid_pairs": 1, "probe_every": 0,
-                    "probe_sentences": 1, "bucket_batches": 1, "weight_decay": 0.0}
+                    "probe_sentences": 1, "bucket_batches": 1, "weight_decay": 0.0, "prefetch_batches": 0}
         problems = [f"{key} must be at least {low}, got {getattr(self, key)!r}"
                     for key, low in at_least.items() if not getattr(self, key) >= low]
         problems += [f"{key} must be positive or null, got {getattr(self, key)!r}"
@@ -436,6 +440,7 @@ class MetricSums:
     steps: int = 0
     real_tokens: int = 0
     token_slots: int = 0
+    data_wait_seconds: float = 0.0  # blocked waiting for the next batch (ems.data.Prefetcher)
 
     def summed_over_ranks(self, device: torch.device) -> "MetricSums":
         import torch.distributed as dist
@@ -471,7 +476,7 @@ class Run:
     engine: object
     schedule: LinearSchedule
     tokenizer: Tokenizer
-    batches: Iterator
+    batches: Prefetcher  # ((epoch, batch index), this rank's micro-batches), read ahead
     autocast: object
     state: RunState
     valid: tuple[PairShards, np.ndarray] | None  # validation shards and the run's stored sample
@@ -834,9 +839,11 @@ def log_training(run: Run, sums: MetricSums, epoch: int, seconds: float) -> dict
         "grad_norm": total.grad_norm / total.finite_norm_steps if total.finite_norm_steps else math.nan,
         "overflow_steps": round(total.overflow_steps / run.world_size),
         "tokens_per_s": total.real_tokens / max(seconds, 1e-9), "real_token_ratio": total.real_tokens / total.token_slots,
+        "data_wait_fraction": total.data_wait_seconds / run.world_size / max(seconds, 1e-9),
     }
     scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in ("loss", "xtr", "contrastive", "distill")}
-    scalars.update({key: record[key] for key in ("lr", "grad_norm", "overflow_steps", "tokens_per_s", "real_token_ratio", "duplicate_rows")})
+    scalars.update({key: record[key] for key in ("lr", "grad_norm", "overflow_steps", "tokens_per_s", "real_token_ratio", "duplicate_rows",
+                                                 "data_wait_fraction")})
     run.log(record, scalars)
     return record
 
@@ -908,13 +915,14 @@ def setup(cfg: TrainConfig) -> Run:
     if teacher is not None:
         fixed["teacher"] = teacher.store.meta["identity"]
     run = Run(cfg=cfg, out=out, rank=rank, world_size=world_size, global_batch=global_batch, accumulation=accumulation,
-              fixed=fixed, engine=engine, schedule=schedule, tokenizer=tokenizer, batches=iter(()), autocast=autocast,
+              fixed=fixed, engine=engine, schedule=schedule, tokenizer=tokenizer, batches=Prefetcher(iter(()), 0), autocast=autocast,
               state=RunState(max_steps=max_steps), valid=None, valid_teacher=None, probe=None, writer=None, metrics_file=None)
     record_config(run, resume(run))
     if rank == 0:
         print(effective_schedule(cfg, global_batch).describe(cfg, run.state.max_steps, world_size, accumulation), flush=True)
-    run.batches = iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
-                                  world_size=world_size, accumulation=accumulation, teacher=teacher)
+    run.batches = Prefetcher(iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
+                                             world_size=world_size, accumulation=accumulation, teacher=teacher),
+                             cfg.prefetch_batches, pin_memory=engine.device.type == "cuda")
     if cfg.valid_data:
         valid_shards = PairShards(cfg.valid_data)
         run.valid_teacher = teacher_targets(cfg, model_cfg, cfg.valid_data, valid_shards, rank)
@@ -944,6 +952,7 @@ def train(cfg: TrainConfig) -> dict:
         try:
             return train_loop(run, stop_request)
         finally:
+            run.batches.close()
             if run.rank == 0:
                 run.writer.close()
                 run.metrics_file.close()
@@ -971,7 +980,9 @@ def train_loop(run: Run, stop_request: StopRequest) -> dict:
                 reason = f"signal {stop_request.signal} or {run.out / STOP_FILE}" if preempted else f"max_minutes={cfg.max_minutes}"
                 print(f"stopping at step {state.step}: {reason}", flush=True)
             break
+        waited = run.batches.wait_seconds
         (epoch, batch_idx), micro_batches = next(run.batches)
+        sums.data_wait_seconds += run.batches.wait_seconds - waited
         values = train_step(run, micro_batches, sums)
         state.step += 1
         state.position = (epoch, batch_idx + 1)
