@@ -5,9 +5,11 @@
 For each N: writes format-2 shards (data_prep.binarize's layout; tokens.npy sparse, since only
 the rows of a few batches are read; 8 language pairs; unique content ids; side lengths drawn
 around 20 tokens), then, in a fresh process, runs what one rank of ems.train does with them and
-prints its resident set after each stage (and getrusage's peak): open the shards, `build_order` (side
-lengths, language-pair groups, duplicate spreading at the trainer's defaults), the first epoch's
-batch order, and the first `--batches` global batches collated at the paper's 4 x 152 pairs.
+prints its resident set after each stage, split into anonymous memory (the process's own arrays)
+and file-backed pages (the memory-mapped shards, page cache the kernel can drop), and getrusage's peak: open the shards, `build_order` (side
+lengths, language-pair groups, duplicate spreading at the trainer's defaults), the first global
+batch from `iterate_batches` (which builds the epoch's order, once per epoch as in the trainer),
+and the first `--batches` global batches collated at the paper's 4 x 152 pairs.
 The last line extrapolates the largest resident set linearly to 143M pairs (the paper's corpus).
 """
 
@@ -70,9 +72,14 @@ from ems.train import TrainConfig, build_order
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 
+def status_mb(key):
+    line = next(l for l in open("/proc/self/status") if l.startswith(key + ":"))
+    return int(line.split()[1]) / 1024
+
 stages, start = [], time.time()
 def stage(name):
-    stages.append({"stage": name, "rss_mb": round(rss_mb(), 1), "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    stages.append({"stage": name, "rss_mb": round(rss_mb(), 1), "anon_mb": round(status_mb("RssAnon"), 1),
+                   "file_mb": round(status_mb("RssFile"), 1), "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                    "seconds": round(time.time() - start, 1)})
 stage("imports")
 shards = PairShards(sys.argv[1])
@@ -80,10 +87,10 @@ stage("open shards")
 cfg = TrainConfig(data=sys.argv[1], batch_size=152)
 order = build_order(cfg, shards, 4 * 152, 64, rank=0)
 stage("build_order")
-batches = order.epoch(0)
-stage("epoch 0 order")
 stream = iterate_batches(shards, order, 64, rank=0, world_size=4)
-for _ in range(int(sys.argv[3])):
+next(stream)
+stage("epoch 0 order, 1st batch")
+for _ in range(int(sys.argv[3]) - 1):
     next(stream)
 stage("first batches collated")
 print(json.dumps(stages))
@@ -102,7 +109,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/ems_data_path_memory"))
     parser.add_argument("--batches", type=int, default=20)
     args = parser.parse_args()
-    peaks = {}
+    peaks, anonymous = {}, {}
     for n in args.pairs:
         directory = args.dir / f"{n}"
         write_shards(directory, n)
@@ -110,14 +117,17 @@ def main() -> None:
         # ru_maxrss can carry the parent's high-water mark across fork+exec (seen here after the
         # parent wrote the shards), so the figure extrapolated is the largest resident set measured
         peaks[n] = max(s["rss_mb"] for s in stages)
+        anonymous[n] = max(s["anon_mb"] for s in stages)
         print(f"{n:,} pairs:")
         for s in stages:
-            print(f"  {s['stage']:24} rss {s['rss_mb']:9.1f} MB   peak {s['peak_mb']:9.1f} MB   {s['seconds']:6.1f} s")
-    if len(peaks) >= 2:
-        (n1, p1), (n2, p2) = sorted(peaks.items())[:2]
-        slope = (p2 - p1) / (n2 - n1)
-        print(f"the largest resident set per rank grows {slope * 1e6:.1f} MB per million pairs; at 143M pairs: "
-              f"{(p1 + slope * (143_000_000 - n1)) / 1024:.1f} GiB")
+            print(f"  {s['stage']:24} rss {s['rss_mb']:8.1f} MB (anonymous {s['anon_mb']:8.1f}, file-backed {s['file_mb']:7.1f})"
+                  f"   peak {s['peak_mb']:8.1f} MB   {s['seconds']:6.1f} s")
+    for what, figures in (("resident set", peaks), ("anonymous memory", anonymous)):
+        if len(figures) >= 2:
+            (n1, p1), (n2, p2) = sorted(figures.items())[:2]
+            slope = (p2 - p1) / (n2 - n1)
+            print(f"the largest {what} per rank grows {slope * 1e6:.1f} MB per million pairs; at 143M pairs: "
+                  f"{(p1 + slope * (143_000_000 - n1)) / 1024:.1f} GiB")
 
 
 if __name__ == "__main__":

@@ -507,7 +507,8 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
               "neither masked nor spread apart; binarize again to get them", flush=True)
     return BatchOrder(
         np.minimum(shards.side_lengths(), max_len), global_batch, seed=cfg.seed, bucket_batches=cfg.bucket_batches,
-        groups=shards.language_pair_groups(), temperature=cfg.temperature,
+        # the language-pair index (8 bytes a pair) only when temperature sampling needs it
+        groups=shards.language_pair_groups() if cfg.temperature is not None else None, temperature=cfg.temperature,
         content_ids=shards.content_ids if cfg.spread_duplicates else None, padding_budget=cfg.padding_budget,
     )
 
