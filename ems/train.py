@@ -959,60 +959,87 @@ def train(cfg: TrainConfig) -> dict:
                 run.metrics_file.close()
 
 
-def train_loop(run: Run, stop_request: StopRequest) -> dict:
-    """Train from run.state to the end of the schedule (or a stop), validate, save, export; see train()."""
-    import torch.distributed as dist
-    from tqdm import tqdm
+@dataclass
+class LogWindow:
+    """The steps since the last log record: their summed metrics and when the window opened."""
 
-    cfg, state = run.cfg, run.state
-    history: list[dict] = []
-    started = time.time()
-    sums, window_start = MetricSums(), time.time()
-    bar = tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0)
-    # steps [probe_from, probe_from + budget_probe_steps) are timed to fit the schedule to the budget
-    probe_from, probe_started = state.step + 5, None
-    if state.step == 0:
-        history += filter(None, (validate(run), probe(run)))
-    preempted = False
-    while state.step < min(state.max_steps, cfg.stop_at_step or state.max_steps):
-        preempted, out_of_time = stop_flags(run, stop_request, started)
-        if preempted or out_of_time:
-            if run.rank == 0:
-                reason = f"signal {stop_request.signal} or {run.out / STOP_FILE}" if preempted else f"max_minutes={cfg.max_minutes}"
-                print(f"stopping at step {state.step}: {reason}", flush=True)
-            break
-        waited = run.batches.wait_seconds
-        (epoch, batch_idx), micro_batches = next(run.batches)
-        sums.data_wait_seconds += run.batches.wait_seconds - waited
-        values = train_step(run, micro_batches, sums)
-        state.step += 1
-        state.position = (epoch, batch_idx + 1)
-        # fp16: DeepSpeed's loss scaler skips such a step (counted as overflow_steps)
-        if not run.engine.fp16_enabled() and any_rank(run.world_size, run.engine.device, not values.finite):
-            bar.close()
-            raise diverged(run, values, micro_batches, (epoch, batch_idx), reject_start=state.last_saved == state.step - 1)
-        bar.update(1)
-        if cfg.time_budget_minutes and not state.budget_fitted:
-            if state.step == probe_from:
-                probe_started = time.time()
-            elif state.step == probe_from + cfg.budget_probe_steps and probe_started is not None:
-                fit_schedule_to_budget(run, (time.time() - probe_started) / cfg.budget_probe_steps, started)
-                bar.total = state.max_steps
-        last_step = min(state.max_steps, cfg.stop_at_step or state.max_steps)
-        if state.step % cfg.log_every == 0 or state.step == last_step:
-            record = log_training(run, sums, epoch, time.time() - window_start)
-            history.append(record)
-            sums, window_start = MetricSums(), time.time()
-            bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}",
-                            dstl=f"{record['distill']:.3f}", dup=f"{100 * record['duplicate_rows']:.1f}%")
-        if state.step % cfg.save_every == 0:
-            save(run)
-        if state.step != last_step:
-            if state.step % cfg.valid_every == 0:
-                history += filter(None, [validate(run)])
-            if cfg.probe_every and state.step % cfg.probe_every == 0:
-                history += filter(None, [probe(run)])
-    bar.close()
+    sums: MetricSums = field(default_factory=MetricSums)
+    opened: float = field(default_factory=time.time)
+
+    def close(self, run: Run, epoch: int) -> dict:
+        """Log the window (log_training) and open a new one; returns the record."""
+        record = log_training(run, self.sums, epoch, time.time() - self.opened)
+        self.sums, self.opened = MetricSums(), time.time()
+        return record
+
+
+@dataclass
+class BudgetProbe:
+    """Times steps [first, first + steps) of a run with time_budget_minutes, then fits the
+    schedule's end to the budget once (fit_schedule_to_budget)."""
+
+    first: int
+    steps: int
+    started: float | None = None
+
+    def after_step(self, run: Run, run_started: float) -> bool:
+        """Call after each step; True when it has just fitted max_steps."""
+        if run.state.budget_fitted:
+            return False
+        if run.state.step == self.first:
+            self.started = time.time()
+        elif run.state.step == self.first + self.steps and self.started is not None:
+            fit_schedule_to_budget(run, (time.time() - self.started) / self.steps, run_started)
+            return True
+        return False
+
+
+def last_step(run: Run) -> int:
+    """Where this invocation ends: the schedule's end, or stop_at_step when sooner."""
+    return min(run.state.max_steps, run.cfg.stop_at_step or run.state.max_steps)
+
+
+def next_step(run: Run, window: LogWindow) -> int:
+    """Take the next global batch (its wait counted in the window), train on it and advance the
+    run's step and data position; returns the batch's epoch.
+    Raises TrainingDiverged for a non-finite step (fp16 excepted: DeepSpeed's loss scaler skips
+    such a step, counted as overflow_steps)."""
+    state, waited = run.state, run.batches.wait_seconds
+    (epoch, batch_idx), micro_batches = next(run.batches)
+    window.sums.data_wait_seconds += run.batches.wait_seconds - waited
+    values = train_step(run, micro_batches, window.sums)
+    state.step += 1
+    state.position = (epoch, batch_idx + 1)
+    if not run.engine.fp16_enabled() and any_rank(run.world_size, run.engine.device, not values.finite):
+        raise diverged(run, values, micro_batches, (epoch, batch_idx), reject_start=state.last_saved == state.step - 1)
+    return epoch
+
+
+def periodic(run: Run, window: LogWindow, epoch: int) -> tuple[dict | None, list[dict]]:
+    """After a step: log every log_every steps and at the last one, checkpoint every save_every,
+    validate and probe on their schedules (not at the last step: finish does). Returns (the
+    training log record or None, every record made, in order)."""
+    cfg, step, records, logged = run.cfg, run.state.step, [], None
+    end = last_step(run)
+    if step % cfg.log_every == 0 or step == end:
+        logged = window.close(run, epoch)
+        records.append(logged)
+    if step % cfg.save_every == 0:
+        save(run)
+    if step != end:
+        if step % cfg.valid_every == 0:
+            records += filter(None, [validate(run)])
+        if cfg.probe_every and step % cfg.probe_every == 0:
+            records += filter(None, [probe(run)])
+    return logged, records
+
+
+def finish(run: Run, history: list[dict], preempted: bool) -> dict:
+    """End of an invocation. Pre-empted: checkpoint and report (train() exits 99 to be requeued).
+    Otherwise: validate, probe, checkpoint and export the model with its card."""
+    import torch.distributed as dist
+
+    state = run.state
     if preempted:
         if state.step != state.last_saved:
             save(run)
@@ -1030,6 +1057,48 @@ def train_loop(run: Run, stop_request: StopRequest) -> dict:
         write_model_card(model_dir, model_facts(model_dir, run.out, steps=state.step))
     dist.barrier()
     return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
+
+
+def train_loop(run: Run, stop_request: StopRequest) -> dict:
+    """Train from run.state to the end of the schedule (or a stop), then finish; see train()."""
+    from tqdm import tqdm
+
+    state, started, window = run.state, time.time(), LogWindow()
+    history = list(filter(None, (validate(run), probe(run)))) if state.step == 0 else []
+    budget = BudgetProbe(state.step + 5, run.cfg.budget_probe_steps) if run.cfg.time_budget_minutes else None
+    bar = tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0)
+    preempted = False
+    while state.step < last_step(run):
+        preempted, out_of_time = stop_flags(run, stop_request, started)
+        if preempted or out_of_time:
+            announce_stop(run, stop_request, preempted)
+            break
+        try:
+            epoch = next_step(run, window)
+        except TrainingDiverged:
+            bar.close()
+            raise
+        bar.update(1)
+        if budget is not None and budget.after_step(run, started):
+            bar.total = state.max_steps
+        logged, records = periodic(run, window, epoch)
+        history += records
+        if logged is not None:
+            show_losses(bar, logged)
+    bar.close()
+    return finish(run, history, preempted)
+
+
+def announce_stop(run: Run, stop_request: StopRequest, preempted: bool) -> None:
+    if run.rank == 0:
+        reason = f"signal {stop_request.signal} or {run.out / STOP_FILE}" if preempted else f"max_minutes={run.cfg.max_minutes}"
+        print(f"stopping at step {run.state.step}: {reason}", flush=True)
+
+
+def show_losses(bar, record: dict) -> None:
+    """A training log record's losses on the progress bar."""
+    bar.set_postfix(loss=f"{record['loss']:.3f}", xtr=f"{record['xtr']:.3f}", cntrs=f"{record['contrastive']:.3f}",
+                    dstl=f"{record['distill']:.3f}", dup=f"{100 * record['duplicate_rows']:.1f}%")
 
 
 def main(argv: list[str]) -> int:
