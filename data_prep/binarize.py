@@ -3,7 +3,7 @@
 In: a corpus root (aligned-pair layout, raw or pretokenized) and a vocabulary directory.
 Out, in `out_dir`:
 - `tokens.npy`   every sentence's ids concatenated, in the narrowest dtype the vocabulary allows
-                 (uint16 below 65,536 pieces, else int32; `token_dtype`) (side 1 of pair i is sentence 2i,
+                 (uint16 up to 65,536 pieces, else int32; `token_dtype`) (side 1 of pair i is sentence 2i,
                  side 2 is sentence 2i+1). Side 2 is the corpus's pivot language (the language of
                  most language pairs: English in an English-centric corpus) in every pair that has
                  it, else the pair's second language: English-centric batches are then X -> English

@@ -13,6 +13,9 @@ disjoint, their union is the global batch, and all of them have nearly the same 
 from __future__ import annotations
 
 import json
+import queue
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -339,13 +342,10 @@ class Prefetcher:
     _END = object()
 
     def __init__(self, source: Iterator, depth: int = 2, pin_memory: bool = False):
-        import queue
-        import threading
-
-        self.source, self.depth, self.pin_memory = source, depth, pin_memory
+        self.source, self.pin_memory = source, pin_memory
         self.wait_seconds = 0.0
         self._stop = threading.Event()
-        self._queue: "queue.Queue" = queue.Queue(maxsize=max(depth, 1))
+        self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._thread = None
         if depth > 0:
             self._thread = threading.Thread(target=self._fill, name="ems-prefetch", daemon=True)
@@ -358,8 +358,6 @@ class Prefetcher:
         return position, [{k: v.pin_memory() for k, v in batch.items()} for batch in micro_batches]
 
     def _fill(self) -> None:
-        import queue
-
         try:
             for item in self.source:
                 item = self._prepare(item)
@@ -379,8 +377,6 @@ class Prefetcher:
         return self
 
     def __next__(self):
-        import time
-
         start = time.perf_counter()
         try:
             if self._thread is None:

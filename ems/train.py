@@ -920,7 +920,7 @@ def setup(cfg: TrainConfig) -> Run:
               state=RunState(max_steps=max_steps), valid=None, valid_teacher=None, probe=None, writer=None, metrics_file=None)
     record_config(run, resume(run))
     if rank == 0:
-        print(effective_schedule(cfg, global_batch).describe(cfg, run.state.max_steps, world_size, accumulation), flush=True)
+        print(effective.describe(cfg, run.state.max_steps, world_size, accumulation), flush=True)
     run.batches = Prefetcher(iterate_batches(shards, order, model_cfg.max_len, start=run.state.position, rank=rank,
                                              world_size=world_size, accumulation=accumulation, teacher=teacher),
                              cfg.prefetch_batches, pin_memory=engine.device.type == "cuda")

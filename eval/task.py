@@ -97,12 +97,12 @@ def task_type(name: str) -> TaskType:
     """The TaskType a config's `type` names: eval/tasks/<name>.py, or the module `name` when it
     is dotted. ValueError naming the built-in types when there is none."""
     module_name = name if "." in name else f"eval.tasks.{name}"
-    if "." not in name and name not in builtin_task_types():
-        raise ValueError(f"unknown task type {name!r}; expected one of {', '.join(builtin_task_types())} "
-                         "or an importable module that defines TASK")  # fmt: skip
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
+    except ModuleNotFoundError as error:
+        if "." not in name and error.name == module_name:
+            raise ValueError(f"unknown task type {name!r}; expected one of {', '.join(builtin_task_types())} "
+                             "or an importable module that defines TASK") from None
         raise ValueError(f"task type {name!r}: cannot import {module_name} ({error})") from None
     task = getattr(module, "TASK", None)
     if not isinstance(task, TaskType):
