@@ -8,8 +8,8 @@ around 20 tokens), then, in a fresh process, runs what one rank of ems.train doe
 prints its resident set after each stage, split into anonymous memory (the process's own arrays)
 and file-backed pages (the memory-mapped shards, page cache the kernel can drop), and getrusage's peak: open the shards, `build_order` (side
 lengths, language-pair groups, duplicate spreading at the trainer's defaults), the first global
-batch from `iterate_batches` (which builds the epoch's order, once per epoch as in the trainer),
-and the first `--batches` global batches collated at the paper's 4 x 152 pairs.
+batch from `iterate_batches` (which builds the first bucketing window's order: 1000 batches), and
+the first `--batches` global batches collated at the paper's 4 x 152 pairs.
 The last line extrapolates the largest resident set linearly to 143M pairs (the paper's corpus).
 """
 
@@ -89,7 +89,7 @@ order = build_order(cfg, shards, 4 * 152, 64, rank=0)
 stage("build_order")
 stream = iterate_batches(shards, order, 64, rank=0, world_size=4)
 next(stream)
-stage("epoch 0 order, 1st batch")
+stage("1st window, 1st batch")
 for _ in range(int(sys.argv[3]) - 1):
     next(stream)
 stage("first batches collated")

@@ -1,7 +1,9 @@
 """Reading binarized pair shards and cutting them into training batches.
 
 The batch order is a pure function of (seed, epoch), so a data position is just
-(epoch, global batch index) and resuming from it replays exactly the same batches.
+(epoch, global batch index) and resuming from it replays exactly the same batches. It is
+computed one bucketing window at a time from a keyed pseudo-random permutation evaluated
+pointwise (`KeyedPermutation`), so a rank holds arrays the size of one window, never of the corpus.
 
 One global batch = `global_batch_size` pairs = world_size ranks x accumulation micro-batches.
 Every rank computes the same (cheap, index-only) order and reads only its own rows from the
@@ -13,6 +15,7 @@ disjoint, their union is the global batch, and all of them have nearly the same 
 from __future__ import annotations
 
 import json
+import mmap
 import queue
 import threading
 import time
@@ -60,6 +63,13 @@ class PairShards:
     def sentence(self, k: int) -> np.ndarray:
         return self.tokens[self.offsets[k] : self.offsets[k + 1]]
 
+    def release_pages(self) -> None:
+        """Drop the pages reading the memory-mapped arrays brought into this process (they stay in
+        the OS page cache, shared by the ranks of a node): random reads over a 143M-pair corpus
+        would otherwise grow each rank's resident set to the size of the files."""
+        for array in (self.tokens, self.offsets, self.langs, self.content_ids, self.lengths):
+            release_mapped_pages(array)
+
     def pair_lengths(self) -> np.ndarray:
         """(n_pairs,) the longer side's token count of each pair."""
         return self.side_lengths().max(axis=1)
@@ -72,13 +82,93 @@ class PairShards:
         lengths = np.diff(self.offsets).astype(np.int32)
         return np.stack([lengths[0::2], lengths[1::2]], axis=1)
 
-    def language_pair_groups(self) -> dict[str, np.ndarray]:
-        """{"l1-l2": pair indices} from the index's per-file [start, end) ranges; files of the
-        same language pair (several corpora) form one group."""
-        groups: dict[str, list[np.ndarray]] = {}
+    def language_pair_ranges(self) -> dict[str, IndexRanges]:
+        """{"l1-l2": its pairs as IndexRanges} from the index's per-file [start, end) ranges; files
+        of the same language pair (several corpora) form one group."""
+        ranges: dict[str, list[tuple[int, int]]] = {}
         for entry in self.index["files"]:
-            groups.setdefault(f"{entry['l1']}-{entry['l2']}", []).append(np.arange(entry["start"], entry["end"]))
-        return {name: np.concatenate(parts) for name, parts in groups.items()}
+            ranges.setdefault(f"{entry['l1']}-{entry['l2']}", []).append((entry["start"], entry["end"]))
+        return {name: IndexRanges(parts) for name, parts in ranges.items()}
+
+    def language_pair_groups(self) -> dict[str, np.ndarray]:
+        """{"l1-l2": pair indices}: `language_pair_ranges` as arrays (8 bytes a pair)."""
+        return {name: np.asarray(members) for name, members in self.language_pair_ranges().items()}
+
+
+def release_mapped_pages(x: np.ndarray | None) -> None:
+    """Unmap the pages that reading a read-only memory-mapped `x` (np.load(..., mmap_mode="r"))
+    brought into this process. They stay in the OS page cache, so a later read is a cheap minor
+    fault, but the process's resident set (what a SLURM memory limit watches) no longer grows
+    with the size of the file. Anything else: no-op."""
+    mapping = getattr(x, "_mmap", None)  # np.memmap's mapping; numpy has no public handle for it
+    if isinstance(x, np.memmap) and x.mode == "r" and mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)  # read-only shared mapping: nothing can be lost
+
+
+class IndexRanges:
+    """The indices of a few [start, end) ranges, concatenated, without building the array:
+    `len`, `members[positions]` (an integer array of positions in, pair indices out) and
+    `np.asarray(members)` (the whole array)."""
+
+    def __init__(self, ranges: list[tuple[int, int]]):
+        self.starts = np.array([start for start, _ in ranges], dtype=np.int64)
+        sizes = np.array([end - start for start, end in ranges], dtype=np.int64)
+        if (sizes < 0).any():
+            raise ValueError(f"ranges must have start <= end: {ranges}")
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, positions: np.ndarray) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= len(self)):
+            raise IndexError(f"positions outside 0..{len(self) - 1}")
+        which = np.searchsorted(self.offsets, positions, side="right") - 1
+        return self.starts[which] + positions - self.offsets[which]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self[np.arange(len(self))].astype(dtype or np.int64, copy=False)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a bijective, well-mixing map of uint64 values."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class KeyedPermutation:
+    """A pseudo-random permutation of range(n) chosen by `key` (a tuple of ints), evaluated at any
+    positions without building it: `perm(positions)` -> the values at those positions. A 4-round
+    Feistel network on the smallest even-width bit domain holding n (< 4n values; Luby-Rackoff:
+    4 rounds of a good mixing function make a pseudo-random permutation), walked until each value
+    falls inside range(n), which keeps it a bijection of range(n) (cycle walking)."""
+
+    n: int
+    key: tuple[int, ...]
+    rounds: int = 4
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"a permutation needs n >= 1, got {self.n}")
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        half = max(1, -(-max(self.n - 1, 1).bit_length() // 2))
+        mask = np.uint64((1 << half) - 1)
+        round_keys = np.random.SeedSequence(list(self.key)).generate_state(self.rounds, dtype=np.uint64)
+        values = np.asarray(positions, dtype=np.uint64).copy()
+        if values.size and (values.max() >= self.n):
+            raise IndexError(f"positions outside 0..{self.n - 1}")
+        outside = np.ones(values.shape, dtype=bool)
+        while outside.any():
+            left, right = values[outside] >> np.uint64(half), values[outside] & mask
+            for round_key in round_keys:
+                left, right = right, left ^ (_mix64(right ^ round_key) & mask)
+            values[outside] = (left << np.uint64(half)) | right
+            outside &= values >= self.n
+        return values.astype(np.int64)
 
 
 def temperature_proportions(sizes: np.ndarray, temperature: float) -> np.ndarray:
@@ -192,20 +282,25 @@ def apportion(total: int, proportions: np.ndarray) -> np.ndarray:
 
 @dataclass
 class BatchOrder:
-    """Global batches of pair indices for one epoch: the epoch's pairs (all pairs shuffled, or
-    a temperature sample over language pairs), sorted by length inside windows of
-    `bucket_batches` batches (little padding), cut into batches, the batches shuffled. Every
-    batch mixes whatever language pairs fall into its length bucket.
+    """Global batches of pair indices for one epoch, one bucketing window at a time: window w holds
+    positions [w, w + 1) x `bucket_batches` x `global_batch_size` of the epoch's pair sequence (all
+    pairs in a `KeyedPermutation` keyed by (seed, epoch), or a temperature sample over language
+    pairs), sorted by length (little padding), cut into batches, the window's batches shuffled.
+    Every batch mixes whatever language pairs fall into its length bucket. A rank computes only the
+    window it is in (`batch`), so memory is O(window) and shards may stay memory-mapped.
 
-    `lengths` is (n,) one length per pair, or (n, 2) both sides' lengths (`PairShards.side_lengths`).
-    With both, pairs are sorted by the first side's length and, within it, by the second's, going
-    up and down in turn ("snake" order), so each batch is tight on both sides: the sides of a pair
-    differ in length, and sorting by one number leaves the other side ragged (on the demo shards,
-    batch 152: 0.80 real tokens sorting by the longer side, 0.96 in snake order, windows of 1000 batches).
+    `lengths` is (n,) one length per pair, or (n, 2) both sides' lengths (`PairShards.lengths`,
+    memory-mapped, or `side_lengths`); lengths above `max_len` count as `max_len` (collate cuts
+    there). With both sides, pairs are sorted by the first side's length and, within it, by the
+    second's, going up and down in turn ("snake" order), so each batch is tight on both sides: the
+    sides of a pair differ in length, and sorting by one number leaves the other side ragged (on the
+    demo shards, batch 152: 0.80 real tokens sorting by the longer side, 0.96 in snake order,
+    windows of 1000 batches).
 
-    With `temperature`, an epoch holds len(lengths) pairs drawn per language-pair group in the
-    exact proportions `temperature_proportions` (rounded by `apportion`): a group smaller than
-    its share repeats (each pass a new permutation), a larger one is subsampled.
+    With `temperature`, an epoch holds len(lengths) pairs drawn per language-pair group (`groups`:
+    {name: pair indices}, arrays or `IndexRanges`) in the exact proportions
+    `temperature_proportions` (rounded by `apportion`): a group smaller than its share repeats (each
+    pass a new permutation), a larger one is subsampled.
 
     With `content_ids` ((n, 2), `PairShards.content_ids`), each sorted window goes through
     `spread_duplicates`: length bucketing gathers translations of one English sentence (same
@@ -216,13 +311,13 @@ class BatchOrder:
     global_batch_size: int
     seed: int = 0
     bucket_batches: int = 1000
-    groups: dict[str, np.ndarray] | None = None  # needed for temperature sampling
+    groups: dict[str, np.ndarray | IndexRanges] | None = None  # needed for temperature sampling
     temperature: float | None = None
     content_ids: np.ndarray | None = None
     padding_budget: float = 0.005  # see spread_duplicates
+    max_len: int | None = None
 
     def __post_init__(self) -> None:
-        self.lengths = np.asarray(self.lengths)
         if self.lengths.ndim not in (1, 2) or (self.lengths.ndim == 2 and self.lengths.shape[1] != 2):
             raise ValueError(f"lengths must have shape (n,) or (n, 2), got {self.lengths.shape}")
         if len(self.lengths) < self.global_batch_size:
@@ -230,9 +325,10 @@ class BatchOrder:
                 f"{len(self.lengths)} pairs cannot fill one batch of {self.global_batch_size}; lower the batch size"
             )
         if self.temperature is not None and not self.groups:
-            raise ValueError("temperature sampling needs the language-pair groups (PairShards.language_pair_groups)")
+            raise ValueError("temperature sampling needs the language-pair groups (PairShards.language_pair_ranges)")
         if self.content_ids is not None and len(self.content_ids) != len(self.lengths):
             raise ValueError(f"content_ids has {len(self.content_ids)} rows for {len(self.lengths)} pairs")
+        self._window: tuple[tuple[int, int], np.ndarray] | None = None
 
     def batches_per_epoch(self) -> int:
         return len(self.lengths) // self.global_batch_size
@@ -243,37 +339,73 @@ class BatchOrder:
         counts = apportion(len(self.lengths), temperature_proportions(sizes, self.temperature))
         return dict(zip(self.groups, counts.tolist()))
 
-    def _epoch_pairs(self, epoch: int, rng: np.random.Generator) -> np.ndarray:
+    def epoch_pairs(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        """The pair indices at positions start:stop of the epoch's pair sequence."""
+        slots = KeyedPermutation(len(self.lengths), (self.seed, epoch))(np.arange(start, stop))
         if self.temperature is None:
-            return rng.permutation(len(self.lengths))
-        drawn = []
-        for members, count in zip(self.groups.values(), self.group_counts().values()):
-            passes = -(-count // len(members))
-            drawn.append(np.concatenate([rng.permutation(members) for _ in range(passes)])[:count])
-        return rng.permutation(np.concatenate(drawn))
+            return slots
+        # slot s is draw number s - bounds[g] of group g: pass (draw // size) of the group, each
+        # pass its own permutation of the group's members
+        groups = list(self.groups.values())
+        sizes = np.array([len(members) for members in groups], dtype=np.int64)
+        bounds = np.concatenate([[0], np.cumsum(list(self.group_counts().values()))])
+        group = np.searchsorted(bounds, slots, side="right") - 1
+        draw = slots - bounds[group]
+        passes, places = draw // sizes[group], draw % sizes[group]
+        pairs = np.empty(len(slots), dtype=np.int64)
+        for g, pass_ in {(int(g), int(p)) for g, p in zip(group, passes)}:
+            chosen = (group == g) & (passes == pass_)
+            pairs[chosen] = groups[g][KeyedPermutation(int(sizes[g]), (self.seed, epoch, g, pass_))(places[chosen])]
+        return pairs
 
-    def _length_order(self, part: np.ndarray) -> np.ndarray:
-        if self.lengths.ndim == 1:
-            return np.argsort(self.lengths[part], kind="stable")
-        first, second = self.lengths[part, 0], self.lengths[part, 1]
+    def _length_order(self, lengths: np.ndarray) -> np.ndarray:
+        if lengths.ndim == 1:
+            return np.argsort(lengths, kind="stable")
+        first, second = lengths[:, 0], lengths[:, 1]
         return np.lexsort((np.where(first % 2 == 0, second, -second), first))
 
+    def window(self, epoch: int, w: int) -> np.ndarray:
+        """(batches, global_batch_size) pair indices of window w of the epoch, in training order."""
+        if self._window is not None and self._window[0] == (epoch, w):
+            return self._window[1]
+        first = w * self.bucket_batches
+        n_batches = min(self.bucket_batches, self.batches_per_epoch() - first)
+        if n_batches <= 0:
+            raise IndexError(f"epoch {epoch} has no window {w}")
+        pairs = self.epoch_pairs(epoch, first * self.global_batch_size, (first + n_batches) * self.global_batch_size)
+        lengths = gather(self.lengths, pairs).astype(np.int64)
+        if self.max_len is not None:
+            np.minimum(lengths, self.max_len, out=lengths)
+        by_length = self._length_order(lengths)
+        pairs, lengths = pairs[by_length], lengths[by_length]
+        rows = np.arange(len(pairs)).reshape(n_batches, self.global_batch_size)
+        if self.content_ids is not None:
+            rows = spread_duplicates(rows, gather(self.content_ids, pairs), lengths, padding_budget=self.padding_budget)
+        batches = pairs[rows][np.random.default_rng([self.seed, epoch, w]).permutation(n_batches)]
+        self._window = ((epoch, w), batches)
+        return batches
+
+    def batch(self, epoch: int, b: int) -> np.ndarray:
+        """Global batch b of the epoch (pair indices)."""
+        return self.window(epoch, b // self.bucket_batches)[b % self.bucket_batches]
+
     def epoch(self, epoch: int) -> list[np.ndarray]:
-        rng = np.random.default_rng([self.seed, epoch])
-        order = self._epoch_pairs(epoch, rng)
-        n_batches = self.batches_per_epoch()
-        order = order[: n_batches * self.global_batch_size]  # the remainder lands in other epochs' batches
-        window = self.bucket_batches * self.global_batch_size
-        for start in range(0, len(order), window):
-            part = order[start : start + window]
-            part = part[self._length_order(part)]
-            if self.content_ids is not None:
-                batches = spread_duplicates(part.reshape(-1, self.global_batch_size), self.content_ids, self.lengths,
-                                            padding_budget=self.padding_budget)
-                part = batches.reshape(-1)
-            order[start : start + window] = part
-        batches = order.reshape(n_batches, self.global_batch_size)
-        return list(batches[rng.permutation(n_batches)])
+        """Every global batch of the epoch, in order (O(corpus): for analysis and tests)."""
+        n_windows = -(-self.batches_per_epoch() // self.bucket_batches)
+        return [batch for w in range(n_windows) for batch in self.window(epoch, w)]
+
+
+def gather(array: np.ndarray, rows: np.ndarray, chunk_rows: int = 4096) -> np.ndarray:
+    """array[rows] as an in-memory array. A memory-mapped `array` is read in file order, chunk by
+    chunk, releasing its pages after each (`release_mapped_pages`): a page fault maps up to 64 KiB
+    around the row it reads, so a window's random rows would otherwise map the whole file."""
+    by_position = np.argsort(rows, kind="stable")
+    out = np.empty((len(rows), *array.shape[1:]), dtype=array.dtype)
+    for start in range(0, len(rows), chunk_rows):
+        some = by_position[start : start + chunk_rows]
+        out[some] = array[rows[some]]
+        release_mapped_pages(array)
+    return out
 
 
 def sub_batch(batch: np.ndarray, micro_step: int, rank: int, world_size: int, accumulation: int = 1) -> np.ndarray:
@@ -319,15 +451,17 @@ def iterate_batches(
     rank: int = 0, world_size: int = 1, accumulation: int = 1, teacher=None,
 ) -> Iterator[tuple[tuple[int, int], list[dict[str, torch.Tensor]]]]:
     """Endless stream of ((epoch, batch index), this rank's `accumulation` micro-batches of the
-    global batch), from data position `start`; with the teacher's vectors (see `collate`)."""
+    global batch), from data position `start`; with the teacher's vectors (see `collate`). The
+    shards' mapped pages are released after each batch (`PairShards.release_pages`, < 1 ms)."""
     epoch, batch_idx = start
     while True:
-        batches = order.epoch(epoch)
-        for b in range(batch_idx, len(batches)):
+        for b in range(batch_idx, order.batches_per_epoch()):
+            batch = order.batch(epoch, b)
             yield (epoch, b), [
-                collate(shards, sub_batch(batches[b], m, rank, world_size, accumulation), max_len, teacher)
+                collate(shards, sub_batch(batch, m, rank, world_size, accumulation), max_len, teacher)
                 for m in range(accumulation)
             ]
+            shards.release_pages()
         epoch, batch_idx = epoch + 1, 0
 
 

@@ -506,10 +506,11 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
         print(f"warning: {cfg.data} has no content_ids.npy (binarized by an older version): in-batch duplicates are "
               "neither masked nor spread apart; binarize again to get them", flush=True)
     return BatchOrder(
-        np.minimum(shards.side_lengths(), max_len), global_batch, seed=cfg.seed, bucket_batches=cfg.bucket_batches,
-        # the language-pair index (8 bytes a pair) only when temperature sampling needs it
-        groups=shards.language_pair_groups() if cfg.temperature is not None else None, temperature=cfg.temperature,
-        content_ids=shards.content_ids if cfg.spread_duplicates else None, padding_budget=cfg.padding_budget,
+        # memory-mapped lengths.npy; shards binarized before it existed get lengths from the offsets (in memory)
+        shards.lengths if shards.lengths is not None else shards.side_lengths(), global_batch, seed=cfg.seed,
+        bucket_batches=cfg.bucket_batches, groups=shards.language_pair_ranges() if cfg.temperature is not None else None,
+        temperature=cfg.temperature, content_ids=shards.content_ids if cfg.spread_duplicates else None,
+        padding_budget=cfg.padding_budget, max_len=max_len,
     )
 
 
