@@ -22,7 +22,10 @@ it); the allow-list is.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -221,7 +224,7 @@ def load_tensor_file(path: str | Path, map_location=None):
     (nothing in the file is run) when it names any other object."""
     try:
         with torch.serialization.safe_globals(deepspeed_state_classes()):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return _TORCH_LOAD(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         # torch's message: a generic paragraph, then the line that names what was refused
         found = re.search(r"[^\n]*unsupported[^\n]*", str(error), flags=re.IGNORECASE)
@@ -232,6 +235,40 @@ def load_tensor_file(path: str | Path, map_location=None):
             "code or tampered with. Nothing in it was run. Delete that checkpoint directory to resume from an "
             "earlier one"
         ) from None
+
+
+_TORCH_LOAD = torch.load  # torch's own, also while tensor_files_only() stands in for it
+
+
+@contextlib.contextmanager
+def tensor_files_only():
+    """While inside: every torch.load is load_tensor_file, for DeepSpeed code that calls torch.load
+    with weights_only=False itself (its universal-checkpoint converter and loader)."""
+    torch.load = lambda f, map_location=None, *args, **kwargs: load_tensor_file(f, map_location)
+    try:
+        yield
+    finally:
+        torch.load = _TORCH_LOAD
+
+
+def zero_partitions(tag_dir: Path) -> int:
+    """How many data-parallel ranks' optimizer partitions a checkpoint holds (ZeRO 1/2 and
+    DeepSpeed's bf16 optimizer write one file per rank); 0 when the optimizer state is whole in
+    the model file (ZeRO 0 without bf16), which any number of ranks can load."""
+    return len(list(Path(tag_dir).glob("*zero_pp_rank_*_mp_rank_00_optim_states.pt")))
+
+
+def to_universal(tag_dir: Path, out_dir: Path) -> None:
+    """DeepSpeed's universal checkpoint of `tag_dir` in `out_dir` (ds_to_universal): each
+    parameter's fp32 weights and Adam moments whole, which a run with any number of ranks loads
+    (`"checkpoint": {"load_universal": true}`). Files are read through load_tensor_file; the
+    Megatron-specific metadata the converter asks for is filled with its defaults."""
+    from deepspeed.checkpoint import ds_to_universal
+
+    args = argparse.Namespace(input_folder=str(tag_dir), output_folder=str(out_dir), num_extract_workers=1,
+                              num_merge_workers=1, keep_temp_folder=False, strict=True, inject_missing_state=True)
+    with tensor_files_only(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        ds_to_universal.main(args)  # its progress bars and prints would drown the trainer's log
 
 
 def load_only_tensors(engine) -> None:

@@ -31,7 +31,12 @@ teacher); the trainer never runs the teacher. `init_from` starts the encoder fro
 Resuming applies the config given: a changed lr, warm-up, schedule end or weight decay takes
 effect from the resume step; a change of what fixes the model, the data order or the optimizer
 layout (FIXED_KEYS, the merged DeepSpeed config, the shards' content) is refused with a message.
-train_config.yaml is the config in effect, train_config_history.yaml every segment of the run.
+The process count, batch_size and accumulation may change (elastic resume): with the same global
+batch (set `global_batch_size` and any process count keeps it) the run replays the same samples
+in the same order; with another it goes on after the pairs consumed in the epoch and says so
+(resumed_position). ZeRO optimizer partitions saved by another number of ranks are re-split
+through DeepSpeed's universal checkpoint. train_config.yaml is the config in effect,
+train_config_history.yaml every segment of the run.
 
 Divergence: a non-finite loss or gradient norm stops the run at the step it happens (outside fp16
 loss scaling, which skips such steps), with its data position, the batch's language pairs, the
@@ -75,7 +80,7 @@ import yaml
 from data_prep.teacher import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.checkpoint import (
     LATEST, TAG_PATTERN, load_only_tensors, no_usable_checkpoint, partial_dir, publish, reject, resumable_tags, rng_file,
-    rng_state, saved_tags, set_rng_state, step_tag,
+    rng_state, saved_tags, set_rng_state, step_tag, tensor_files_only, to_universal, zero_partitions,
 )
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import _merge, dump_config, load_config
@@ -107,6 +112,10 @@ class TrainConfig:
     deepspeed_config: str = "configs/deepspeed/zero0.json"  # ZeRO stage, bf16/fp16, accumulation, clipping
     deepspeed_overrides: dict = field(default_factory=dict)  # merged into that file, e.g. {"gradient_accumulation_steps": 2}
     batch_size: int = 152  # pairs per process per micro-step (the paper: 152 per GPU)
+    # Pairs per optimizer step. When set, gradient accumulation = global_batch_size / (processes x
+    # batch_size), so the run keeps its global batch, and resumes replaying the same samples, on
+    # any number of processes (elastic resume). Null: accumulation from the DeepSpeed config.
+    global_batch_size: int | None = None
     global_negatives: bool = False  # contrastive negatives from all ranks (the paper's code: each GPU's own batch)
     temperature: float | None = None  # sample language pairs with q ∝ (n/N)^(1/T) (the paper's code: off; T=5 when on)
     # Sort pairs by both sides' lengths within windows of this many global batches (>= 95% real
@@ -183,7 +192,8 @@ class TrainConfig:
         problems = [f"{key} must be at least {low}, got {getattr(self, key)!r}"
                     for key, low in at_least.items() if not getattr(self, key) >= low]
         problems += [f"{key} must be positive or null, got {getattr(self, key)!r}"
-                     for key in ("max_epochs", "max_minutes", "time_budget_minutes", "stop_at_step", "temperature")
+                     for key in ("max_epochs", "max_minutes", "time_budget_minutes", "stop_at_step", "temperature",
+                                 "global_batch_size")
                      if getattr(self, key) is not None and not getattr(self, key) > 0]
         if not (math.isfinite(self.lr) and self.lr > 0):
             problems.append(f"lr must be a positive number, got {self.lr!r}")
@@ -376,8 +386,11 @@ SCHEDULE_END_KEYS = ("max_steps", "max_epochs", "time_budget_minutes", "budget_p
 # These fix the model, the data order or the optimizer's layout, so a change is refused, as is a
 # change of the merged DeepSpeed config or of the shards' content (Run.fixed). All other keys
 # (paths, logging, saving, validation, probes, when to stop) may change. Every change is recorded.
-FIXED_KEYS = ("model", "model_overrides", "batch_size", "global_negatives", "temperature", "bucket_batches", "seed",
+# The process count, batch_size and accumulation may change (elastic resume, see resumed_position).
+FIXED_KEYS = ("model", "model_overrides", "global_negatives", "temperature", "bucket_batches", "seed",
               "spread_duplicates", "padding_budget", "autocast", "teacher")
+# DeepSpeed config keys that follow the process count and batch settings, not the optimizer's layout
+BATCH_LAYOUT_KEYS = ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size")
 
 
 def any_rank(world_size: int, device: torch.device, flag: bool) -> bool:
@@ -555,7 +568,7 @@ def resume(run: Run) -> dict[str, list]:
             return {}
         changes = config_changes(run, run.checkpoint_dir / tag)  # before loading: a refused change never loads
         try:
-            load_path, client_state = run.engine.load_checkpoint(str(run.checkpoint_dir), tag=tag)
+            load_path, client_state = load_checkpoint(run, tag)
         except RuntimeError as error:  # e.g. torch's size mismatches, for a checkpoint without its config
             why = f"{tag} does not fit this model ({str(error).splitlines()[0]})"
             raise no_usable_checkpoint(run.checkpoint_dir, why) from None
@@ -567,22 +580,76 @@ def resume(run: Run) -> dict[str, list]:
         if run.rank == 0:
             print(f"warning: skipping checkpoint {tag}: non-finite weights in {', '.join(bad[:3])}"
                   f"{' ...' if len(bad) > 3 else ''}; trying the previous one", flush=True)
-    if client_state["global_batch"] != run.global_batch or client_state["world_size"] != run.world_size:
-        raise ResumeConfigError(
-            f"{load_path} was written by {client_state['world_size']} processes with a global batch of "
-            f"{client_state['global_batch']} pairs; this run has {run.world_size} and {run.global_batch}: the data "
-            "order would differ, so it cannot resume exactly (use the same process count and batch settings)"
-        )
     state = run.state
-    state.step, state.position = client_state["step"], tuple(client_state["data_position"])
+    state.step, state.position = client_state["step"], resumed_position(run, client_state)
     apply_schedule_on_resume(run, client_state, changes)
     state.last_saved = state.step
-    set_rng_state(json.loads(rng_file(run.checkpoint_dir / tag, run.rank).read_text()))
+    if client_state["world_size"] == run.world_size:
+        set_rng_state(json.loads(rng_file(run.checkpoint_dir / tag, run.rank).read_text()))
+    else:  # rank r's dropout stream has no saved counterpart: a fresh one per rank, seeded by the step
+        seed_rngs(np.random.SeedSequence([run.cfg.seed, run.rank, state.step]))
     if run.rank == 0:
         _keep_metrics_up_to(run.out / "metrics.jsonl", state.step)
         changed = f"; config changes applied: {_describe(changes)}" if changes else ""
         print(f"resumed from {load_path} at step {state.step}, data position {state.position}{changed}")
     return changes
+
+
+def load_checkpoint(run: Run, tag: str) -> tuple[str | None, dict]:
+    """engine.load_checkpoint of `tag`. A checkpoint whose optimizer state is split over another
+    number of ranks (ZeRO 1/2, bf16) goes through DeepSpeed's universal format first
+    (ems.checkpoint.to_universal, rank 0, deleted once loaded), which DeepSpeed re-partitions."""
+    import torch.distributed as dist
+
+    partitions = zero_partitions(run.checkpoint_dir / tag)
+    if not partitions or partitions == run.world_size:
+        return run.engine.load_checkpoint(str(run.checkpoint_dir), tag=tag)
+    universal = run.checkpoint_dir / f"universal-{tag}"  # not a step tag: never listed as a checkpoint
+    if run.rank == 0:
+        print(f"{tag} holds optimizer partitions of {partitions} ranks; this run has {run.world_size}: converting it to "
+              f"DeepSpeed's universal checkpoint in {universal}", flush=True)
+        shutil.rmtree(universal, ignore_errors=True)
+        to_universal(run.checkpoint_dir / tag, universal / tag)
+    dist.barrier()
+    config = run.engine._config  # DeepSpeed reads this flag when loading, not only at initialize
+    config.load_universal_checkpoint = True
+    try:
+        with tensor_files_only():
+            loaded = run.engine.load_checkpoint(str(universal), tag=tag)
+    finally:
+        config.load_universal_checkpoint = False
+    dist.barrier()
+    if run.rank == 0:
+        shutil.rmtree(universal)
+    return loaded
+
+
+def resumed_position(run: Run, client_state: dict) -> tuple[int, int]:
+    """The data position to go on from. The batch order depends only on the global batch, so with
+    the same global batch it is the saved position, whatever the process count, batch_size and
+    accumulation (elastic resume replays the same samples). With another global batch it is the
+    batch of the new order after the pairs consumed so far in the epoch, and the run says so."""
+    epoch, batch = client_state["data_position"]
+    old_global, layout = client_state["global_batch"], (run.world_size, run.accumulation, run.cfg.batch_size)
+    old_layout = (client_state["world_size"], client_state.get("accumulation"), client_state.get("batch_size"))
+    if old_global == run.global_batch:
+        if old_layout != layout and run.rank == 0:
+            print(f"elastic resume: {_layout(*old_layout)} -> {_layout(*layout)}, the same global batch of "
+                  f"{old_global} pairs: the same samples in the same order", flush=True)
+        return epoch, batch
+    consumed = batch * old_global
+    new_batch = consumed // run.global_batch
+    if run.rank == 0:
+        print(f"the global batch changed from {old_global} to {run.global_batch} pairs ({_layout(*old_layout)} -> "
+              f"{_layout(*layout)}): going on after the {consumed:,} pairs consumed in epoch {epoch}, at batch "
+              f"{new_batch} of the new order; the order is not the old one, so up to one bucketing window of "
+              f"pairs around this point is seen twice or not at all this epoch", flush=True)
+    return epoch, new_batch
+
+
+def _layout(world_size: int, accumulation: int | None, batch_size: int | None) -> str:
+    processes = f"{world_size} process{'' if world_size == 1 else 'es'}"
+    return f"{processes} x {accumulation or '?'} accumulation x {batch_size or '?'} pairs"
 
 
 def _describe(changes: dict[str, list]) -> str:
@@ -604,6 +671,8 @@ def config_changes(run: Run, tag_dir: Path) -> dict[str, list]:
         return {}
     stored = json.loads(path.read_text())
     saved = {**stored["config"], **stored["fixed"]}
+    if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
+        saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
     current = _as_json({**dataclasses.asdict(run.cfg), **run.fixed})
     changes = {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
     refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in run.fixed}
@@ -664,7 +733,8 @@ def save(run: Run) -> None:
         shutil.rmtree(staging)  # left by a crash during an earlier save of this step
     dist.barrier()
     client_state = {"step": state.step, "data_position": list(state.position), "world_size": run.world_size,
-                    "global_batch": run.global_batch, "max_steps": state.max_steps, "budget_fitted": state.budget_fitted}
+                    "accumulation": run.accumulation, "batch_size": run.cfg.batch_size, "global_batch": run.global_batch,
+                    "max_steps": state.max_steps, "budget_fitted": state.budget_fitted}
     run.engine.save_checkpoint(str(staging), tag=tag, client_state=client_state, save_latest=False)
     (staging / tag).mkdir(parents=True, exist_ok=True)
     rng_file(staging / tag, run.rank).write_text(json.dumps(rng_state()))
@@ -850,6 +920,31 @@ def log_training(run: Run, sums: MetricSums, epoch: int, seconds: float) -> dict
     return record
 
 
+def gradient_accumulation(cfg: TrainConfig, ds_config: dict, world_size: int) -> int:
+    """Micro-batches per optimizer step: global_batch_size / (world_size x batch_size) when the
+    config sets a global batch (ValueError unless it divides), else the DeepSpeed config's."""
+    if cfg.global_batch_size is None:
+        return int(ds_config.get("gradient_accumulation_steps", 1))
+    per_micro_step = world_size * cfg.batch_size
+    if cfg.global_batch_size % per_micro_step:
+        raise ValueError(f"global_batch_size={cfg.global_batch_size} is not a multiple of {world_size} processes x "
+                         f"batch_size {cfg.batch_size} = {per_micro_step} pairs; set a batch_size that divides it")
+    return cfg.global_batch_size // per_micro_step
+
+
+def optimizer_layout(ds_config: dict) -> dict:
+    """The DeepSpeed config without BATCH_LAYOUT_KEYS: what may not change on resume."""
+    return {key: value for key, value in ds_config.items() if key not in BATCH_LAYOUT_KEYS}
+
+
+def seed_rngs(seed: np.random.SeedSequence) -> None:
+    """Seed torch's, numpy's and Python's global RNGs (this process's dropout stream) from `seed`."""
+    value = int(seed.generate_state(1)[0])
+    torch.manual_seed(value)
+    np.random.seed(value)
+    random.seed(value)
+
+
 def setup(cfg: TrainConfig) -> Run:
     """Distributed init, data, model, DeepSpeed engine, resume, validation sample, probe, logs."""
     import deepspeed
@@ -859,7 +954,7 @@ def setup(cfg: TrainConfig) -> Run:
     ds_config = deepspeed_config(cfg)
     init_distributed()
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    accumulation = int(ds_config.get("gradient_accumulation_steps", 1))
+    accumulation = ds_config["gradient_accumulation_steps"] = gradient_accumulation(cfg, ds_config, world_size)
     global_batch = cfg.batch_size * world_size * accumulation
     out = Path(cfg.out)
     shards = PairShards(cfg.data)
@@ -902,10 +997,7 @@ def setup(cfg: TrainConfig) -> Run:
     load_only_tensors(engine)
     # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
     # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
-    rank_seed = int(np.random.SeedSequence([cfg.seed, rank]).generate_state(1)[0])
-    torch.manual_seed(rank_seed)
-    np.random.seed(rank_seed)
-    random.seed(rank_seed)
+    seed_rngs(np.random.SeedSequence([cfg.seed, rank]))
 
     use_bf16 = [cfg.autocast == "bf16" or (cfg.autocast == "auto" and rank == 0 and bf16_is_fast(engine.device))]
     dist.broadcast_object_list(use_bf16, src=0)  # one decision for all ranks
@@ -913,7 +1005,7 @@ def setup(cfg: TrainConfig) -> Run:
         print(f"autocast=auto: {'bf16' if use_bf16[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {engine.device}")
     autocast = torch.autocast(engine.device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
 
-    fixed = {"deepspeed": ds_config, "data": data_fingerprint(shards)}
+    fixed = {"deepspeed": optimizer_layout(ds_config), "data": data_fingerprint(shards)}
     if teacher is not None:
         fixed["teacher"] = teacher.store.meta["identity"]
     run = Run(cfg=cfg, out=out, rank=rank, world_size=world_size, global_batch=global_batch, accumulation=accumulation,
