@@ -353,8 +353,10 @@ class BatchOrder:
         draw = slots - bounds[group]
         passes, places = draw // sizes[group], draw % sizes[group]
         pairs = np.empty(len(slots), dtype=np.int64)
-        for g, pass_ in {(int(g), int(p)) for g, p in zip(group, passes)}:
-            chosen = (group == g) & (passes == pass_)
+        by_pass = np.lexsort((passes, group))  # one slice per (group, pass), however many passes a window holds
+        starts = np.flatnonzero(np.diff(group[by_pass], prepend=-1) | np.diff(passes[by_pass], prepend=-1))
+        for chosen in np.split(by_pass, starts[1:]):
+            g, pass_ = int(group[chosen[0]]), int(passes[chosen[0]])
             pairs[chosen] = groups[g][KeyedPermutation(int(sizes[g]), (self.seed, epoch, g, pass_))(places[chosen])]
         return pairs
 
