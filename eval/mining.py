@@ -1,16 +1,20 @@
 """Margin-based bitext mining (Artetxe & Schwenk 2019, as in LASER and the EMS paper's BUCC table).
 
-Embeddings in, scored candidate pairs out: exact k-nearest neighbours with faiss (flat inner
-product over chunks of both sides, so memory does not grow with the corpus; an IVF index for
-corpora over ~1M sentences; GPU when faiss sees one), margin scores over k neighbours each side, and the four retrieval modes
-(forward, backward, max, intersect). Shared by the BUCC task, the large-scale retrieval task and
-the `python -m eval.mine` command.
+Embeddings in, scored candidate pairs out: k-nearest neighbours with faiss, margin scores over
+k neighbours each side, and the four retrieval modes (forward, backward, max, intersect).
+Neighbour search (`IndexSpec`, or a string such as "ivf-pq:nprobe=32,m=16"): exact flat inner
+product over chunks of both sides (memory does not grow with the corpus), or an approximate index
+over one side at a time: IVFFlat, IVF with 8-bit scalar quantisation (4x smaller than float32),
+IVF-PQ (16x smaller by default, its candidates re-ranked by exact cosine), HNSW. "auto" is exact
+below 1M indexed rows and AUTO_LARGE_KIND from there. With faiss-gpu and a GPU, indexes are
+sharded across all GPUs; the CPU package is the default. Shared by the BUCC task, the large-scale
+retrieval task and the `python -m eval.mine` command.
 """
 
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import faiss
 import numpy as np
@@ -18,7 +22,7 @@ from tqdm import tqdm
 
 DEFAULT_K = 4
 DEFAULT_CHUNK_ROWS = 16384  # queries per faiss call: 16k x k results, plus faiss's own blocked search
-IVF_MIN_ROWS = 1_000_000  # "auto" index: exact flat search below this many indexed rows, IVF above
+IVF_MIN_ROWS = 1_000_000  # "auto" index: exact flat search below this many indexed rows, AUTO_LARGE_KIND from there
 
 
 def _ratio(cos: np.ndarray, neighbourhood: np.ndarray) -> np.ndarray:
@@ -35,7 +39,8 @@ def _absolute(cos: np.ndarray, neighbourhood: np.ndarray) -> np.ndarray:
 
 MARGINS = {"ratio": _ratio, "distance": _distance, "absolute": _absolute}
 MODES = ("forward", "backward", "max", "intersect")
-INDEX_TYPES = ("auto", "flat", "ivf")
+INDEX_KINDS = ("flat", "ivf", "ivf-sq8", "ivf-pq", "hnsw")
+INDEX_TYPES = ("auto", *INDEX_KINDS)
 
 
 def check_choice(name: str, value: str, choices) -> None:
@@ -80,41 +85,231 @@ def _gpus() -> int:
     return faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
 
 
-def resolve_index_type(index_type: str, n: int) -> str:
-    """"flat" or "ivf" for an index over `n` rows ("auto": ivf from IVF_MIN_ROWS rows)."""
-    check_choice("index", index_type, INDEX_TYPES)
-    if index_type == "auto":
-        return "ivf" if n >= IVF_MIN_ROWS else "flat"
-    return index_type
+@dataclass(frozen=True)
+class IndexSpec:
+    """How to search one side of a mining run: an index kind and its settings.
+
+    kind: "flat" (exact), "ivf" (IVFFlat: full float32 vectors in inverted lists), "ivf-sq8" (IVF
+    with each vector stored as d bytes, 8-bit scalar quantised), "ivf-pq" (IVF with each vector
+    stored as `pq_m` bytes, product-quantised, 8 bits per sub-quantiser), "hnsw" (HNSW graph over
+    full float32 vectors, inner product), or "auto": flat below IVF_MIN_ROWS indexed rows,
+    AUTO_LARGE_KIND from there. A setting left None takes the default `resolve_index` computes for
+    the side's size n and dimension d:
+
+    - n_lists: round(4 sqrt(n)), at most n / 39 (faiss wants 39 training points per list).
+    - nprobe: DEFAULT_NPROBE lists searched per query (at most n_lists), a fixed number rather than
+      a fraction of the lists, so the search cost per query stays ~nprobe * n / n_lists rows.
+      Measured with benchmarks/mining_benchmark.py at 900k x 900k real sentences, hashed
+      character-trigram embeddings, d = 64, 3795 lists, both directions (recall@4 against exact
+      search on 10k sampled queries each way; CPU seconds on 2 AVX2 cores): IVFFlat nprobe 32:
+      recall 52.8 / 48.6 %, 334 CPU s; nprobe 128: 74.0 / 71.7 %, 1078 CPU s (nlist / 8 = 474
+      would cost ~4000). Those vectors are nearly isotropic, a hard case for any IVF; raise nprobe
+      (e.g. "ivf-sq8:nprobe=128") where recall matters more than time, and measure on your own
+      encoder's embeddings (the benchmark's --encoder).
+    - pq_m: d / 4 sub-quantisers (16x smaller than float32), or the largest divisor of d below that.
+    - train_size: rows sampled to train the coarse quantiser and codebooks: 64 per list, at least
+      10,000 (PQ's 256 centroids per sub-quantiser), at most n.
+    - rerank: ivf-pq and ivf-sq8 only: search rerank * k candidates in the index, then re-rank them
+      by their exact cosine, read from the (memory-mapped) input vectors. 0 = none. Default:
+      DEFAULT_PQ_RERANK for ivf-pq, 0 for ivf-sq8. PQ cosines are coarse and margin scores are
+      ratios of cosines: on the benchmark above (m = 16, nprobe 32), PQ without re-ranking found
+      29 % of the exact neighbours and agreed with exact margin mining on 24 % of best pairs
+      (mean margin error 0.037); re-ranking 16 candidates gave 43 % and 42 % (0.030) at no extra
+      CPU time (298 vs 312 s). SQ8 needs none: 52.4 / 48.2 % recall against IVFFlat's
+      52.8 / 48.6 %, with a 3.6x smaller index (63 vs 228 MiB), which is why "auto" picks it
+      from IVF_MIN_ROWS rows.
+    hnsw_m (graph degree), ef_construction and ef_search (candidate list sizes when building and
+    searching; at least k is used) are HNSW's usual settings.
+    """
+
+    kind: str = "auto"
+    n_lists: int | None = None
+    nprobe: int | None = None
+    pq_m: int | None = None
+    train_size: int | None = None
+    rerank: int | None = None
+    hnsw_m: int = 32
+    ef_construction: int = 40
+    ef_search: int = 64
+
+    def __post_init__(self) -> None:
+        check_choice("index", self.kind, INDEX_TYPES)
+        for name in ("n_lists", "nprobe", "pq_m", "train_size", "hnsw_m", "ef_construction", "ef_search"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"index setting {name} must be an integer >= 1, got {value!r}")
+        if self.rerank is not None and (isinstance(self.rerank, bool) or not isinstance(self.rerank, int) or self.rerank < 0):
+            raise ValueError(f"index setting rerank must be an integer >= 0, got {self.rerank!r}")
+
+
+DEFAULT_NPROBE = 32
+DEFAULT_PQ_RERANK = 4
+AUTO_LARGE_KIND = "ivf-sq8"
+# Spec-string keys each kind takes ("m" is pq_m for ivf-pq, hnsw_m for hnsw); auto takes its large kind's.
+SPEC_KEYS = {
+    "flat": (),
+    "ivf": ("n_lists", "nprobe", "train_size"),
+    "ivf-sq8": ("n_lists", "nprobe", "train_size", "rerank"),
+    "ivf-pq": ("n_lists", "nprobe", "m", "train_size", "rerank"),
+    "hnsw": ("m", "ef_construction", "ef_search"),
+}
+SPEC_KEYS["auto"] = SPEC_KEYS[AUTO_LARGE_KIND]
+
+
+def parse_index_spec(text: str) -> IndexSpec:
+    """"KIND[:key=value,...]" (e.g. "ivf-pq:nprobe=32,m=16", "hnsw:ef_search=128") -> IndexSpec.
+    KIND is one of INDEX_TYPES; SPEC_KEYS lists the keys each kind takes; values are integers.
+    One ValueError naming the spec, what is wrong and what is allowed."""
+    kind, _, settings = text.strip().partition(":")
+    if kind not in INDEX_TYPES:
+        raise ValueError(f"index {text!r}: unknown kind {kind!r}; expected one of {', '.join(INDEX_TYPES)}")
+    allowed = SPEC_KEYS[kind]
+    values: dict[str, int] = {}
+    for item in filter(None, settings.split(",")):
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        if key not in allowed or not equals:
+            takes = f"takes {', '.join(allowed)}" if allowed else "takes no settings"
+            raise ValueError(f"index {text!r}: bad setting {item!r}; {kind} {takes} (key=integer)")
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"index {text!r}: {key} must be an integer, got {value!r}") from None
+        values[{"m": "pq_m" if kind == "ivf-pq" else "hnsw_m"}.get(key, key)] = number
+    try:
+        return IndexSpec(kind, **values)
+    except ValueError as error:
+        raise ValueError(f"index {text!r}: {error}") from None
+
+
+def as_index_spec(index: str | IndexSpec, nprobe: int | None = None) -> IndexSpec:
+    """`index` as an IndexSpec (a string is parsed by `parse_index_spec`); a given `nprobe` (the
+    older keyword of `mine` and `build_index`) overrides the spec's."""
+    spec = index if isinstance(index, IndexSpec) else parse_index_spec(index)
+    return spec if nprobe is None else replace(spec, nprobe=nprobe)
+
+
+def resolve_index(spec: IndexSpec, n: int, dim: int) -> IndexSpec:
+    """`spec` for an index over n rows of dimension dim: "auto" replaced by the kind it picks and
+    every setting the kind uses filled in with its default (see IndexSpec)."""
+    kind = spec.kind
+    if kind == "auto":
+        kind = AUTO_LARGE_KIND if n >= IVF_MIN_ROWS else "flat"
+    if kind in ("flat", "hnsw"):
+        return replace(spec, kind=kind, n_lists=None, nprobe=None, pq_m=None, train_size=None, rerank=0)
+    n_lists = spec.n_lists or max(1, min(round(4 * np.sqrt(n)), n // 39))
+    pq_m = None
+    if kind == "ivf-pq":
+        pq_m = spec.pq_m or max(m for m in range(1, max(1, dim // 4) + 1) if dim % m == 0)
+        if dim % pq_m:
+            raise ValueError(f"index setting m={pq_m} must divide the dimension {dim}")
+    rerank = spec.rerank if spec.rerank is not None else (DEFAULT_PQ_RERANK if kind == "ivf-pq" else 0)
+    if kind == "ivf" and rerank:
+        raise ValueError("index setting rerank applies to ivf-sq8 and ivf-pq (ivf stores exact vectors)")
+    return replace(spec, kind=kind, n_lists=n_lists, nprobe=min(n_lists, spec.nprobe or DEFAULT_NPROBE), pq_m=pq_m,
+                   train_size=min(n, spec.train_size or max(64 * n_lists, 10_000)), rerank=rerank)  # fmt: skip
+
+
+def empty_index(spec: IndexSpec, dim: int):
+    """An untrained, empty faiss inner-product index for a resolved `spec`."""
+    if spec.kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if spec.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, spec.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = spec.ef_construction
+        index.hnsw.efSearch = spec.ef_search
+        return index
+    quantizer = faiss.IndexFlatIP(dim)
+    if spec.kind == "ivf":
+        index = faiss.IndexIVFFlat(quantizer, dim, spec.n_lists, faiss.METRIC_INNER_PRODUCT)
+    elif spec.kind == "ivf-sq8":
+        index = faiss.IndexIVFScalarQuantizer(quantizer, dim, spec.n_lists, faiss.ScalarQuantizer.QT_8bit,
+                                              faiss.METRIC_INNER_PRODUCT)  # fmt: skip
+    else:
+        index = faiss.IndexIVFPQ(quantizer, dim, spec.n_lists, spec.pq_m, 8, faiss.METRIC_INNER_PRODUCT)
+    index.nprobe = spec.nprobe
+    return index
+
+
+def to_gpus(index, spec: IndexSpec):
+    """`index` split across every GPU faiss sees (each GPU holds 1/G of the rows: sharded, not
+    replicated), or `index` itself when there is none or its kind has no GPU version (hnsw).
+    ivf-pq uses float16 lookup tables on the GPU (faiss needs them for many sub-quantisers);
+    other kinds keep float32 vectors, since margin scores are ratios of close cosines."""
+    if _gpus() == 0 or spec.kind == "hnsw":
+        return index
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = True
+    options.useFloat16 = spec.kind == "ivf-pq"
+    return faiss.index_cpu_to_all_gpus(index, co=options)
 
 
 def build_index(
-    name: str, vectors: np.ndarray, index_type: str = "auto", nprobe: int | None = None, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    name: str,
+    vectors: np.ndarray,
+    index_type: str | IndexSpec = "auto",
+    nprobe: int | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
 ):
     """faiss inner-product index over the L2-normalised rows of `vectors` (n, d), added
     `chunk_rows` at a time so that the index holds the only normalised copy.
 
-    "flat" is exact; "ivf" clusters into ~4 sqrt(n) lists and searches `nprobe` of them (default
-    1/8 of the lists, at least 16); "auto" picks ivf from IVF_MIN_ROWS rows. Moved to all GPUs
-    when faiss was built with GPU support and sees one.
+    `index_type` is an IndexSpec or a spec string ("flat", "ivf", "ivf-pq:nprobe=16,m=32", ...;
+    see `parse_index_spec`); `nprobe`, if given, overrides the spec's. IVF kinds are trained on
+    `train_size` rows sampled evenly at random (seed 0). Sharded across all GPUs when faiss was
+    built with GPU support and sees one (`to_gpus`).
     """
     n, dim = vectors.shape
-    if resolve_index_type(index_type, n) == "flat":
-        index = faiss.IndexFlatIP(dim)
-    else:
-        n_lists = max(1, min(int(4 * np.sqrt(n)), n // 39))  # faiss wants >= 39 training points per list
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, n_lists, faiss.METRIC_INNER_PRODUCT)
-        sample = np.sort(np.random.default_rng(0).choice(n, size=min(n, 64 * n_lists), replace=False))
+    spec = resolve_index(as_index_spec(index_type, nprobe), n, dim)
+    index = empty_index(spec, dim)
+    if spec.train_size is not None:
+        sample = np.sort(np.random.default_rng(0).choice(n, size=spec.train_size, replace=False))
         training = np.array(vectors[sample], dtype=np.float32, order="C")
         release_mapped_pages(vectors)
         faiss.normalize_L2(training)
         index.train(training)
-        index.nprobe = min(n_lists, nprobe or max(16, n_lists // 8))
-    if _gpus() > 0:
-        index = faiss.index_cpu_to_all_gpus(index)
+    index = to_gpus(index, spec)
     for start in range(0, n, chunk_rows):
         index.add(normalised_rows(name, vectors, start, start + chunk_rows))
     return index
+
+
+def index_bytes(index) -> int:
+    """Bytes a CPU faiss index of this module's kinds holds for its rows: vectors or codes, their
+    ids in the inverted lists, HNSW links, the coarse quantiser and codebooks (what
+    faiss.serialize_index would write, without making that copy)."""
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexHNSW):
+        hnsw = index.hnsw
+        return index_bytes(index.storage) + 4 * hnsw.neighbors.size() + 8 * hnsw.offsets.size() + 4 * hnsw.levels.size()
+    if isinstance(index, faiss.IndexIVF):
+        codebooks = 4 * index.pq.centroids.size() if isinstance(index, faiss.IndexIVFPQ) else 0
+        if isinstance(index, faiss.IndexIVFScalarQuantizer):
+            codebooks = 4 * index.sq.trained.size()
+        return index.ntotal * (index.code_size + 8) + index_bytes(index.quantizer) + codebooks
+    return index.ntotal * index.code_size  # flat kinds
+
+
+def rerank_exact(
+    queries: np.ndarray, base: np.ndarray, ids: np.ndarray, k: int, base_name: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The best k of each query's candidate `ids` (nq, c) by exact inner product between the
+    normalised `queries` rows and the normalised `base` rows (read from `base`, which may be
+    memory-mapped: only the candidates' rows are). Returns (similarities (nq, k), ids (nq, k)),
+    best first; a missing candidate (id -1) ranks last with similarity -inf."""
+    wanted = np.unique(ids[ids >= 0])
+    rows = np.array(base[wanted], dtype=np.float32, order="C")
+    release_mapped_pages(base)
+    if not np.isfinite(rows).all():
+        raise ValueError(f"{base_name} contains NaN or infinite values")
+    faiss.normalize_L2(rows)
+    position = np.searchsorted(wanted, np.maximum(ids, 0))
+    sims = np.full(ids.shape, -np.inf, dtype=np.float32)
+    for column in range(ids.shape[1]):  # one (nq, d) gather at a time, not (nq, c, d)
+        found = ids[:, column] >= 0
+        sims[found, column] = np.einsum("ij,ij->i", queries[found], rows[position[found, column]])
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
 def knn(
@@ -124,11 +319,24 @@ def knn(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     progress: bool = False,
     desc: str = "queries",
+    rerank: int = 0,
+    base: np.ndarray | None = None,
+    base_name: str = "base",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k inner products of the L2-normalised rows of `queries` (n, d) against a faiss
-    `index`, `chunk_rows` queries per call. Returns (similarities (n, k) float32, ids (n, k)
-    int64), best first."""
-    return _search_in_chunks(queries, k, lambda chunk: index.search(chunk, k), chunk_rows, progress, desc)
+    `index`, `chunk_rows` queries per call. With rerank > 0 the index gives rerank * k candidates
+    and `base` (the indexed vectors) re-ranks them exactly (`rerank_exact`). Returns
+    (similarities (n, k) float32, ids (n, k) int64), best first."""
+    if rerank and base is None:
+        raise ValueError("rerank needs the indexed vectors (base)")
+
+    def search(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not rerank:
+            return index.search(chunk, k)
+        _, candidates = index.search(chunk, rerank * k)
+        return rerank_exact(chunk, base, candidates, k, base_name)
+
+    return _search_in_chunks(queries, k, search, chunk_rows, progress, desc)
 
 
 def blockwise_knn(
@@ -174,18 +382,23 @@ def nearest(
     queries: np.ndarray,
     base: np.ndarray,
     k: int,
-    index_type: str,
-    nprobe: int | None,
+    index: str | IndexSpec,
     chunk_rows: int,
     progress: bool,
     desc: str,
     base_name: str,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Top-k of `queries` among `base` rows by cosine: exact search on the CPU streams both sides
-    (`blockwise_knn`); IVF, and any search on GPUs, goes through a faiss index."""
-    if resolve_index_type(index_type, len(base)) == "flat" and _gpus() == 0:
-        return blockwise_knn(queries, base, k, chunk_rows, progress, desc, base_name)
-    return knn(queries, build_index(base_name, base, index_type, nprobe, chunk_rows), k, chunk_rows, progress, desc)
+    (`blockwise_knn`); every other kind, and any search on GPUs, goes through a faiss index over
+    `base`. Returns (similarities, ids, bytes of that index: 0 without one, or on GPUs)."""
+    spec = resolve_index(as_index_spec(index), len(base), base.shape[1])
+    if spec.kind == "flat" and _gpus() == 0:
+        return (*blockwise_knn(queries, base, k, chunk_rows, progress, desc, base_name), 0)
+    built = build_index(base_name, base, spec, chunk_rows=chunk_rows)
+    size = index_bytes(built) if _gpus() == 0 else 0
+    if spec.kind == "hnsw":
+        built.hnsw.efSearch = max(spec.ef_search, k)
+    return (*knn(queries, built, k, chunk_rows, progress, desc, spec.rerank, base, base_name), size)
 
 
 @dataclass
@@ -194,7 +407,8 @@ class MarginNeighbours:
 
     fwd_ids[i] are the k candidates in y for x[i], fwd_scores[i] their margin scores (best first
     by cosine); bwd_* the same from y to x. avg_x[i] / avg_y[j] are the mean cosines of x[i] /
-    y[j] to its k neighbours on the other side."""
+    y[j] to its k neighbours on the other side. index_bytes: the larger of the two faiss indexes'
+    sizes (`index_bytes`; one is alive at a time), 0 for exact search on the CPU (no index) or on GPUs."""
 
     fwd_ids: np.ndarray
     fwd_scores: np.ndarray
@@ -202,6 +416,7 @@ class MarginNeighbours:
     bwd_scores: np.ndarray
     avg_x: np.ndarray
     avg_y: np.ndarray
+    index_bytes: int = 0
 
 
 def margin_neighbours(
@@ -209,7 +424,7 @@ def margin_neighbours(
     y: np.ndarray,
     k: int = DEFAULT_K,
     margin: str = "ratio",
-    index_type: str = "auto",
+    index_type: str | IndexSpec = "auto",
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     progress: bool = False,
     nprobe: int | None = None,
@@ -217,27 +432,29 @@ def margin_neighbours(
     """Margin scores of each x row against its k nearest y rows, and of each y row against its
     k nearest x rows: margin(cos(x, y), (avg_x + avg_y) / 2), where avg_* is a sentence's mean
     cosine to its k neighbours (ratio: cos / that, distance: cos - that, absolute: cos).
-    k is capped at the size of the smaller side; `nprobe` is passed to `build_index`."""
+    k is capped at the size of the smaller side; `index_type` is an IndexSpec or a spec string
+    (`parse_index_spec`), resolved for each side's size; `nprobe`, if given, overrides its nprobe."""
     check_choice("margin", margin, MARGINS)
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
+    spec = as_index_spec(index_type, nprobe)
     x, y = check_embeddings("x", x), check_embeddings("y", y)
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"x and y must have the same dimension, got {x.shape[1]} and {y.shape[1]}")
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     k = min(k, len(x), len(y))
-    # Exact search holds two chunks at a time; an IVF index holds one side (one index alive at a time).
-    fwd_cos, fwd_ids = nearest(x, y, k, index_type, nprobe, chunk_rows, progress, "x", "y")
-    bwd_cos, bwd_ids = nearest(y, x, k, index_type, nprobe, chunk_rows, progress, "y", "x")
-    # IVF may return fewer than k hits (id -1); a missing neighbour adds nothing to the average.
+    # Exact search holds two chunks at a time; an index holds one side (one index alive at a time).
+    fwd_cos, fwd_ids, fwd_bytes = nearest(x, y, k, spec, chunk_rows, progress, "x", "y")
+    bwd_cos, bwd_ids, bwd_bytes = nearest(y, x, k, spec, chunk_rows, progress, "y", "x")
+    # IVF and HNSW may return fewer than k hits (id -1); a missing neighbour adds nothing to the average.
     fwd_cos[fwd_ids < 0], bwd_cos[bwd_ids < 0] = 0.0, 0.0
     avg_x, avg_y = fwd_cos.mean(axis=1), bwd_cos.mean(axis=1)
     score = MARGINS[margin]
     fwd_scores = score(fwd_cos, (avg_x[:, None] + avg_y[fwd_ids]) / 2)
     bwd_scores = score(bwd_cos, (avg_y[:, None] + avg_x[bwd_ids]) / 2)
     fwd_scores[fwd_ids < 0], bwd_scores[bwd_ids < 0] = -np.inf, -np.inf
-    return MarginNeighbours(fwd_ids, fwd_scores, bwd_ids, bwd_scores, avg_x, avg_y)
+    return MarginNeighbours(fwd_ids, fwd_scores, bwd_ids, bwd_scores, avg_x, avg_y, max(fwd_bytes, bwd_bytes))
 
 
 @dataclass
@@ -304,7 +521,7 @@ def mine(
     k: int = DEFAULT_K,
     margin: str = "ratio",
     mode: str = "max",
-    index_type: str = "auto",
+    index_type: str | IndexSpec = "auto",
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     progress: bool = False,
     nprobe: int | None = None,
@@ -313,7 +530,8 @@ def mine(
 
     forward: each x row with its best y; backward: each y row with its best x; intersect: pairs
     both directions agree on; max: both directions' pairs, greedily keeping the best-scoring
-    pair of each sentence. No threshold is applied (see `best_threshold`)."""
+    pair of each sentence. No threshold is applied (see `best_threshold`). `index_type` and
+    `nprobe` choose the search as in `margin_neighbours`."""
     check_choice("mode", mode, RETRIEVAL)
     neighbours = margin_neighbours(x, y, k, margin, index_type, chunk_rows, progress, nprobe)
     return RETRIEVAL[mode](neighbours)

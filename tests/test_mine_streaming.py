@@ -1,0 +1,130 @@
+"""eval.mine streams its input (eval.streaming): the same pairs as reading the files whole, and
+multi-process tokenising gives the vectors of single-process encoding."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import eval.encoders
+from ems.cli import run_main
+from eval.encoders import EncoderKind, load_encoder
+from eval.mine import main as mine_main
+from eval.mine import mine_files
+from eval.mining import mine
+from eval.retrieval import MissingDataError, read_lines
+from eval.streaming import chunk_embeddings, scan_distinct, text_chunks
+from tests.test_encoder import model_dir  # noqa: F401 (a fixture: a small EMS model directory)
+from tests.test_eval_tatoeba import TrigramEncoder
+
+# Repeats, empty and blank lines, a CRLF line, no newline at the end.
+SRC = "Der Hund bellt.\n\nDie Katze schläft.\r\nDer Hund bellt.\n   \nIch habe Hunger.\nWo ist der Bahnhof?\nDie Katze schläft.\nGuten Tag!"
+TGT = "The dog barks.\nI am hungry.\n\nThe cat sleeps.\nWhere is the station?\nThe dog barks.\nGood day!\nA red car.\n"
+
+
+def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    src, tgt = tmp_path / "in.de", tmp_path / "in.en"
+    src.write_bytes(SRC.encode("utf-8"))
+    tgt.write_bytes(TGT.encode("utf-8"))
+    return src, tgt
+
+
+def in_memory_mine(encoder, src_path: Path, tgt_path: Path, out: Path, **options) -> None:
+    """What eval.mine did before streaming: read both files whole, keep each distinct non-empty
+    line once, encode each side in one call, mine, write."""
+    src = list(dict.fromkeys(line for line in read_lines(src_path) if line.strip()))
+    tgt = list(dict.fromkeys(line for line in read_lines(tgt_path) if line.strip()))
+    pairs = mine(encoder.encode(src, "de"), encoder.encode(tgt, "en"), **options)
+    out.write_text("".join(f"{score:.6f}\t{src[s]}\t{tgt[t]}\n" for s, t, score in
+                           zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist())), encoding="utf-8")  # fmt: skip
+
+
+@pytest.mark.parametrize("chunk_lines", [1, 2, 1000])
+def test_streaming_output_equals_the_in_memory_path(tmp_path, chunk_lines):
+    src, tgt = write_inputs(tmp_path)
+    encoder = TrigramEncoder()
+    counts = mine_files(encoder, src, "de", tgt, "en", tmp_path / "streamed.tsv", k=2, chunk_lines=chunk_lines)
+    in_memory_mine(encoder, src, tgt, tmp_path / "whole.tsv", k=2)
+    streamed = (tmp_path / "streamed.tsv").read_text(encoding="utf-8")
+    assert streamed == (tmp_path / "whole.tsv").read_text(encoding="utf-8")
+    assert "\tDie Katze schläft.\t" in streamed and "\r" not in streamed  # its CRLF line, without the CR
+    assert counts == {"src_lines": 9, "src_distinct": 5, "src_empty": 2, "tgt_lines": 8, "tgt_distinct": 6,
+                      "tgt_empty": 1, "written": counts["written"]}  # fmt: skip
+    assert max(n for _, n in encoder.calls[:2]) == min(chunk_lines, 6)  # streamed: a chunk at a time
+
+
+def test_scan_keeps_first_occurrences_by_offset(tmp_path):
+    src, _ = write_inputs(tmp_path)
+    distinct = scan_distinct(src)
+    assert distinct.numbers.tolist() == [0, 2, 5, 6, 8]
+    assert [SRC.encode("utf-8")[o:].split(b"\n")[0].rstrip(b"\r").decode() for o in distinct.offsets.tolist()] == [
+        "Der Hund bellt.", "Die Katze schläft.", "Ich habe Hunger.", "Wo ist der Bahnhof?", "Guten Tag!"]  # fmt: skip
+    assert list(text_chunks(distinct, 2)) == [["Der Hund bellt.", "Die Katze schläft."],
+                                              ["Ich habe Hunger.", "Wo ist der Bahnhof?"], ["Guten Tag!"]]  # fmt: skip
+
+
+def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
+    src, tgt = write_inputs(tmp_path)
+    (tmp_path / "bad.de").write_bytes(b"gut\n\xff\xfe kaputt\n")
+    with pytest.raises(ValueError, match=r"bad.de is not valid UTF-8 \(line 2"):
+        scan_distinct(tmp_path / "bad.de")
+    with pytest.raises(MissingDataError, match="missing input file"):
+        scan_distinct(tmp_path / "nowhere.de")
+    base = ["--encoder", "trigram", "--src", str(src), "--src-lang", "de", "--tgt", str(tgt), "--tgt-lang", "en",
+            "--out", str(tmp_path / "o.tsv")]  # fmt: skip
+    eval.encoders.ENCODER_KINDS["trigram"] = EncoderKind(lambda path, device: TrigramEncoder(), "none", {})
+    try:
+        for extra, message in ((["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
+                               (["--src", str(tmp_path / "bad.de")], "is not valid UTF-8")):  # fmt: skip
+            capsys.readouterr()
+            assert run_main(mine_main, base + extra) == 2
+            err = capsys.readouterr().err
+            assert err.count("error:") == 1 and message in err and "Traceback" not in err
+    finally:
+        del eval.encoders.ENCODER_KINDS["trigram"]
+
+
+def test_work_dir_keeps_the_embeddings_one_row_per_distinct_line(tmp_path):
+    src, tgt = write_inputs(tmp_path)
+    mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work", chunk_lines=2)
+    x, y = np.load(tmp_path / "work" / "src.npy"), np.load(tmp_path / "work" / "tgt.npy")
+    assert x.shape == (5, 64) and y.shape == (6, 64)
+    np.testing.assert_array_equal(x, TrigramEncoder().encode(["Der Hund bellt.", "Die Katze schläft.", "Ich habe Hunger.",
+                                                              "Wo ist der Bahnhof?", "Guten Tag!"], "de"))  # fmt: skip
+
+
+def test_workers_with_another_encoder_print_a_note_and_encode_as_without(tmp_path, capsys):
+    chunks = [["Der Hund bellt.", "Guten Tag!"], ["Ich habe Hunger."]]
+    with_workers = list(chunk_embeddings(TrigramEncoder(), chunks, "de", tokenizer_workers=2))
+    assert "note: --tokenizer-workers applies to ems: encoders only; TrigramEncoder" in capsys.readouterr().err
+    for got, want in zip(with_workers, chunk_embeddings(TrigramEncoder(), chunks, "de")):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_multi_process_tokenising_gives_the_single_process_vectors(model_dir, tmp_path):
+    encoder = load_encoder(f"ems:{model_dir}", cache_dir=tmp_path / "cache")
+    lines = ["Enter a valid date.", "This field is required.", "Save", "Delete the selected objects?",
+             "Change password", "Enter a whole number.", "Log out", "Add another item"] * 3  # fmt: skip
+    chunks = [lines[i : i + 5] for i in range(0, len(lines), 5)]
+    single = list(chunk_embeddings(load_encoder(f"ems:{model_dir}"), chunks, "en"))
+    pooled = list(chunk_embeddings(encoder, chunks, "en", tokenizer_workers=2))
+    assert len(pooled) == len(single) == 5
+    for got, want in zip(pooled, single):
+        np.testing.assert_array_equal(got, want)
+    assert encoder.misses == 5 and encoder.model_id  # encoded through the cache, one entry per chunk
+    again = list(chunk_embeddings(encoder, chunks, "en", tokenizer_workers=2))
+    assert encoder.hits == 5 and all(np.array_equal(a, b) for a, b in zip(again, single))
+
+
+def test_mine_command_with_tokenizer_workers(model_dir, tmp_path):
+    lines = ["Enter a valid date.", "This field is required.", "Save", "", "Change password", "Save", "Log out"]
+    (tmp_path / "a.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "b.en").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    outputs = []
+    for workers in ("0", "2"):
+        argv = ["--encoder", f"ems:{model_dir}", "--src", str(tmp_path / "a.en"), "--src-lang", "en", "--tgt",
+                str(tmp_path / "b.en"), "--tgt-lang", "en", "--out", str(tmp_path / f"{workers}.tsv"), "--k", "2",
+                "--chunk-lines", "2", "--tokenizer-workers", workers]  # fmt: skip
+        assert mine_main(argv) == 0
+        outputs.append((tmp_path / f"{workers}.tsv").read_text(encoding="utf-8"))
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") == 5
