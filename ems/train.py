@@ -615,13 +615,13 @@ def load_checkpoint(run: Run, tag: str) -> tuple[str | None, dict]:
     config.load_universal_checkpoint = True
     try:
         with tensor_files_only():
-            loaded = run.engine.load_checkpoint(str(universal), tag=tag)
+            load_path, client_state = run.engine.load_checkpoint(str(universal), tag=tag)
     finally:
         config.load_universal_checkpoint = False
     dist.barrier()
     if run.rank == 0:
         shutil.rmtree(universal)
-    return loaded
+    return load_path and f"{run.checkpoint_dir / tag} (through its universal copy)", client_state
 
 
 def resumed_position(run: Run, client_state: dict) -> tuple[int, int]:

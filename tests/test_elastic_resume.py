@@ -47,6 +47,7 @@ def test_two_processes_with_zero1_resumed_on_one_equal_an_uninterrupted_run(tiny
     assert "holds optimizer partitions of 2 ranks; this run has 1" in output
     assert ("elastic resume: 2 processes x 1 accumulation x 16 pairs -> 1 process x 2 accumulation x 16 pairs, "
             "the same global batch of 32 pairs") in output
+    assert f"resumed from {out / 'checkpoints' / f'step{STOP}'} (through its universal copy) at step {STOP}" in output
     assert not list((out / "checkpoints").glob("universal-*"))  # the converted copy is gone
     assert_equals_uninterrupted(out, one_process)
 
