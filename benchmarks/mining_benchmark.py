@@ -228,7 +228,7 @@ def run_miner(method: str, work: Path, sample: int) -> dict:
     if method == "plain":
         src, tgt, score = plain_flat_mine(x, y, K)
     else:
-        neighbours = margin_neighbours(x, y, k=K, margin="ratio", index_type=as_index_spec(method))
+        neighbours = margin_neighbours(x, y, k=K, margin="ratio", index_type=method)
         pairs = RETRIEVAL["max"](neighbours)
         src, tgt, score = pairs.src, pairs.tgt, pairs.score
     seconds = time.perf_counter() - start

@@ -376,7 +376,7 @@ def nearest(
     queries: np.ndarray,
     base: np.ndarray,
     k: int,
-    index: str | IndexSpec,
+    spec: IndexSpec,
     chunk_rows: int,
     progress: bool,
     desc: str,
@@ -385,13 +385,13 @@ def nearest(
     """Top-k of `queries` among `base` rows by cosine: exact search on the CPU streams both sides
     (`blockwise_knn`); every other kind, and any search on GPUs, goes through a faiss index over
     `base`. Returns (similarities, ids, bytes of that index: 0 without one, or on GPUs)."""
-    spec = resolve_index(as_index_spec(index), len(base), base.shape[1])
+    spec = resolve_index(spec, len(base), base.shape[1])
     if spec.kind == "flat" and _gpus() == 0:
         return (*blockwise_knn(queries, base, k, chunk_rows, progress, desc, base_name), 0)
+    if spec.kind == "hnsw":
+        spec = replace(spec, ef_search=max(spec.ef_search, k))  # at least k candidates
     built = build_index(base_name, base, spec, chunk_rows=chunk_rows)
     size = index_bytes(built) if _gpus() == 0 else 0
-    if spec.kind == "hnsw":
-        built.hnsw.efSearch = max(spec.ef_search, k)
     return (*knn(queries, built, k, chunk_rows, progress, desc, spec.rerank, base, base_name), size)
 
 
