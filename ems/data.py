@@ -15,7 +15,6 @@ disjoint, their union is the global batch, and all of them have nearly the same 
 from __future__ import annotations
 
 import json
-import mmap
 import queue
 import threading
 import time
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from data_prep.binarize import INDEX_FILE
+from ems.mapped import release_mapped_pages
 from ems.text import PAD_ID
 
 
@@ -93,16 +93,6 @@ class PairShards:
     def language_pair_groups(self) -> dict[str, np.ndarray]:
         """{"l1-l2": pair indices}: `language_pair_ranges` as arrays (8 bytes a pair)."""
         return {name: np.asarray(members) for name, members in self.language_pair_ranges().items()}
-
-
-def release_mapped_pages(x: np.ndarray | None) -> None:
-    """Unmap the pages that reading a read-only memory-mapped `x` (np.load(..., mmap_mode="r"))
-    brought into this process. They stay in the OS page cache, so a later read is a cheap minor
-    fault, but the process's resident set (what a SLURM memory limit watches) no longer grows
-    with the size of the file. Anything else: no-op."""
-    mapping = getattr(x, "_mmap", None)  # np.memmap's mapping; numpy has no public handle for it
-    if isinstance(x, np.memmap) and x.mode == "r" and mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
-        mapping.madvise(mmap.MADV_DONTNEED)  # read-only shared mapping: nothing can be lost
 
 
 class IndexRanges:

@@ -19,7 +19,7 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
-from ems.data import release_mapped_pages
+from ems.mapped import release_mapped_pages
 
 DEFAULT_K = 4
 DEFAULT_CHUNK_ROWS = 16384  # queries per faiss call: 16k x k results, plus faiss's own blocked search
