@@ -29,6 +29,7 @@ from ems.train import PREEMPTED_EXIT_CODE, REPO_ROOT, TrainConfig
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 DEMO_SUITE = REPO_ROOT / "configs" / "eval" / "suite_demo.yaml"
 REPORT_FILE = "demo_report.md"
+STAGES_FILE = "demo_stages.json"  # {"seconds": {stage: wall seconds}, "steps": training steps}
 CHART_FILE = "demo_chart.png"
 
 
@@ -240,6 +241,7 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
         f"stage seconds: {json.dumps(stages.seconds)} (total {sum(stages.seconds.values()):.0f})\n\n{tables}"
     )
     (out / REPORT_FILE).write_text(summary)
+    (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result["steps"]}, indent=2) + "\n")
     return summary + f"""
 where everything is:
   corpus      {out / 'corpus'}  (raw/import_report.json, clean/clean_report.json, heldout/split_report.json)

@@ -30,7 +30,8 @@ def test_u_is_mean_of_final_states_over_real_tokens():
     states = {}
     encoder.norm.register_forward_hook(lambda m, i, o: states.setdefault("h", o))
     u = encoder(tokens)
-    torch.testing.assert_close(u, states["h"][:, :3].mean(dim=1))
+    assert states["h"].shape == (3, 32)  # the final norm sees the 3 real tokens' states only
+    torch.testing.assert_close(u, states["h"].mean(dim=0, keepdim=True))
 
 
 def test_truncates_to_max_len():
@@ -96,3 +97,45 @@ def test_attention_implementations_agree_and_a_bad_name_is_an_error():
     torch.testing.assert_close(outputs[0], outputs[2])
     with pytest.raises(ValueError, match="attention must be"):
         small_config(attention="flash")
+
+
+def test_length_groups_give_the_same_vectors_and_gradients_as_one_layout():
+    # Rows of mixed lengths (one empty), several groups of length-sorted rows, each padded to its own
+    # longest: the same u and the same gradients as one (B, L) layout, with and without dropout's
+    # matmul path. A wrong ungrouping (rows swapped between groups) changes u.
+    from ems.model import PackedTokens
+
+    torch.manual_seed(0)
+    lengths = torch.tensor([7, 0, 1, 12, 3, 12, 5, 2, 9, 4, 11])
+    tokens = torch.randint(3, 100, (len(lengths), 12))
+    tokens[torch.arange(12)[None, :] >= lengths[:, None]] = PAD
+    packed = PackedTokens(tokens != PAD, group_rows=3)
+    assert len(packed.groups) == 4
+    assert [group.shape[1] for _, group in packed.groups] == [2, 5, 11, 12]  # lengths sorted 0 1 2 | 3 4 5 | 7 9 11 | 12 12
+    for attention in ("sdpa", "matmul"):
+        grouped = SentenceEncoder(small_config(attention_group_rows=3, attention=attention, dropout=0.0))
+        whole = SentenceEncoder(small_config(attention_group_rows=0, attention=attention, dropout=0.0))
+        whole.load_state_dict(grouped.state_dict())
+        a, b = grouped(tokens), whole(tokens)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        a.square().sum().backward()
+        b.square().sum().backward()
+        for (name, p), q in zip(grouped.named_parameters(), whole.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert not torch.allclose(whole(tokens)[3], whole(tokens)[5])  # the two 12-token rows differ
+
+
+def test_table13_component_options():
+    # "- L_cntrs_mlp": the contrastive loss acts on u itself; "- langs tok": XTR's prediction does
+    # not depend on the target language.
+    torch.manual_seed(0)
+    model = EMSModel(small_config(contrastive_projection=False, xtr_language_token=False, dropout=0.0)).eval()
+    u = torch.randn(2, 32)
+    torch.testing.assert_close(model.contrastive_head(u), u)
+    torch.testing.assert_close(model.xtr_head(u, torch.tensor([0, 1])), model.xtr_head(u, torch.tensor([3, 2])))
+    assert model.xtr_head.lang_emb is None
+    paper = EMSModel(small_config(dropout=0.0)).eval()
+    assert not torch.allclose(paper.xtr_head(u, torch.tensor([0, 1])), paper.xtr_head(u, torch.tensor([3, 2])))
+    assert paper.contrastive_head(u).shape == (2, paper.cfg.d_contrastive)
+    with pytest.raises(ValueError, match="attention_group_rows"):
+        small_config(attention_group_rows=-1)
