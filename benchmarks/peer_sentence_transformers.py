@@ -18,7 +18,8 @@ whole `ems.train` call, DeepSpeed set-up, validations and learning-curve probes 
 The peer's learning rate is chosen from `--lr-grid` on the held-out pairs (`DEMO/corpus/heldout`)
 with shorter runs (`--grid-fraction` of the budget each, the same schedule shape); Tatoeba and
 FLORES-200 are never used to choose. The chosen lr then trains for the whole budget: its step count
-is the budget times the steps/s measured over a 30-step probe, and a callback stops it at the budget
+is the budget times the steady steps/s of a 40-step probe (its first 10 steps, start-up included, not
+counted: counting them left ~10% of the budget unused), and a callback stops it at the budget
 whatever happens, so it never trains longer than the EMS run did. Both models are then scored the
 same way (`eval.run_all` with the demo's suite: Tatoeba, FLORES-200 devtest, and the held-out pairs),
 and one table compares steps, steps/s, real tokens/s and the P@1 averages, EMS / peer as ratios.
@@ -107,9 +108,9 @@ def count_tokens(tokenizer, pairs: list[tuple[str, str]]) -> float:
 
 
 def train_peer(pairs, tokenizer, out: Path, lr: float, max_steps: int, seconds: float | None, seed: int,
-               batch_size: int = 256, warmup_steps: int = 150) -> tuple[int, float]:
+               batch_size: int = 256, warmup_steps: int = 150, settle_steps: int = 10) -> tuple[int, float, float]:
     """Train a fresh peer for max_steps (stopped at `seconds` if given); saves it in out/model.
-    Returns (steps taken, training seconds)."""
+    Returns (steps taken, training seconds, steps/s after the first `settle_steps`)."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
     from sentence_transformers.training_args import BatchSamplers
@@ -120,8 +121,11 @@ def train_peer(pairs, tokenizer, out: Path, lr: float, max_steps: int, seconds: 
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started = time.time()
+            self.settled = None
 
         def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == settle_steps:
+                self.settled = time.time()
             if seconds is not None and time.time() - self.started >= seconds:
                 control.should_training_stop = True
 
@@ -134,12 +138,15 @@ def train_peer(pairs, tokenizer, out: Path, lr: float, max_steps: int, seconds: 
         logging_steps=50, report_to="none", seed=seed, use_cpu=True, disable_tqdm=True,
     )
     loss = losses.MultipleNegativesSymmetricRankingLoss(model, scale=10.0)
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=[StopAt()])
+    guard = StopAt()
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=[guard])
     started = time.time()
     result = trainer.train()
-    elapsed = time.time() - started
+    finished = time.time()
     model.save(str(out / "model"))
-    return int(result.global_step), elapsed
+    steps = int(result.global_step)
+    steady = (steps - settle_steps) / (finished - guard.settled) if guard.settled and steps > settle_steps else steps / (finished - started)
+    return steps, finished - started, steady
 
 
 def ems_budget(demo: Path) -> dict:
@@ -223,19 +230,23 @@ def main(argv: list[str]) -> int:
     tokenizer = train_tokenizer(pairs, args.vocab_size, out / "tokenizer")
     tokens_per_pair = count_tokens(tokenizer, pairs)
 
-    probe_steps, probe_seconds = train_peer(pairs, tokenizer, out / "probe", 1e-3, 30, None, args.seed)
-    rate = probe_steps / probe_seconds
-    print(f"probe: {probe_steps} steps in {probe_seconds:.1f} s ({rate:.2f} steps/s)", flush=True)
+    probe_steps, probe_seconds, rate = train_peer(pairs, tokenizer, out / "probe", 1e-3, 40, None, args.seed)
+    startup = max(0.0, probe_seconds - probe_steps / rate)  # the trainer's fixed cost, beyond the steps
+    print(f"probe: {probe_steps} steps in {probe_seconds:.1f} s ({rate:.2f} steps/s after the first 10; "
+          f"{startup:.1f} s of start-up)", flush=True)
+
+    def steps_in(budget_seconds: float) -> int:
+        return max(1, int(rate * (budget_seconds - startup)))
 
     grid = {}
     for lr in args.lr_grid:
-        steps, taken = train_peer(pairs, tokenizer, out / f"grid-{lr:g}", lr, int(rate * seconds * args.grid_fraction),
-                                  seconds * args.grid_fraction, args.seed)
+        steps, taken, _ = train_peer(pairs, tokenizer, out / f"grid-{lr:g}", lr, steps_in(seconds * args.grid_fraction),
+                                     seconds * args.grid_fraction, args.seed)
         grid[lr] = heldout_score(out / f"grid-{lr:g}" / "model", args.demo, languages)
         print(f"grid lr {lr:g}: {steps} steps in {taken:.0f} s, held-out P@1 {grid[lr]:.1f}", flush=True)
     lr = max(grid, key=grid.get)
 
-    steps, taken = train_peer(pairs, tokenizer, out / "peer", lr, int(rate * seconds), seconds, args.seed)
+    steps, taken, _ = train_peer(pairs, tokenizer, out / "peer", lr, steps_in(seconds), seconds, args.seed)
     run = PeerRun(lr=lr, steps=steps, seconds=taken, pairs=steps * 256, real_tokens=round(steps * 256 * tokens_per_pair),
                   model_dir=str(out / "peer" / "model"))
     print(f"peer: lr {lr:g}, {steps} steps in {taken:.0f} s", flush=True)

@@ -52,8 +52,10 @@ class EMSConfig:
     # English-centric data): "mask" them out of its softmax, count them as "positive"s, or "keep"
     # them as negatives (the paper's loss). Needs content ids in the batch (data_prep.binarize).
     duplicate_negatives: str = "mask"
-    # "sdpa": F.scaled_dot_product_attention; "matmul": `attention_with_dropout`; "auto": matmul
-    # when training on CPU with dropout, sdpa otherwise (see EncoderLayer.forward)
+    # "sdpa": F.scaled_dot_product_attention; "matmul": `attention_with_dropout`; "auto": matmul on
+    # CPU, sdpa elsewhere. On CPU, sdpa's flash kernel is slow at these lengths in bf16 (tiny model, demo
+    # batches, AVX512-BF16, 2 cores: 0.315 s a step against 0.176 s with matmul; fp32 0.267 vs 0.259),
+    # and it has no fused kernel with dropout (see attention_with_dropout).
     attention: str = "auto"
     # Attention over groups of this many length-sorted rows, each padded to its own longest (0: the
     # whole batch in one layout); the same result, less padding in batches of mixed lengths (see
@@ -172,7 +174,7 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropou
 
 class EncoderLayer(nn.Module):
     """Pre-LayerNorm transformer layer on packed token states; attention through scaled_dot_product_attention
-    (`attention_with_dropout` when training on CPU)."""
+    (`attention_with_dropout` on CPU: EMSConfig.attention)."""
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
@@ -203,9 +205,7 @@ class EncoderLayer(nn.Module):
         b, t = tokens.shape
         d = qkv.shape[-1] // 3
         q, k, v = tokens.unpack(qkv).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        if self.attention == "matmul" or (
-            self.attention == "auto" and self.training and self.dropout > 0 and qkv.device.type == "cpu"
-        ):
+        if self.attention == "matmul" or (self.attention == "auto" and qkv.device.type == "cpu"):
             attn = attention_with_dropout(q, k, v, tokens.attn_bias, self.dropout if self.training else 0.0)
         else:
             attn = F.scaled_dot_product_attention(
