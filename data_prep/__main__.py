@@ -12,13 +12,14 @@ line `error: ...` on stderr and exit status 2; `--debug` (or EMS_DEBUG=1) shows 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
 
 from data_prep.binarize import binarize
-from data_prep.clean import clean_corpus, failed_files, load_eval_sentences
+from data_prep.clean import check_clean_succeeded, clean_corpus, failed_files, load_eval_sentences
 from data_prep.config import load_config
 from data_prep.corpus import CorpusError, list_parallel, pair_dir_name
 from data_prep.opus import MirrorSource, OnlineSource, fetch
@@ -27,6 +28,7 @@ from data_prep.pretokenize import pretokenize_corpus
 from data_prep.split import split_heldout
 from data_prep.vocab import train_vocab
 from ems.cli import add_debug_option, run_main
+from ems.locks import exclusive
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -117,12 +119,14 @@ def run_clean(args) -> None:
 
 
 def run_pretokenize(args) -> None:
+    check_clean_succeeded(args.input, args.allow_failed)
     for entry in pretokenize_corpus(args.input, args.out, workers=args.workers, pairs=args.pair):
         print(f"{entry['pair']}\t{entry['name']}\t{entry['status']}")
 
 
 def run_vocab(args) -> None:
     config = load_config(args.config)
+    check_clean_succeeded(args.input, args.allow_failed)
     _check_pair_folders(config, args.input, None)
     settings = config.vocab
     tokenizer = train_vocab(
@@ -133,6 +137,7 @@ def run_vocab(args) -> None:
 
 
 def run_binarize(args) -> None:
+    check_clean_succeeded(args.input, args.allow_failed)
     index = binarize(args.input, args.vocab, args.out, workers=args.workers)
     print(f"{index['n_pairs']} pairs, {index['n_tokens']} tokens in {len(index['files'])} files: {args.out}")
 
@@ -158,7 +163,7 @@ def run_all(args) -> None:
         (run_binarize, {"input": out / "pretok", "vocab": out / "vocab", "out": out / "shards"}),
     ):
         print(f"== {stage.__name__.removeprefix('run_')}", flush=True)
-        stage(argparse.Namespace(**{**vars(args), **namespace}))
+        stage(argparse.Namespace(**{"allow_failed": False, **vars(args), **namespace}))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -178,6 +183,8 @@ def parser() -> argparse.ArgumentParser:
     def out(p): p.add_argument("--out", type=Path, required=True)
     def pair(p): p.add_argument("--pair", nargs="+", help="only these language pairs (e.g. de-en); default: all")
     def workers(p): p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)), help="worker processes")
+    def allow_failed(p): p.add_argument("--allow-failed", action="store_true",
+                                        help="go on although the clean stage failed on some files of --in (they are left out)")
 
     def source(p):
         group = p.add_mutually_exclusive_group(required=True)
@@ -204,9 +211,9 @@ def parser() -> argparse.ArgumentParser:
     split_parser.add_argument("--per-pair", type=int, required=True, help="held-out pairs per language pair")
     split_parser.add_argument("--seed", type=int, default=0)
     stage("clean", run_clean, "normalize, filter, deduplicate, remove evaluation sentences", config, inp, out, pair, data_dir)
-    stage("pretokenize", run_pretokenize, "NFKC, lowercase, per-language pre-tokenizer", inp, out, pair, workers)
-    stage("vocab", run_vocab, "SentencePiece on a language-balanced sample", config, inp, out)
-    binarize_parser = stage("binarize", run_binarize, "token-id shards for the trainer", inp, out, workers)
+    stage("pretokenize", run_pretokenize, "NFKC, lowercase, per-language pre-tokenizer", inp, out, pair, workers, allow_failed)
+    stage("vocab", run_vocab, "SentencePiece on a language-balanced sample", config, inp, out, allow_failed)
+    binarize_parser = stage("binarize", run_binarize, "token-id shards for the trainer", inp, out, workers, allow_failed)
     binarize_parser.add_argument("--vocab", type=Path, required=True)
     teacher_parser = stage("teacher", run_teacher, "teacher vectors of the shards' source sentences, for distillation "
                            "(a store beside the shards, built once, resumable)", inp)
@@ -224,7 +231,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one stage; a user error raises (ems.cli.run_main turns it into one line and status 2)."""
     args = parser().parse_args(argv)
-    args.func(args)
+    # One writer per output directory (ems.locks; beside it: a stage that fails early leaves no
+    # output directory); the vocab stage writes through a staging directory
+    # that it locks itself (ems.artifacts).
+    out = getattr(args, "out", None)
+    with contextlib.ExitStack() as held:
+        if out is not None and args.stage != "vocab":
+            held.enter_context(exclusive(out, f"data_prep {args.stage}", inside=False))
+        args.func(args)
     return 0
 
 

@@ -31,7 +31,6 @@ Read the result with `ems.data.PairShards`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections import Counter
@@ -196,7 +195,7 @@ def binarize(
     _check_languages(tokenizer, all_files)
     out_dir = Path(out_dir)
     (out_dir / INDEX_FILE).unlink(missing_ok=True)
-    vocab_sha1 = hashlib.sha1(Path(tokenizer.spm_path).read_bytes()).hexdigest()
+    vocab_sha1 = tokenizer.sha1
     parts_root = out_dir / PARTS_DIR
     stamp = parts_root / "vocab.sha1"
     if stamp.is_file() and stamp.read_text() != vocab_sha1:

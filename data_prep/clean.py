@@ -284,3 +284,23 @@ def clean_corpus(
 def failed_files(report: dict) -> list[str]:
     """'pair/name: reason' for every file the clean stage could not read."""
     return [f"{p['pair']}/{f['name']}: {f['failed']}" for p in report["pairs"] for f in p["files"] if "failed" in f]
+
+
+def unresolved_failures(corpus_root: str | Path) -> list[str]:
+    """The files the clean stage last failed on in its output `corpus_root` (failed_files over its
+    clean_report*.json; a newer report of a pair, a rerun with --pair, supersedes an older one)."""
+    latest: dict[str, dict] = {}
+    for path in sorted(Path(corpus_root).glob("clean_report*.json"), key=lambda p: p.stat().st_mtime):
+        for pair in json.loads(path.read_text(encoding="utf-8"))["pairs"]:
+            latest[pair["pair"]] = pair
+    return failed_files({"pairs": list(latest.values())})
+
+
+def check_clean_succeeded(corpus_root: str | Path, allow_failed: bool) -> None:
+    """CorpusError if the clean stage failed on files of `corpus_root` (a stage after it would
+    otherwise go on without them and exit 0), unless `allow_failed`."""
+    failures = unresolved_failures(corpus_root)
+    if failures and not allow_failed:
+        more = f" and {len(failures) - 3} more" if len(failures) > 3 else ""
+        raise CorpusError(f"{corpus_root}: the clean stage failed on {'; '.join(failures[:3])}{more}; rerun clean "
+                          f"(--pair for those pairs), or pass --allow-failed to go on without them")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 
 class CorpusError(ValueError):
@@ -179,6 +179,14 @@ def read_parallel(
                 continue
             report.kept += 1
             yield text_l1, text_l2
+
+
+def check_member_name(name: str, archive: str | Path) -> None:
+    """CorpusError for an archive member whose name is absolute or climbs out ('..'): a hostile or
+    broken archive, refused before anything is read from it (on every path that opens a zip or tar)."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or (path.parts and path.parts[0].endswith(":")):
+        raise CorpusError(f"{archive}: member {name!r} names a path outside the archive; refused, nothing read from it")
 
 
 def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[ParallelFiles]:

@@ -49,6 +49,7 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
+from data_prep.corpus import check_member_name
 from ems.cli import UserError, add_debug_option, run_main
 
 MANIFEST = Path(__file__).with_name("data_manifest.tsv")
@@ -231,15 +232,21 @@ def checked(partial: Path, entry: ManifestEntry, origin: str) -> None:
 
 
 def archive_members(path: Path) -> Iterator[tuple[str, Callable[[], bytes]]]:
-    """(file name, reader) of each regular member of a zip or tar.gz, macOS resource forks left out."""
+    """(file name, reader) of each regular member of a zip or tar.gz; CorpusError, before any member is read,
+    if one is named outside the archive (data_prep.corpus.check_member_name)."""
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                check_member_name(info.filename, path)
             for info in archive.infolist():
                 if not info.is_dir():
                     yield info.filename, lambda info=info: archive.read(info)
         return
     with tarfile.open(path) as archive:
-        for member in archive:
+        members = archive.getmembers()
+        for member in members:
+            check_member_name(member.name, path)
+        for member in members:
             if member.isfile():
                 yield member.name, lambda member=member: archive.extractfile(member).read()
 

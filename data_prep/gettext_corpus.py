@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from babel.messages.pofile import PoFileError, read_po
 
-from data_prep.corpus import write_parallel
+from data_prep.corpus import check_member_name, write_parallel
 from ems.cli import add_debug_option, run_main
 
 DEFAULT_PACKAGES = ("django", "wagtail", "sphinx")
@@ -297,6 +297,8 @@ def _wheel_catalogs(wheel: Path) -> Iterator[CatalogFile]:
         raise GettextCorpusError(f"wheel file not found: {wheel}")
     try:
         with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                check_member_name(name, wheel)
             members = [name for name in archive.namelist() if _catalog_locale(PurePosixPath(name).parts) is not None]
             yield from _catalog_files(wheel.name, members, archive.read)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError) as error:

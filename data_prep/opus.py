@@ -39,7 +39,7 @@ from opustools.parse.block_parser import BlockParserError
 from opustools.parse.sentence_parser import SentenceParserError
 
 from data_prep.config import CorpusSpec, PrepConfig
-from data_prep.corpus import write_parallel
+from data_prep.corpus import CorpusError, check_member_name, write_parallel
 from ems.cli import UserError
 
 REPORT_FILE = "fetch_report.json"
@@ -168,9 +168,11 @@ class OnlineSource:
 
     def prepare(self, job: FetchJob) -> None:
         """Download the corpus's Moses zip unless a readable one is already there; a download that is not a
-        zip (an error page, a truncated file) is removed, so that the next run downloads it again."""
+        zip (an error page, a truncated file) is removed, so that the next run downloads it again. The
+        zip's members are checked by name before opustools reads it (check_moses_members)."""
         path = self.zip_path(job)
         if path.is_file() and zipfile.is_zipfile(path):
+            check_moses_members(path, job)
             return
         path.unlink(missing_ok=True)
         files = [f for f in self._listing(job) if f["url"].endswith(".txt.zip")]
@@ -180,12 +182,38 @@ class OnlineSource:
         if not zipfile.is_zipfile(path):
             path.unlink()
             raise FetchError(f"download of {files[0]['url']} is not a zip file ({path} removed: rerun to download again)")
+        check_moses_members(path, job)
 
     def reader(self, job: FetchJob) -> OpusRead:
         return OpusRead(
             directory=job.corpus.name, source=job.opus_l1, target=job.opus_l2, release=job.corpus.release,
             preprocess="moses", write_mode="moses", download_dir=str(self.download_dir), suppress_prompts=True,
         )
+
+
+def check_moses_members(path: Path, job: FetchJob) -> None:
+    """FetchError unless the Moses zip's members ending in either language are exactly OPUS's two
+    `<corpus>.<a>-<b>.<a|b>` files, and no member is named outside the archive. opustools joins each
+    member name it picks (by its last suffix) to its own directory and reads what is there, so a
+    member named `../../x.de` would make a local file the corpus."""
+    a, b = job.opus_pair
+    expected = {f"{job.corpus.name}.{a}-{b}.{a}", f"{job.corpus.name}.{a}-{b}.{b}"}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError) as error:
+        raise FetchError(f"{path} is not a readable zip file ({error}): remove it to download again") from None
+    try:
+        for name in names:
+            check_member_name(name, path)
+    except CorpusError as error:
+        raise FetchError(str(error)) from None
+    language_files = {name for name in names if name.rsplit(".", 1)[-1] in (a, b)}
+    if language_files != expected:
+        unexpected = sorted(language_files - expected) or sorted(expected - language_files)
+        raise FetchError(f"{path} does not hold exactly {' and '.join(sorted(expected))} "
+                         f"({'unexpected' if language_files - expected else 'missing'}: {', '.join(unexpected)}); "
+                         f"refused before reading it: remove it to download again")
 
 
 def download(url: str, target: Path, block_bytes: int = 1 << 20) -> None:

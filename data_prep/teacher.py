@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.binarize import content_id
+from ems.locks import exclusive
 from data_prep.corpus import list_parallel, read_parallel
 from data_prep.pretokenize import corpus_preprocessing
 
@@ -282,6 +283,14 @@ def build_teacher_store(shards_dir: str | Path, corpus_root: str | Path, spec: s
         raise ValueError(f"no pair of {shards_dir} has a side in the teacher's languages {languages}")
 
     out = teacher_store_dir(shards_dir, spec)
+    with exclusive(out.parent, "teacher store build"):  # one builder of a shard directory's stores at a time
+        return _build_store(out, shards, shards_dir, corpus_root, text_root, spec, languages, needed, without,
+                            batch_size, encoder, progress, device, started)
+
+
+def _build_store(out: Path, shards, shards_dir: Path, corpus_root: Path, text_root: Path | None, spec: str,
+                 languages: list[str], needed: np.ndarray, without: int, batch_size: int, encoder,
+                 progress: bool, device: str | None, started: float) -> dict:
     identity = encoder.model_id if encoder is not None else teacher_identity(spec)
     existing = None
     if (out / STORE_FILE).is_file():

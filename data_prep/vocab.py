@@ -19,6 +19,7 @@ import sentencepiece as spm
 from data_prep.clean import text_hash
 from data_prep.corpus import ReadReport, list_parallel, read_parallel
 from data_prep.pretokenize import corpus_preprocessing
+from ems.artifacts import staged_directory
 from ems.text import FIRST_LANG_ID, PAD_ID, SPM_FILE, UNK_ID, Preprocessing, Tokenizer, lang_token
 
 
@@ -80,68 +81,74 @@ def train_vocab(
     pretokenized corpus is used as it is, and its preprocessing is the one saved. Returns the
     Tokenizer and writes `vocab_report.json` (sentences per language, sampled and written).
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    languages = sorted(languages or corpus_languages(corpus_root))
-    made_with = corpus_preprocessing(corpus_root)
-    if made_with is not None:
-        preprocessing = made_with
-    counts = count_sentences(corpus_root)
-    quotas = language_quotas(counts, temperature, max_sentences)
-    rng = np.random.default_rng(seed)
-    seen: set[int] = set()
-    written: dict[str, int] = {}
-    reports = []
-    with tempfile.TemporaryDirectory() as tmp:
-        text_path = Path(tmp) / "spm_input.txt"
-        with text_path.open("w", encoding="utf-8") as text:
-            for files in list_parallel(corpus_root):
-                report = ReadReport()
-                for s1, s2 in read_parallel(files.path_l1, files.path_l2, report):
-                    for sentence, lang in ((s1, files.l1), (s2, files.l2)):
-                        if quotas[lang] < counts[lang] and rng.random() * counts[lang] >= quotas[lang]:
-                            continue
-                        line = sentence if made_with is not None else preprocessing(sentence, lang)
-                        key = text_hash(line)
-                        if key in seen:
-                            continue
-                        seen.add(key)
-                        written[lang] = written.get(lang, 0) + 1
-                        text.write(line + "\n")
-                reports.append(report.to_dict())
-        if not seen:
-            raise ValueError(f"{corpus_root}: no sentences to train a vocabulary on")
-        spm.set_random_generator_seed(seed)
-        spm.SentencePieceTrainer.train(
-            input=str(text_path),
-            model_prefix=str(out_dir / Path(SPM_FILE).stem),
-            vocab_size=vocab_size,
-            model_type="unigram",
-            character_coverage=character_coverage,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=-1,
-            eos_id=-1,
-            user_defined_symbols=[lang_token(lang) for lang in languages],
-            input_sentence_size=max_sentences,
-            shuffle_input_sentence=True,
-            seed_sentencepiece_size=1_000_000,
-            num_threads=2,
-            minloglevel=2,
-        )
-    tokenizer = Tokenizer(str(out_dir / SPM_FILE), languages, preprocessing)
-    tokenizer.save(out_dir)
-    report = {
-        "vocab_size": tokenizer.vocab_size,
-        "languages": languages,
-        "first_language_token_id": FIRST_LANG_ID,
-        "temperature": temperature,
-        "max_sentences": max_sentences,
-        "sentences_per_language": counts,
-        "sample_quota_per_language": quotas,
-        "unique_sentences_per_language": written,
-        "pretokenized_corpus": made_with is not None,
-        "read": reports,
-    }
-    (out_dir / "vocab_report.json").write_text(json.dumps(report, indent=2) + "\n")
-    return tokenizer
+    final = Path(out_dir)
+    # whole or absent: a killed run leaves no spm.model without its tokenizer.json (ems.artifacts)
+    with staged_directory(final, "vocabulary", replace=True) as out_dir:
+        languages = sorted(languages or corpus_languages(corpus_root))
+        made_with = corpus_preprocessing(corpus_root)
+        if made_with is not None:
+            preprocessing = made_with
+        counts = count_sentences(corpus_root)
+        quotas = language_quotas(counts, temperature, max_sentences)
+        rng = np.random.default_rng(seed)
+        seen: set[int] = set()
+        written: dict[str, int] = {}
+        reports = []
+        with tempfile.TemporaryDirectory() as tmp:
+            text_path = Path(tmp) / "spm_input.txt"
+            with text_path.open("w", encoding="utf-8") as text:
+                for files in list_parallel(corpus_root):
+                    report = ReadReport()
+                    for s1, s2 in read_parallel(files.path_l1, files.path_l2, report):
+                        for sentence, lang in ((s1, files.l1), (s2, files.l2)):
+                            if quotas[lang] < counts[lang] and rng.random() * counts[lang] >= quotas[lang]:
+                                continue
+                            line = sentence if made_with is not None else preprocessing(sentence, lang)
+                            key = text_hash(line)
+                            if key in seen:
+                                continue
+                            seen.add(key)
+                            written[lang] = written.get(lang, 0) + 1
+                            text.write(line + "\n")
+                    reports.append(report.to_dict())
+            if not seen:
+                raise ValueError(f"{corpus_root}: no sentences to train a vocabulary on")
+            spm.set_random_generator_seed(seed)
+            try:
+                spm.SentencePieceTrainer.train(
+                    input=str(text_path),
+                    model_prefix=str(out_dir / Path(SPM_FILE).stem),
+                    vocab_size=vocab_size,
+                    model_type="unigram",
+                    character_coverage=character_coverage,
+                    pad_id=PAD_ID,
+                    unk_id=UNK_ID,
+                    bos_id=-1,
+                    eos_id=-1,
+                    user_defined_symbols=[lang_token(lang) for lang in languages],
+                    input_sentence_size=max_sentences,
+                    shuffle_input_sentence=True,
+                    seed_sentencepiece_size=1_000_000,
+                    num_threads=2,
+                    minloglevel=2,
+                )
+            except RuntimeError as error:  # SentencePiece's refusal, e.g. more pieces than the corpus allows
+                reason = " ".join(str(error).split())
+                raise ValueError(f"SentencePiece cannot train a {vocab_size}-piece vocabulary on {corpus_root} ({reason}); "
+                                 f"lower vocab_size or add text") from None
+        tokenizer = Tokenizer(str(out_dir / SPM_FILE), languages, preprocessing)
+        tokenizer.save(out_dir)
+        report = {
+            "vocab_size": tokenizer.vocab_size,
+            "languages": languages,
+            "first_language_token_id": FIRST_LANG_ID,
+            "temperature": temperature,
+            "max_sentences": max_sentences,
+            "sentences_per_language": counts,
+            "sample_quota_per_language": quotas,
+            "unique_sentences_per_language": written,
+            "pretokenized_corpus": made_with is not None,
+            "read": reports,
+        }
+        (out_dir / "vocab_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return Tokenizer.load(final)

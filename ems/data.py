@@ -40,25 +40,39 @@ class PairShards:
         directory = Path(directory)
         if not (directory / INDEX_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
-        self.index = json.loads((directory / INDEX_FILE).read_text())
-        self.tokens = np.load(directory / "tokens.npy", mmap_mode="r", allow_pickle=False)
-        self.offsets = np.load(directory / "offsets.npy", mmap_mode="r", allow_pickle=False)
-        self.langs = np.load(directory / "langs.npy", mmap_mode="r", allow_pickle=False)
-        if len(self.offsets) != 2 * len(self.langs) + 1:
-            raise ValueError(f"{directory}: offsets.npy and langs.npy disagree on the number of pairs")
+        self.directory = directory
+        try:
+            self.index = json.loads((directory / INDEX_FILE).read_text())
+        except ValueError as error:
+            raise ValueError(f"{directory / INDEX_FILE} is not valid JSON ({error}): binarize again") from None
+        self.tokens = _load_array(directory / "tokens.npy")
+        self.offsets = _load_array(directory / "offsets.npy")
+        self.langs = _load_array(directory / "langs.npy")
         # (n_pairs, 2) uint64 ids of each side's text; None in shards binarized before they existed
         ids_path = directory / "content_ids.npy"
-        self.content_ids = np.load(ids_path, mmap_mode="r", allow_pickle=False) if ids_path.is_file() else None
-        if self.content_ids is not None and self.content_ids.shape != self.langs.shape:
-            raise ValueError(f"{directory}: content_ids.npy and langs.npy disagree on the number of pairs")
-        self.languages: list[str] = self.index["languages"]
+        self.content_ids = _load_array(ids_path) if ids_path.is_file() else None
         lengths_path = directory / "lengths.npy"
-        self.lengths = np.load(lengths_path, mmap_mode="r", allow_pickle=False) if lengths_path.is_file() else None
-        if self.lengths is not None and self.lengths.shape != self.langs.shape:
-            raise ValueError(f"{directory}: lengths.npy and langs.npy disagree on the number of pairs")
+        self.lengths = _load_array(lengths_path) if lengths_path.is_file() else None
+        check_index(directory, self)
+        self.languages: list[str] = self.index["languages"]
 
     def __len__(self) -> int:
         return len(self.langs)
+
+    def check_vocabulary(self, tokenizer, vocab: str | Path) -> None:
+        """ValueError unless these shards were made with exactly `tokenizer` (the vocabulary in `vocab`):
+        the same languages and the same SentencePiece model file (index.json's vocab_sha1)."""
+        made_with = self.index.get("vocab_sha1")
+        if self.languages != tokenizer.languages or self.index["vocab_size"] != tokenizer.vocab_size:
+            raise ValueError(f"shards in {self.directory} were not made with the vocabulary in {vocab} "
+                             f"(languages or size differ)")
+        if made_with is None:
+            raise ValueError(f"{self.directory / INDEX_FILE} does not record which vocabulary made it (no vocab_sha1): "
+                             f"binarize again with {vocab}")
+        if made_with != tokenizer.sha1:
+            raise ValueError(f"shards in {self.directory} were made with another vocabulary than {vocab}: same languages "
+                             f"and size, other pieces (vocab_sha1 {made_with[:12]} vs {tokenizer.sha1[:12]}); "
+                             f"binarize again with {vocab} or train with the vocabulary that made them")
 
     def sentence(self, k: int) -> np.ndarray:
         return self.tokens[self.offsets[k] : self.offsets[k + 1]]
@@ -93,6 +107,57 @@ class PairShards:
     def language_pair_groups(self) -> dict[str, np.ndarray]:
         """{"l1-l2": pair indices}: `language_pair_ranges` as arrays (8 bytes a pair)."""
         return {name: np.asarray(members) for name, members in self.language_pair_ranges().items()}
+
+
+def _load_array(path: Path) -> np.ndarray:
+    """A memory-mapped .npy file; a truncated or damaged one is an error naming it."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as error:
+        raise ValueError(f"{path} cannot be read as an array ({' '.join(str(error).split())}): "
+                         f"it is truncated or damaged; binarize again") from None
+
+
+def check_index(directory: Path, shards: "PairShards") -> None:
+    """index.json against the arrays it describes: counts, dtypes, languages and the per-file
+    [start, end) ranges (contiguous from 0 to the number of pairs, each file's n_pairs its length).
+    A mismatch (an index edited by hand, arrays from another binarize) is one error naming the
+    file and the field."""
+    index, where = shards.index, directory / INDEX_FILE
+    n_pairs = len(shards.langs)
+
+    def wrong(field: str, found, expected) -> ValueError:
+        return ValueError(f"{where}: {field} is {found!r} but the arrays say {expected!r}; the index does not "
+                          f"describe these shards (binarize again)")
+
+    for name, array in (("offsets.npy", shards.offsets), ("content_ids.npy", shards.content_ids), ("lengths.npy", shards.lengths)):
+        expected = 2 * n_pairs + 1 if name == "offsets.npy" else (n_pairs, 2)
+        found = len(array) if name == "offsets.npy" else (None if array is None else array.shape)
+        if array is not None and found != expected:
+            raise ValueError(f"{directory}: {name} and langs.npy disagree on the number of pairs ({found} vs {expected})")
+    if len(shards.offsets) and int(shards.offsets[-1]) != shards.tokens.size:
+        raise ValueError(f"{directory}: offsets.npy ends at {int(shards.offsets[-1])} but tokens.npy holds {shards.tokens.size} tokens")
+    for field in ("languages", "vocab_size", "files"):
+        if field not in index:
+            raise ValueError(f"{where} has no {field!r}: it was not written by data_prep binarize")
+    if "n_pairs" in index and index["n_pairs"] != n_pairs:
+        raise wrong("n_pairs", index["n_pairs"], n_pairs)
+    if "n_tokens" in index and index["n_tokens"] != shards.tokens.size:
+        raise wrong("n_tokens", index["n_tokens"], shards.tokens.size)
+    for field, array in (("token_dtype", shards.tokens), ("length_dtype", shards.lengths)):
+        if field in index and array is not None and index[field] != array.dtype.name:
+            raise wrong(field, index[field], array.dtype.name)
+    position = 0
+    for k, entry in enumerate(index["files"]):
+        start, end = entry.get("start"), entry.get("end")
+        if start != position or not isinstance(end, int) or not start <= end <= n_pairs:
+            raise wrong(f"files[{k}] ({entry.get('name')}) range", [start, end],
+                        f"a range starting at {position} and ending by {n_pairs}")
+        if "n_pairs" in entry and entry["n_pairs"] != end - start:
+            raise wrong(f"files[{k}] ({entry.get('name')}) n_pairs", entry["n_pairs"], end - start)
+        position = end
+    if position != n_pairs:
+        raise wrong("files' ranges", f"ending at {position}", f"{n_pairs} pairs")
 
 
 class IndexRanges:

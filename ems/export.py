@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ems.artifacts import staged_directory
 from ems.cli import add_debug_option, run_main
 from ems.encoder import CONFIG_FILE, WEIGHTS_FILE
 from ems.model import EMSConfig
@@ -62,7 +63,7 @@ HF_MODELING_FILE = "modeling_ems.py"
 CORE_DEFINITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ems.text", ("PAD_ID", "TOKENIZER_FILE", "SPM_FILE", "_moses", "moses_words", "_jieba", "chinese_words", "_mecab",
                   "japanese_words", "_opencc", "to_simplified", "SIMPLIFIED_CHINESE", "SEGMENTERS", "pretokenize",
-                  "Preprocessing", "KANA", "HAN", "UNKNOWN_LANGUAGE", "guess_language", "checked_sentences")),
+                  "Preprocessing", "KANA", "HAN", "UNKNOWN_LANGUAGE", "guess_language", "_SURROGATE", "checked_sentences")),
     ("ems.losses", ("DUPLICATE_NEGATIVES",)),
     ("ems.model", ("EMSConfig", "PackedTokens", "attention_with_dropout", "EncoderLayer", "SentenceEncoder")),
     ("ems.encoder", ("WEIGHTS_FILE", "CONFIG_FILE", "check_batch_size", "embed_token_ids")),
@@ -341,13 +342,16 @@ def check_language(language: str, tokenizer: Tokenizer) -> str | None:
     return None if language == AUTO_LANGUAGE else tokenizer.resolve_language(language)
 
 
-def prepare_out_dir(out: Path, model_dir: Path) -> None:
-    """Create `out`; ValueError if it is the model directory itself or a non-empty directory."""
+def check_out_dir(out: Path, model_dir: Path) -> None:
+    """ValueError if `out` is the model directory itself or a non-empty directory (an export that an
+    older version left half-written included: it is named as such)."""
     if out.resolve() == model_dir.resolve():
         raise ValueError(f"the output directory {out} is the model directory; choose another")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if out.is_dir() and (out / CORE_FILE).is_file() and not (out / "README.md").is_file():
+            raise ValueError(f"{out} is an incomplete export (no model card: a killed export of an older version); "
+                             f"remove it and export again")
         raise ValueError(f"{out} exists and is not an empty directory; choose a new output directory")
-    out.mkdir(parents=True, exist_ok=True)
 
 
 def _copy_run_metadata(model_dir: Path, out: Path) -> None:
@@ -362,7 +366,14 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, languag
     model_dir, out = Path(model_dir), Path(out)
     tokenizer = check_model_dir(model_dir)
     default_language = check_language(language, tokenizer)
-    prepare_out_dir(out, model_dir)
+    check_out_dir(out, model_dir)
+    with staged_directory(out, "export") as staging:
+        write_sentence_transformers(model_dir, tokenizer, staging, default_language, license_id)
+    return out
+
+
+def write_sentence_transformers(model_dir: Path, tokenizer: Tokenizer, out: Path, default_language: str | None,
+                                license_id: str | None) -> None:
     for name in (WEIGHTS_FILE, CONFIG_FILE):
         shutil.copyfile(model_dir / name, out / name)
     tokenizer.save(out)
@@ -376,7 +387,6 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, languag
     (out / "config_sentence_transformers.json").write_text(json.dumps(st_config, indent=2) + "\n")
     _copy_run_metadata(model_dir, out)
     write_model_card(out, model_facts(model_dir, license_id=license_id), "sentence-transformers", default_language)
-    return out
 
 
 def export_hf(model_dir: str | Path, out: str | Path, language: str = AUTO_LANGUAGE,
@@ -386,7 +396,13 @@ def export_hf(model_dir: str | Path, out: str | Path, language: str = AUTO_LANGU
     model_dir, out = Path(model_dir), Path(out)
     tokenizer = check_model_dir(model_dir)
     default_language = check_language(language, tokenizer)
-    prepare_out_dir(out, model_dir)
+    check_out_dir(out, model_dir)
+    with staged_directory(out, "export") as staging:
+        write_hf(model_dir, tokenizer, staging, default_language, license_id)
+    return out
+
+
+def write_hf(model_dir: Path, tokenizer: Tokenizer, out: Path, default_language: str | None, license_id: str | None) -> None:
     ems_config = EMSConfig.from_dict(json.loads((model_dir / CONFIG_FILE).read_text()))
     state = {f"encoder.{name}": tensor for name, tensor in load_file(str(model_dir / WEIGHTS_FILE)).items()}
     save_file(state, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
@@ -405,7 +421,6 @@ def export_hf(model_dir: str | Path, out: str | Path, language: str = AUTO_LANGU
     (out / HF_MODELING_FILE).write_text(HF_MODELING_SOURCE)
     _copy_run_metadata(model_dir, out)
     write_model_card(out, model_facts(model_dir, license_id=license_id), "hf", default_language)
-    return out
 
 
 EXPORTERS = {"sentence-transformers": export_sentence_transformers, "hf": export_hf}

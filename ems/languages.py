@@ -287,10 +287,13 @@ def resolve_language(lang: str, languages: Sequence[str], owner: str = "this mod
     """The entry of `languages` (a model's or vocabulary's list) that the tag `lang` names: `lang`
     itself if listed, else the listed code with the same canonical code (`EN`, `eng`, `en-US` -> `en`;
     `cmn`, `zho`, `zh-Hans`, `cmn_Hans` -> `zh`; `deu_Latn` -> `de`). Raises UnknownLanguageError
-    (a ValueError), naming `owner`'s languages, for a tag that is no language or none of them."""
+    (a ValueError), naming `owner`'s languages, for a tag that is no language or none of them, and
+    TypeError, naming them too, for a `lang` that is no str (None: a language was not given)."""
     if lang in languages:
         return lang
     listing = f"{owner}'s languages: {' '.join(languages)}"
+    if not isinstance(lang, str):
+        raise TypeError(f"a language code must be a str, got {lang!r}; {listing}")
     try:
         code = canonical_language(lang)
     except UnknownLanguageError as error:

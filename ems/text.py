@@ -19,6 +19,7 @@ sentence-transformers and transformers models fall back to it).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
@@ -146,6 +147,9 @@ def guess_language(text: str, languages: list[str]) -> str:
     return UNKNOWN_LANGUAGE
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def checked_sentences(sentences: list[str]) -> list[str]:
     """`sentences` as a list, or a TypeError unless it is a list (any iterable) of str; the error
     names the index of the first item that is not a str."""
@@ -158,6 +162,9 @@ def checked_sentences(sentences: list[str]) -> list[str]:
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise TypeError(f"sentence {i} is {type(sentence).__name__}, not str: {sentence!r:.60}")
+        if _SURROGATE.search(sentence):  # not encodable as UTF-8: SentencePiece would fail without saying where
+            raise ValueError(f"sentence {i} holds a lone surrogate (text decoded with errors='surrogateescape' "
+                             f"or a broken UTF-16 pair): {sentence!r:.60}")
     return sentences
 
 
@@ -181,6 +188,12 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
+
+    @property
+    def sha1(self) -> str:
+        """SHA-1 of the SentencePiece model file: its exact pieces, scores and normaliser (shards
+        record it as vocab_sha1, and training refuses shards of another vocabulary)."""
+        return hashlib.sha1(Path(self.spm_path).read_bytes()).hexdigest()
 
     def resolve_language(self, lang: str) -> str:
         """The entry of the language list that the tag `lang` names (`EN` -> `en`, `cmn` -> `zh`, see

@@ -78,6 +78,7 @@ import torch
 import yaml
 
 from data_prep.teacher import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
+from ems.artifacts import staged_directory
 from ems.checkpoint import (
     LATEST, TAG_PATTERN, load_only_tensors, no_usable_checkpoint, partial_dir, publish, reject, resumable_tags, rng_file,
     rng_state, saved_tags, set_rng_state, step_tag, tensor_files_only, to_universal, zero_partitions,
@@ -86,6 +87,7 @@ from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import _merge, dump_config, load_config
 from ems.data import BatchOrder, PairShards, Prefetcher, iterate_batches, real_and_padded_tokens
 from ems.encoder import export_encoder, initialize_from
+from ems.locks import DirectoryInUse, exclusive
 from ems.model import EMSModel, config_from_preset
 from ems.model_card import model_facts, write_model_card
 from ems.run_metadata import RUN_METADATA_FILE, run_metadata, write_run_metadata
@@ -373,6 +375,14 @@ class TrainingDiverged(UserError):
     nothing non-finite is checkpointed."""
 
     exit_code = DIVERGED_EXIT_CODE
+
+
+WRITE_FAILURE_WORDS = ("inline_container", "PytorchStreamWriter", "write", "No space left")
+
+
+class CheckpointSaveFailed(UserError):
+    """Writing a checkpoint failed (a full disk, a quota, an I/O error): the run stops, the partial
+    checkpoint is removed and `latest` still names the newest intact one."""
 
 
 class ResumeConfigError(UserError):
@@ -732,9 +742,30 @@ def save(run: Run) -> None:
     if run.rank == 0 and staging.exists():
         shutil.rmtree(staging)  # left by a crash during an earlier save of this step
     dist.barrier()
-    client_state = {"step": state.step, "data_position": list(state.position), "world_size": run.world_size,
+    try:
+        write_checkpoint(run, staging, tag)
+    except (OSError, RuntimeError) as error:
+        # torch's serializer reports a failed write as a RuntimeError from its zip writer
+        if isinstance(error, RuntimeError) and not any(word in str(error) for word in WRITE_FAILURE_WORDS):
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        free = shutil.disk_usage(run.checkpoint_dir).free
+        newest = step_tag(state.last_saved) if state.last_saved else "none yet"
+        raise CheckpointSaveFailed(
+            f"checkpoint save failed at step {state.step} ({_first_line(error)}); {free / 2**20:.0f} MiB free on the "
+            f"filesystem of {run.checkpoint_dir}{' (no space left)' if free < 2**26 else ''}; the newest intact "
+            f"checkpoint is {newest}: free space and rerun to resume from it") from None
+    dist.barrier()
+    state.last_saved = state.step
+
+
+def write_checkpoint(run: Run, staging: Path, tag: str) -> None:
+    """Every rank's part of checkpoint `tag` into `staging`, then rank 0 publishes it (ems.checkpoint)."""
+    import torch.distributed as dist
+
+    client_state = {"step": run.state.step, "data_position": list(run.state.position), "world_size": run.world_size,
                     "accumulation": run.accumulation, "batch_size": run.cfg.batch_size, "global_batch": run.global_batch,
-                    "max_steps": state.max_steps, "budget_fitted": state.budget_fitted}
+                    "max_steps": run.state.max_steps, "budget_fitted": run.state.budget_fitted}
     run.engine.save_checkpoint(str(staging), tag=tag, client_state=client_state, save_latest=False)
     (staging / tag).mkdir(parents=True, exist_ok=True)
     rng_file(staging / tag, run.rank).write_text(json.dumps(rng_state()))
@@ -744,8 +775,11 @@ def save(run: Run) -> None:
     dist.barrier()
     if run.rank == 0:
         publish(run.checkpoint_dir, tag, run.cfg.keep_checkpoints)
-    dist.barrier()
-    state.last_saved = state.step
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(error).__name__
 
 
 def validate(run: Run) -> dict | None:
@@ -952,15 +986,12 @@ def setup(cfg: TrainConfig) -> Run:
     from torch.utils.tensorboard import SummaryWriter
 
     ds_config = deepspeed_config(cfg)
-    init_distributed()
     rank, world_size = dist.get_rank(), dist.get_world_size()
     accumulation = ds_config["gradient_accumulation_steps"] = gradient_accumulation(cfg, ds_config, world_size)
     global_batch = cfg.batch_size * world_size * accumulation
     out = Path(cfg.out)
     shards = PairShards(cfg.data)
     tokenizer = Tokenizer.load(cfg.vocab)
-    if shards.languages != tokenizer.languages or shards.index["vocab_size"] != tokenizer.vocab_size:
-        raise ValueError(f"shards in {cfg.data} were not made with the vocabulary in {cfg.vocab}")
 
     torch.manual_seed(cfg.seed)
     model_cfg = config_from_preset(
@@ -982,7 +1013,8 @@ def setup(cfg: TrainConfig) -> Run:
         out.mkdir(parents=True, exist_ok=True)
         write_run_metadata(out, run_metadata(sys.argv))
         if cfg.export_init:
-            export_encoder(model.encoder, tokenizer, out / "model-init")
+            with staged_directory(out / "model-init", "model export", replace=True) as staging:
+                export_encoder(model.encoder, tokenizer, staging)
 
     order = build_order(cfg, shards, global_batch, model_cfg.max_len, rank)
     max_steps = cfg.max_steps if cfg.max_epochs is None else math.ceil(cfg.max_epochs * order.batches_per_epoch())
@@ -1041,15 +1073,57 @@ def train(cfg: TrainConfig) -> dict:
     """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step
     metrics, validations and probes], "model_dir" (None when stopped), "preempted": whether a signal or STOP
     file ended it}. The stop signals are caught from the start, set-up included."""
+    check_inputs(cfg)
     with world_of_one_unless_launched(), StopRequest() as stop_request:
-        run = setup(cfg)
-        try:
-            return train_loop(run, stop_request)
-        finally:
-            run.batches.close()
-            if run.rank == 0:
-                run.writer.close()
-                run.metrics_file.close()
+        init_distributed()
+        with run_directory_lock(Path(cfg.out)):
+            run = setup(cfg)
+            try:
+                return train_loop(run, stop_request)
+            finally:
+                run.batches.close()
+                if run.rank == 0:
+                    run.writer.close()
+                    run.metrics_file.close()
+
+
+def check_inputs(cfg: TrainConfig) -> None:
+    """Every input the run reads, checked before DeepSpeed starts (its op build and process group
+    take seconds to minutes): the shards against their index and against the vocabulary, the
+    validation shards, the probe's data, the model to start from and the DeepSpeed config."""
+    shards = PairShards(cfg.data)
+    tokenizer = Tokenizer.load(cfg.vocab)
+    shards.check_vocabulary(tokenizer, cfg.vocab)
+    if cfg.valid_data:
+        PairShards(cfg.valid_data).check_vocabulary(tokenizer, cfg.vocab)
+    if cfg.probe_every:
+        if not cfg.probe_data:
+            raise ValueError(f"probe_every={cfg.probe_every} needs probe_data (a directory holding tatoeba/ and "
+                             f"flores200/devtest/); set it, or probe_every=0")
+        if not Path(cfg.probe_data).is_dir():
+            raise FileNotFoundError(f"probe_data={cfg.probe_data} is not a directory")
+    if cfg.init_from and not Path(cfg.init_from).is_dir():
+        raise FileNotFoundError(f"init_from={cfg.init_from} is not a model directory")
+    deepspeed_config(cfg)
+
+
+@contextlib.contextmanager
+def run_directory_lock(out: Path):
+    """Rank 0 holds out/.lock (ems.locks) for the block, before any rank writes into `out`; a run
+    directory another live trainer holds is refused on every rank with one line naming the holder."""
+    import torch.distributed as dist
+
+    with contextlib.ExitStack() as held:
+        refusal = [None]
+        if dist.get_rank() == 0:
+            try:
+                held.enter_context(exclusive(out, "training run"))
+            except DirectoryInUse as error:
+                refusal = [str(error)]
+        dist.broadcast_object_list(refusal, src=0)
+        if refusal[0] is not None:
+            raise DirectoryInUse(refusal[0])
+        yield
 
 
 @dataclass
@@ -1145,9 +1219,10 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
         save(run)
     model_dir = run.out / "model"
     if run.rank == 0:
-        export_encoder(run.engine.module.encoder, run.tokenizer, model_dir)
-        shutil.copyfile(run.out / RUN_METADATA_FILE, model_dir / RUN_METADATA_FILE)
-        write_model_card(model_dir, model_facts(model_dir, run.out, steps=state.step))
+        with staged_directory(model_dir, "model export", replace=True) as staging:  # whole or absent
+            export_encoder(run.engine.module.encoder, run.tokenizer, staging)
+            shutil.copyfile(run.out / RUN_METADATA_FILE, staging / RUN_METADATA_FILE)
+            write_model_card(staging, model_facts(staging, run.out, steps=state.step))
     dist.barrier()
     return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
 
@@ -1159,26 +1234,22 @@ def train_loop(run: Run, stop_request: StopRequest) -> dict:
     state, started, window = run.state, time.time(), LogWindow()
     history = list(filter(None, (validate(run), probe(run)))) if state.step == 0 else []
     budget = BudgetProbe(state.step + 5, run.cfg.budget_probe_steps) if run.cfg.time_budget_minutes else None
-    bar = tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0)
     preempted = False
-    while state.step < last_step(run):
-        preempted, out_of_time = stop_flags(run, stop_request, started)
-        if preempted or out_of_time:
-            announce_stop(run, stop_request, preempted)
-            break
-        try:
+    # closed on any exit, so that an error's one line is not written after a half-drawn bar
+    with tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0) as bar:
+        while state.step < last_step(run):
+            preempted, out_of_time = stop_flags(run, stop_request, started)
+            if preempted or out_of_time:
+                announce_stop(run, stop_request, preempted)
+                break
             epoch = next_step(run, window)
-        except TrainingDiverged:
-            bar.close()
-            raise
-        bar.update(1)
-        if budget is not None and budget.after_step(run, started):
-            bar.total = state.max_steps
-        logged, records = periodic(run, window, epoch)
-        history += records
-        if logged is not None:
-            show_losses(bar, logged)
-    bar.close()
+            bar.update(1)
+            if budget is not None and budget.after_step(run, started):
+                bar.total = state.max_steps
+            logged, records = periodic(run, window, epoch)
+            history += records
+            if logged is not None:
+                show_losses(bar, logged)
     return finish(run, history, preempted)
 
 

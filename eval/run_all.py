@@ -22,6 +22,7 @@ From Python, call `run_all(encoder, data_dir, heldout_dir, out_dir)` with any en
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=Path, help="model directory saved by this project (same as --encoder ems:DIR)")
     which.add_argument("--encoder", help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)} (see eval.encoders)")
-    parser.add_argument("--data-dir", required=True, type=Path, help="data root holding tatoeba/, flores200/, ...")
+    parser.add_argument("--data-dir", type=Path, default=os.environ.get("EMS_DATA_DIR"),
+                        help="data root holding tatoeba/, flores200/, ... (default: $EMS_DATA_DIR)")
     parser.add_argument("--suite", type=Path, help=f"suite config listing task configs (e.g. {DEFAULT_SUITE.name})")
     parser.add_argument("--heldout", type=Path, help="directory of <l1>-<l2>/<name>.<l1|l2> aligned test files")
     parser.add_argument("--out", type=Path, help="where to write the results (default: MODEL/eval; required with --encoder)")
@@ -246,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     add_debug_option(parser)
     args = parser.parse_args(argv)
 
+    if args.data_dir is None:
+        parser.error("--data-dir is required (or set EMS_DATA_DIR): the directory holding tatoeba/, flores200/, ...")
+    args.data_dir = Path(args.data_dir)
     languages = None
     if args.languages is not None:
         languages = [code.strip() for code in args.languages.split(",") if code.strip()]

@@ -51,3 +51,10 @@ def leave_spawned_rank() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Every test of a fault-injection suite (tests/test_faults_*.py) is marked `faults`."""
+    for item in items:
+        if item.path.name.startswith("test_faults_"):
+            item.add_marker(pytest.mark.faults)

@@ -1,0 +1,70 @@
+"""Artifact directories that are whole or absent.
+
+    with staged_directory(out) as staging:
+        ...  # write every file into staging
+    # out now holds all of them, or (an exception, a kill) nothing new
+
+The files are written into a sibling `.NAME.partial` (same filesystem, so the final step is one
+rename) that the writer holds an exclusive lock on (ems.locks), then renamed to NAME. A killed writer
+leaves only the hidden staging directory, which no loader reads and the next writer clears; a second
+writer of the same directory at the same time is refused, naming the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from ems.locks import LOCK_FILE, exclusive
+
+
+def staging_dir(final: Path) -> Path:
+    return final.with_name(f".{final.name}.partial")
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def staged_directory(final: str | Path, what: str, replace: bool = False) -> Iterator[Path]:
+    """Yields the staging directory of `final`; when the block ends without an exception its files
+    become `final`. `final` must be absent or an empty directory, unless `replace` (a run's own
+    model directory, written again on resume): then the old directory is swapped out only after the
+    new one is complete. `what` names the writer in the error a concurrent one gets."""
+    final = Path(final)
+    if final.exists() and not replace and (not final.is_dir() or any(final.iterdir())):
+        raise FileExistsError(f"{final} exists and is not an empty directory; choose a new output directory")
+    staging = staging_dir(final)
+    with exclusive(staging, what):
+        for leftover in staging.iterdir():  # a killed writer's files
+            if leftover.name != LOCK_FILE:
+                shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
+        try:
+            yield staging
+        except BaseException:
+            for written in staging.iterdir():
+                if written.name != LOCK_FILE:
+                    shutil.rmtree(written) if written.is_dir() and not written.is_symlink() else written.unlink()
+            raise
+        _fsync_tree(staging)
+        if final.exists():
+            if replace and final.is_dir() and any(final.iterdir()):
+                old = final.with_name(f".{final.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                final.rename(old)
+                staging.rename(final)
+                shutil.rmtree(old)
+            else:
+                final.rmdir()  # empty, checked above
+                staging.rename(final)
+        else:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            staging.rename(final)
+        (final / LOCK_FILE).unlink()
