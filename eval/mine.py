@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import add_debug_option, run_main
+from ems.locks import exclusive
 from ems.languages import UnknownLanguageError, canonical_language, resolve_language
 from eval.encoders import ENCODER_KINDS, load_encoder
 from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, RETRIEVAL, IndexSpec, mine, parse_index_spec
@@ -82,22 +83,33 @@ def mine_files(
     src, tgt = scan_distinct(src_path), scan_distinct(tgt_path)
     if not len(src) or not len(tgt):
         raise ValueError(f"nothing to mine: {src_path} has {len(src)} and {tgt_path} has {len(tgt)} non-empty lines")
-    work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive(Path(work_dir), "mining run"):  # one miner per work dir (ems.locks)
+        return _mine_in(encoder, src, src_path, src_lang, tgt, tgt_path, tgt_lang, Path(out_path), threshold, k, margin,
+                        mode, index, src_embeddings, tgt_embeddings, Path(work_dir), chunk_lines, tokenizer_workers)
+
+
+def _mine_in(encoder, src: DistinctLines, src_path, src_lang, tgt: DistinctLines, tgt_path, tgt_lang, out_path: Path,
+             threshold, k, margin, mode, index, src_embeddings, tgt_embeddings, work_dir: Path, chunk_lines: int,
+             tokenizer_workers: int) -> dict:
     x = _embeddings(encoder, src, src_lang, src_embeddings, work_dir / "src.npy", chunk_lines, tokenizer_workers)
     y = _embeddings(encoder, tgt, tgt_lang, tgt_embeddings, work_dir / "tgt.npy", chunk_lines, tokenizer_workers)
     pairs = mine(x, y, k, margin, mode, index, progress=True)
     del x, y  # the memory maps, before a temporary work dir goes
     written = 0
-    out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(src_path, "rb") as src_file, open(tgt_path, "rb") as tgt_file, \
-            open(out_path, "w", encoding="utf-8", newline="\n") as f:  # fmt: skip
-        for s, t, score in zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist()):
-            if threshold is not None and score < threshold:
-                break  # pairs are sorted best first
-            f.write(f"{score:.6f}\t{line_at(src_file, src.offsets[s])}\t{line_at(tgt_file, tgt.offsets[t])}\n")
-            written += 1
+    partial = out_path.with_name(out_path.name + ".partial")  # renamed when complete: the TSV is whole or absent
+    try:
+        with open(src_path, "rb") as src_file, open(tgt_path, "rb") as tgt_file, \
+                open(partial, "w", encoding="utf-8", newline="\n") as f:  # fmt: skip
+            for s, t, score in zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist()):
+                if threshold is not None and score < threshold:
+                    break  # pairs are sorted best first
+                f.write(f"{score:.6f}\t{line_at(src_file, src.offsets[s])}\t{line_at(tgt_file, tgt.offsets[t])}\n")
+                written += 1
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(out_path)
     return {"src_lines": src.lines, "src_distinct": len(src), "src_empty": src.empty,
             "tgt_lines": tgt.lines, "tgt_distinct": len(tgt), "tgt_empty": tgt.empty, "written": written}  # fmt: skip
 

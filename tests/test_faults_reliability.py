@@ -338,3 +338,31 @@ def test_binarize_refuses_a_corpus_the_clean_stage_failed_on_unless_told_to_go_o
     shutil.rmtree(tmp_path / "shards")
     assert run_main(prep_main, [*args, "--allow-failed"]) == 0
     assert np.load(tmp_path / "shards" / "tokens.npy", mmap_mode="r").size > 0
+
+
+# --- mining: one miner per work dir, the TSV whole or absent -------------------------------------
+
+def test_a_mining_work_dir_in_use_is_refused_and_a_failed_write_leaves_no_tsv(tmp_path, monkeypatch):
+    import eval.mine
+    from eval.mine import mine_files
+    from tests.test_eval_tatoeba import TrigramEncoder
+    from tests.test_mine_streaming import write_inputs
+
+    src, tgt = write_inputs(tmp_path)
+    with exclusive(tmp_path / "work", "mining run"):
+        with pytest.raises(DirectoryInUse, match="in use by another mining run"):
+            mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work")
+    real_line_at, calls = eval.mine.line_at, []
+
+    def disk_full_after_two_lines(f, offset):
+        calls.append(offset)
+        if len(calls) > 4:
+            raise OSError(28, "No space left on device")
+        return real_line_at(f, offset)
+    monkeypatch.setattr(eval.mine, "line_at", disk_full_after_two_lines)
+    with pytest.raises(OSError):
+        mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work")
+    assert not (tmp_path / "o.tsv").exists() and not (tmp_path / "o.tsv.partial").exists()
+    monkeypatch.undo()
+    counts = mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work")
+    assert len((tmp_path / "o.tsv").read_text().splitlines()) == counts["written"] == 5
