@@ -63,7 +63,7 @@ class PairShards:
         """ValueError unless these shards were made with exactly `tokenizer` (the vocabulary in `vocab`):
         the same languages and the same SentencePiece model file (index.json's vocab_sha1)."""
         made_with = self.index.get("vocab_sha1")
-        if self.languages != tokenizer.languages or self.index["vocab_size"] != tokenizer.vocab_size:
+        if self.languages != tokenizer.languages or self.index.get("vocab_size") != tokenizer.vocab_size:
             raise ValueError(f"shards in {self.directory} were not made with the vocabulary in {vocab} "
                              f"(languages or size differ)")
         if made_with is None:
@@ -137,7 +137,7 @@ def check_index(directory: Path, shards: "PairShards") -> None:
             raise ValueError(f"{directory}: {name} and langs.npy disagree on the number of pairs ({found} vs {expected})")
     if len(shards.offsets) and int(shards.offsets[-1]) != shards.tokens.size:
         raise ValueError(f"{directory}: offsets.npy ends at {int(shards.offsets[-1])} but tokens.npy holds {shards.tokens.size} tokens")
-    for field in ("languages", "vocab_size", "files"):
+    for field in ("languages", "files"):
         if field not in index:
             raise ValueError(f"{where} has no {field!r}: it was not written by data_prep binarize")
     if "n_pairs" in index and index["n_pairs"] != n_pairs:
