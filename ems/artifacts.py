@@ -25,6 +25,13 @@ def staging_dir(final: Path) -> Path:
     return final.with_name(f".{final.name}.partial")
 
 
+def _clear(staging: Path) -> None:
+    """Remove everything in `staging` but its lock file."""
+    for path in staging.iterdir():
+        if path.name != LOCK_FILE:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
 def _fsync_tree(directory: Path) -> None:
     for path in directory.rglob("*"):
         if path.is_file():
@@ -43,15 +50,11 @@ def staged_directory(final: str | Path, what: str, replace: bool = False) -> Ite
         raise FileExistsError(f"{final} exists and is not an empty directory; choose a new output directory")
     staging = staging_dir(final)
     with exclusive(staging, what):
-        for leftover in staging.iterdir():  # a killed writer's files
-            if leftover.name != LOCK_FILE:
-                shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
+        _clear(staging)  # a killed writer's files
         try:
             yield staging
         except BaseException:
-            for written in staging.iterdir():
-                if written.name != LOCK_FILE:
-                    shutil.rmtree(written) if written.is_dir() and not written.is_symlink() else written.unlink()
+            _clear(staging)
             raise
         _fsync_tree(staging)
         if final.exists():

@@ -38,6 +38,17 @@ def no_deepspeed(monkeypatch):
     monkeypatch.setattr("ems.train.init_distributed", refuse)
 
 
+def untrained_model(pipeline: Path, out: Path) -> tuple[Path, int]:
+    """An exported untrained SMALL_MODEL encoder of the pipeline's vocabulary: (its directory, d_model)."""
+    from ems.encoder import export_encoder
+    from ems.model import EMSModel, config_from_preset
+    from ems.text import Tokenizer
+
+    tokenizer = Tokenizer.load(pipeline / "vocab")
+    cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
+    return export_encoder(EMSModel(cfg).encoder, tokenizer, out), cfg.d_model
+
+
 # --- 1. two trainers on one run directory -----------------------------------------------------
 
 def test_a_second_trainer_on_a_held_run_directory_is_refused_naming_the_holder(tiny_pipeline, tmp_path, capsys, monkeypatch):
@@ -193,13 +204,8 @@ def test_fetch_archives_refuse_member_names_outside_them(tmp_path):
 def test_an_export_killed_half_way_leaves_nothing_loadable_and_a_rerun_works(tiny_pipeline, tmp_path, monkeypatch):
     import ems
     from ems import export
-    from ems.encoder import export_encoder
-    from ems.model import EMSModel, config_from_preset
-    from ems.text import Tokenizer
 
-    tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
-    cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
-    model = export_encoder(EMSModel(cfg).encoder, tokenizer, tmp_path / "model")
+    model, d_model = untrained_model(tiny_pipeline, tmp_path / "model")
     out = tmp_path / "exported"
 
     def killed(*args, **kwargs):
@@ -218,18 +224,13 @@ def test_an_export_killed_half_way_leaves_nothing_loadable_and_a_rerun_works(tin
     export.export_sentence_transformers(model, out)
     assert (out / "README.md").is_file() and (out / "modules.json").is_file() and not (out / LOCK_FILE).exists()
     assert not staging.exists()
-    assert ems.load(out).encode(["Hallo"], lang="de").shape == (1, cfg.d_model)
+    assert ems.load(out).encode(["Hallo"], lang="de").shape == (1, d_model)
 
 
 def test_an_incomplete_export_of_an_older_version_is_named(tiny_pipeline, tmp_path, capsys):
     from ems import export
-    from ems.encoder import export_encoder
-    from ems.model import EMSModel, config_from_preset
-    from ems.text import Tokenizer
 
-    tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
-    cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
-    model = export_encoder(EMSModel(cfg).encoder, tokenizer, tmp_path / "model")
+    model, _ = untrained_model(tiny_pipeline, tmp_path / "model")
     out = tmp_path / "exported"
     out.mkdir()
     (out / export.CORE_FILE).write_text("# half written\n")
@@ -302,13 +303,8 @@ def test_run_all_takes_the_data_directory_from_ems_data_dir(tmp_path, monkeypatc
 
 def test_encode_without_a_language_lists_the_models_languages(tiny_pipeline, tmp_path):
     import ems
-    from ems.encoder import export_encoder
-    from ems.model import EMSModel, config_from_preset
-    from ems.text import Tokenizer
 
-    tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
-    cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
-    model = ems.load(export_encoder(EMSModel(cfg).encoder, tokenizer, tmp_path / "model"))
+    model = ems.load(untrained_model(tiny_pipeline, tmp_path / "model")[0])
     with pytest.raises(TypeError, match=r"a language code must be a str, got None; this model's languages: de en fr ja"):
         model.encode(["Hallo"], lang=None)
     with pytest.raises(ValueError, match=r"sentence 1 holds a lone surrogate"):
