@@ -1018,7 +1018,10 @@ def setup(cfg: TrainConfig) -> Run:
     order = build_order(cfg, shards, global_batch, model_cfg.max_len, rank)
     max_steps = cfg.max_steps if cfg.max_epochs is None else math.ceil(cfg.max_epochs * order.batches_per_epoch())
     effective = effective_schedule(cfg, global_batch)
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=effective.lr, betas=(0.9, 0.98), eps=1e-6)
+    # fused: one kernel over all parameters (the default loops over tensors: tiny model on 2 CPU cores,
+    # 15 ms against 2.5 ms a step, ~5% of a demo step)
+    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=effective.lr, betas=(0.9, 0.98), eps=1e-6,
+                                  fused=True)
     schedule = LinearSchedule(effective.warmup_steps, max_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     try:
