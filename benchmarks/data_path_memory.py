@@ -67,7 +67,8 @@ import json, resource, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[2])
 from ems.data import PairShards, iterate_batches
-from ems.train import TrainConfig, build_order
+from ems.training.config import TrainConfig
+from ems.training.setup import build_order
 
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20

@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ems.configs import load_config  # noqa: E402
-from ems.train import TrainConfig, train  # noqa: E402
+from ems.train import train  # noqa: E402
+from ems.training.config import TrainConfig  # noqa: E402
 
 
 def measure(cfg: TrainConfig, skip: int) -> dict:

@@ -254,7 +254,7 @@ def nccl_all_reduce() -> str:
     """A one-process NCCL group (env:// through MASTER_ADDR/MASTER_PORT), an all_reduce, destroyed."""
     import torch.distributed as dist
 
-    from ems.train import world_of_one_unless_launched
+    from ems.training.runtime import world_of_one_unless_launched
 
     with world_of_one_unless_launched():
         dist.init_process_group("nccl", timeout=timedelta(seconds=60))
@@ -438,7 +438,7 @@ def train_config(ctx: Context, budget: float, max_minutes: float):
     """configs/train/gpu.yaml with the profile's overrides, the data paths and the clock's limits."""
     from ems.configs import load_config
     from ems.demo import data_paths
-    from ems.train import TrainConfig
+    from ems.training.config import TrainConfig
 
     values = {**ctx.profile.train_overrides, **data_paths(ctx.prepared, ctx.data_dir), "out": str(ctx.run_dir),
               "time_budget_minutes": budget, "max_minutes": max_minutes, "stop_at_step": ctx.stop_at_step}

@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from ems.data import BatchOrder  # noqa: E402
 from ems.model import EMSConfig, EMSModel, config_from_preset  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
-from ems.train import parameter_groups  # noqa: E402
+from ems.training.runtime import parameter_groups  # noqa: E402
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), matched in order against the device name.
 PEAK_BF16_TFLOPS = [

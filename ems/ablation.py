@@ -31,7 +31,7 @@ from ems.cli import add_debug_option, run_main
 from ems.configs import _merge, load_config, parse_overrides
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
 from data_prep.teacher import teacher_slug
-from ems.train import REPO_ROOT, TrainConfig
+from ems.training.config import REPO_ROOT, TrainConfig
 
 SCORES_FILE = "scores.json"
 DEFAULT_METRICS = {

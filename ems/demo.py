@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config, parse_overrides
-from ems.train import PREEMPTED_EXIT_CODE, REPO_ROOT, TrainConfig
+from ems.training.config import REPO_ROOT, TrainConfig
+from ems.training.stopping import PREEMPTED_EXIT_CODE
 
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 DEMO_SUITE = REPO_ROOT / "configs" / "eval" / "suite_demo.yaml"

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ems.losses import (
-    DUPLICATE_NEGATIVES, contrastive_loss, distill_loss, duplicate_mask, gather_rows, global_contrastive_loss, xtr_loss,
+    DUPLICATE_NEGATIVES, OBJECTIVES, contrastive_loss, distill_loss, duplicate_mask, gather_rows, global_contrastive_loss,
+    xtr_loss,
 )
 from ems.text import PAD_ID
 
@@ -71,13 +72,17 @@ class EMSConfig:
             raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
         if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
             raise ValueError(f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {self.duplicate_negatives!r}")
-        weights = {"xtr_weight": self.xtr_weight, "contrastive_weight": self.contrastive_weight, "distill_weight": self.distill_weight}
+        weights = {f"{name}_weight": self.weight(name) for name in OBJECTIVES}
         if any(w < 0 for w in weights.values()) or not any(weights.values()):
             raise ValueError(f"the objective weights must be >= 0 and one of them > 0, got {weights}")
         if self.attention_group_rows < 0:
             raise ValueError(f"attention_group_rows must be >= 0 (0: no groups), got {self.attention_group_rows}")
         if self.d_output is not None and self.d_output < 1:
             raise ValueError(f"d_output must be a positive number of dimensions or null, got {self.d_output}")
+
+    def weight(self, objective: str) -> float:
+        """The weight of `objective` (one of ems.losses.OBJECTIVES) in the training loss."""
+        return getattr(self, f"{objective}_weight")
 
     @property
     def d_sentence(self) -> int:
@@ -299,11 +304,11 @@ class EMSModel(nn.Module):
         the teacher's vector of each pair's source sentence and teacher_mask: (B,) bool, the rows
         that have one (data_prep.teacher.TeacherTargets; needed when distill_weight > 0).
 
-        Returns {"loss": the weighted sum to backpropagate, "xtr", "contrastive", "distill": detached
-        batch means (0 for an objective whose weight is 0: it is not computed; distill over the rows
-        with a teacher vector), "duplicate_rows": the share of rows with a duplicate among their
-        in-batch candidates (0 without content ids)}; with `per_example`, also "xtr_per_example",
-        "contrastive_per_example", "distill_per_example" (B,) and "teacher_mask" (B,)."""
+        Returns {"loss": the weighted sum to backpropagate, and for each of ems.losses.OBJECTIVES ("xtr",
+        "contrastive", "distill") its detached batch mean (0 for an objective whose weight is 0: it is not
+        computed; distill over the rows with a teacher vector), "duplicate_rows": the share of rows with a
+        duplicate among their in-batch candidates (0 without content ids)}; with `per_example`, also for
+        each objective "<name>_per_example" (B,) and "<name>_rows" (B,) bool, the rows its mean is over."""
         src, tgt = src[:, : self.cfg.max_len], tgt[:, : self.cfg.max_len]
         width = max(src.shape[1], tgt.shape[1])
         # Both sides go through the shared encoder as one batch of 2B sentences.
@@ -332,18 +337,20 @@ class EMSModel(nn.Module):
             has_teacher = teacher_mask if teacher_mask is not None else torch.ones(b, dtype=torch.bool, device=uv.device)
             out_uv = self.encoder.project(uv)  # the exported vectors: the teacher's dimension
             distill = distill_loss(out_uv[:b], out_uv[b:], teacher) * has_teacher
-        # over the rows with a teacher vector; a batch without any adds 0 (and no gradient)
-        distill_mean = distill.sum() / has_teacher.sum().clamp(min=1)
-        loss = (self.cfg.xtr_weight * xtr.mean() + self.cfg.contrastive_weight * contrastive.mean()
-                + self.cfg.distill_weight * distill_mean)
+        losses = {"xtr": xtr, "contrastive": contrastive, "distill": distill}
+        rows = {"distill": has_teacher}  # the rows an objective's mean is over, where not every row
+        # distill over the rows with a teacher vector; a batch without any adds 0 (and no gradient)
+        means = {name: losses[name].sum() / rows[name].sum().clamp(min=1) if name in rows else losses[name].mean()
+                 for name in OBJECTIVES}
+        loss = sum(self.cfg.weight(name) * means[name] for name in OBJECTIVES)
         out = {
-            "loss": loss, "xtr": xtr.mean().detach(), "contrastive": contrastive.mean().detach(),
-            "distill": distill_mean.detach(),
+            "loss": loss, **{name: means[name].detach() for name in OBJECTIVES},
             "duplicate_rows": duplicates.any(dim=1).float().mean() if duplicates is not None else loss.new_zeros(()),
         }
         if per_example:
-            out.update(xtr_per_example=xtr.detach(), contrastive_per_example=contrastive.detach(),
-                       distill_per_example=distill.detach(), teacher_mask=has_teacher)
+            for name in OBJECTIVES:
+                out[f"{name}_per_example"] = losses[name].detach()
+                out[f"{name}_rows"] = rows.get(name, torch.ones(b, dtype=torch.bool, device=uv.device))
         return out
 
 

@@ -24,7 +24,7 @@
 # flag, so all ranks stop at the same step) and it sends USR1 to every process of the training
 # step (`scancel --signal=USR1`, which reaches the processes on all nodes; the launchers ignore
 # USR1, because torchrun's agent and DeepSpeed's runner would die of it and do not forward it).
-# The trainer finishes its step, saves a checkpoint and exits 99 (ems.train.PREEMPTED_EXIT_CODE);
+# The trainer finishes its step, saves a checkpoint and exits 99 (ems.training.stopping.PREEMPTED_EXIT_CODE);
 # this script then runs `scontrol requeue`: the job waits, starts again under the same id,
 # appends to the same log and resumes from the checkpoint. To pre-empt a running job by hand:
 #   scancel --batch --signal=USR1 JOBID       (or: touch OUT/STOP)
@@ -68,7 +68,7 @@ PROCS_PER_NODE=${PROCS_PER_NODE##*:}  # "a100:4" -> 4
 CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}
 NNODES=${SLURM_NNODES:-1}
 MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 10000))}
-PREEMPTED_EXIT_CODE=99  # ems.train.PREEMPTED_EXIT_CODE
+PREEMPTED_EXIT_CODE=99  # ems.training.stopping.PREEMPTED_EXIT_CODE
 HOSTFILE=$OUT/hostfile  # DeepSpeed's: every node's name and process count
 
 # The allocation's hosts, one a line (scontrol expands node[1-2]; the dry run without SLURM does it here).

@@ -3,7 +3,7 @@
 import pytest
 
 from ems.configs import load_config
-from ems.train import TrainConfig
+from ems.training.config import TrainConfig
 
 
 def test_numbers_yaml_reads_as_strings_get_the_field_type(tmp_path):

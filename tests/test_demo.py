@@ -6,7 +6,7 @@ import yaml
 
 from ems.cli import run_main
 from ems.demo import CHART_FILE, REPORT_FILE, main
-from ems.train import PREEMPTED_EXIT_CODE
+from ems.training.stopping import PREEMPTED_EXIT_CODE
 from eval.results import read_results as stored_results
 
 

@@ -20,7 +20,8 @@ from ems.data import BatchOrder, PairShards
 from ems.encoder import export_encoder, initialize_from
 from ems.model import EMSConfig, EMSModel, SentenceEncoder, config_from_preset
 from ems.text import Tokenizer
-from ems.train import TrainConfig, train
+from ems.train import train
+from ems.training.config import TrainConfig
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 
 TEACHER_DIM = 24

@@ -2,12 +2,13 @@
 global batch and replays the same samples, step for step; with another global batch it goes on
 after the pairs consumed so far and says so. 2 processes run under torchrun with gloo on CPU."""
 
-from types import SimpleNamespace
-
 import pytest
 
 from ems.checkpoint import load_tensor_file
-from ems.train import TrainConfig, gradient_accumulation, optimizer_layout, resumed_position, train
+from ems.train import train
+from ems.training.config import TrainConfig
+from ems.training.resume import resumed_position
+from ems.training.runtime import BatchLayout, gradient_accumulation, optimizer_layout
 from tests.conftest import SMALL_MODEL
 from tests.test_train_scale import (  # noqa: F401 (one_thread_like_the_subprocesses: an autouse fixture)
     assert_same_parameters, finish, launch, logged_losses, one_thread_like_the_subprocesses, parameters, settings,
@@ -74,23 +75,18 @@ def test_another_global_batch_goes_on_after_the_pairs_consumed_and_says_so(tiny_
     assert state["data_position"] == [0, 2] and state["global_batch"] == 64 and state["accumulation"] == 4
 
 
-def _run(world_size, accumulation, batch_size, global_batch):
-    return SimpleNamespace(world_size=world_size, accumulation=accumulation, global_batch=global_batch, rank=0,
-                           cfg=SimpleNamespace(batch_size=batch_size))
-
-
 def test_resumed_position_keeps_the_position_for_the_same_global_batch_and_maps_pairs_otherwise(capsys):
     saved = {"data_position": [2, 7], "global_batch": 48, "world_size": 4, "accumulation": 1, "batch_size": 12}
-    assert resumed_position(_run(1, 4, 12, 48), saved) == (2, 7)
-    assert resumed_position(_run(2, 1, 24, 48), saved) == (2, 7)
+    assert resumed_position(saved, BatchLayout(1, 4, 12), rank=0) == (2, 7)
+    assert resumed_position(saved, BatchLayout(2, 1, 24), rank=0) == (2, 7)
     assert capsys.readouterr().out.count("elastic resume") == 2
-    assert resumed_position(_run(4, 1, 12, 48), saved) == (2, 7)
+    assert resumed_position(saved, BatchLayout(4, 1, 12), rank=0) == (2, 7)
     assert capsys.readouterr().out == ""  # nothing changed: nothing said
-    assert resumed_position(_run(1, 1, 100, 100), saved) == (2, 3)  # 7 x 48 = 336 pairs -> batch 3 of 100
-    assert resumed_position(_run(1, 1, 16, 16), saved) == (2, 21)
+    assert resumed_position(saved, BatchLayout(1, 1, 100), rank=0) == (2, 3)  # 7 x 48 = 336 pairs -> batch 3 of 100
+    assert resumed_position(saved, BatchLayout(1, 1, 16), rank=0) == (2, 21)
     assert "the global batch changed from 48 to 16" in capsys.readouterr().out
     old = {"data_position": [0, 5], "global_batch": 32, "world_size": 2}  # saved before accumulation was recorded
-    assert resumed_position(_run(1, 2, 16, 32), old) == (0, 5)
+    assert resumed_position(old, BatchLayout(1, 2, 16), rank=0) == (0, 5)
     assert "2 processes x ? accumulation x ? pairs -> 1 process x 2 accumulation x 16 pairs" in capsys.readouterr().out
 
 

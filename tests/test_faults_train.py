@@ -16,10 +16,12 @@ import yaml
 
 from ems.checkpoint import NoUsableCheckpointError, UnsafeCheckpointError, load_tensor_file, write_manifest
 from ems.cli import run_main
-from ems.train import (
-    CONFIG_HISTORY_FILE, DIVERGED_EXIT_CODE, PREEMPTED_EXIT_CODE, LinearSchedule, ResumeConfigError, TrainConfig,
-    TrainingDiverged, main, train,
-)
+from ems.train import main, train
+from ems.training.checkpointer import DIVERGED_EXIT_CODE, TrainingDiverged
+from ems.training.config import TrainConfig
+from ems.training.resume import CONFIG_HISTORY_FILE, ResumeConfigError
+from ems.training.schedule import LinearSchedule
+from ems.training.stopping import PREEMPTED_EXIT_CODE
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
@@ -153,13 +155,14 @@ def test_resume_skips_a_checkpoint_with_non_finite_weights(tiny_pipeline, tmp_pa
 
 def test_the_per_step_check_is_the_loss_already_read():
     """train_step returns the values it read anyway; `finite` is a property of them."""
-    from ems.train import StepValues
+    from ems.training.metrics import StepValues
 
-    values = dict(loss=1.0, xtr=0.5, contrastive=0.5, distill=0.0, grad_norm=2.0, lr=1e-3)
-    assert StepValues(**values).finite
-    for key in ("loss", "xtr", "contrastive", "distill", "grad_norm"):
-        assert not StepValues(**{**values, key: math.nan}).finite, key
-    assert not StepValues(**{**values, "grad_norm": math.inf}).finite
+    losses = dict(loss=1.0, xtr=0.5, contrastive=0.5, distill=0.0)
+    assert StepValues(losses, grad_norm=2.0, lr=1e-3).finite
+    for key in ("loss", "xtr", "contrastive", "distill"):
+        assert not StepValues({**losses, key: math.nan}, grad_norm=2.0, lr=1e-3).finite, key
+    assert not StepValues(losses, grad_norm=math.nan, lr=1e-3).finite
+    assert not StepValues(losses, grad_norm=math.inf, lr=1e-3).finite
 
 
 # --- 3. a changed config on resume ---------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""The batch-size-aware schedule (ems.train.effective_schedule): the paper's 608-pair baseline is
+"""The batch-size-aware schedule (ems.training.schedule.effective_schedule): the paper's 608-pair baseline is
 unchanged, warm-up in samples keeps the same share of the data at 64 GPUs, lr scaling rules."""
 
 import math
 
 import pytest
 
-from ems.train import TrainConfig, effective_schedule
+from ems.training.config import TrainConfig
+from ems.training.schedule import effective_schedule
 
 PAPER = 152 * 4
 

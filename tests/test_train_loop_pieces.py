@@ -1,73 +1,155 @@
-"""The training loop's pieces on their own (ems.train): LogWindow, BudgetProbe, periodic and
-last_step, with the calls they make recorded instead of run."""
+"""The training loop (ems.train.train_loop) and its components' cadences on their own: the real
+loop and components over fake steps, with what they write, save, validate and probe recorded
+instead of run."""
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import ems.train as train_module
-from ems.train import BudgetProbe, LogWindow, MetricSums, RunState, TrainConfig, last_step, periodic
+import ems.training.schedule as schedule_module
+from ems.data import Prefetcher
+from ems.training.checkpointer import Checkpointer, RunState
+from ems.training.config import TrainConfig
+from ems.training.metrics import MetricSums, StepValues, TrainingMetrics
+from ems.training.probe import Probe
+from ems.training.runtime import BatchLayout
+from ems.training.schedule import LinearSchedule, TimeBudget
+from ems.training.setup import Run
+from ems.training.stopping import STOP_FILE, Stopping
+from ems.training.validator import Validator
+
+CPU = torch.device("cpu")
 
 
-def fake_run(step=0, max_steps=10, **cfg):
-    return SimpleNamespace(state=RunState(step=step, max_steps=max_steps), cfg=TrainConfig(**cfg))
+class FakeEngine:
+    device = CPU
+
+    def fp16_enabled(self) -> bool:
+        return False
+
+    def get_lr(self) -> list[float]:
+        return [1e-3]
+
+
+class RecordedLog:
+    """A MetricsLog that keeps what it is given."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def write(self, record: dict, scalars: dict) -> None:
+        self.calls.append(("log", record["step"], record))
+
+    def close(self) -> None:
+        pass
+
+
+def step_values(loss: float = 1.0) -> StepValues:
+    return StepValues(dict(loss=loss, xtr=0.5, contrastive=0.5, distill=0.0), grad_norm=2.0, lr=1e-3, real_tokens=9, token_slots=10)
 
 
 @pytest.fixture
 def calls(monkeypatch):
+    """What the loop does, in order: ("log", step, record), ("save", step), ("validate", step),
+    ("probe", step), ("finish", step, preempted)."""
     made = []
-    def log_training(run, sums, epoch, seconds):
-        made.append(("log", run.state.step, sums.steps))
-        return {"step": run.state.step, "kind": "train"}
-
-    monkeypatch.setattr(train_module, "log_training", log_training)
-    monkeypatch.setattr(train_module, "save", lambda run: made.append(("save", run.state.step)))
-    monkeypatch.setattr(train_module, "validate", lambda run: made.append(("validate", run.state.step)) or {"kind": "valid"})
-    monkeypatch.setattr(train_module, "probe", lambda run: made.append(("probe", run.state.step)) or None)
-    monkeypatch.setattr(train_module, "fit_schedule_to_budget",
-                        lambda run, seconds, started: made.append(("fit", run.state.step)) or setattr(run.state, "budget_fitted", True))
+    monkeypatch.setattr(MetricSums, "summed_over_ranks", lambda sums, device: sums)  # a world of one
+    monkeypatch.setattr(Checkpointer, "save", lambda self, state: made.append(("save", state.step)))
+    monkeypatch.setattr(Validator, "run", lambda self, step: made.append(("validate", step)) or {"valid_loss": 1.0, "step": step})
+    monkeypatch.setattr(Probe, "run", lambda self, step: made.append(("probe", step)) or None if self.every else None)
+    monkeypatch.setattr(train_module, "train_step", lambda run, micro_batches: step_values())
+    monkeypatch.setattr(train_module, "finish", lambda run, history, preempted: made.append(("finish", run.state.step, preempted))
+                        or history)
     return made
 
 
-def test_periodic_logs_saves_validates_and_probes_on_their_schedules(calls):
-    run, window = fake_run(max_steps=6, log_every=3, save_every=4, valid_every=2, probe_every=5), LogWindow()
-    logged_at = []
-    for step in range(1, 7):
-        run.state.step = step
-        window.sums.steps += 1
-        logged, records = periodic(run, window, epoch=0)
-        logged_at += [step] if logged else []
-        assert records == ([logged] if logged else []) + ([{"kind": "valid"}] if ("validate", step) in calls else [])
-    assert logged_at == [3, 6]
-    # step 6 is the last: it logs, and leaves validation (valid_every=2) to finish
-    assert calls == [("validate", 2), ("log", 3, 3), ("save", 4), ("validate", 4), ("probe", 5), ("log", 6, 3)]
+def fake_run(tmp_path, calls, step=0, max_steps=6, **settings) -> Run:
+    cfg = TrainConfig(max_steps=max_steps, **settings)
+    engine, log = FakeEngine(), RecordedLog(calls)
+    batches = Prefetcher((((0, b), []) for b in range(step, 1000)), depth=0)
+    return Run(
+        cfg=cfg, out=tmp_path, rank=0, layout=BatchLayout(1, 1, cfg.batch_size), engine=engine, autocast=contextlib.nullcontext(),
+        schedule=LinearSchedule(cfg.warmup_steps, max_steps), tokenizer=None, batches=batches,
+        state=RunState(step=step, position=(0, step), max_steps=max_steps),
+        checkpointer=Checkpointer(tmp_path / "checkpoints", engine, 0, BatchLayout(1, 1, cfg.batch_size), cfg, {}, last_saved=step),
+        metrics=TrainingMetrics(log, cfg.log_every, engine, world_size=1),
+        validator=Validator(SimpleNamespace(), cfg.valid_every, engine, cfg.batch_size, contextlib.nullcontext(), log),
+        probe=Probe(None, cfg.probe_every, engine, 0, log),
+        budget=TimeBudget(cfg.time_budget_minutes, step + 5, cfg.budget_probe_steps, 0, 1, CPU),
+        stopping=Stopping(SimpleNamespace(signal=None), tmp_path, 0, 1, CPU, cfg.stop_at_step, cfg.max_minutes),
+    )
 
 
-def test_log_window_starts_afresh_after_each_record(calls):
-    run, window = fake_run(step=7), LogWindow()
-    window.sums.steps, window.sums.loss = 4, 2.0
-    first = window.sums
-    assert window.close(run, epoch=1) == {"step": 7, "kind": "train"}
-    assert calls == [("log", 7, 4)] and window.sums == MetricSums() and window.sums is not first
+def test_the_loop_logs_saves_validates_and_probes_on_their_schedules(tmp_path, calls):
+    run = fake_run(tmp_path, calls, log_every=3, save_every=4, valid_every=2, probe_every=5)
+    history = train_module.train_loop(run)
+    done = [call[:2] for call in calls]
+    # step 0: a new run validates and probes; step 6 is the last: it logs, and leaves validation
+    # (valid_every=2) to finish
+    assert done == [("validate", 0), ("probe", 0), ("validate", 2), ("log", 3), ("save", 4), ("validate", 4), ("probe", 5),
+                    ("log", 6), ("finish", 6)]
+    assert calls[-1] == ("finish", 6, False) and run.state.position == (0, 6)
+    logged = [call[2] for call in calls if call[0] == "log"]
+    assert [record["step"] for record in history] == [0, 2, 3, 4, 6] and logged == [history[2], history[4]]
+    assert logged[0]["loss"] == 1.0 and logged[0]["real_token_ratio"] == 0.9 and logged[0]["xtr"] == 0.5
 
 
-def test_budget_probe_times_its_steps_then_fits_once(calls):
-    run = fake_run(step=0, time_budget_minutes=5.0)
-    probe = BudgetProbe(first=5, steps=3)
-    fitted = []
-    for step in range(1, 15):
-        run.state.step = step
-        fitted.append(probe.after_step(run, run_started=0.0))
-    assert [step for step, done in zip(range(1, 15), fitted) if done] == [8] and calls == [("fit", 8)]
-    resumed, again = fake_run(step=20, time_budget_minutes=5.0), BudgetProbe(first=25, steps=3)
-    resumed.state.budget_fitted = True  # kept from the checkpoint: never fitted again
-    for step in range(21, 40):
-        resumed.state.step = step
-        assert not again.after_step(resumed, run_started=0.0)
-    assert calls == [("fit", 8)]
+def test_the_loop_ends_at_stop_at_step_and_on_a_stop_file(tmp_path, calls):
+    run = fake_run(tmp_path, calls, step=2, max_steps=10, stop_at_step=5, log_every=2, save_every=100, valid_every=5)
+    train_module.train_loop(run)
+    # resumed at 2: no validation at the start; 5 is this invocation's last step: logged, validated by finish
+    assert [call[:2] for call in calls] == [("log", 4), ("log", 5), ("finish", 5)] and calls[-1][2] is False
+    calls.clear()
+    (tmp_path / STOP_FILE).touch()
+    train_module.train_loop(fake_run(tmp_path, calls, step=5, max_steps=10, log_every=2))
+    assert calls == [("finish", 5, True)]
 
 
-def test_last_step_is_the_schedule_end_or_stop_at_step():
-    assert last_step(fake_run(max_steps=10)) == 10
-    assert last_step(fake_run(max_steps=10, stop_at_step=4)) == 4
-    assert last_step(fake_run(max_steps=3, stop_at_step=4)) == 3
+def test_a_log_window_starts_afresh_after_each_record(calls):
+    metrics = TrainingMetrics(RecordedLog(calls), every=4, engine=FakeEngine(), world_size=1)
+    for total_wait in (0.5, 0.75):
+        metrics.add(step_values(loss=2.0), total_wait_seconds=total_wait)
+    first = metrics.sums
+    assert first.steps == 2 and first.losses["loss"] == 4.0 and first.data_wait_seconds == 0.75
+    record = metrics.log(step=7, epoch=1)
+    assert (record["step"], record["epoch"], record["loss"]) == (7, 1, 2.0) and calls == [("log", 7, record)]
+    assert metrics.sums == MetricSums() and metrics.sums is not first
+    assert [metrics.should_log(step, last=10) for step in (3, 4, 8, 9, 10)] == [False, True, True, False, True]
+
+
+def test_the_time_budget_times_its_steps_then_fits_once(monkeypatch):
+    ticks = iter([60.0, 63.0, 63.0])  # step 5 ends 1 min into the run, step 8 3 s later: 1 s a step
+    monkeypatch.setattr(schedule_module, "time", SimpleNamespace(time=lambda: next(ticks)))
+    budget = TimeBudget(minutes=5.0, first=5, steps=3, rank=0, world_size=1, device=CPU)
+    fitted = {step: budget.fitted_end(step, max_steps=100_000, fitted=False, run_started=0.0) for step in range(1, 15)}
+    # 3.95 min left at 1.05 s a step (5% for validation and checkpoints): 225 more steps
+    assert {step: end for step, end in fitted.items() if end is not None} == {8: 8 + 225}
+    again = TimeBudget(minutes=5.0, first=25, steps=3, rank=0, world_size=1, device=CPU)
+    # fitted before (kept from the checkpoint): never timed or fitted again
+    assert all(again.fitted_end(step, 100, fitted=True, run_started=0.0) is None for step in range(21, 40))
+    off = TimeBudget(minutes=None, first=5, steps=3, rank=0, world_size=1, device=CPU)
+    assert all(off.fitted_end(step, 100, fitted=False, run_started=0.0) is None for step in range(1, 15))
+
+
+def test_last_step_is_the_schedule_end_or_stop_at_step(tmp_path):
+    def stopping(stop_at_step):
+        return Stopping(SimpleNamespace(signal=None), tmp_path, 0, 1, CPU, stop_at_step, None)
+
+    assert stopping(None).last_step(10) == 10
+    assert stopping(4).last_step(10) == 4
+    assert stopping(4).last_step(3) == 3
+
+
+def test_cadences_follow_the_config(tmp_path, calls):
+    run = fake_run(tmp_path, calls, log_every=3, save_every=4, valid_every=2, probe_every=0)
+    assert [step for step in range(1, 13) if run.checkpointer.should_save(step)] == [4, 8, 12]
+    assert [step for step in range(1, 13) if run.validator.should_run(step, last=12)] == [2, 4, 6, 8, 10]
+    assert not any(run.probe.should_run(step, last=12) for step in range(1, 13))
+
+
+def test_without_validation_data_nothing_is_validated():
+    validator = Validator(None, 2, FakeEngine(), 32, contextlib.nullcontext(), RecordedLog([]))
+    assert not validator.should_run(2, last=12) and validator.run(2) is None

@@ -16,7 +16,9 @@ import torch
 
 import ems
 from ems.checkpoint import LATEST, saved_tags
-from ems.train import PREEMPTED_EXIT_CODE, STOP_FILE, TrainConfig, train
+from ems.train import train
+from ems.training.config import TrainConfig
+from ems.training.stopping import PREEMPTED_EXIT_CODE, STOP_FILE
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 
 # dropout stays on (0.1, the tiny preset's) in the resume tests: the per-rank RNG must be restored

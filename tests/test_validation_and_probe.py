@@ -13,8 +13,9 @@ from ems.data import PairShards
 from ems.encoder import load
 from ems.model import SentenceEncoder, config_from_preset
 from ems.text import Tokenizer
-from ems.train import TrainConfig, train
-from ems.validation import SAMPLE_FILE, equal_shares, stratified_sample, validation_sample
+from ems.train import train
+from ems.training.config import TrainConfig
+from ems.training.validator import SAMPLE_FILE, equal_shares, stratified_sample, validation_sample
 from eval.curves import main as curves_main
 from eval.curves import read_metrics
 from eval.probe import RetrievalProbe

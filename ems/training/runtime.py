@@ -1,0 +1,205 @@
+"""The run's distributed and numeric runtime: the process group (a world of one without a
+launcher), the DeepSpeed config and engine (AdamW over parameter groups, the lr schedule), the
+batch layout that keeps a global batch, bf16 autocast, per-rank RNG seeds and the all-reduces
+that give every rank the same answer.
+
+In: a TrainConfig, the model, the launcher's environment; out: the engine, its BatchLayout and
+autocast context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ems.checkpoint import load_only_tensors
+from ems.configs import _merge
+from ems.training.config import TrainConfig, resolve
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
+
+    from ems.training.schedule import LinearSchedule
+
+# DeepSpeed config keys that follow the process count and batch settings, not the optimizer's layout
+BATCH_LAYOUT_KEYS = ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size")
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How a global batch (pairs per optimizer step) is made: processes x micro-batches each
+    accumulates x pairs per micro-batch."""
+
+    world_size: int
+    accumulation: int
+    batch_size: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size * self.accumulation
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def world_of_one_unless_launched():
+    """A plain `python` run (no RANK from a launcher) runs as a world of one: RANK, LOCAL_RANK,
+    WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT are set for DeepSpeed and torch.distributed,
+    and removed again on exit, so that a process this one starts later (a SLURM job, torchrun)
+    does not inherit a port that this process's group still holds."""
+    added = {}
+    if "RANK" not in os.environ:
+        added = {key: value for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                                               ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(_free_port())))
+                 if key not in os.environ}
+        os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def init_distributed() -> None:
+    """Initialise torch.distributed through DeepSpeed (NCCL on GPUs, gloo on CPU), from the
+    launcher's environment (see world_of_one_unless_launched)."""
+    import deepspeed
+
+    deepspeed.init_distributed()
+
+
+def deepspeed_config(cfg: TrainConfig) -> dict:
+    """The DeepSpeed config file merged with `deepspeed_overrides`, micro-batch set from batch_size;
+    a clear error for a precision this machine's accelerator cannot run."""
+    from deepspeed.accelerator import get_accelerator
+
+    ds_config = _merge(json.loads(resolve(cfg.deepspeed_config).read_text()), cfg.deepspeed_overrides)
+    ds_config["train_micro_batch_size_per_gpu"] = cfg.batch_size
+    ds_config.pop("train_batch_size", None)
+    accelerator = get_accelerator()
+    for precision, supported in (("fp16", accelerator.is_fp16_supported), ("bf16", accelerator.is_bf16_supported)):
+        if ds_config.get(precision, {}).get("enabled") and not supported():
+            raise ValueError(
+                f"{cfg.deepspeed_config} enables {precision}, which DeepSpeed's {accelerator._name} accelerator "
+                f"does not support on this machine; use a config without it (e.g. configs/deepspeed/zero0.json, "
+                f"or bf16) or run on a GPU"
+            )
+    return ds_config
+
+
+def gradient_accumulation(cfg: TrainConfig, ds_config: dict, world_size: int) -> int:
+    """Micro-batches per optimizer step: global_batch_size / (world_size x batch_size) when the
+    config sets a global batch (ValueError unless it divides), else the DeepSpeed config's."""
+    if cfg.global_batch_size is None:
+        return int(ds_config.get("gradient_accumulation_steps", 1))
+    per_micro_step = world_size * cfg.batch_size
+    if cfg.global_batch_size % per_micro_step:
+        raise ValueError(f"global_batch_size={cfg.global_batch_size} is not a multiple of {world_size} processes x "
+                         f"batch_size {cfg.batch_size} = {per_micro_step} pairs; set a batch_size that divides it")
+    return cfg.global_batch_size // per_micro_step
+
+
+def optimizer_layout(ds_config: dict) -> dict:
+    """The DeepSpeed config without BATCH_LAYOUT_KEYS: what may not change on resume."""
+    return {key: value for key, value in ds_config.items() if key not in BATCH_LAYOUT_KEYS}
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only, not on biases, LayerNorms or embeddings."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (decay if param.dim() == 2 and "emb" not in name else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_engine(cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: float, schedule: LinearSchedule) -> DeepSpeedEngine:
+    """The DeepSpeed engine of `model`: AdamW at peak `lr` with `schedule` as its lr factor, the
+    engine's checkpoint loader restricted to tensors (ems.checkpoint.load_only_tensors)."""
+    import deepspeed
+
+    # fused: one kernel over all parameters (the default loops over tensors: tiny model on 2 CPU cores,
+    # 15 ms against 2.5 ms a step, ~5% of a demo step)
+    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    try:
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    except AssertionError as error:  # DeepSpeed checks its config with asserts
+        raise ValueError(f"DeepSpeed rejects the config ({cfg.deepspeed_config} with deepspeed_overrides): {error}") from None
+    load_only_tensors(engine)
+    return engine
+
+
+def bf16_is_fast(device: torch.device) -> bool:
+    """Whether bf16 matmuls beat fp32 here. CUDA: the GPU supports bf16. CPU: timed on a 256^3
+    product, since CPUs with AMX or AVX512-BF16 run bf16 several times faster than fp32 and
+    AVX2-only CPUs emulate it tens of times slower (both seen on this project's machines)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+
+    def seconds(dtype: torch.dtype) -> float:
+        x, y = a.to(dtype), b.to(dtype)
+        torch.matmul(x, y)
+        start = time.perf_counter()
+        for _ in range(3):
+            torch.matmul(x, y)
+        return time.perf_counter() - start
+
+    return seconds(torch.bfloat16) < seconds(torch.float32)
+
+
+def autocast_context(mode: str, device: torch.device, rank: int) -> contextlib.AbstractContextManager:
+    """The forward pass's autocast for TrainConfig.autocast `mode`: bfloat16, or none; "auto" is
+    rank 0's bf16_is_fast, one decision for all ranks."""
+    import torch.distributed as dist
+
+    use_bf16 = [mode == "bf16" or (mode == "auto" and rank == 0 and bf16_is_fast(device))]
+    dist.broadcast_object_list(use_bf16, src=0)
+    if mode == "auto" and rank == 0:
+        print(f"autocast=auto: {'bf16' if use_bf16[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {device}")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
+
+
+def seed_rngs(seed: np.random.SeedSequence) -> None:
+    """Seed torch's, numpy's and Python's global RNGs (this process's dropout stream) from `seed`."""
+    value = int(seed.generate_state(1)[0])
+    torch.manual_seed(value)
+    np.random.seed(value)
+    random.seed(value)
+
+
+def any_rank(world_size: int, device: torch.device, *flags: bool) -> list[bool]:
+    """Whether each flag holds on any rank: one all-reduce, none in a world of one."""
+    import torch.distributed as dist
+
+    if world_size == 1:
+        return list(flags)
+    values = torch.tensor([float(flag) for flag in flags], device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return [bool(value) for value in values.tolist()]
+
+
+def from_rank_0(value: int, world_size: int, device: torch.device) -> int:
+    """Rank 0's `value` on every rank (a broadcast; none in a world of one)."""
+    import torch.distributed as dist
+
+    if world_size == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.broadcast(tensor, src=0)
+    return int(tensor)
