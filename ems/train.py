@@ -84,53 +84,10 @@ from ems.training.setup import Run, check_inputs, run_directory_lock, setup
 from ems.training.stopping import PREEMPTED_EXIT_CODE, Stop, StopRequest
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step
-    metrics, validations and probes], "model_dir" (None when stopped), "preempted": whether a signal or STOP
-    file ended it}. The stop signals are caught from the start, set-up included."""
-    check_inputs(cfg)
-    with world_of_one_unless_launched(), StopRequest() as stop_request:
-        init_distributed()
-        with run_directory_lock(Path(cfg.out)):
-            run = setup(cfg, stop_request)
-            try:
-                return train_loop(run)
-            finally:
-                run.close()
-
-
-def train_loop(run: Run) -> dict:
-    """Train from run.state to the end of the schedule (or a stop), then finish; see train()."""
-    from tqdm import tqdm
-
-    state, started, stop = run.state, time.time(), None
-    history = [record for record in (run.validator.run(0), run.probe.run(0)) if record] if state.step == 0 else []
-    # closed on any exit, so that an error's one line is not written after a half-drawn bar
-    with tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0) as bar:
-        while state.step < run.stopping.last_step(state.max_steps):
-            if stop := run.stopping.requested(state.step, started):
-                break
-            (epoch, batch), micro_batches = next(run.batches)
-            values = train_step(run, micro_batches)
-            run.metrics.add(values, run.batches.wait_seconds)
-            state.step, state.position = state.step + 1, (epoch, batch + 1)
-            # fp16 excepted: DeepSpeed's loss scaler skips a non-finite step (counted as overflow_steps)
-            if not run.engine.fp16_enabled() and any_rank(run.layout.world_size, run.engine.device, not values.finite)[0]:
-                run.checkpointer.diverged(state.step, values, micro_batches, (epoch, batch), run.tokenizer.languages)
-            bar.update(1)
-            if (fitted := run.budget.fitted_end(state.step, state.max_steps, state.budget_fitted, started)) is not None:
-                state.max_steps = run.schedule.max_steps = bar.total = fitted
-                state.budget_fitted = True
-            last = run.stopping.last_step(state.max_steps)
-            if run.metrics.should_log(state.step, last):
-                history.append(logged := run.metrics.log(state.step, epoch))
-                show_losses(bar, logged)
-            if run.checkpointer.should_save(state.step):
-                run.checkpointer.save(state)
-            for evaluation in (run.validator, run.probe):  # not at the last step: finish runs them
-                if evaluation.should_run(state.step, last) and (record := evaluation.run(state.step)):
-                    history.append(record)
-    return finish(run, history, preempted=stop is Stop.PREEMPTED)
+def _module_grad_norm(module: torch.nn.Module) -> float:
+    """2-norm of the gradients held in the parameters' .grad."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else math.nan
 
 
 def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]]) -> StepValues:
@@ -163,10 +120,15 @@ def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]]) -> StepVa
     return StepValues(step_sums, grad_norm, lr, duplicate_rows, real_tokens, token_slots)
 
 
-def _module_grad_norm(module: torch.nn.Module) -> float:
-    """2-norm of the gradients held in the parameters' .grad."""
-    grads = [p.grad for p in module.parameters() if p.grad is not None]
-    return float(torch.nn.utils.get_total_norm(grads)) if grads else math.nan
+def diverged(run: Run, values: StepValues) -> bool:
+    """Whether a step's loss or gradient norm is not finite on any rank. Never under fp16: DeepSpeed's
+    loss scaler skips such a step (counted as overflow_steps)."""
+    return not run.engine.fp16_enabled() and any_rank(run.layout.world_size, run.engine.device, not values.finite)[0]
+
+
+def evaluate(run: Run, step: int) -> list[dict]:
+    """Validation and the probe of the model at `step` (a run's start and end): the records made."""
+    return [record for record in (run.validator.run(step), run.probe.run(step)) if record]
 
 
 def finish(run: Run, history: list[dict], preempted: bool) -> dict:
@@ -180,7 +142,7 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
             run.checkpointer.save(state)
         run.stopping.honoured(state.step)
         return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": None, "preempted": True}
-    history += [record for record in (run.validator.run(state.step), run.probe.run(state.step)) if record]
+    history += evaluate(run, state.step)
     if state.step != run.checkpointer.last_saved:
         run.checkpointer.save(state)
     model_dir = run.out / "model"
@@ -191,6 +153,54 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
             write_model_card(staging, model_facts(staging, run.out, steps=state.step))
     dist.barrier()
     return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
+
+
+def train_loop(run: Run) -> dict:
+    """Train from run.state to the end of the schedule (or a stop), then finish; see train()."""
+    from tqdm import tqdm
+
+    state, started, stop = run.state, time.time(), None
+    history = evaluate(run, 0) if state.step == 0 else []
+    # closed on any exit, so that an error's one line is not written after a half-drawn bar
+    with tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0) as bar:
+        while state.step < run.stopping.last_step(state.max_steps):
+            if stop := run.stopping.requested(state.step, started):
+                break
+            (epoch, batch), micro_batches = next(run.batches)
+            values = train_step(run, micro_batches)
+            run.metrics.add(values, run.batches.wait_seconds)
+            state.step, state.position = state.step + 1, (epoch, batch + 1)
+            if diverged(run, values):
+                run.checkpointer.stop_diverged(state.step, values, micro_batches, (epoch, batch), run.tokenizer.languages)
+            bar.update(1)
+            if (fitted := run.budget.fitted_end(state.step, state.max_steps, state.budget_fitted, started)) is not None:
+                state.max_steps = run.schedule.max_steps = bar.total = fitted
+                state.budget_fitted = True
+            last = run.stopping.last_step(state.max_steps)
+            if run.metrics.should_log(state.step, last):
+                history.append(logged := run.metrics.log(state.step, epoch))
+                show_losses(bar, logged)
+            if run.checkpointer.should_save(state.step):
+                run.checkpointer.save(state)
+            for evaluation in (run.validator, run.probe):  # not at the last step: finish runs them
+                if evaluation.should_run(state.step, last) and (record := evaluation.run(state.step)):
+                    history.append(record)
+    return finish(run, history, preempted=stop is Stop.PREEMPTED)
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step
+    metrics, validations and probes], "model_dir" (None when stopped), "preempted": whether a signal or STOP
+    file ended it}. The stop signals are caught from the start, set-up included."""
+    check_inputs(cfg)
+    with world_of_one_unless_launched(), StopRequest() as stop_request:
+        init_distributed()
+        with run_directory_lock(Path(cfg.out)):
+            run = setup(cfg, stop_request)
+            try:
+                return train_loop(run)
+            finally:
+                run.close()
 
 
 def main(argv: list[str]) -> int:

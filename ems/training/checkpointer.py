@@ -148,7 +148,7 @@ class Checkpointer:
         if self.rank == 0:
             publish(self.directory, tag, self.cfg.keep_checkpoints)
 
-    def diverged(self, step: int, values: StepValues, micro_batches: list[dict[str, torch.Tensor]], position: tuple[int, int],
+    def stop_diverged(self, step: int, values: StepValues, micro_batches: list[dict[str, torch.Tensor]], position: tuple[int, int],
                  languages: list[str]) -> NoReturn:
         """Stop at `step`, whose loss or gradient norm is not finite (on this or another rank), taken
         on the batch at `position` (epoch, index): raises TrainingDiverged with the diagnostic. When

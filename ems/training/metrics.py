@@ -83,6 +83,22 @@ class MetricSums:
         return MetricSums(dict(zip(self.losses, summed)), *summed[len(self.losses):])
 
 
+def _keep_metrics_up_to(path: Path, step: int) -> None:
+    """On resume: drop metrics.jsonl records after the checkpoint's step (and a half-written
+    last line of a killed run), so every step appears once."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record["step"] <= step:
+            kept.append(line)
+    path.write_text("".join(line + "\n" for line in kept))
+
+
 class MetricsLog:
     """Rank 0's metrics.jsonl and TensorBoard writer (nothing on the other ranks). A resumed run
     (at `resumed_step` > 0) first drops the records after that step, so every step appears once."""
@@ -111,22 +127,6 @@ class MetricsLog:
         if self.rank == 0:
             self.writer.close()
             self.file.close()
-
-
-def _keep_metrics_up_to(path: Path, step: int) -> None:
-    """On resume: drop metrics.jsonl records after the checkpoint's step (and a half-written
-    last line of a killed run), so every step appears once."""
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record["step"] <= step:
-            kept.append(line)
-    path.write_text("".join(line + "\n" for line in kept))
 
 
 @dataclass

@@ -51,6 +51,116 @@ class ResumeConfigError(UserError):
     """A resumed run's config changes a setting that is fixed for the life of a run."""
 
 
+def _layout(world_size: int, accumulation: int | None, batch_size: int | None) -> str:
+    processes = f"{world_size} process{'' if world_size == 1 else 'es'}"
+    return f"{processes} x {accumulation or '?'} accumulation x {batch_size or '?'} pairs"
+
+
+def _describe(changes: dict[str, list]) -> str:
+    return ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))
+
+
+def resumed_position(client_state: dict, layout: BatchLayout, rank: int) -> tuple[int, int]:
+    """The data position to go on from. The batch order depends only on the global batch, so with
+    the same global batch it is the saved position, whatever the process count, batch_size and
+    accumulation (elastic resume replays the same samples). With another global batch it is the
+    batch of the new order after the pairs consumed so far in the epoch, and the run says so."""
+    epoch, batch = client_state["data_position"]
+    old_global, new_layout = client_state["global_batch"], (layout.world_size, layout.accumulation, layout.batch_size)
+    old_layout = (client_state["world_size"], client_state.get("accumulation"), client_state.get("batch_size"))
+    if old_global == layout.global_batch:
+        if old_layout != new_layout and rank == 0:
+            print(f"elastic resume: {_layout(*old_layout)} -> {_layout(*new_layout)}, the same global batch of "
+                  f"{old_global} pairs: the same samples in the same order", flush=True)
+        return epoch, batch
+    consumed = batch * old_global
+    new_batch = consumed // layout.global_batch
+    if rank == 0:
+        print(f"the global batch changed from {old_global} to {layout.global_batch} pairs ({_layout(*old_layout)} -> "
+              f"{_layout(*new_layout)}): going on after the {consumed:,} pairs consumed in epoch {epoch}, at batch "
+              f"{new_batch} of the new order; the order is not the old one, so up to one bucketing window of "
+              f"pairs around this point is seen twice or not at all this epoch", flush=True)
+    return epoch, new_batch
+
+
+def load_checkpoint(checkpointer: Checkpointer, tag: str) -> tuple[str | None, dict]:
+    """engine.load_checkpoint of `tag`. A checkpoint whose optimizer state is split over another
+    number of ranks (ZeRO 1/2, bf16) goes through DeepSpeed's universal format first
+    (ems.checkpoint.to_universal, rank 0, deleted once loaded), which DeepSpeed re-partitions."""
+    import torch.distributed as dist
+
+    directory, rank, engine = checkpointer.directory, checkpointer.rank, checkpointer.engine
+    world_size = checkpointer.layout.world_size
+    partitions = zero_partitions(directory / tag)
+    if not partitions or partitions == world_size:
+        return engine.load_checkpoint(str(directory), tag=tag)
+    universal = directory / f"universal-{tag}"  # not a step tag: never listed as a checkpoint
+    if rank == 0:
+        print(f"{tag} holds optimizer partitions of {partitions} ranks; this run has {world_size}: converting it to "
+              f"DeepSpeed's universal checkpoint in {universal}", flush=True)
+        shutil.rmtree(universal, ignore_errors=True)
+        to_universal(directory / tag, universal / tag)
+    dist.barrier()
+    config = engine._config  # DeepSpeed reads this flag when loading, not only at initialize
+    config.load_universal_checkpoint = True
+    try:
+        with tensor_files_only():
+            load_path, client_state = engine.load_checkpoint(str(universal), tag=tag)
+    finally:
+        config.load_universal_checkpoint = False
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(universal)
+    return load_path and f"{directory / tag} (through its universal copy)", client_state
+
+
+def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]:
+    """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
+    RUN_CONFIG_FILE) and this run's; ResumeConfigError for a change of a FIXED_KEYS key or of
+    Checkpointer.fixed (the merged DeepSpeed config, the shards' content)."""
+    path = tag_dir / RUN_CONFIG_FILE
+    if not path.is_file():
+        if checkpointer.rank == 0:
+            print(f"warning: {tag_dir} predates stored run configs: changes to the config are not checked", flush=True)
+        return {}
+    stored = json.loads(path.read_text())
+    saved = {**stored["config"], **stored["fixed"]}
+    if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
+        saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
+    current = _as_json({**dataclasses.asdict(checkpointer.cfg), **checkpointer.fixed})
+    changes = {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
+    refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in checkpointer.fixed}
+    if refused:
+        raise ResumeConfigError(
+            f"{checkpointer.directory.parent} was trained to {tag_dir.name} with other settings that fix its model, data order or "
+            f"optimizer layout: {_describe(refused)}. Resume with the old values, or train into a new out= "
+            "directory (lr, the schedule, weight decay, logging, saving, validation and stopping may change)"
+        )
+    return changes
+
+
+def apply_schedule_on_resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int, client_state: dict,
+                             changes: dict[str, list]) -> dict:
+    """The schedule, lr and weight decay of this run's config from the resume step on (LambdaLR
+    and the optimizer restore the checkpoint's); a schedule fitted to a time budget is kept unless
+    its end's settings changed. Returns the RunState fields {"max_steps", "budget_fitted"}."""
+    cfg = checkpointer.cfg
+    budget_fitted = bool(client_state.get("budget_fitted")) and not changes.keys() & set(SCHEDULE_END_KEYS)
+    max_steps = client_state["max_steps"] if budget_fitted else max_steps
+    effective = effective_schedule(cfg, checkpointer.layout.global_batch)
+    schedule.warmup_steps, schedule.max_steps = effective.warmup_steps, max_steps
+    scheduler = checkpointer.engine.lr_scheduler
+    scheduler.base_lrs = [effective.lr] * len(scheduler.base_lrs)
+    lr = effective.lr * schedule(scheduler.last_epoch)  # what LambdaLR would have set at this step
+    for group, weight_decay in zip(scheduler.optimizer.param_groups, (cfg.weight_decay, 0.0), strict=True):
+        group.update(initial_lr=effective.lr, lr=lr, weight_decay=weight_decay)
+    return {"max_steps": max_steps, "budget_fitted": budget_fitted}
+
+
 def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int) -> tuple[RunState, dict[str, list]]:
     """Load the newest checkpoint that verifies and has finite weights (if any) into the engine,
     with this run's config applied to the engine and `schedule` (config_changes refuses what cannot
@@ -95,115 +205,6 @@ def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int)
         changed = f"; config changes applied: {_describe(changes)}" if changes else ""
         print(f"resumed from {load_path} at step {step}, data position {state.position}{changed}")
     return state, changes
-
-
-def load_checkpoint(checkpointer: Checkpointer, tag: str) -> tuple[str | None, dict]:
-    """engine.load_checkpoint of `tag`. A checkpoint whose optimizer state is split over another
-    number of ranks (ZeRO 1/2, bf16) goes through DeepSpeed's universal format first
-    (ems.checkpoint.to_universal, rank 0, deleted once loaded), which DeepSpeed re-partitions."""
-    import torch.distributed as dist
-
-    directory, rank, engine, world_size = checkpointer.directory, checkpointer.rank, checkpointer.engine, checkpointer.layout.world_size
-    partitions = zero_partitions(directory / tag)
-    if not partitions or partitions == world_size:
-        return engine.load_checkpoint(str(directory), tag=tag)
-    universal = directory / f"universal-{tag}"  # not a step tag: never listed as a checkpoint
-    if rank == 0:
-        print(f"{tag} holds optimizer partitions of {partitions} ranks; this run has {world_size}: converting it to "
-              f"DeepSpeed's universal checkpoint in {universal}", flush=True)
-        shutil.rmtree(universal, ignore_errors=True)
-        to_universal(directory / tag, universal / tag)
-    dist.barrier()
-    config = engine._config  # DeepSpeed reads this flag when loading, not only at initialize
-    config.load_universal_checkpoint = True
-    try:
-        with tensor_files_only():
-            load_path, client_state = engine.load_checkpoint(str(universal), tag=tag)
-    finally:
-        config.load_universal_checkpoint = False
-    dist.barrier()
-    if rank == 0:
-        shutil.rmtree(universal)
-    return load_path and f"{directory / tag} (through its universal copy)", client_state
-
-
-def resumed_position(client_state: dict, layout: BatchLayout, rank: int) -> tuple[int, int]:
-    """The data position to go on from. The batch order depends only on the global batch, so with
-    the same global batch it is the saved position, whatever the process count, batch_size and
-    accumulation (elastic resume replays the same samples). With another global batch it is the
-    batch of the new order after the pairs consumed so far in the epoch, and the run says so."""
-    epoch, batch = client_state["data_position"]
-    old_global, new_layout = client_state["global_batch"], (layout.world_size, layout.accumulation, layout.batch_size)
-    old_layout = (client_state["world_size"], client_state.get("accumulation"), client_state.get("batch_size"))
-    if old_global == layout.global_batch:
-        if old_layout != new_layout and rank == 0:
-            print(f"elastic resume: {_layout(*old_layout)} -> {_layout(*new_layout)}, the same global batch of "
-                  f"{old_global} pairs: the same samples in the same order", flush=True)
-        return epoch, batch
-    consumed = batch * old_global
-    new_batch = consumed // layout.global_batch
-    if rank == 0:
-        print(f"the global batch changed from {old_global} to {layout.global_batch} pairs ({_layout(*old_layout)} -> "
-              f"{_layout(*new_layout)}): going on after the {consumed:,} pairs consumed in epoch {epoch}, at batch "
-              f"{new_batch} of the new order; the order is not the old one, so up to one bucketing window of "
-              f"pairs around this point is seen twice or not at all this epoch", flush=True)
-    return epoch, new_batch
-
-
-def _layout(world_size: int, accumulation: int | None, batch_size: int | None) -> str:
-    processes = f"{world_size} process{'' if world_size == 1 else 'es'}"
-    return f"{processes} x {accumulation or '?'} accumulation x {batch_size or '?'} pairs"
-
-
-def _describe(changes: dict[str, list]) -> str:
-    return ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
-
-
-def _as_json(value):
-    return json.loads(json.dumps(value))
-
-
-def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]:
-    """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
-    RUN_CONFIG_FILE) and this run's; ResumeConfigError for a change of a FIXED_KEYS key or of
-    Checkpointer.fixed (the merged DeepSpeed config, the shards' content)."""
-    path = tag_dir / RUN_CONFIG_FILE
-    if not path.is_file():
-        if checkpointer.rank == 0:
-            print(f"warning: {tag_dir} predates stored run configs: changes to the config are not checked", flush=True)
-        return {}
-    stored = json.loads(path.read_text())
-    saved = {**stored["config"], **stored["fixed"]}
-    if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
-        saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
-    current = _as_json({**dataclasses.asdict(checkpointer.cfg), **checkpointer.fixed})
-    changes = {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
-    refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in checkpointer.fixed}
-    if refused:
-        raise ResumeConfigError(
-            f"{checkpointer.directory.parent} was trained to {tag_dir.name} with other settings that fix its model, data order or "
-            f"optimizer layout: {_describe(refused)}. Resume with the old values, or train into a new out= "
-            "directory (lr, the schedule, weight decay, logging, saving, validation and stopping may change)"
-        )
-    return changes
-
-
-def apply_schedule_on_resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int, client_state: dict,
-                             changes: dict[str, list]) -> dict:
-    """The schedule, lr and weight decay of this run's config from the resume step on (LambdaLR
-    and the optimizer restore the checkpoint's); a schedule fitted to a time budget is kept unless
-    its end's settings changed. Returns the RunState fields {"max_steps", "budget_fitted"}."""
-    cfg = checkpointer.cfg
-    budget_fitted = bool(client_state.get("budget_fitted")) and not changes.keys() & set(SCHEDULE_END_KEYS)
-    max_steps = client_state["max_steps"] if budget_fitted else max_steps
-    effective = effective_schedule(cfg, checkpointer.layout.global_batch)
-    schedule.warmup_steps, schedule.max_steps = effective.warmup_steps, max_steps
-    scheduler = checkpointer.engine.lr_scheduler
-    scheduler.base_lrs = [effective.lr] * len(scheduler.base_lrs)
-    lr = effective.lr * schedule(scheduler.last_epoch)  # what LambdaLR would have set at this step
-    for group, weight_decay in zip(scheduler.optimizer.param_groups, (cfg.weight_decay, 0.0), strict=True):
-        group.update(initial_lr=effective.lr, lr=lr, weight_decay=weight_decay)
-    return {"max_steps": max_steps, "budget_fitted": budget_fitted}
 
 
 def record_config(cfg: TrainConfig, out: Path, step: int, changes: dict[str, list]) -> None:

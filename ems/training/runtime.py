@@ -125,7 +125,8 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_engine(cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: float, schedule: LinearSchedule) -> DeepSpeedEngine:
+def build_engine(cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: float,
+                 schedule: LinearSchedule) -> DeepSpeedEngine:
     """The DeepSpeed engine of `model`: AdamW at peak `lr` with `schedule` as its lr factor, the
     engine's checkpoint loader restricted to tensors (ems.checkpoint.load_only_tensors)."""
     import deepspeed

@@ -110,60 +110,25 @@ def run_directory_lock(out: Path):
         yield
 
 
-def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
-    """Data, model, DeepSpeed engine, resume, validation sample, probe, logs (torch.distributed
-    initialised, the run directory locked)."""
-    import torch.distributed as dist
-
-    ds_config = deepspeed_config(cfg)
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    accumulation = ds_config["gradient_accumulation_steps"] = gradient_accumulation(cfg, ds_config, world_size)
-    layout = BatchLayout(world_size, accumulation, cfg.batch_size)
-    out = Path(cfg.out)
-    shards = PairShards(cfg.data)
-    tokenizer = Tokenizer.load(cfg.vocab)
-    model, teacher = build_model(cfg, shards, tokenizer, rank)
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        write_run_metadata(out, run_metadata(sys.argv))
-        if cfg.export_init:
-            with staged_directory(out / "model-init", "model export", replace=True) as staging:
-                export_encoder(model.encoder, tokenizer, staging)
-
-    order = build_order(cfg, shards, layout.global_batch, model.cfg.max_len, rank)
-    effective = effective_schedule(cfg, layout.global_batch)
-    max_steps = planned_steps(cfg, order.batches_per_epoch())
-    schedule = LinearSchedule(effective.warmup_steps, max_steps)
-    engine = build_engine(cfg, model, ds_config, effective.lr, schedule)
-    # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
-    # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
-    seed_rngs(np.random.SeedSequence([cfg.seed, rank]))
-    autocast = autocast_context(cfg.autocast, engine.device, rank)
-
-    fixed = {"deepspeed": optimizer_layout(ds_config), "data": data_fingerprint(shards)}
-    if teacher is not None:
-        fixed["teacher"] = teacher.store.meta["identity"]
-    checkpointer = Checkpointer(out / "checkpoints", engine, rank, layout, cfg, fixed)
-    state, changes = resume(checkpointer, schedule, max_steps)
-    checkpointer.last_saved = state.step
-    if rank == 0:
-        record_config(cfg, out, state.step, changes)
-        print(effective.describe(cfg, state.max_steps, world_size, accumulation), flush=True)
-    batches = Prefetcher(iterate_batches(shards, order, model.cfg.max_len, start=state.position, rank=rank, world_size=world_size,
-                                         accumulation=accumulation, teacher=teacher),
-                         cfg.prefetch_batches, pin_memory=engine.device.type == "cuda")
-    valid = validation_set(cfg, model.cfg, rank)
-    retrieval = retrieval_probe(cfg, tokenizer) if cfg.probe_every and rank == 0 else None
-    metrics_log = MetricsLog(out, rank, state.step)
-    return Run(
-        cfg=cfg, out=out, rank=rank, layout=layout, engine=engine, autocast=autocast, schedule=schedule, tokenizer=tokenizer,
-        batches=batches, state=state, checkpointer=checkpointer,
-        metrics=TrainingMetrics(metrics_log, cfg.log_every, engine, world_size),
-        validator=Validator(valid, cfg.valid_every, engine, cfg.batch_size, autocast, metrics_log),
-        probe=Probe(retrieval, cfg.probe_every, engine, rank, metrics_log),
-        budget=TimeBudget(cfg.time_budget_minutes, state.step + 5, cfg.budget_probe_steps, rank, world_size, engine.device),
-        stopping=Stopping(stop_request, out, rank, world_size, engine.device, cfg.stop_at_step, cfg.max_minutes),
-    )
+def teacher_targets(cfg: TrainConfig, model_cfg: EMSConfig, data: str, shards: PairShards, rank: int) -> TeacherTargets | None:
+    """The teacher vectors of `shards` (data/teacher/<slug>/, written by `data_prep teacher`), checked
+    to cover every source sentence; None when the run does not distil. A missing store or a
+    distill weight without a teacher (or the reverse) is an error saying what to run or set."""
+    if bool(cfg.teacher) != bool(model_cfg.distill_weight):
+        raise ValueError("distillation needs both teacher=<encoder spec> and model_overrides.distill_weight > 0; got "
+                         f"teacher={cfg.teacher!r}, distill_weight={model_cfg.distill_weight}")
+    if not cfg.teacher:
+        return None
+    directory = teacher_store_dir(data, cfg.teacher)
+    if not (directory / STORE_FILE).is_file():
+        raise FileNotFoundError(f"no vectors of teacher {cfg.teacher} for {data} ({directory}): run "
+                                f"`python -m data_prep teacher --shards {data} --in CORPUS --teacher {cfg.teacher}` first")
+    targets = TeacherTargets(TeacherStore(directory), shards.languages)
+    without = targets.check_covers(shards, data)
+    if without and rank == 0:
+        print(f"{without} of {len(shards)} pairs of {data} have no side in the teacher's languages "
+              f"({', '.join(targets.store.languages)}): they train without the distillation term", flush=True)
+    return targets
 
 
 def build_model(cfg: TrainConfig, shards: PairShards, tokenizer: Tokenizer, rank: int) -> tuple[EMSModel, TeacherTargets | None]:
@@ -209,27 +174,6 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
     )
 
 
-def teacher_targets(cfg: TrainConfig, model_cfg: EMSConfig, data: str, shards: PairShards, rank: int) -> TeacherTargets | None:
-    """The teacher vectors of `shards` (data/teacher/<slug>/, written by `data_prep teacher`), checked
-    to cover every source sentence; None when the run does not distil. A missing store or a
-    distill weight without a teacher (or the reverse) is an error saying what to run or set."""
-    if bool(cfg.teacher) != bool(model_cfg.distill_weight):
-        raise ValueError("distillation needs both teacher=<encoder spec> and model_overrides.distill_weight > 0; got "
-                         f"teacher={cfg.teacher!r}, distill_weight={model_cfg.distill_weight}")
-    if not cfg.teacher:
-        return None
-    directory = teacher_store_dir(data, cfg.teacher)
-    if not (directory / STORE_FILE).is_file():
-        raise FileNotFoundError(f"no vectors of teacher {cfg.teacher} for {data} ({directory}): run "
-                                f"`python -m data_prep teacher --shards {data} --in CORPUS --teacher {cfg.teacher}` first")
-    targets = TeacherTargets(TeacherStore(directory), shards.languages)
-    without = targets.check_covers(shards, data)
-    if without and rank == 0:
-        print(f"{without} of {len(shards)} pairs of {data} have no side in the teacher's languages "
-              f"({', '.join(targets.store.languages)}): they train without the distillation term", flush=True)
-    return targets
-
-
 def validation_set(cfg: TrainConfig, model_cfg: EMSConfig, rank: int) -> ValidationSet | None:
     """The validation shards, the run's sample of them (drawn and stored by rank 0 at a run's
     start, read back by every rank) and their teacher vectors; None without valid_data."""
@@ -254,3 +198,59 @@ def retrieval_probe(cfg: TrainConfig, tokenizer: Tokenizer) -> RetrievalProbe:
         raise ValueError(f"probe_data={cfg.probe_data} has no Tatoeba or FLORES-200 devtest file for the languages "
                          f"of {cfg.vocab}; set probe_every=0 or point probe_data at the data directory")
     return retrieval
+
+
+def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
+    """Data, model, DeepSpeed engine, resume, validation sample, probe, logs (torch.distributed
+    initialised, the run directory locked)."""
+    import torch.distributed as dist
+
+    ds_config = deepspeed_config(cfg)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    accumulation = ds_config["gradient_accumulation_steps"] = gradient_accumulation(cfg, ds_config, world_size)
+    layout = BatchLayout(world_size, accumulation, cfg.batch_size)
+    out = Path(cfg.out)
+    shards = PairShards(cfg.data)
+    tokenizer = Tokenizer.load(cfg.vocab)
+    model, teacher = build_model(cfg, shards, tokenizer, rank)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        write_run_metadata(out, run_metadata(sys.argv))
+        if cfg.export_init:
+            with staged_directory(out / "model-init", "model export", replace=True) as staging:
+                export_encoder(model.encoder, tokenizer, staging)
+
+    order = build_order(cfg, shards, layout.global_batch, model.cfg.max_len, rank)
+    effective = effective_schedule(cfg, layout.global_batch)
+    max_steps = planned_steps(cfg, order)
+    schedule = LinearSchedule(effective.warmup_steps, max_steps)
+    engine = build_engine(cfg, model, ds_config, effective.lr, schedule)
+    # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
+    # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
+    seed_rngs(np.random.SeedSequence([cfg.seed, rank]))
+    autocast = autocast_context(cfg.autocast, engine.device, rank)
+
+    fixed = {"deepspeed": optimizer_layout(ds_config), "data": data_fingerprint(shards)}
+    if teacher is not None:
+        fixed["teacher"] = teacher.store.meta["identity"]
+    checkpointer = Checkpointer(out / "checkpoints", engine, rank, layout, cfg, fixed)
+    state, changes = resume(checkpointer, schedule, max_steps)
+    checkpointer.last_saved = state.step
+    if rank == 0:
+        record_config(cfg, out, state.step, changes)
+        print(effective.describe(cfg, state.max_steps, world_size, accumulation), flush=True)
+    batches = Prefetcher(iterate_batches(shards, order, model.cfg.max_len, start=state.position, rank=rank, world_size=world_size,
+                                         accumulation=accumulation, teacher=teacher),
+                         cfg.prefetch_batches, pin_memory=engine.device.type == "cuda")
+    valid = validation_set(cfg, model.cfg, rank)
+    retrieval = retrieval_probe(cfg, tokenizer) if cfg.probe_every and rank == 0 else None
+    metrics_log = MetricsLog(out, rank, state.step)
+    return Run(
+        cfg=cfg, out=out, rank=rank, layout=layout, engine=engine, autocast=autocast, schedule=schedule, tokenizer=tokenizer,
+        batches=batches, state=state, checkpointer=checkpointer,
+        metrics=TrainingMetrics(metrics_log, cfg.log_every, engine, world_size),
+        validator=Validator(valid, cfg.valid_every, engine, cfg.batch_size, autocast, metrics_log),
+        probe=Probe(retrieval, cfg.probe_every, engine, rank, metrics_log),
+        budget=TimeBudget(cfg.time_budget_minutes, state.step + 5, cfg.budget_probe_steps, rank, world_size, engine.device),
+        stopping=Stopping(stop_request, out, rank, world_size, engine.device, cfg.stop_at_step, cfg.max_minutes),
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ems.data import BatchOrder
 from ems.stop_signals import STOP_SIGNALS, held_signals
 from ems.training.config import TrainConfig
 from ems.training.runtime import any_rank
@@ -54,9 +55,9 @@ class Stop(enum.Enum):
     OUT_OF_TIME = "out of time"  # max_minutes: validate, checkpoint, export and exit 0
 
 
-def planned_steps(cfg: TrainConfig, batches_per_epoch: int) -> int:
-    """The schedule's end: max_steps, or max_epochs passes over the data (at this global batch)."""
-    return cfg.max_steps if cfg.max_epochs is None else math.ceil(cfg.max_epochs * batches_per_epoch)
+def planned_steps(cfg: TrainConfig, order: BatchOrder) -> int:
+    """The schedule's end: max_steps, or max_epochs passes over the data in `order`."""
+    return cfg.max_steps if cfg.max_epochs is None else math.ceil(cfg.max_epochs * order.batches_per_epoch())
 
 
 @dataclass
