@@ -1,4 +1,4 @@
-"""The trainer's stop signals, held from a process's first line until ems.train's StopRequest
+"""The trainer's stop signals, held from a process's first line until ems.training.stopping.StopRequest
 takes over: a SIGUSR1/SIGTERM (SLURM's pre-emption warning) that arrives during the seconds of
 start-up imports must end in a checkpoint and exit 99 (requeued), not in status 143, which
 slurm/train.sh does not requeue. Importing this module imports nothing heavy."""
