@@ -64,7 +64,7 @@ CORE_DEFINITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ems.text", ("PAD_ID", "TOKENIZER_FILE", "SPM_FILE", "_moses", "moses_words", "_jieba", "chinese_words", "_mecab",
                   "japanese_words", "_opencc", "to_simplified", "SIMPLIFIED_CHINESE", "SEGMENTERS", "pretokenize",
                   "Preprocessing", "KANA", "HAN", "UNKNOWN_LANGUAGE", "guess_language", "_SURROGATE", "checked_sentences")),
-    ("ems.losses", ("DUPLICATE_NEGATIVES",)),
+    ("ems.losses", ("OBJECTIVES", "DUPLICATE_NEGATIVES")),
     ("ems.model", ("EMSConfig", "PackedTokens", "attention_with_dropout", "EncoderLayer", "SentenceEncoder")),
     ("ems.encoder", ("WEIGHTS_FILE", "CONFIG_FILE", "check_batch_size", "embed_token_ids")),
 )

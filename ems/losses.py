@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # The training objectives, in the order of the weighted loss, metrics.jsonl, TensorBoard and the
-# progress bar. EMSModel computes each as a per-example loss (one of the functions below) weighted
+# progress bar. EMSModel computes each as a per-example loss (a function of ems.losses) weighted
 # by EMSConfig.<name>_weight; the trainer's metrics, logs, validation and non-finite checks follow
 # this tuple, so a new objective is its name here, its loss function and its term in EMSModel.forward.
 OBJECTIVES = ("xtr", "contrastive", "distill")

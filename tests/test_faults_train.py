@@ -165,6 +165,22 @@ def test_the_per_step_check_is_the_loss_already_read():
     assert not StepValues(losses, grad_norm=math.inf, lr=1e-3).finite
 
 
+def test_divergence_at_a_new_runs_first_step_is_the_one_line_diagnostic(tmp_path):
+    """Step 1 of a new run started from no checkpoint: there is none to move aside."""
+    from ems.training.checkpointer import Checkpointer
+    from ems.training.metrics import StepValues
+    from ems.training.runtime import BatchLayout
+
+    checkpointer = Checkpointer(tmp_path / "checkpoints", engine=None, rank=0, layout=BatchLayout(1, 1, 2), cfg=TrainConfig(),
+                                fixed={})
+    values = StepValues(dict(loss=math.nan, xtr=math.nan, contrastive=1.0, distill=0.0), grad_norm=math.nan, lr=1e-3)
+    batch = {"src_lang": torch.tensor([0, 0]), "tgt_lang": torch.tensor([1, 1])}
+    with pytest.raises(TrainingDiverged, match=r"^training diverged at step 1 \(epoch 0, batch 0\): loss nan \(xtr nan, "
+                       r"contrastive 1, distill 0\), gradient norm nan, lr 0.001; rank 0's batch: de-en 2\. Nothing non-finite "
+                       r"was checkpointed\. The last checkpoint: none;"):
+        checkpointer.stop_diverged(1, values, [batch], (0, 0), ["de", "en"])
+
+
 # --- 3. a changed config on resume ---------------------------------------------------------------
 
 def test_a_changed_lr_takes_effect_on_resume_and_is_recorded(tiny_pipeline, tmp_path):

@@ -148,17 +148,17 @@ class Checkpointer:
         if self.rank == 0:
             publish(self.directory, tag, self.cfg.keep_checkpoints)
 
-    def stop_diverged(self, step: int, values: StepValues, micro_batches: list[dict[str, torch.Tensor]], position: tuple[int, int],
-                 languages: list[str]) -> NoReturn:
+    def stop_diverged(self, step: int, values: StepValues, micro_batches: list[dict[str, torch.Tensor]],
+                      position: tuple[int, int], languages: list[str]) -> NoReturn:
         """Stop at `step`, whose loss or gradient norm is not finite (on this or another rank), taken
         on the batch at `position` (epoch, index): raises TrainingDiverged with the diagnostic. When
-        the step started from the newest checkpoint, that checkpoint is moved aside first: finite,
+        the step started from a checkpoint, that checkpoint is moved aside first: finite,
         yet its weights gave a non-finite loss or gradient (typically one update too large), so a
         resume from it would diverge again at once."""
         import torch.distributed as dist
 
         rejected, last_good = "", self.last_saved
-        if self.last_saved == step - 1:
+        if self.last_saved and self.last_saved == step - 1:  # (a new run's first step starts from none)
             tag = step_tag(self.last_saved)
             if self.rank == 0:
                 moved_to = reject(self.directory, tag).name
