@@ -181,7 +181,7 @@ def score(encoder, prepared: Path, data_dir: Path, out: Path, languages: list[st
 
 
 def heldout_score(model_dir: Path, prepared: Path, languages: list[str]) -> float:
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
     from eval.heldout import evaluate_heldout
 
     result = evaluate_heldout(load_encoder(f"st:{model_dir}"), prepared / "corpus" / "heldout", languages, progress=False)
@@ -251,7 +251,7 @@ def main(argv: list[str]) -> int:
                   model_dir=str(out / "peer" / "model"))
     print(f"peer: lr {lr:g}, {steps} steps in {taken:.0f} s", flush=True)
 
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
     from ems.encoder import load
 
     peer = {"steps": steps, "seconds": taken, "steps_per_s": steps / taken, "tokens_per_s": run.real_tokens / taken,

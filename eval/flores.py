@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.flores import FLORES_FILES
+from ems.cli import MissingDataError
 from ems.languages import ENGLISH
 from eval.faults import DataErrors
-from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 
 FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
 NOT_IN_FLORES = "no FLORES-200 file for the language"

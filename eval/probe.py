@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.cli import MissingDataError
 from ems.encoder import embed_token_ids
 from ems.languages import ENGLISH, lang_to_tatoeba_code
 from ems.model import SentenceEncoder
 from ems.text import Tokenizer
 from eval.flores import load_flores_pair
-from eval.retrieval import MissingDataError, bidirectional_p_at_1
+from eval.retrieval import bidirectional_p_at_1
 from eval.tatoeba import TATOEBA_TEST_CODES, load_tatoeba_pair
 
 PROBE_TASKS = ("tatoeba", "flores")

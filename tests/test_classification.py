@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from data_prep.flores import FLORES_FILES
+from ems.cli import MissingDataError
 from eval.classification import MlpSettings, document_embeddings, evaluate_classification, mlp_settings
 from eval.classification_data import (
     BAD_RECORD,
@@ -28,7 +29,6 @@ from eval.classification_data import (
     sib200_languages,
     split_sentences,
 )
-from eval.retrieval import MissingDataError
 from eval.run_all import run_all
 from eval.results import read_results as stored_results
 

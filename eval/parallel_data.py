@@ -24,9 +24,9 @@ import numpy as np
 
 from data_prep.corpus import ReadReport, list_parallel, read_parallel
 from data_prep.flores import FLORES_FILES
-from eval.encoders import embedding_key
-from eval.heads.base import ParallelEmbeddings
-from eval.retrieval import MissingDataError
+from ems.cli import MissingDataError
+from ems.encoder_kinds import embedding_key
+from ems.heads.base import ParallelEmbeddings
 
 PIVOT = "en"
 
