@@ -41,8 +41,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from data_prep.corpus import list_parallel, read_parallel  # noqa: E402
 from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
+from ems.corpus import list_parallel, read_parallel  # noqa: E402
 
 SHAPE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
 MAX_TOKENS = 64

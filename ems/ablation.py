@@ -27,10 +27,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_prep.teacher import teacher_slug
 from ems.cli import add_debug_option, run_main
 from ems.configs import _merge, load_config, parse_overrides
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
+from ems.teacher_store import teacher_slug
 from ems.train import REPO_ROOT, TrainConfig
 
 SCORES_FILE = "scores.json"

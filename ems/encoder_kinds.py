@@ -179,12 +179,12 @@ class EMSDirectoryEncoder:
     ems.encoder.EMSEncoder, `model`), with a model id and a batch size."""
 
     def __init__(self, path: Path, device: str = "cpu", batch_size: int = 128):
-        from ems.encoder import load
+        import ems
 
         path = Path(path)
         if not path.exists():
             raise MissingDataError(f"model directory {path} does not exist")
-        self.model = load(path, device=device)
+        self.model = ems.load(path, device=device)
         self.batch_size = batch_size
         self.languages = self.model.languages
         self.model_id = f"ems-{path.name}-{directory_hash(path)}"

@@ -76,7 +76,6 @@ import numpy as np
 import torch
 import yaml
 
-from data_prep.teacher import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.artifacts import staged_directory
 from ems.checkpoint import (
     LATEST, TAG_PATTERN, load_only_tensors, no_usable_checkpoint, partial_dir, publish, reject, resumable_tags, rng_file,
@@ -84,12 +83,14 @@ from ems.checkpoint import (
 )
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import _merge, dump_config, load_config
-from ems.data import BatchOrder, PairShards, Prefetcher, iterate_batches, real_and_padded_tokens
+from ems.data import BatchOrder, Prefetcher, iterate_batches, real_and_padded_tokens
 from ems.encoder import export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
 from ems.model import EMSModel, config_from_preset
 from ems.model_card import model_facts, write_model_card
 from ems.run_metadata import RUN_METADATA_FILE, run_metadata, write_run_metadata
+from ems.shards import PairShards
+from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.text import Tokenizer
 from ems.validation import validation_losses, validation_sample
 

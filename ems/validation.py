@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ems.data import PairShards, apportion, collate, sub_batch
+from ems.data import apportion, collate, sub_batch
+from ems.shards import PairShards
 
 SAMPLE_FILE = "valid_sample.json"
 
@@ -73,7 +74,7 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
     """Mean losses over `sample` cut into global batches of batch_size x world_size pairs (each
     rank scores its share of each, as in training), dropout off; the distillation term (the
     paper's development score: the MSE on held-out pairs) over the pairs with a teacher vector
-    (`teacher`: data_prep.teacher.TeacherTargets of these shards; None: 0). Returns {"valid_loss",
+    (`teacher`: ems.teacher_store.TeacherTargets of these shards; None: 0). Returns {"valid_loss",
     "valid_xtr", "valid_contrastive", "valid_distill", "valid_pairs": {language pair: {"loss",
     "xtr", "contrastive", "distill"}}}."""
     import torch.distributed as dist

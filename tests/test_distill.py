@@ -12,13 +12,20 @@ import torch
 
 import ems
 from data_prep.binarize import content_id
-from data_prep.corpus import list_parallel, read_parallel, write_parallel
-from data_prep.teacher import (
-    STORE_FILE, TeacherStore, TeacherStoreError, TeacherTargets, build_teacher_store, source_sides, teacher_store_dir,
-)
-from ems.data import BatchOrder, PairShards
+from data_prep.teacher import build_teacher_store
+from ems.corpus import list_parallel, read_parallel, write_parallel
+from ems.data import BatchOrder
 from ems.encoder import export_encoder, initialize_from
-from ems.model import EMSConfig, EMSModel, SentenceEncoder, config_from_preset
+from ems.model import EMSConfig, EMSModel, EncoderNetwork, config_from_preset
+from ems.shards import PairShards
+from ems.teacher_store import (
+    STORE_FILE,
+    TeacherStore,
+    TeacherStoreError,
+    TeacherTargets,
+    source_sides,
+    teacher_store_dir,
+)
 from ems.text import Tokenizer
 from ems.train import TrainConfig, train
 from tests.conftest import REPO_ROOT, SMALL_MODEL
@@ -227,7 +234,7 @@ def ems_teacher(tiny_pipeline, tmp_path_factory):
     torch.manual_seed(5)
     cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages),
                              d_model=TEACHER_DIM, n_heads=2, d_ffn=32, n_layers=1)
-    export_encoder(SentenceEncoder(cfg), tokenizer, root / "model")
+    export_encoder(EncoderNetwork(cfg), tokenizer, root / "model")
     spec = f"ems:{root / 'model'}"
     for shards, corpus in (("shards", "train"), ("valid_shards", "heldout")):
         done = subprocess.run([sys.executable, "-m", "data_prep", "teacher", "--shards", str(tiny_pipeline / shards),
@@ -353,12 +360,12 @@ def test_init_from_copies_the_model_and_matches_embeddings_by_piece(tiny_pipelin
     tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
     cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
     torch.manual_seed(1)
-    source = SentenceEncoder(cfg)
+    source = EncoderNetwork(cfg)
     export_encoder(source, tokenizer, tmp_path / "model")
     other = train_vocab(tiny_pipeline / "corpus" / "heldout", tmp_path / "vocab2", vocab_size=400)
     new_cfg = config_from_preset("tiny", vocab_size=other.vocab_size, n_languages=len(other.languages), d_output=12, **SMALL_MODEL)
     torch.manual_seed(2)
-    target = SentenceEncoder(new_cfg)
+    target = EncoderNetwork(new_cfg)
     summary = initialize_from(target, other, tmp_path / "model")
     assert "output_projection.weight" in summary
     old = {tokenizer.sp.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
@@ -369,7 +376,7 @@ def test_init_from_copies_the_model_and_matches_embeddings_by_piece(tiny_pipelin
     torch.testing.assert_close(target.layers[1].ffn[0].weight, source.layers[1].ffn[0].weight)
     wider = config_from_preset("tiny", vocab_size=other.vocab_size, n_languages=3, **{**SMALL_MODEL, "d_model": 32})
     with pytest.raises(ValueError, match="must match"):
-        initialize_from(SentenceEncoder(wider), other, tmp_path / "model")
+        initialize_from(EncoderNetwork(wider), other, tmp_path / "model")
 
 
 def test_training_starts_from_init_from(tiny_pipeline, tmp_path):
@@ -408,7 +415,7 @@ def test_teacher_targets_mark_pairs_without_a_source_side(tiny_pipeline, tmp_pat
 
 
 def test_teacher_store_names_follow_the_options_that_change_vectors(tmp_path):
-    from data_prep.teacher import teacher_identity, teacher_slug
+    from ems.teacher_store import teacher_identity, teacher_slug
 
     plain = teacher_slug(f"st:{tmp_path}")
     assert teacher_slug(f"st:{tmp_path},device=cuda,batch_size=8") == plain  # where and how fast: same vectors
