@@ -254,7 +254,8 @@ def parse_encoder_spec(spec: str) -> tuple[str, str | None, dict[str, object]]:
     """"KIND[:PATH][,key=value]..." -> (kind, path or None, options), parsed by ems.specs.parse_spec.
     `prompt.<lang>=TEXT` options are gathered under "prompts" ({lang: TEXT}); `device=` is an
     option of every kind. ValueError naming the kind's options for an unknown or malformed one."""
-    kind, path, options = parse_spec(spec, "encoder", ENCODER_KINDS, common={"device": str}, qualified={"prompt": "lang"})
+    kind, path, options = parse_spec(spec, "encoder", ENCODER_KINDS, common={"device": str},
+                                     qualified={"prompt": "lang"})
     prompts = {key.partition(".")[2]: options.pop(key) for key in [key for key in options if "." in key]}
     if prompts:
         options["prompts"] = prompts

@@ -40,7 +40,8 @@ class SpecKind:
     path_hint: str = "PATH"
 
 
-def parse_spec(text: str, what: str, kinds: Mapping[str, Kind], common: Mapping[str, Callable[[str], object]] | None = None,
+def parse_spec(text: str, what: str, kinds: Mapping[str, Kind],
+               common: Mapping[str, Callable[[str], object]] | None = None,
                qualified: Mapping[str, str] | None = None) -> tuple[str, str | None, dict[str, object]]:
     """(kind, path or None, options) of spec `text` (see the module docstring). `common` options
     are taken by every kind; `qualified` ({key: what its qualifier names}) lists the keys that

@@ -199,8 +199,9 @@ def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
     task = "type: bucc\nname: {name}\ndata_subdir: mining\nlanguages: [de]\nk: 1\nmargin: absolute\nindex: {index}\n"
     for name, index in (("flat", "flat"), ("sq8", "ivf-sq8:nprobe=64"), ("bad", "ivf-sq8:nprobe=x")):
         (configs / f"{name}.yaml").write_text(task.format(name=name, index=index), encoding="utf-8")
-    (configs / "suite.yaml").write_text("tasks: [flat.yaml, sq8.yaml, bad.yaml]\n", encoding="utf-8")
-    results = run_all(TableEncoder(VECTORS), data, progress=False, suite_path=configs / "suite.yaml", print_tables=False)
+    suite = configs / "suite.yaml"
+    suite.write_text("tasks: [flat.yaml, sq8.yaml, bad.yaml]\n", encoding="utf-8")
+    results = run_all(TableEncoder(VECTORS), data, progress=False, suite_path=suite, print_tables=False)
     assert results["sq8"].error is None and results["sq8"]["settings"]["index"] == "ivf-sq8:nprobe=64"
     assert results["sq8"]["languages"]["de"]["train"] == results["flat"]["languages"]["de"]["train"]
     assert results["sq8"]["languages"]["de"]["train"]["f1"] == 100.0  # Hund-dog, Katze-cat (.995) over Baum-car (.958)

@@ -15,7 +15,15 @@ import numpy as np
 from tqdm import tqdm
 
 from ems.mapped import release_mapped_pages
-from ems.mining.index import DEFAULT_CHUNK_ROWS, IndexSpec, build_index, gpu_count, index_bytes, normalised_rows, resolve_index
+from ems.mining.index import (
+    DEFAULT_CHUNK_ROWS,
+    IndexSpec,
+    build_index,
+    gpu_count,
+    index_bytes,
+    normalised_rows,
+    resolve_index,
+)
 
 
 def rerank_exact(
