@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ems.data import BatchOrder, PairShards, rows_with_duplicates  # noqa: E402
+from ems.data import BatchOrder, rows_with_duplicates  # noqa: E402
+from ems.shards import PairShards  # noqa: E402
 
 
 def measure(batches: list[np.ndarray], content_ids: np.ndarray, lengths: np.ndarray) -> tuple[float, float]:

@@ -38,10 +38,10 @@ import sentencepiece as spm  # noqa: E402
 from data_prep.binarize import _encode_part, binarize  # noqa: E402
 from data_prep.clean import clean_corpus, load_eval_sentences  # noqa: E402
 from data_prep.config import CleanSettings, parse_config  # noqa: E402
-from data_prep.corpus import list_parallel, read_parallel  # noqa: E402
 from data_prep.opus import MirrorSource, fetch  # noqa: E402
 from data_prep.pretokenize import MARKER_FILE, pretokenize_corpus  # noqa: E402
 from data_prep.vocab import train_vocab  # noqa: E402
+from ems.corpus import list_parallel, read_parallel  # noqa: E402
 from ems.text import Preprocessing, Tokenizer  # noqa: E402
 from tests.opus_mirror import FLORES, build_mirror, flores_lines  # noqa: E402
 

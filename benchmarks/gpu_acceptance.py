@@ -402,8 +402,8 @@ def chosen_languages(counts: dict[str, int], min_pairs: int, wanted: tuple[str, 
 def stage_data(ctx: Context, output: dict) -> bool:
     """Corpus, vocabulary and shards in --work/data (ems.demo.prepare_data); output: the languages and
     their pair counts, the corpus summary, the vocabulary and the shards' sizes."""
-    from ems.data import PairShards
     from ems.demo import DemoDataConfig, Stages, prepare_data
+    from ems.shards import PairShards
     from ems.text import Tokenizer
 
     counts = pairs_per_language(ctx.data_dir)

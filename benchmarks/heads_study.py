@@ -32,10 +32,10 @@ import numpy as np
 import torch
 import yaml
 
+from ems.encoder_kinds import load_encoder
+from ems.heads import HEADS
 from eval.correlation import RAW, evaluate_scored_pairs
-from eval.encoders import load_encoder
-from eval.heads import HEADS
-from eval.heads.parallel_data import capped_rows, encode_pairs, flores_pairs, pivot_pairs
+from eval.parallel_data import capped_rows, encode_pairs, flores_pairs, pivot_pairs
 from eval.qe import read_qe_pairs
 from eval.sts import read_sts_tracks
 from eval.train_head import train_head

@@ -1,4 +1,4 @@
-"""Bitext mining at scale on real sentences: eval.mining's index kinds against exact search.
+"""Bitext mining at scale on real sentences: ems.mining's index kinds against exact search.
 
     python benchmarks/mining_benchmark.py --data-dir ../shared/data [--n 200000] [--encoder ngram]
         [--dim 256] [--methods plain flat ivf ivf-sq8 ivf-pq hnsw] [--exact-sample 10000]
@@ -20,17 +20,17 @@ earlier runs. The shared data holds 908,255 source and 903,335 target lines, so 
 is 900k x 900k, not 1M x 1M (its sides hold 749k and 537k distinct sentences: Tatoeba repeats
 short sentences; 546k gold pairs).
 
-Embeddings: --encoder takes any eval.encoders spec, or `ngram` (default): hashed character
+Embeddings: --encoder takes any ems.encoder_kinds spec, or `ngram` (default): hashed character
 trigrams projected to --dim dims (256 by default; 64 for the large run, see below), a lexical
 baseline fast enough for 1.8M sentences on 2 cores (the learned encoders here run at 40-150
 sentences/s). Embeddings and the exact-search sample are cached in the work dir.
 
 Each miner runs in its own process (time, CPU seconds, peak RSS): `plain` = LASER's recipe,
 both sides read into memory and normalised in place, one faiss.IndexFlatIP per side, all queries
-in one search call; any other method is an eval.mining index spec (`flat`, `ivf`, `ivf-sq8`,
-`ivf-pq`, `hnsw`, with settings: `ivf-pq:rerank=0`, `ivf:nprobe=64`) run by eval.mining on
+in one search call; any other method is an ems.mining.index spec (`flat`, `ivf`, `ivf-sq8`,
+`ivf-pq`, `hnsw`, with settings: `ivf-pq:rerank=0`, `ivf:nprobe=64`) run by ems.mining on
 memory-mapped embeddings, margin ratio, k = 4, max mode. Per method: index bytes (the larger
-side's faiss index, eval.mining.index_bytes; 0 for exact search, which has no index), F1 against
+side's faiss index, ems.mining.index.index_bytes; 0 for exact search, which has no index), F1 against
 the gold at the method's best threshold, and against exact search:
 - recall@4: the share of the exact 4 nearest neighbours the method finds, over --exact-sample
   queries per direction (sampled at random; exact neighbours by brute force, cached);
@@ -61,15 +61,11 @@ import scipy.sparse
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from eval.encoders import load_encoder  # noqa: E402
-from eval.mining import (  # noqa: E402
-    RETRIEVAL,
-    as_index_spec,
-    best_threshold,
-    blockwise_knn,
-    margin_neighbours,
-    precision_recall_f1,
-)
+from ems.encoder_kinds import load_encoder  # noqa: E402
+from ems.mining.index import as_index_spec  # noqa: E402
+from ems.mining.margin import RETRIEVAL, margin_neighbours  # noqa: E402
+from ems.mining.search import blockwise_knn  # noqa: E402
+from eval.bucc import best_threshold, precision_recall_f1  # noqa: E402
 from eval.retrieval import read_lines  # noqa: E402
 
 NGRAM_DIM, NGRAM_BUCKETS = 256, 1 << 16
@@ -215,7 +211,7 @@ def against_exact(neighbours, exact: dict[str, np.ndarray]) -> dict:
 
 
 def run_miner(method: str, work: Path, sample: int) -> dict:
-    """Child process: mine the cached embeddings with `plain` or an eval.mining index spec, then
+    """Child process: mine the cached embeddings with `plain` or an ems.mining.index spec, then
     score against the gold, the exact sample (not for `plain`) and the `flat` method's pairs if
     that ran first. Time and peak RSS cover mining only: `plain` reads both files into memory as
     LASER does, the others stream them from memory maps."""
@@ -297,11 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--n", type=int, default=200_000, help="sentences per side")
-    parser.add_argument("--encoder", default="ngram", help="`ngram` or an eval.encoders spec")
+    parser.add_argument("--encoder", default="ngram", help="`ngram` or an ems.encoder_kinds spec")
     parser.add_argument("--dim", type=int, default=NGRAM_DIM, help=f"ngram embedding size, 1-{NGRAM_DIM}")
     parser.add_argument("--work-dir", type=Path, default=REPO / "runs" / "mining_benchmark")
     parser.add_argument("--methods", nargs="+", default=["flat", "plain", "ivf", "ivf-sq8", "ivf-pq", "hnsw"],
-                        help="plain, or an eval.mining index spec (flat, ivf, ivf-sq8, ivf-pq, hnsw, ivf-pq:rerank=0, ...)")
+                        help="plain, or an ems.mining.index spec (flat, ivf, ivf-sq8, ivf-pq, hnsw, ivf-pq:rerank=0, ...)")
     parser.add_argument("--exact-sample", type=int, default=10_000, help="queries per direction searched exactly (0: none)")
     parser.add_argument("--throughput", nargs="*", default=[], help="encoder specs to time on FLORES English")
     parser.add_argument("--child", help=argparse.SUPPRESS)

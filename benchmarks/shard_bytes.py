@@ -19,7 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ems.data import BatchOrder, PairShards, collate  # noqa: E402
+from ems.data import BatchOrder, collate  # noqa: E402
+from ems.shards import PairShards  # noqa: E402
 
 
 def format_1_copy(directory: Path, out: Path) -> Path:

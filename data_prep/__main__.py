@@ -21,13 +21,13 @@ from pathlib import Path
 from data_prep.binarize import binarize
 from data_prep.clean import check_clean_succeeded, clean_corpus, failed_files, load_eval_sentences
 from data_prep.config import load_config
-from data_prep.corpus import CorpusError, list_parallel, pair_dir_name
 from data_prep.opus import MirrorSource, OnlineSource, fetch
 from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus, build_tico19_corpus
 from data_prep.pretokenize import pretokenize_corpus
 from data_prep.split import split_heldout
 from data_prep.vocab import train_vocab
 from ems.cli import add_debug_option, run_main
+from ems.corpus import CorpusError, list_parallel, pair_dir_name
 from ems.locks import exclusive
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"

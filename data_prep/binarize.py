@@ -1,32 +1,13 @@
 """Token-id shards the trainer streams from (memory-mapped numpy arrays).
 
 In: a corpus root (aligned-pair layout, raw or pretokenized) and a vocabulary directory.
-Out, in `out_dir`:
-- `tokens.npy`   every sentence's ids concatenated, in the narrowest dtype the vocabulary allows
-                 (uint16 up to 65,536 pieces, else int32; `token_dtype`) (side 1 of pair i is sentence 2i,
-                 side 2 is sentence 2i+1). Side 2 is the corpus's pivot language (the language of
-                 most language pairs: English in an English-centric corpus) in every pair that has
-                 it, else the pair's second language: English-centric batches are then X -> English
-                 whatever the alphabetical order, and sorting by side 1's length first does not line
-                 up the translations of one English sentence (see ems.data.BatchOrder)
-- `offsets.npy`  int64, sentence k is tokens[offsets[k]:offsets[k+1]]
-- `lengths.npy`  (n_pairs, 2) token count of each pair's two sides, in the narrowest dtype the
-                 longest sentence allows (uint8 up to 255 tokens, uint16, else int32;
-                 `length_dtype`), so the trainer's batch order never has to diff the offsets
-- `langs.npy`    int16 (n_pairs, 2), language index of each side
-- `content_ids.npy` uint64 (n_pairs, 2), each side's content id: a 64-bit hash of its normalised
-                 text (`data_prep.clean.normalize` + `overlap_key`), equal for equal sentences in any
-                 pair or language, so the trainer can tell in-batch translations of one sentence apart
-- `index.json`   languages, the pivot, one entry per corpus file pair with its side order
-                 (`sides`) and [start, end) pair range
-                 (so the trainer can sample by language pair) and its report (read, kept,
-                 skipped by reason), `format` (SHARD_FORMAT) and the dtypes; written last, so its
-                 presence means the shards are complete.
-Shards written before `format` 2 (int32 tokens, no lengths.npy) still read (ems.data.PairShards).
+Out, in `out_dir`: the shard arrays and `index.json` of the format ems.shards defines (one side of
+every pair in the corpus's pivot language where it has one; each side's content id, the hash of
+its normalised text: `content_id`).
 Each file pair is encoded by a worker process into `out_dir/parts/<pair>.<name>/` (raw token and length
 arrays, streamed batch by batch); a join step concatenates the parts in corpus order. The
 result is byte-identical whatever the number of workers, and a rerun keeps finished parts.
-Read the result with `ems.data.PairShards`.
+Read the result with `ems.shards.PairShards`.
 """
 
 from __future__ import annotations
@@ -41,15 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.clean import normalize, overlap_key, text_hash
-from data_prep.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel
 from data_prep.pretokenize import corpus_preprocessing
+from ems.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel
+from ems.shards import INDEX_FILE, SHARD_ARRAYS, SHARD_FORMAT, length_dtype, token_dtype
 from ems.text import Tokenizer
 
-INDEX_FILE = "index.json"
 PARTS_DIR = "parts"
 COPY_BYTES = 1 << 24  # bytes per copy step of the join
-SHARD_ARRAYS = ("tokens.npy", "offsets.npy", "lengths.npy", "langs.npy", "content_ids.npy")
-SHARD_FORMAT = 2  # 2: narrow token dtype and lengths.npy; 1 (no "format" in index.json): int32 tokens
 JOIN_ROWS = 1 << 20  # sentence lengths (and pair language rows) per step of the join: memory stays flat
 
 
@@ -115,16 +94,6 @@ def _check_languages(tokenizer: Tokenizer, all_files: list[ParallelFiles]) -> No
     for files in all_files:
         for lang in (files.l1, files.l2):
             tokenizer.lang_index(lang)  # clear error for a language the vocabulary lacks
-
-
-def token_dtype(vocab_size: int) -> str:
-    """The narrowest dtype that holds every id of a `vocab_size`-piece vocabulary."""
-    return "<u2" if vocab_size <= 1 << 16 else "<i4"
-
-
-def length_dtype(max_length: int) -> str:
-    """The narrowest dtype that holds sentence lengths up to `max_length` tokens."""
-    return "<u1" if max_length < 1 << 8 else "<u2" if max_length < 1 << 16 else "<i4"
 
 
 def _max_length(parts: list[Path]) -> int:

@@ -1,6 +1,6 @@
 """Streaming cleaning of an aligned corpus, one language pair at a time.
 
-In: a corpus root in the aligned-pair layout (data_prep.corpus), `CleanSettings`, and the
+In: a corpus root in the aligned-pair layout (ems.corpus), `CleanSettings`, and the
 evaluation sentences to keep out of training (`load_eval_sentences`). Out: the same layout
 under another root with, per pair: Unicode NFKC, whitespace collapsed, lowercase; pairs
 dropped for control characters, empty or too short/long sides, an abnormal length ratio,
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.config import CleanSettings
-from data_prep.corpus import CorpusError, ReadReport, list_parallel, read_parallel, write_parallel
+from ems.corpus import CorpusError, ReadReport, list_parallel, read_parallel, write_parallel
 from ems.text import to_simplified
 
 REPORT_FILE = "clean_report.json"

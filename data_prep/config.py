@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from data_prep.corpus import CorpusError, pair_dir_name
+from ems.corpus import CorpusError, pair_dir_name
 from ems.languages import UnknownLanguageError, canonical_language
 
 

@@ -49,8 +49,8 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
-from data_prep.corpus import check_member_name
 from ems.cli import UserError, add_debug_option, run_main
+from ems.corpus import check_member_name
 
 MANIFEST = Path(__file__).with_name("data_manifest.tsv")
 MIRROR_ENV = "EMS_DATA_MIRROR"
@@ -233,7 +233,7 @@ def checked(partial: Path, entry: ManifestEntry, origin: str) -> None:
 
 def archive_members(path: Path) -> Iterator[tuple[str, Callable[[], bytes]]]:
     """(file name, reader) of each regular member of a zip or tar.gz; CorpusError, before any member is read,
-    if one is named outside the archive (data_prep.corpus.check_member_name)."""
+    if one is named outside the archive (ems.corpus.check_member_name)."""
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():

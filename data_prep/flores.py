@@ -2,7 +2,7 @@
 
 In: a FLORES-200 split directory (`devtest/` holding `eng.devtest`, `deu.devtest`,
 `cmn_Hans.devtest`, ...) and canonical language codes. Out: aligned pair files
-`out_root/<l1>-<l2>/flores200.{l1,l2}` (the data_prep.corpus layout) and a report.
+`out_root/<l1>-<l2>/flores200.{l1,l2}` (the ems.corpus layout) and a report.
 
 FLORES sentences are also the sentences of SIB-200 and of the FLORES mining task: a model
 trained on them must not be scored on those.
@@ -12,23 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_prep.corpus import ReadReport, read_parallel, write_parallel
+from ems.corpus import ReadReport, read_parallel, write_parallel
+from ems.languages import FLORES_FILES
 
 CORPUS_NAME = "flores200"
-
-# canonical code -> FLORES-200 file stem (ISO 639-3, with the script where FLORES has several)
-FLORES_FILES = {
-    "af": "afr", "ar": "ara", "az": "azj", "be": "bel", "bg": "bul", "bn": "ben", "ca": "cat", "ckb": "ckb",
-    "cs": "ces", "cy": "cym", "da": "dan", "de": "deu", "el": "ell", "en": "eng", "eo": "epo", "es": "spa",
-    "et": "est", "eu": "eus", "fa": "pes", "fi": "fin", "fr": "fra", "ga": "gle", "gd": "gla", "gl": "glg",
-    "he": "heb", "hi": "hin", "hr": "hrv", "hu": "hun", "hy": "hye", "id": "ind", "is": "isl", "it": "ita",
-    "ja": "jpn", "ka": "kat", "ko": "kor", "ky": "kir", "lt": "lit", "lv": "lvs", "mi": "mri", "mk": "mkd",
-    "ml": "mal", "mn": "khk", "mr": "mar", "ms": "zsm", "nb": "nob", "ne": "npi", "nl": "nld", "nn": "nno",
-    "pl": "pol", "pt": "por", "ro": "ron", "ru": "rus", "sk": "slk", "sl": "slv", "sq": "als", "sr": "srp_Cyrl",
-    "si": "sin", "sv": "swe", "sw": "swh", "tg": "tgk", "th": "tha", "tr": "tur", "ug": "uig", "uk": "ukr", "vi": "vie",
-    "zh": "cmn_Hans",
-}
-
 
 def build_flores_corpus(split_dir: str | Path, out_root: str | Path, languages: list[str]) -> dict:
     """Write en-X FLORES pairs for each language that FLORES has; returns

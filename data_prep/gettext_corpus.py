@@ -6,7 +6,7 @@ all BSD-licensed. This module reads those catalogs from installed packages or fr
 files (a ``.po`` only where no ``.mo`` of the same catalog sits beside it: the report counts
 both kinds and the ``.po`` files left for their ``.mo``), cleans
 the (English msgid, translated msgstr) pairs, and writes one en-X parallel corpus per
-language with a fixed held-out split, using the layout of ``data_prep.corpus``.
+language with a fixed held-out split, using the layout of ``ems.corpus``.
 
 Run ``python -m data_prep.gettext_corpus OUT_DIR`` to build it from the installed wheels.
 """
@@ -35,8 +35,8 @@ from pathlib import Path, PurePosixPath
 
 from babel.messages.pofile import PoFileError, read_po
 
-from data_prep.corpus import check_member_name, write_parallel
 from ems.cli import add_debug_option, run_main
+from ems.corpus import check_member_name, write_parallel
 
 DEFAULT_PACKAGES = ("django", "wagtail", "sphinx")
 SOURCE_LANGUAGE = "en"

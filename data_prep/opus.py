@@ -39,8 +39,8 @@ from opustools.parse.block_parser import BlockParserError
 from opustools.parse.sentence_parser import SentenceParserError
 
 from data_prep.config import CorpusSpec, PrepConfig
-from data_prep.corpus import CorpusError, check_member_name, write_parallel
 from ems.cli import UserError
+from ems.corpus import CorpusError, check_member_name, write_parallel
 
 REPORT_FILE = "fetch_report.json"
 # Any of these inside a sentence would split it over two lines in the Moses files.

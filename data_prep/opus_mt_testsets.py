@@ -3,7 +3,7 @@ language taken from its `.labels` file.
 
 In: a root in one of the layouts, optionally the canonical codes to keep and extra folds of one
 language into another. Out: aligned pair files `out_root/<en-xx>/<corpus>.{en,xx}` (the
-data_prep.corpus layout) and `out_root/import_report.json`; the builders also return the report.
+ems.corpus layout) and `out_root/import_report.json`; the builders also return the report.
 
 - Tatoeba Translation Challenge (`build_tatoeba_challenge_corpus`):
   `<a>-<b>/tatoeba-test-v2021-08-07.{<code>,eng}[.labels]`, folders named by two ISO 639-3 codes
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.corpus import CorpusError, ReadReport, read_parallel, write_parallel
+from ems.corpus import CorpusError, ReadReport, read_parallel, write_parallel
 from ems.languages import ENGLISH, UnknownLanguageError, canonical_language
 
 REPORT_FILE = "import_report.json"
@@ -106,7 +106,7 @@ def import_corpus(
     - `merged`: {code: [[source label, pairs], ...] sorted}, the labels folded into each code.
     - `languages`: {code: pairs written}, summed over folders.
 
-    Lines are read with data_prep.corpus.read_parallel: empty and invalid UTF-8 lines are counted
+    Lines are read with ems.corpus.read_parallel: empty and invalid UTF-8 lines are counted
     and skipped. Raises FileNotFoundError when `root` holds no folder of the layout, CorpusError
     when a folder lacks a text file or a text or labels file differs in line count from the
     others (both checked for every folder before anything is written), UnknownLanguageError for

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from multiprocessing import get_context
 from pathlib import Path
 
-from data_prep.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel, write_parallel
+from ems.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel, write_parallel
 from ems.text import Preprocessing
 
 MARKER_FILE = "pretokenized.json"

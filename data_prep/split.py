@@ -1,7 +1,7 @@
 """Held-out split of an aligned-pair corpus: a few test pairs per language pair that training
 never sees, not even as one side of another pair.
 
-In: a corpus root in the data_prep.corpus layout. Out: `heldout_out/<l1>-<l2>/heldout.{l1,l2}`
+In: a corpus root in the ems.corpus layout. Out: `heldout_out/<l1>-<l2>/heldout.{l1,l2}`
 (`per_pair` pairs drawn at random, seeded), `train_out/<l1>-<l2>/<name>.{l1,l2}` (every other
 pair, file names kept) and `heldout_out/split_report.json`.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.clean import normalize, text_hash
-from data_prep.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel, write_parallel
+from ems.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel, write_parallel
 
 REPORT_FILE = "split_report.json"
 HELDOUT_NAME = "heldout"

@@ -1,6 +1,6 @@
 """Train a SentencePiece vocabulary with pad/unk and one `<2xx>` token per language.
 
-In: a corpus root in the aligned-pair layout (see data_prep.corpus), raw or pretokenized
+In: a corpus root in the aligned-pair layout (see ems.corpus), raw or pretokenized
 (data_prep.pretokenize). Out: a vocabulary directory (`spm.model` + `ems_tokenizer.json`) loadable
 with `ems.text.Tokenizer.load`, and `vocab_report.json`. The training text goes through the
 same `Preprocessing` that encoding uses. Languages are balanced by temperature sampling
@@ -17,9 +17,9 @@ import numpy as np
 import sentencepiece as spm
 
 from data_prep.clean import text_hash
-from data_prep.corpus import ReadReport, list_parallel, read_parallel
 from data_prep.pretokenize import corpus_preprocessing
 from ems.artifacts import staged_directory
+from ems.corpus import ReadReport, list_parallel, read_parallel
 from ems.text import FIRST_LANG_ID, PAD_ID, SPM_FILE, UNK_ID, Preprocessing, Tokenizer, lang_token
 
 

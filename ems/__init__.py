@@ -8,7 +8,7 @@ import importlib
 
 _EXPORTS = {
     "EMSEncoder": "ems.encoder", "load": "ems.encoder",
-    "PRESETS": "ems.model", "EMSConfig": "ems.model", "EMSModel": "ems.model", "SentenceEncoder": "ems.model",
+    "PRESETS": "ems.model", "EMSConfig": "ems.model", "EMSModel": "ems.model", "EncoderNetwork": "ems.model",
     "config_from_preset": "ems.model",
 }
 __all__ = sorted(_EXPORTS)

@@ -30,7 +30,7 @@ from pathlib import Path
 from ems.cli import add_debug_option, run_main
 from ems.configs import _merge, load_config, parse_overrides
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
-from data_prep.teacher import teacher_slug
+from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
 
 SCORES_FILE = "scores.json"
@@ -55,7 +55,7 @@ class AblationConfig:
     # {column: {"task", "path": keys into the task's result, optional "rows": the language rows or
     # tracks to average the path over, "scale"}}; see metric_value
     metrics: dict = field(default_factory=lambda: dict(DEFAULT_METRICS))
-    reference_encoders: list[str] = field(default_factory=list)  # eval.encoders specs scored once (e.g. the teacher)
+    reference_encoders: list[str] = field(default_factory=list)  # ems.encoder_kinds specs scored once (e.g. the teacher)
     teacher_batch_size: int = 64  # sentences per teacher call when building a teacher store
 
 
@@ -197,7 +197,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict
     if not cfg.variants:
         raise ValueError("the ablation config lists no variants")
     from ems.encoder import load
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
 
     data_cfg = load_config(DemoDataConfig, _resolve(cfg.data_config))
     prepared = out / "data"

@@ -10,6 +10,9 @@ UTF-8, malformed JSON), OSError (missing or unreadable files) and yaml.YAMLError
 is a bug and keeps its traceback. `--debug` anywhere on the command line (taken out before main
 parses it; add_debug_option lists it in --help) or EMS_DEBUG=1 in the environment shows the
 traceback of user errors too.
+
+`MissingDataError` (a FileNotFoundError) is what a reader raises for an input file or directory
+that is not there, and `check_choice` the one check of a setting against its allowed values.
 """
 
 from __future__ import annotations
@@ -34,6 +37,16 @@ class UserError(Exception):
 
 
 USER_ERRORS = (UserError, ValueError, OSError, yaml.YAMLError)
+
+
+class MissingDataError(FileNotFoundError):
+    """A test-set file or directory that is not there; the message names it and what was expected."""
+
+
+def check_choice(name: str, value: str, choices) -> None:
+    """Raise ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
 def add_debug_option(parser: argparse.ArgumentParser) -> None:

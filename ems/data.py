@@ -1,4 +1,4 @@
-"""Reading binarized pair shards and cutting them into training batches.
+"""Cutting binarized pair shards (ems.shards) into training batches.
 
 The batch order is a pure function of (seed, epoch), so a data position is just
 (epoch, global batch index) and resuming from it replays exactly the same batches. It is
@@ -14,176 +14,19 @@ disjoint, their union is the global batch, and all of them have nearly the same 
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
 
-from data_prep.binarize import INDEX_FILE
 from ems.mapped import release_mapped_pages
+from ems.shards import IndexRanges, PairShards
 from ems.text import PAD_ID
-
-
-class PairShards:
-    """Memory-mapped view of a `data_prep.binarize` output directory: the current format (token
-    ids in uint16 when the vocabulary allows, per-pair side lengths in lengths.npy) or the
-    format-1 shards written before it (int32 ids, lengths derived from the offsets)."""
-
-    def __init__(self, directory: str | Path):
-        directory = Path(directory)
-        if not (directory / INDEX_FILE).is_file():
-            raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
-        self.directory = directory
-        try:
-            self.index = json.loads((directory / INDEX_FILE).read_text())
-        except ValueError as error:
-            raise ValueError(f"{directory / INDEX_FILE} is not valid JSON ({error}): binarize again") from None
-        self.tokens = _load_array(directory / "tokens.npy")
-        self.offsets = _load_array(directory / "offsets.npy")
-        self.langs = _load_array(directory / "langs.npy")
-        # (n_pairs, 2) uint64 ids of each side's text; None in shards binarized before they existed
-        ids_path = directory / "content_ids.npy"
-        self.content_ids = _load_array(ids_path) if ids_path.is_file() else None
-        lengths_path = directory / "lengths.npy"
-        self.lengths = _load_array(lengths_path) if lengths_path.is_file() else None
-        check_index(directory, self)
-        self.languages: list[str] = self.index["languages"]
-
-    def __len__(self) -> int:
-        return len(self.langs)
-
-    def check_vocabulary(self, tokenizer, vocab: str | Path) -> None:
-        """ValueError unless these shards were made with exactly `tokenizer` (the vocabulary in `vocab`):
-        the same languages and the same SentencePiece model file (index.json's vocab_sha1)."""
-        made_with = self.index.get("vocab_sha1")
-        if self.languages != tokenizer.languages or self.index.get("vocab_size") != tokenizer.vocab_size:
-            raise ValueError(f"shards in {self.directory} were not made with the vocabulary in {vocab} "
-                             f"(languages or size differ)")
-        if made_with is None:
-            raise ValueError(f"{self.directory / INDEX_FILE} does not record which vocabulary made it (no vocab_sha1): "
-                             f"binarize again with {vocab}")
-        if made_with != tokenizer.sha1:
-            raise ValueError(f"shards in {self.directory} were made with another vocabulary than {vocab}: same languages "
-                             f"and size, other pieces (vocab_sha1 {made_with[:12]} vs {tokenizer.sha1[:12]}); "
-                             f"binarize again with {vocab} or train with the vocabulary that made them")
-
-    def sentence(self, k: int) -> np.ndarray:
-        return self.tokens[self.offsets[k] : self.offsets[k + 1]]
-
-    def release_pages(self) -> None:
-        """Drop the pages reading the memory-mapped arrays brought into this process (they stay in
-        the OS page cache, shared by the ranks of a node): random reads over a 143M-pair corpus
-        would otherwise grow each rank's resident set to the size of the files."""
-        for array in (self.tokens, self.offsets, self.langs, self.content_ids, self.lengths):
-            release_mapped_pages(array)
-
-    def pair_lengths(self) -> np.ndarray:
-        """(n_pairs,) the longer side's token count of each pair."""
-        return self.side_lengths().max(axis=1)
-
-    def side_lengths(self) -> np.ndarray:
-        """(n_pairs, 2) int32 token counts of each pair's first and second side (from lengths.npy,
-        or from the offsets in format-1 shards)."""
-        if self.lengths is not None:
-            return np.asarray(self.lengths, dtype=np.int32)
-        lengths = np.diff(self.offsets).astype(np.int32)
-        return np.stack([lengths[0::2], lengths[1::2]], axis=1)
-
-    def language_pair_ranges(self) -> dict[str, IndexRanges]:
-        """{"l1-l2": its pairs as IndexRanges} from the index's per-file [start, end) ranges; files
-        of the same language pair (several corpora) form one group."""
-        ranges: dict[str, list[tuple[int, int]]] = {}
-        for entry in self.index["files"]:
-            ranges.setdefault(f"{entry['l1']}-{entry['l2']}", []).append((entry["start"], entry["end"]))
-        return {name: IndexRanges(parts) for name, parts in ranges.items()}
-
-    def language_pair_groups(self) -> dict[str, np.ndarray]:
-        """{"l1-l2": pair indices}: `language_pair_ranges` as arrays (8 bytes a pair)."""
-        return {name: np.asarray(members) for name, members in self.language_pair_ranges().items()}
-
-
-def _load_array(path: Path) -> np.ndarray:
-    """A memory-mapped .npy file; a truncated or damaged one is an error naming it."""
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as error:
-        raise ValueError(f"{path} cannot be read as an array ({' '.join(str(error).split())}): "
-                         f"it is truncated or damaged; binarize again") from None
-
-
-def check_index(directory: Path, shards: "PairShards") -> None:
-    """index.json against the arrays it describes: counts, dtypes, languages and the per-file
-    [start, end) ranges (contiguous from 0 to the number of pairs, each file's n_pairs its length).
-    A mismatch (an index edited by hand, arrays from another binarize) is one error naming the
-    file and the field."""
-    index, where = shards.index, directory / INDEX_FILE
-    n_pairs = len(shards.langs)
-
-    def wrong(field: str, found, expected) -> ValueError:
-        return ValueError(f"{where}: {field} is {found!r} but the arrays say {expected!r}; the index does not "
-                          f"describe these shards (binarize again)")
-
-    for name, array in (("offsets.npy", shards.offsets), ("content_ids.npy", shards.content_ids), ("lengths.npy", shards.lengths)):
-        expected = 2 * n_pairs + 1 if name == "offsets.npy" else (n_pairs, 2)
-        found = len(array) if name == "offsets.npy" else (None if array is None else array.shape)
-        if array is not None and found != expected:
-            raise ValueError(f"{directory}: {name} and langs.npy disagree on the number of pairs ({found} vs {expected})")
-    if len(shards.offsets) and int(shards.offsets[-1]) != shards.tokens.size:
-        raise ValueError(f"{directory}: offsets.npy ends at {int(shards.offsets[-1])} but tokens.npy holds {shards.tokens.size} tokens")
-    for field in ("languages", "files"):
-        if field not in index:
-            raise ValueError(f"{where} has no {field!r}: it was not written by data_prep binarize")
-    if "n_pairs" in index and index["n_pairs"] != n_pairs:
-        raise wrong("n_pairs", index["n_pairs"], n_pairs)
-    if "n_tokens" in index and index["n_tokens"] != shards.tokens.size:
-        raise wrong("n_tokens", index["n_tokens"], shards.tokens.size)
-    for field, array in (("token_dtype", shards.tokens), ("length_dtype", shards.lengths)):
-        if field in index and array is not None and index[field] != array.dtype.name:
-            raise wrong(field, index[field], array.dtype.name)
-    position = 0
-    for k, entry in enumerate(index["files"]):
-        start, end = entry.get("start"), entry.get("end")
-        if start != position or not isinstance(end, int) or not start <= end <= n_pairs:
-            raise wrong(f"files[{k}] ({entry.get('name')}) range", [start, end],
-                        f"a range starting at {position} and ending by {n_pairs}")
-        if "n_pairs" in entry and entry["n_pairs"] != end - start:
-            raise wrong(f"files[{k}] ({entry.get('name')}) n_pairs", entry["n_pairs"], end - start)
-        position = end
-    if position != n_pairs:
-        raise wrong("files' ranges", f"ending at {position}", f"{n_pairs} pairs")
-
-
-class IndexRanges:
-    """The indices of a few [start, end) ranges, concatenated, without building the array:
-    `len`, `members[positions]` (an integer array of positions in, pair indices out) and
-    `np.asarray(members)` (the whole array)."""
-
-    def __init__(self, ranges: list[tuple[int, int]]):
-        self.starts = np.array([start for start, _ in ranges], dtype=np.int64)
-        sizes = np.array([end - start for start, end in ranges], dtype=np.int64)
-        if (sizes < 0).any():
-            raise ValueError(f"ranges must have start <= end: {ranges}")
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)])
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def __getitem__(self, positions: np.ndarray) -> np.ndarray:
-        positions = np.asarray(positions, dtype=np.int64)
-        if positions.size and (positions.min() < 0 or positions.max() >= len(self)):
-            raise IndexError(f"positions outside 0..{len(self) - 1}")
-        which = np.searchsorted(self.offsets, positions, side="right") - 1
-        return self.starts[which] + positions - self.offsets[which]
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return self[np.arange(len(self))].astype(dtype or np.int64, copy=False)
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -475,7 +318,7 @@ def sub_batch(batch: np.ndarray, micro_step: int, rank: int, world_size: int, ac
 
 def collate(shards: PairShards, indices: np.ndarray, max_len: int, teacher=None) -> dict[str, torch.Tensor]:
     """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices, when the
-    shards have them (B, 2) `content_ids`, and with `teacher` (data_prep.teacher.TeacherTargets)
+    shards have them (B, 2) `content_ids`, and with `teacher` (ems.teacher_store.TeacherTargets)
     the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`."""
     sides = []
     for side in (0, 1):

@@ -115,8 +115,8 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
 def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
     """The gettext UI strings of cfg.gettext_packages for the demo's languages, written to
     raw/<pair>/gettext.* (its own train/held-out split is undone: the demo splits after cleaning)."""
-    from data_prep.corpus import list_parallel, read_parallel, write_parallel
     from data_prep.gettext_corpus import build_gettext_corpus
+    from ems.corpus import list_parallel, read_parallel, write_parallel
 
     scratch = raw.parent / "gettext"
     build_gettext_corpus(scratch, packages=cfg.gettext_packages, languages=cfg.languages, min_pairs=100,

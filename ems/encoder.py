@@ -25,14 +25,14 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ems.heads import VIEWS, load_head
 from ems.languages import resolve_language
-from ems.model import EMSConfig, SentenceEncoder
+from ems.model import EMSConfig, EncoderNetwork
 from ems.text import Tokenizer
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 HEAD_DIR = "head"
-VIEWS = ("raw", "meaning", "language")
 
 
 class TruncationWarning(UserWarning):
@@ -51,7 +51,7 @@ def check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
 
-def export_encoder(encoder: SentenceEncoder, tokenizer: Tokenizer, out_dir: str | Path) -> Path:
+def export_encoder(encoder: EncoderNetwork, tokenizer: Tokenizer, out_dir: str | Path) -> Path:
     """Write the inference model directory (weights, config, tokenizer); returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -64,9 +64,9 @@ def export_encoder(encoder: SentenceEncoder, tokenizer: Tokenizer, out_dir: str 
 
 class EMSEncoder:
     """A trained EMS sentence encoder: preprocessing + SentencePiece + transformer + mean pooling,
-    optionally with a meaning/language `head` (eval.heads) for the non-raw views."""
+    optionally with a meaning/language `head` (ems.heads) for the non-raw views."""
 
-    def __init__(self, encoder: SentenceEncoder, tokenizer: Tokenizer, device: str | torch.device = "cpu", head=None):
+    def __init__(self, encoder: EncoderNetwork, tokenizer: Tokenizer, device: str | torch.device = "cpu", head=None):
         self.model = encoder.eval().to(device)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -124,7 +124,7 @@ class EMSEncoder:
 
 
 @torch.inference_mode()
-def embed_token_ids(model: SentenceEncoder, ids: list[list[int]], batch_size: int = 128,
+def embed_token_ids(model: EncoderNetwork, ids: list[list[int]], batch_size: int = 128,
                     device: str | torch.device = "cpu") -> np.ndarray:
     """Token-id sequences (none empty) -> (n, d) float32 sentence vectors from `model` as it is
     (its train/eval mode is the caller's), batched by length, each cut at the model's max_len
@@ -144,7 +144,7 @@ def embed_token_ids(model: SentenceEncoder, ids: list[list[int]], batch_size: in
     return out
 
 
-def initialize_from(encoder: SentenceEncoder, tokenizer: Tokenizer, model_dir: str | Path) -> str:
+def initialize_from(encoder: EncoderNetwork, tokenizer: Tokenizer, model_dir: str | Path) -> str:
     """Copy the weights of the model in `model_dir` (an `export_encoder` directory) into `encoder`,
     whose vocabulary is `tokenizer`'s: the "extend a trained model to new languages" start.
 
@@ -200,16 +200,13 @@ def load(path: str | Path, device: str = "cpu") -> EMSEncoder:
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path} is not an EMS model directory: {name} is missing")
     cfg = EMSConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
-    encoder = SentenceEncoder(cfg)
+    encoder = EncoderNetwork(cfg)
     encoder.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
     return EMSEncoder(encoder, Tokenizer.load(path), device, head=_load_head(path / HEAD_DIR))
 
 
 def _load_head(directory: Path):
-    """The head saved in `directory`, or None if there is none. The head classes live in the
-    evaluation package (eval.heads), imported only when a model has a head."""
+    """The head saved in `directory`, or None if there is none."""
     if not directory.is_dir():
         return None
-    from eval.heads import load_head
-
     return load_head(directory)

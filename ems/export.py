@@ -65,7 +65,7 @@ CORE_DEFINITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "japanese_words", "_opencc", "to_simplified", "SIMPLIFIED_CHINESE", "SEGMENTERS", "pretokenize",
                   "Preprocessing", "KANA", "HAN", "UNKNOWN_LANGUAGE", "guess_language", "_SURROGATE", "checked_sentences")),
     ("ems.losses", ("OBJECTIVES", "DUPLICATE_NEGATIVES")),
-    ("ems.model", ("EMSConfig", "PackedTokens", "attention_with_dropout", "EncoderLayer", "SentenceEncoder")),
+    ("ems.model", ("EMSConfig", "PackedTokens", "attention_with_dropout", "EncoderLayer", "EncoderNetwork")),
     ("ems.encoder", ("WEIGHTS_FILE", "CONFIG_FILE", "check_batch_size", "embed_token_ids")),
 )
 
@@ -133,9 +133,9 @@ class EMSTextTokenizer:
         Path(directory, TOKENIZER_FILE).write_text(json.dumps(meta, indent=2) + "\\n", encoding="utf-8")
 
 
-def load_encoder(config_file: str | Path, weights_file: str | Path) -> SentenceEncoder:
+def load_encoder(config_file: str | Path, weights_file: str | Path) -> EncoderNetwork:
     """The encoder of an EMS model directory's config.json and model.safetensors, in eval mode."""
-    encoder = SentenceEncoder(EMSConfig.from_dict(json.loads(Path(config_file).read_text(encoding="utf-8"))))
+    encoder = EncoderNetwork(EMSConfig.from_dict(json.loads(Path(config_file).read_text(encoding="utf-8"))))
     encoder.load_state_dict(load_file(str(weights_file)))
     return encoder.eval()
 
@@ -165,7 +165,7 @@ from safetensors.torch import save_file
 from sentence_transformers.base.modules import InputModule
 
 from .ems_core import (
-    CONFIG_FILE, SPM_FILE, TOKENIZER_FILE, WEIGHTS_FILE, EMSTextTokenizer, SentenceEncoder, load_encoder, pad_token_ids,
+    CONFIG_FILE, SPM_FILE, TOKENIZER_FILE, WEIGHTS_FILE, EMSTextTokenizer, EncoderNetwork, load_encoder, pad_token_ids,
 )
 
 
@@ -179,7 +179,7 @@ class EMSSentenceEncoder(InputModule):
     # encode keyword, is what uses it.
     forward_kwargs = {"lang"}
 
-    def __init__(self, encoder: SentenceEncoder, tokenizer: EMSTextTokenizer):
+    def __init__(self, encoder: EncoderNetwork, tokenizer: EMSTextTokenizer):
         super().__init__()
         self.encoder = encoder
         self.tokenizer = tokenizer
@@ -239,7 +239,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import cached_file
 
-from .ems_core import SPM_FILE, TOKENIZER_FILE, EMSConfig, EMSTextTokenizer, SentenceEncoder, embed_token_ids
+from .ems_core import SPM_FILE, TOKENIZER_FILE, EMSConfig, EMSTextTokenizer, EncoderNetwork, embed_token_ids
 
 
 class EMSHFConfig(PretrainedConfig):
@@ -263,7 +263,7 @@ class EMSHFModel(PreTrainedModel):
 
     def __init__(self, config: EMSHFConfig):
         super().__init__(config)
-        self.encoder = SentenceEncoder(EMSConfig.from_dict(config.ems))
+        self.encoder = EncoderNetwork(EMSConfig.from_dict(config.ems))
         self.text_tokenizer: EMSTextTokenizer | None = None  # read from the model's files on first use
         self.post_init()
 

@@ -1,4 +1,5 @@
-"""Language codes: LASER's Tatoeba test-set codes <-> the project's canonical codes.
+"""Language codes: LASER's Tatoeba test-set codes and FLORES-200's file stems <-> the project's
+canonical codes.
 
 Canonical codes are ISO 639-1 where one exists, else ISO 639-3 (always lowercase). Tatoeba
 names its files with 3-letter codes (`tatoeba.deu-eng.deu`), mostly ISO 639-3 individual
@@ -143,6 +144,19 @@ _ALL_ROWS = TATOEBA_LANGUAGES + ((TATOEBA_ENGLISH_CODE, ENGLISH, "English"),)
 _TATOEBA_TO_LANG = {code: lang for code, lang, _ in _ALL_ROWS}
 _LANG_TO_TATOEBA = {lang: code for code, lang, _ in _ALL_ROWS}
 _LANG_NAMES = {lang: name for _, lang, name in _ALL_ROWS}
+
+# canonical code -> FLORES-200 file stem (ISO 639-3, with the script where FLORES has several)
+FLORES_FILES = {
+    "af": "afr", "ar": "ara", "az": "azj", "be": "bel", "bg": "bul", "bn": "ben", "ca": "cat", "ckb": "ckb",
+    "cs": "ces", "cy": "cym", "da": "dan", "de": "deu", "el": "ell", "en": "eng", "eo": "epo", "es": "spa",
+    "et": "est", "eu": "eus", "fa": "pes", "fi": "fin", "fr": "fra", "ga": "gle", "gd": "gla", "gl": "glg",
+    "he": "heb", "hi": "hin", "hr": "hrv", "hu": "hun", "hy": "hye", "id": "ind", "is": "isl", "it": "ita",
+    "ja": "jpn", "ka": "kat", "ko": "kor", "ky": "kir", "lt": "lit", "lv": "lvs", "mi": "mri", "mk": "mkd",
+    "ml": "mal", "mn": "khk", "mr": "mar", "ms": "zsm", "nb": "nob", "ne": "npi", "nl": "nld", "nn": "nno",
+    "pl": "pol", "pt": "por", "ro": "ron", "ru": "rus", "sk": "slk", "sl": "slv", "sq": "als", "sr": "srp_Cyrl",
+    "si": "sin", "sv": "swe", "sw": "swh", "tg": "tgk", "th": "tha", "tr": "tur", "ug": "uig", "uk": "ukr", "vi": "vie",
+    "zh": "cmn_Hans",
+}
 
 
 class UnknownLanguageError(ValueError):

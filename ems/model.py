@@ -1,6 +1,6 @@
 """The EMS dual transformer: one encoder shared by both sides of a parallel pair.
 
-`SentenceEncoder` (token ids -> mean-pooled sentence vector u, optionally mapped to `d_output`
+`EncoderNetwork` (token ids -> mean-pooled sentence vector u, optionally mapped to `d_output`
 dimensions) is what inference keeps; `XTRHead` and `ContrastiveHead` exist only for training and
 are dropped at export. A third objective, multilingual knowledge distillation (Reimers & Gurevych
 2020, `ems.losses.distill_loss`), needs no head: it pulls the encoder's output (u, or its d_output
@@ -219,8 +219,9 @@ class EncoderLayer(nn.Module):
         return tokens.pack(attn.transpose(1, 2).reshape(b, t, d))
 
 
-class SentenceEncoder(nn.Module):
-    """(B, L) token ids, `pad_id` where padded -> (B, d_model) mean of the non-pad token states u
+class EncoderNetwork(nn.Module):
+    """The sentence encoder's network (ems.encoder.EMSEncoder wraps it with the tokenizer for text):
+    (B, L) token ids, `pad_id` where padded -> (B, d_model) mean of the non-pad token states u
     (`pool`), mapped linearly to (B, d_output) when the config has d_output (`project`)."""
 
     def __init__(self, cfg: EMSConfig):
@@ -290,7 +291,7 @@ class EMSModel(nn.Module):
     def __init__(self, cfg: EMSConfig):
         super().__init__()
         self.cfg = cfg
-        self.encoder = SentenceEncoder(cfg)
+        self.encoder = EncoderNetwork(cfg)
         self.xtr_head = XTRHead(cfg)
         self.contrastive_head = ContrastiveHead(cfg)
         self.apply(_init_weights)
@@ -302,7 +303,7 @@ class EMSModel(nn.Module):
         content_ids: (B, 2) ids of both sides' texts, which find the in-batch duplicates (see
         `EMSConfig.duplicate_negatives`; None: every other row is a negative); teacher: (B, d_sentence)
         the teacher's vector of each pair's source sentence and teacher_mask: (B,) bool, the rows
-        that have one (data_prep.teacher.TeacherTargets; needed when distill_weight > 0).
+        that have one (ems.teacher_store.TeacherTargets; needed when distill_weight > 0).
 
         Returns {"loss": the weighted sum to backpropagate, and for each of ems.losses.OBJECTIVES ("xtr",
         "contrastive", "distill") its detached batch mean (0 for an objective whose weight is 0: it is not

@@ -22,12 +22,12 @@ import yaml
 from ems.encoder import CONFIG_FILE
 from ems.model import EMSConfig
 from ems.run_metadata import REPO_ROOT, RUN_METADATA_FILE
+from ems.shards import INDEX_FILE
 from ems.text import Tokenizer
 
 CARD_FILE = "README.md"
 TRAIN_CONFIG_FILE = "train_config.yaml"
 METRICS_FILE = "metrics.jsonl"
-SHARD_INDEX_FILE = "index.json"  # data_prep.binarize.INDEX_FILE
 CLEAN_REPORT = Path("clean") / "clean_report.json"  # beside the corpus's train/ folder (data_prep, ems.demo)
 EVAL_DIR = "eval"
 FORMATS = ("ems", "sentence-transformers", "hf")
@@ -70,7 +70,7 @@ def resolve_recorded_path(path: str) -> Path:
 def training_data(shards_dir: Path) -> TrainingData | None:
     """The summary of the shards in `shards_dir` (None without their index.json), with the clean
     report of the corpus they were binarized from when it lies where data_prep puts it."""
-    index_path = shards_dir / SHARD_INDEX_FILE
+    index_path = shards_dir / INDEX_FILE
     if not index_path.is_file():
         return None
     index = json.loads(index_path.read_text())

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.cli import MissingDataError, check_choice
 from ems.languages import canonical_language
+from ems.mining.margin import DEFAULT_K, MARGINS
 from eval.faults import DataErrors
-from eval.mining import DEFAULT_K, MARGINS, check_choice
 from eval.retrieval import (
     NOT_COVERED,
     Bitext,
-    MissingDataError,
     bidirectional_p_at_1,
     check_max_sentences,
     encoder_languages,

@@ -15,19 +15,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ems.cli import MissingDataError, check_choice
 from ems.languages import ENGLISH, covered_language
+from ems.mining.index import parse_index_spec
+from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.faults import DATA_ERRORS, DataErrors
-from eval.mining import (
-    DEFAULT_K,
-    INDEX_TYPES,
-    MARGINS,
-    RETRIEVAL,
-    best_threshold,
-    check_choice,
-    mine,
-    precision_recall_f1,
-)
-from eval.retrieval import MissingDataError, encode_checked, encoder_languages, read_lines
+from eval.retrieval import encode_checked, encoder_languages, read_lines
 
 BUCC_SOURCE = "https://comparable.limsi.fr/bucc2018/bucc2018-task.html (BUCC 2017/2018 shared task)"
 NOT_COVERED = "not covered by the encoder"
@@ -47,7 +40,7 @@ class BuccTask:
     k: int = DEFAULT_K
     margin: str = "ratio"
     mode: str = "max"
-    index: str = "auto"
+    index: str = "auto"  # an index spec (ems.mining.index): auto, flat, ivf-sq8:nprobe=64, ...
     max_sentences: int | None = None  # per side and split, for quick runs (drops gold pairs it cuts)
     source: str = BUCC_SOURCE  # where the files come from, for missing-data messages
 
@@ -57,7 +50,7 @@ class BuccTask:
             raise ValueError(f"languages must be a non-empty list of codes, got {self.languages!r}")
         check_choice("margin", self.margin, MARGINS)
         check_choice("mode", self.mode, RETRIEVAL)
-        check_choice("index", self.index, INDEX_TYPES)
+        parse_index_spec(self.index)
 
 
 @dataclass
@@ -180,6 +173,40 @@ def mine_split(encoder, split: BuccSplit, lang: str, task: BuccTask) -> MinedIdP
     xx_embeddings = encode_checked(encoder, xx_texts, lang)
     en_embeddings = encode_checked(encoder, en_texts, ENGLISH)
     return mine_ids(xx_embeddings, en_embeddings, xx_holders, en_holders, task.k, task.margin, task.mode, task.index)
+
+
+def precision_recall_f1(predicted: set, gold: set) -> dict:
+    """P, R, F1 in percent of a predicted set of pairs against a gold set (0 where undefined)."""
+    true_positives = len(predicted & gold)
+    precision = 100.0 * true_positives / len(predicted) if predicted else 0.0
+    recall = 100.0 * true_positives / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "n_predicted": len(predicted), "n_gold": len(gold)}
+
+
+def best_threshold(scores: list[float] | np.ndarray, is_gold: list[bool] | np.ndarray, n_gold: int) -> float:
+    """The score threshold that maximises F1 when pairs with score >= threshold are kept.
+
+    `scores` are candidate scores sorted best first, `is_gold` whether each candidate is a gold
+    pair, `n_gold` the size of the gold set. As in LASER's BUCC script the threshold lies midway
+    between the last kept and the first dropped candidate. +inf if no candidate is gold."""
+    scores = np.asarray(scores, dtype=np.float64)
+    is_gold = np.asarray(is_gold, dtype=bool)
+    if len(scores) != len(is_gold):
+        raise ValueError(f"scores and is_gold differ in length: {len(scores)} and {len(is_gold)}")
+    if np.any(np.diff(scores) > 0):
+        raise ValueError("scores must be sorted best first")
+    if n_gold < 1 or not is_gold.any():
+        return float("inf")
+    true_positives = np.cumsum(is_gold)
+    kept = np.arange(1, len(scores) + 1)
+    f1 = 2 * true_positives / (kept + n_gold)  # = 2PR / (P + R)
+    # A threshold cannot split candidates with equal scores: cut only where the score drops.
+    f1[np.append(scores[:-1] == scores[1:], False)] = -1.0
+    best = int(f1.argmax())
+    if best + 1 == len(scores):
+        return float(scores[best])
+    return float((scores[best] + scores[best + 1]) / 2)
 
 
 def scores_at_threshold(mined: MinedIdPairs, gold: set, threshold: float) -> dict:

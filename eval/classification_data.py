@@ -36,10 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.flores import FLORES_FILES
-from ems.languages import ENGLISH
+from ems.cli import MissingDataError
+from ems.languages import ENGLISH, FLORES_FILES
 from eval.faults import DataErrors
-from eval.retrieval import MissingDataError, read_lines, read_text
+from eval.retrieval import read_lines, read_text
 
 SPLITS = ("train", "dev", "test")
 SIB200_SOURCE = "https://github.com/dadelani/sib-200 (data/annotated/)"
@@ -125,7 +125,7 @@ ISO639_1 = {
 }  # fmt: skip
 
 # Individual languages that FLORES/SIB uses for a macrolanguage with an ISO 639-1 code (as in
-# ems.languages, `swh` -> `sw`): those data_prep.flores already maps (als, azj, khk, lvs, npi, pes,
+# ems.languages, `swh` -> `sw`): those FLORES_FILES already maps (als, azj, khk, lvs, npi, pes,
 # swh, zsm), plus the rest of SIB's. Other members (prs, azb, the Arabic dialects) keep their own code.
 MACROLANGUAGE_MEMBERS = {
     **{stem: lang for lang, stem in FLORES_FILES.items() if len(stem) == 3 and stem not in ISO639_1},

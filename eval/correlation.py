@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ems.heads.base import UnknownLanguageError
 from eval.faults import DATA_ERRORS, DataErrors
-from eval.heads.base import UnknownLanguageError
-from eval.heads.parallel_data import PIVOT, SentencePairs, capped, flores_file, flores_pairs, pivot_pairs
+from eval.parallel_data import PIVOT, SentencePairs, capped, flores_file, flores_pairs, pivot_pairs
 from eval.train_head import train_heads
 
 RAW = "raw"

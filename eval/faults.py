@@ -19,7 +19,7 @@ from typing import Callable, TypeVar
 from ems.cli import USAGE_EXIT_CODE, one_line
 
 DATA_ERRORS = "data_errors"
-# What reading a test set raises for bad input: OSError (eval.retrieval.MissingDataError, no
+# What reading a test set raises for bad input: OSError (ems.cli.MissingDataError, no
 # permission, a directory where a file should be) and ValueError (bad UTF-8, unequal line counts,
 # a malformed line or header, an unknown language code). Encoding and scoring stay outside.
 DATA_FAULTS = (OSError, ValueError)

@@ -3,7 +3,7 @@ ones, scored like Tatoeba (bidirectional cosine P@1, see eval.retrieval). FLORES
 news/wiki text from another source than Tatoeba, so it shows how a model trained on Tatoeba-like
 sentences transfers to another domain.
 
-Files: `<data_dir>/<stem>.<split>` with `stem` from data_prep.flores.FLORES_FILES (`deu`,
+Files: `<data_dir>/<stem>.<split>` with `stem` from ems.languages.FLORES_FILES (`deu`,
 `cmn_Hans`, ...) and `eng.<split>`, line-aligned. FLORES sentences are also SIB-200's: a model
 trained on them must not be scored here.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.flores import FLORES_FILES
-from ems.languages import ENGLISH
+from ems.cli import MissingDataError
+from ems.languages import ENGLISH, FLORES_FILES
 from eval.faults import DataErrors
-from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 
 FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
 NOT_IN_FLORES = "no FLORES-200 file for the language"

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ems.cli import MissingDataError
 from ems.languages import ENGLISH
 from eval.faults import DataErrors
-from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 
 NOT_A_PAIR_DIRECTORY = "not a <l1>-<l2> directory"
 NOT_PAIRED_WITH_ENGLISH = "pair without en"

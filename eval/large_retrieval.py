@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ems.cli import MissingDataError, check_choice
 from ems.languages import ENGLISH, canonical_language, covered_language
+from ems.mining.index import parse_index_spec
+from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.faults import DATA_ERRORS, DataErrors
-from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, check_choice, margin_neighbours
-from eval.retrieval import MissingDataError, encode_checked, encoder_languages, read_aligned_files
+from eval.retrieval import encode_checked, encoder_languages, read_aligned_files
 
 NOT_COVERED = "not covered by the encoder"
 SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"
@@ -53,7 +55,7 @@ class LargeRetrievalTask:
     name: str = "large_retrieval"
     k: int = DEFAULT_K
     margin: str = "ratio"
-    index: str = "auto"
+    index: str = "auto"  # an index spec (ems.mining.index): auto, flat, ivf-sq8:nprobe=64, ...
     source: str | None = None  # where to get the files, for the missing-data message
 
     def __post_init__(self):
@@ -62,7 +64,7 @@ class LargeRetrievalTask:
         if not 0 < self.n_queries <= self.n_candidates:
             raise ValueError(f"need 0 < n_queries <= n_candidates, got {self.n_queries} and {self.n_candidates}")
         check_choice("margin", self.margin, MARGINS)
-        check_choice("index", self.index, INDEX_TYPES)
+        parse_index_spec(self.index)
 
 
 def margin_p_at_1(queries: np.ndarray, candidates: np.ndarray, candidate_texts: list[str], k: int,

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ems.cli import add_debug_option, run_main
+from ems.cli import MissingDataError, add_debug_option, run_main
 from ems.languages import ENGLISH, TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, lang_to_tatoeba_code
 from eval.bucc import split_paths
-from eval.retrieval import MissingDataError, read_lines
+from eval.retrieval import read_lines
 
 FLORES_LINES = 1012
 SPLITS = {"training": range(0, 506), "test": range(506, FLORES_LINES)}

@@ -11,7 +11,7 @@ streamed, never read whole: distinct lines are found in one pass, embedded --chu
 into .npy files in --work-dir (a temporary directory by default), and mined from those memory maps
 (eval.streaming says what memory that takes); with an `ems:` encoder, --tokenizer-workers N
 tokenises in N processes while the model encodes. --index picks exact or approximate search
-(eval.mining.IndexSpec). Without --threshold every candidate pair is written; a BUCC threshold
+(ems.mining.index.IndexSpec). Without --threshold every candidate pair is written; a BUCC threshold
 from `eval.run_all` (results.json, "threshold" of a language) is a good starting point for the
 same encoder and settings.
 --src-lang and --tgt-lang are checked before any file is read: one of the encoder's languages (or
@@ -30,10 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import add_debug_option, run_main
-from ems.locks import exclusive
+from ems.encoder_kinds import ENCODER_KINDS, load_encoder
 from ems.languages import UnknownLanguageError, canonical_language, resolve_language
-from eval.encoders import ENCODER_KINDS, load_encoder
-from eval.mining import DEFAULT_K, INDEX_TYPES, MARGINS, RETRIEVAL, IndexSpec, mine, parse_index_spec
+from ems.locks import exclusive
+from ems.mining.index import INDEX_TYPES, IndexSpec, parse_index_spec
+from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.retrieval import encoder_languages
 from eval.streaming import DEFAULT_CHUNK_LINES, DistinctLines, chunk_embeddings, line_at, scan_distinct, text_chunks, write_npy
 
@@ -71,7 +72,7 @@ def mine_files(
     tokenizer_workers: int = 0,
 ) -> dict:
     """Mine src against tgt and write the scored pairs to out_path. `encoder` may be None when
-    both embedding files are given; `index` is an eval.mining index spec. The files are streamed
+    both embedding files are given; `index` is an ems.mining.index spec. The files are streamed
     (eval.streaming): distinct lines found in one pass, embedded `chunk_lines` at a time into
     src.npy / tgt.npy in `work_dir` (a temporary directory, removed afterwards, by default),
     mined from those memory maps, and the pairs' sentences read back from the input files by
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", choices=list(MARGINS), default="ratio")
     parser.add_argument("--mode", choices=list(RETRIEVAL), default="max")
     parser.add_argument("--index", default="auto", help=f"KIND[:key=value,...], KIND one of {', '.join(INDEX_TYPES)}, "
-                        "e.g. ivf-pq:nprobe=32,m=32 (see eval.mining.IndexSpec; auto: exact below 1M rows)")
+                        "e.g. ivf-pq:nprobe=32,m=32 (see ems.mining.index.IndexSpec; auto: exact below 1M rows)")
     parser.add_argument("--cache-dir", type=Path, help="cache embeddings here")
     parser.add_argument("--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)")
     parser.add_argument("--src-embeddings", type=Path, help="precomputed .npy, one row per line of --src")

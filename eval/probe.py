@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.cli import MissingDataError
 from ems.encoder import embed_token_ids
 from ems.languages import ENGLISH, lang_to_tatoeba_code
-from ems.model import SentenceEncoder
+from ems.model import EncoderNetwork
 from ems.text import Tokenizer
 from eval.flores import load_flores_pair
-from eval.retrieval import MissingDataError, bidirectional_p_at_1
+from eval.retrieval import bidirectional_p_at_1
 from eval.tatoeba import TATOEBA_TEST_CODES, load_tatoeba_pair
 
 PROBE_TASKS = ("tatoeba", "flores")
@@ -76,7 +77,7 @@ class RetrievalProbe:
     def __bool__(self) -> bool:
         return bool(self.sets)
 
-    def run(self, encoder: SentenceEncoder, batch_size: int = 256) -> dict:
+    def run(self, encoder: EncoderNetwork, batch_size: int = 256) -> dict:
         """Mean bidirectional P@1 (%) per task and language of `encoder` in eval mode (its mode is
         restored after)."""
         training = encoder.training

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.cli import MissingDataError
 from eval.correlation import ScoredPairs
 from eval.faults import DataErrors
-from eval.retrieval import MissingDataError, read_text
+from eval.retrieval import read_text
 
 COLUMNS = ("original", "translation", "z_mean")
 SKIP_MALFORMED = "wrong number of fields"

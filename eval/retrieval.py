@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
+from ems.cli import MissingDataError
 from ems.languages import ENGLISH
 from eval.faults import DATA_ERRORS
 
@@ -21,10 +22,6 @@ NOT_COVERED = "not covered by the encoder"
 ENGLISH_NOT_COVERED = "encoder does not cover en"
 EMPTY_TEST_SET = "empty test set"
 EMPTY_PAIRS_DROPPED = "pairs with an empty side dropped"
-
-
-class MissingDataError(FileNotFoundError):
-    """A test-set file or directory that is not there; the message names it and what was expected."""
 
 
 @dataclass

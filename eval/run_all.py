@@ -7,7 +7,7 @@
 DIR is the data root: each task config (configs/eval/*.yaml) names its `data_subdir` under it,
 which `--task-dir NAME=DIR` replaces for one task. Without --suite only Tatoeba runs (plus the
 held-out pairs in --heldout, a directory of <l1>-<l2>/<name>.<l1|l2> aligned files). Encoder kinds
-are listed in eval.encoders. `--debug` (or EMS_DEBUG=1) shows the traceback of an error.
+are listed in ems.encoder_kinds. `--debug` (or EMS_DEBUG=1) shows the traceback of an error.
 
 Bad input costs as little as it can (eval.faults): a language (pair, track) whose file is missing,
 not UTF-8 or misaligned is listed with the reason under "data_errors" of its task and the other
@@ -29,15 +29,15 @@ from pathlib import Path
 
 import yaml
 
-from ems.cli import UserError, add_debug_option, one_line, run_main
+from ems.cli import MissingDataError, UserError, add_debug_option, one_line, run_main
 from ems.encoder import TruncationWarning
+from ems.encoder_kinds import ENCODER_KINDS, load_encoder
 from ems.languages import TATOEBA_TEST_CODES, UnknownLanguageError, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.chart import CHART_FILE, write_chart
-from eval.encoders import ENCODER_KINDS, load_encoder
 from eval.faults import DATA_FAULTS, NOT_RUN_EXIT_CODE, not_run, not_run_lines
 from eval.report import task_markdown, write_results
 from eval.results import RESULTS_FILE, TaskResult
-from eval.retrieval import ENGLISH_NOT_COVERED, NOT_COVERED, MissingDataError
+from eval.retrieval import ENGLISH_NOT_COVERED, NOT_COVERED
 from eval.task import RunOptions, TaskRun, TaskType, task_type
 from eval.tatoeba import DEFAULT_CONFIG
 
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.run_all", description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=Path, help="model directory saved by this project (same as --encoder ems:DIR)")
-    which.add_argument("--encoder", help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)} (see eval.encoders)")
+    which.add_argument("--encoder", help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)} (see ems.encoder_kinds)")
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("EMS_DATA_DIR"),
                         help="data root holding tatoeba/, flores200/, ... (default: $EMS_DATA_DIR)")
     parser.add_argument("--suite", type=Path, help=f"suite config listing task configs (e.g. {DEFAULT_SUITE.name})")

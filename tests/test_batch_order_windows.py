@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from ems.data import BatchOrder, IndexRanges, KeyedPermutation, PairShards, iterate_batches
+from ems.data import BatchOrder, KeyedPermutation, iterate_batches
+from ems.shards import IndexRanges, PairShards
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 1000, 4097])

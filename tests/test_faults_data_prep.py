@@ -15,11 +15,11 @@ import pytest
 
 from data_prep.__main__ import main
 from data_prep.config import ConfigError, CorpusSpec
-from data_prep.corpus import read_parallel, write_parallel
 from data_prep.gettext_corpus import build_gettext_corpus, parse_mo, parse_po
 from data_prep.gettext_corpus import main as gettext_main
 from data_prep.opus import FetchError, FetchJob, OnlineSource
 from ems.cli import run_main
+from ems.corpus import read_parallel, write_parallel
 from tests.conftest import REPO_ROOT
 from tests.opus_mirror import build_mirror, edit_sentence_archive, flores_lines
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import ems
-from data_prep.corpus import write_parallel
 from data_prep.vocab import train_vocab
+from ems.corpus import write_parallel
 from ems.encoder import TruncationWarning, export_encoder
 from ems.languages import UnknownLanguageError, canonical_language
 from ems.model import EMSModel, config_from_preset

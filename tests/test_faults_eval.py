@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import eval.encoders
+import ems.encoder_kinds
 from ems.cli import USAGE_EXIT_CODE, run_main
+from ems.encoder_kinds import EncoderKind, embedding_key
 from eval.curves import main as curves_main
-from eval.encoders import EncoderKind, embedding_key
 from eval.faults import NOT_RUN_EXIT_CODE, not_run
 from eval.make_flores_bucc import main as make_flores_bucc_main
 from eval.mine import main as mine_main
@@ -42,8 +42,8 @@ PAIRS = {
 def trigram_kind(monkeypatch):
     """`--encoder trigram` (any language) and `--encoder bilingual` (languages de, en; returned) for the CLIs."""
     bilingual = TrigramEncoder(languages=["de", "en"])
-    monkeypatch.setitem(eval.encoders.ENCODER_KINDS, "trigram", EncoderKind(lambda path, device: TrigramEncoder(), "none", {}))
-    monkeypatch.setitem(eval.encoders.ENCODER_KINDS, "bilingual", EncoderKind(lambda path, device: bilingual, "none", {}))
+    monkeypatch.setitem(ems.encoder_kinds.ENCODER_KINDS, "trigram", EncoderKind(lambda path, device: TrigramEncoder(), "none", {}))
+    monkeypatch.setitem(ems.encoder_kinds.ENCODER_KINDS, "bilingual", EncoderKind(lambda path, device: bilingual, "none", {}))
     monkeypatch.delenv("EMS_DEBUG", raising=False)
     return bilingual
 
@@ -326,7 +326,7 @@ def _cli_cases(tmp_path: Path) -> dict:
                                                 "--out", tmp_path / "out"], "missing suite config", FileNotFoundError),
         "eval.run_all --model": (run_all_main, ["--model", missing, "--data-dir", tmp_path], "does not exist", Exception),
         "eval.run_all --encoder": (run_all_main, ["--encoder", "laser", "--data-dir", tmp_path, "--out", tmp_path / "o"],
-                                   "unknown encoder kind 'laser'", ValueError),
+                                   "encoder 'laser': unknown kind 'laser'", ValueError),
         "eval.mine": (mine_main, _mine_argv(tmp_path, "trigram", "xx"), "'xx' does not name a registered language", ValueError),
         "eval.train_head": (train_head_main, ["--encoder", "trigram", "--head", "centering", "--flores", missing,
                                               "--languages", "de", "--out", tmp_path / "head"], "lacks the files of", OSError),
@@ -358,7 +358,7 @@ def test_every_eval_command_line_gives_one_error_line_and_status_2(command, tmp_
 
 
 def _precomputed(directory: Path, data: Path) -> None:
-    """npy:DIR embeddings for every Tatoeba file under data/tatoeba, as eval.encoders expects."""
+    """npy:DIR embeddings for every Tatoeba file under data/tatoeba, as ems.encoder_kinds expects."""
     directory.mkdir(parents=True, exist_ok=True)
     encoder = TrigramEncoder()
     for path in sorted((data / "tatoeba").glob("tatoeba.*")):

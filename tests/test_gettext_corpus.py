@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.corpus import ReadReport, list_parallel, read_parallel
 from data_prep.gettext_corpus import (
     GettextCorpusError,
     MoParseError,
@@ -21,6 +20,7 @@ from data_prep.gettext_corpus import (
     parse_mo,
     split_heldout,
 )
+from ems.corpus import ReadReport, list_parallel, read_parallel
 
 
 def installed_catalog(package: str, relative: str) -> Path:

@@ -8,16 +8,16 @@ import pytest
 import torch
 
 import ems
-import eval.encoders
+import ems.encoder_kinds
+from ems.cli import MissingDataError
 from ems.encoder import HEAD_DIR, export_encoder
+from ems.heads import HEADS, ParallelEmbeddings, UnknownLanguageError, load_head
+from ems.heads.centering import CenteringHead
+from ems.heads.encoder_view import HeadEncoder
+from ems.heads.projection import ProjectionHead
 from ems.model import EMSModel, config_from_preset
 from ems.text import Tokenizer
-from eval.heads import HEADS, ParallelEmbeddings, UnknownLanguageError, load_head
-from eval.heads.centering import CenteringHead
-from eval.heads.encoder_view import HeadEncoder
-from eval.heads.parallel_data import encode_pairs, flores_pairs, moses_pairs
-from eval.heads.projection import ProjectionHead
-from eval.retrieval import MissingDataError
+from eval.parallel_data import encode_pairs, flores_pairs, moses_pairs
 from eval.train_head import main as train_head_main
 from eval.train_head import train_head
 from tests.conftest import SMALL_MODEL
@@ -144,7 +144,7 @@ def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
         train_head("nope", data)
 
     # the CLI with an encoder plug-in: same head as train_head above
-    monkeypatch.setitem(eval.encoders.ENCODER_KINDS, "offset", eval.encoders.EncoderKind(lambda path, device: OffsetEncoder(), "none", {}))
+    monkeypatch.setitem(ems.encoder_kinds.ENCODER_KINDS, "offset", ems.encoder_kinds.EncoderKind(lambda path, device: OffsetEncoder(), "none", {}))
     assert train_head_main(["--encoder", "offset", "--head", "centering", "--pairs", str(tmp_path / "corpus"),
                             "--valid-fraction", "0.25", "--out", str(tmp_path / "head")]) == 0  # fmt: skip
     saved = load_head(tmp_path / "head")

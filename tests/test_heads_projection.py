@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-import eval.heads.projection as projection
-from eval.heads import load_head
-from eval.heads.base import ParallelEmbeddings
-from eval.heads.projection import ALPHAS, ProjectionHead, ridge_fit, select_ridge
+import ems.heads.projection as projection
+from ems.heads import load_head
+from ems.heads.base import ParallelEmbeddings
+from ems.heads.projection import ALPHAS, ProjectionHead, ridge_fit, select_ridge
 
 
 def noisy_linear_pairs(n, d=60, noise=0.5, seed=0, w=None):

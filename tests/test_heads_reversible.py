@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from eval.heads.reversible import ReversibleHead, ReversibleModule, reversible_losses
-from eval.heads.training import Decomposition, PairBatch
+from ems.heads.reversible import ReversibleHead, ReversibleModule, reversible_losses
+from ems.heads.training import Decomposition, PairBatch
 
 # d = 4, two translation pairs (s_i, t_i) and a same-language partner for each sentence.
 S = np.array([[1.0, 2.0, 0.0, -1.0], [0.5, -1.0, 2.0, 1.0]])

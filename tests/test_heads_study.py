@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.heads.parallel_data import SentencePairs, capped, capped_rows
+from eval.parallel_data import SentencePairs, capped, capped_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("heads_study", REPO_ROOT / "benchmarks" / "heads_study.py")

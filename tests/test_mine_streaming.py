@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import eval.encoders
-from ems.cli import run_main
-from eval.encoders import EncoderKind, load_encoder
+import ems.encoder_kinds
+from ems.cli import MissingDataError, run_main
+from ems.encoder_kinds import EncoderKind, load_encoder
+from ems.mining.margin import mine
 from eval.mine import main as mine_main
 from eval.mine import mine_files
-from eval.mining import mine
-from eval.retrieval import MissingDataError, read_lines
+from eval.retrieval import read_lines
 from eval.streaming import chunk_embeddings, scan_distinct, text_chunks
 from tests.test_encoder import model_dir  # noqa: F401 (a fixture: a small EMS model directory)
 from tests.test_eval_tatoeba import TrigramEncoder
@@ -72,7 +72,7 @@ def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
         scan_distinct(tmp_path / "nowhere.de")
     base = ["--encoder", "trigram", "--src", str(src), "--src-lang", "de", "--tgt", str(tgt), "--tgt-lang", "en",
             "--out", str(tmp_path / "o.tsv")]  # fmt: skip
-    eval.encoders.ENCODER_KINDS["trigram"] = EncoderKind(lambda path, device: TrigramEncoder(), "none", {})
+    ems.encoder_kinds.ENCODER_KINDS["trigram"] = EncoderKind(lambda path, device: TrigramEncoder(), "none", {})
     try:
         for extra, message in ((["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
                                (["--src", str(tmp_path / "bad.de")], "is not valid UTF-8")):  # fmt: skip
@@ -81,7 +81,7 @@ def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
             err = capsys.readouterr().err
             assert err.count("error:") == 1 and message in err and "Traceback" not in err
     finally:
-        del eval.encoders.ENCODER_KINDS["trigram"]
+        del ems.encoder_kinds.ENCODER_KINDS["trigram"]
 
 
 def test_work_dir_keeps_the_embeddings_one_row_per_distinct_line(tmp_path):

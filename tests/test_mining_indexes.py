@@ -1,24 +1,15 @@
-"""eval.mining's index kinds (flat, ivf, ivf-sq8, ivf-pq, hnsw): planted pairs found, recall
+"""ems.mining's index kinds (flat, ivf, ivf-sq8, ivf-pq, hnsw): planted pairs found, recall
 against exact search, index sizes, spec strings, and GPU sharding (faked: no GPU here)."""
 
 import faiss
 import numpy as np
 import pytest
 
-import eval.mining
+import ems.mining.index
 from ems.cli import run_main
+from ems.mining.index import INDEX_KINDS, IndexSpec, build_index, index_bytes, parse_index_spec, resolve_index
+from ems.mining.margin import RETRIEVAL, margin_neighbours, mine
 from eval.mine import main as mine_main
-from eval.mining import (
-    INDEX_KINDS,
-    RETRIEVAL,
-    IndexSpec,
-    build_index,
-    index_bytes,
-    margin_neighbours,
-    mine,
-    parse_index_spec,
-    resolve_index,
-)
 
 # Each kind's recall@4 of the exact 4 nearest neighbours on `clustered` (measured: ivf 1.0,
 # ivf-sq8 0.98, ivf-pq 0.93 with re-ranking, hnsw 1.0), with a margin for other faiss builds.
@@ -88,9 +79,9 @@ def test_spec_strings_and_defaults():
 
 @pytest.mark.parametrize("spec, message", [
     ("ivfpq", "unknown kind 'ivfpq'; expected one of auto, flat, ivf, ivf-sq8, ivf-pq, hnsw"),
-    ("ivf-pq:nprobe=x", "nprobe must be an integer, got 'x'"),
-    ("ivf:m=8", "bad setting 'm=8'; ivf takes n_lists, nprobe, train_size"),
-    ("flat:nprobe=4", "flat takes no settings"),
+    ("ivf-pq:nprobe=x", "option 'nprobe=x': must be an integer, got 'x'"),
+    ("ivf:m=8", "bad option 'm=8'; ivf takes n_lists, nprobe, train_size"),
+    ("flat:nprobe=4", "bad option 'nprobe=4'; flat takes no options"),
     ("hnsw:ef_search=0", "ef_search must be an integer >= 1, got 0"),
 ])  # fmt: skip
 def test_bad_spec_strings_are_one_clear_error(spec, message, tmp_path, capsys):
@@ -136,6 +127,6 @@ def test_gpus_get_a_sharded_index(monkeypatch, data, kind, float16):
 
 def test_hnsw_stays_on_the_cpu_when_there_are_gpus(monkeypatch, data):
     x, y, _, _ = data
-    monkeypatch.setattr(eval.mining, "_gpus", lambda: 1)
+    monkeypatch.setattr(ems.mining.index, "gpu_count", lambda: 1)
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", lambda *a, **k: pytest.fail("hnsw has no GPU index"))
     assert isinstance(build_index("y", y, "hnsw"), faiss.IndexHNSWFlat)

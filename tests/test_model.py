@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ems.model import PRESETS, EMSConfig, EMSModel, SentenceEncoder, config_from_preset
+from ems.model import PRESETS, EMSConfig, EMSModel, EncoderNetwork, config_from_preset
 
 PAD = 0
 
@@ -13,7 +13,7 @@ def small_config(**overrides) -> EMSConfig:
 
 def test_padding_does_not_change_u():
     torch.manual_seed(0)
-    encoder = SentenceEncoder(small_config()).eval()
+    encoder = EncoderNetwork(small_config()).eval()
     short = torch.tensor([[5, 17, 42]])
     batch = torch.tensor([[5, 17, 42, PAD, PAD, PAD, PAD], [9, 8, 7, 6, 5, 4, 3]])
     alone = encoder(short)
@@ -25,7 +25,7 @@ def test_padding_does_not_change_u():
 
 def test_u_is_mean_of_final_states_over_real_tokens():
     torch.manual_seed(0)
-    encoder = SentenceEncoder(small_config()).eval()
+    encoder = EncoderNetwork(small_config()).eval()
     tokens = torch.tensor([[5, 17, 42, PAD]])
     states = {}
     encoder.norm.register_forward_hook(lambda m, i, o: states.setdefault("h", o))
@@ -36,7 +36,7 @@ def test_u_is_mean_of_final_states_over_real_tokens():
 
 def test_truncates_to_max_len():
     torch.manual_seed(0)
-    encoder = SentenceEncoder(small_config(max_len=4)).eval()
+    encoder = EncoderNetwork(small_config(max_len=4)).eval()
     long = torch.tensor([[5, 6, 7, 8, 9, 10]])
     torch.testing.assert_close(encoder(long), encoder(long[:, :4]))
 
@@ -91,7 +91,7 @@ def test_attention_implementations_agree_and_a_bad_name_is_an_error():
     outputs = []
     for attention in ("sdpa", "matmul", "auto"):
         torch.manual_seed(1)
-        model = SentenceEncoder(small_config(attention=attention)).eval()
+        model = EncoderNetwork(small_config(attention=attention)).eval()
         outputs.append(model(tokens))
     torch.testing.assert_close(outputs[0], outputs[1])
     torch.testing.assert_close(outputs[0], outputs[2])
@@ -113,8 +113,8 @@ def test_length_groups_give_the_same_vectors_and_gradients_as_one_layout():
     assert len(packed.groups) == 4
     assert [group.shape[1] for _, group in packed.groups] == [2, 5, 11, 12]  # lengths sorted 0 1 2 | 3 4 5 | 7 9 11 | 12 12
     for attention in ("sdpa", "matmul"):
-        grouped = SentenceEncoder(small_config(attention_group_rows=3, attention=attention, dropout=0.0))
-        whole = SentenceEncoder(small_config(attention_group_rows=0, attention=attention, dropout=0.0))
+        grouped = EncoderNetwork(small_config(attention_group_rows=3, attention=attention, dropout=0.0))
+        whole = EncoderNetwork(small_config(attention_group_rows=0, attention=attention, dropout=0.0))
         whole.load_state_dict(grouped.state_dict())
         a, b = grouped(tokens), whole(tokens)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -6,7 +6,6 @@ import pytest
 
 from data_prep.__main__ import main
 from ems.cli import run_main
-from data_prep.corpus import CorpusError, list_parallel, read_parallel
 from data_prep.opus_mt_testsets import (
     REPORT_FILE,
     TATOEBA_CHALLENGE_RELEASE,
@@ -14,6 +13,7 @@ from data_prep.opus_mt_testsets import (
     build_tico19_corpus,
     canonical_language,
 )
+from ems.corpus import CorpusError, list_parallel, read_parallel
 from ems.languages import TATOEBA_LANGUAGES, UnknownLanguageError
 
 

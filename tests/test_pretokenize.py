@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from data_prep.corpus import read_parallel, write_parallel
 from data_prep.pretokenize import MARKER_FILE, corpus_preprocessing, pretokenize_corpus
+from ems.corpus import read_parallel, write_parallel
 from ems.text import Preprocessing, Tokenizer, _mecab, pretokenize
 
 

@@ -48,7 +48,7 @@ def selections(result):
 
 
 def test_poisoned_test_split_changes_no_choice(data_dir, tmp_path, monkeypatch):
-    import eval.heads.dream as dream
+    import ems.heads.dream as dream
 
     monkeypatch.setattr(dream.DreamHead, "default_hyperparameters",
                         dream.HeadHyperparameters(learning_rate=3e-3, max_epochs=8, patience=3))  # fmt: skip

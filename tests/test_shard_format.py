@@ -6,8 +6,8 @@ import shutil
 
 import numpy as np
 
-from data_prep.binarize import SHARD_FORMAT, length_dtype, token_dtype
-from ems.data import BatchOrder, PairShards, collate
+from ems.data import BatchOrder, collate
+from ems.shards import SHARD_FORMAT, PairShards, length_dtype, token_dtype
 
 
 def test_narrowest_dtypes():

@@ -6,8 +6,8 @@ import pytest
 
 from data_prep.__main__ import main
 from ems.cli import run_main
+from ems.corpus import list_parallel, read_parallel, write_parallel
 from data_prep.clean import normalize
-from data_prep.corpus import list_parallel, read_parallel, write_parallel
 from data_prep.opus_mt_testsets import build_tico19_corpus
 from data_prep.split import REPORT_FILE, split_heldout
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from data_prep.binarize import binarize, content_id
-from data_prep.corpus import list_parallel, read_parallel
-from ems.data import BatchOrder, PairShards, collate, iterate_batches
+from ems.corpus import list_parallel, read_parallel
+from ems.data import BatchOrder, collate, iterate_batches
+from ems.shards import PairShards
 from ems.text import FIRST_LANG_ID, PAD_ID, UNK_ID, Preprocessing, Tokenizer, lang_token
 
 
@@ -50,7 +51,7 @@ def test_shards_hold_exactly_the_tokenized_corpus(tiny_pipeline):
 
 
 def test_binarize_rejects_language_missing_from_vocab(tiny_pipeline, tmp_path):
-    from data_prep.corpus import write_parallel
+    from ems.corpus import write_parallel
 
     write_parallel(tmp_path / "corpus", "x", "en", "ru", [("hello", "привет")])
     with pytest.raises(ValueError, match="'ru' is not in this vocabulary"):

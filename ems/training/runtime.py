@@ -15,6 +15,7 @@ import os
 import random
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,8 +28,6 @@ from ems.training.config import TrainConfig, resolve
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
-
-    from ems.training.schedule import LinearSchedule
 
 # DeepSpeed config keys that follow the process count and batch settings, not the optimizer's layout
 BATCH_LAYOUT_KEYS = ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size")
@@ -126,8 +125,9 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_engine(cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: float,
-                 schedule: LinearSchedule) -> DeepSpeedEngine:
-    """The DeepSpeed engine of `model`: AdamW at peak `lr` with `schedule` as its lr factor, the
+                 schedule: Callable[[int], float]) -> DeepSpeedEngine:
+    """The DeepSpeed engine of `model`: AdamW at peak `lr` with `schedule` (step -> lr factor, e.g.
+    ems.training.schedule.LinearSchedule) as its lr factor, the
     engine's checkpoint loader restricted to tensors (ems.checkpoint.load_only_tensors)."""
     import deepspeed
 

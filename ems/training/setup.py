@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from data_prep.teacher import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.artifacts import staged_directory
-from ems.data import BatchOrder, PairShards, Prefetcher, iterate_batches
+from ems.data import BatchOrder, Prefetcher, iterate_batches
 from ems.encoder import export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
 from ems.model import EMSConfig, EMSModel, config_from_preset
 from ems.run_metadata import run_metadata, write_run_metadata
+from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.text import Tokenizer
 from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig

@@ -22,14 +22,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ems.data import PairShards, apportion, collate, sub_batch
+from ems.data import apportion, collate, sub_batch
 from ems.losses import OBJECTIVES
+from ems.shards import PairShards
 from ems.training.metrics import MetricsLog
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
 
-    from data_prep.teacher import TeacherTargets
+    from ems.teacher_store import TeacherTargets
 
 SAMPLE_FILE = "valid_sample.json"
 
@@ -88,7 +89,7 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
     """Mean losses over `sample` cut into global batches of batch_size x world_size pairs (each
     rank scores its share of each, as in training), dropout off; each objective over the rows it
     is defined on (the distillation term, the paper's development score: the MSE on held-out pairs,
-    over the pairs with a teacher vector; `teacher`: data_prep.teacher.TeacherTargets of these
+    over the pairs with a teacher vector; `teacher`: ems.teacher_store.TeacherTargets of these
     shards; None: 0). Returns {"valid_loss", "valid_<objective>" for each of OBJECTIVES,
     "valid_pairs": {language pair: {"loss", <objective>...}}}."""
     import torch.distributed as dist

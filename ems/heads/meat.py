@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.functional import cross_entropy, linear
 
-from eval.heads.training import (
+from ems.heads.training import (
     Decomposition,
     HeadHyperparameters,
     LossFunction,

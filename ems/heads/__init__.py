@@ -1,4 +1,4 @@
-"""Meaning/language disentanglement heads on top of a frozen encoder (see eval.heads.base).
+"""Meaning/language disentanglement heads on top of a frozen encoder (see ems.heads.base).
 
 `HEADS` maps a head name to its class; `load_head(directory)` reads a saved head of any kind.
 """
@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.heads.base import HEAD_JSON, Head, ParallelEmbeddings, UnknownLanguageError
-from eval.heads.centering import CenteringHead
-from eval.heads.dream import DreamHead
-from eval.heads.meat import MeatHead
-from eval.heads.projection import ProjectionHead
-from eval.heads.reversible import ReversibleHead
+from ems.heads.base import HEAD_JSON, VIEWS, Head, ParallelEmbeddings, UnknownLanguageError
+from ems.heads.centering import CenteringHead
+from ems.heads.dream import DreamHead
+from ems.heads.meat import MeatHead
+from ems.heads.projection import ProjectionHead
+from ems.heads.reversible import ReversibleHead
 
 HEADS = {"centering": CenteringHead, "projection": ProjectionHead, "dream": DreamHead, "meat": MeatHead, "reversible": ReversibleHead}
 
@@ -29,4 +29,4 @@ def load_head(directory: Path) -> Head:
     return HEADS[name].load(directory)
 
 
-__all__ = ["HEADS", "HEAD_JSON", "Head", "ParallelEmbeddings", "UnknownLanguageError", "load_head"]
+__all__ = ["HEADS", "HEAD_JSON", "VIEWS", "Head", "ParallelEmbeddings", "UnknownLanguageError", "load_head"]

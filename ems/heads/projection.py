@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from eval.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
-from eval.heads.centering import _valid_pair_cosine
+from ems.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
+from ems.heads.centering import _valid_pair_cosine
 
 WEIGHTS_FILE = "projection.safetensors"
 PIVOT = "en"

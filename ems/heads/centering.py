@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from eval.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
+from ems.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
 
 WEIGHTS_FILE = "centering.safetensors"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from eval.heads.training import (
+from ems.heads.training import (
     Decomposition,
     HeadHyperparameters,
     LossFunction,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch.nn.functional import cross_entropy, mse_loss
 
-from eval.heads.training import (
+from ems.heads.training import (
     Decomposition,
     HeadHyperparameters,
     LossFunction,

@@ -1,11 +1,12 @@
 """Training data for the heads: aligned sentence pairs -> `ParallelEmbeddings` from any encoder.
 
-Sources: FLORES-200 (English paired with each requested language, via data_prep.flores) or a
-corpus root of Moses-format pair directories (`<l1>-<l2>/<name>.<l1|l2>`, data_prep.corpus), e.g.
+Sources: FLORES-200 (English paired with each requested language, files named by
+ems.languages.FLORES_FILES) or a corpus root of Moses-format pair directories
+(`<l1>-<l2>/<name>.<l1|l2>`, ems.corpus), e.g.
 the shared Tatoeba Challenge and TICO-19 pairs imported and cleaned by `ems-prep import` and
 `ems-prep clean` (which removes every sentence of an evaluation set). `capped` keeps a seeded
 sample of at most N pairs per set.
-Pairs are read with data_prep.corpus.read_parallel: a pair with an empty or non-UTF-8 side is
+Pairs are read with ems.corpus.read_parallel: a pair with an empty or non-UTF-8 side is
 skipped and counted in the pair set's `read` report.
 
 Heads must never be trained on test sentences. FLORES-200 devtest shares no sentences with the
@@ -22,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.corpus import ReadReport, list_parallel, read_parallel
-from data_prep.flores import FLORES_FILES
-from eval.encoders import embedding_key
-from eval.heads.base import ParallelEmbeddings
-from eval.retrieval import MissingDataError
+from ems.cli import MissingDataError
+from ems.corpus import ReadReport, list_parallel, read_parallel
+from ems.encoder_kinds import embedding_key
+from ems.heads.base import ParallelEmbeddings
+from ems.languages import FLORES_FILES
 
 PIVOT = "en"
 

@@ -3,7 +3,7 @@
 HeadEncoder(encoder, head, "meaning").encode(sentences, lang) = head.meaning(encoder.encode(...), lang)
 (likewise "language"; "raw" passes through). It is itself an encoder (encode, languages), so
 every evaluation task accepts it. To cache embeddings, cache the wrapped encoder
-(eval.encoders.CachedEncoder): a view has no model id of its own, since a retrained head
+(ems.encoder_kinds.CachedEncoder): a view has no model id of its own, since a retrained head
 changes it.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-VIEWS = ("raw", "meaning", "language")
+from ems.heads.base import VIEWS
 
 
 class HeadEncoder:

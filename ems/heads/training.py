@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from eval.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
+from ems.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
 
 WEIGHTS_FILE = "head.safetensors"
 

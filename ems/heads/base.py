@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 HEAD_JSON = "head.json"
+VIEWS = ("raw", "meaning", "language")  # an embedding as it is, or one of the two parts a head splits it into
 
 
 @dataclass

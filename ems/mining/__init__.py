@@ -1,0 +1,10 @@
+"""Margin-based bitext mining (Artetxe & Schwenk 2019, as in LASER and the EMS paper's BUCC table):
+embeddings in, scored candidate pairs out.
+
+    index    how one side is searched (IndexSpec, or "ivf-pq:nprobe=32,m=16"), building that index
+    search   k-nearest neighbours by cosine, exact or through an index
+    margin   margin scores over k neighbours each side, and the four retrieval modes
+
+Shared by the BUCC task (whose P/R/F1 and threshold live in eval.bucc), the large-scale
+retrieval and xSIM tasks and the `python -m eval.mine` command.
+"""
