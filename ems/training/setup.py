@@ -24,6 +24,7 @@ from ems.encoder import export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
 from ems.model import EMSConfig, EMSModel, config_from_preset
 from ems.run_metadata import run_metadata, write_run_metadata
+from ems.shards import PairShards
 from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.text import Tokenizer
 from ems.training.checkpointer import Checkpointer, RunState
