@@ -32,12 +32,12 @@ import numpy as np
 import torch
 import yaml
 
-from eval.correlation import RAW, evaluate_scored_pairs
+from eval.evaluators.correlation import RAW, evaluate_scored_pairs
 from eval.encoders import load_encoder
 from eval.heads import HEADS
 from eval.heads.parallel_data import capped_rows, encode_pairs, flores_pairs, pivot_pairs
-from eval.qe import read_qe_pairs
-from eval.sts import read_sts_tracks
+from eval.evaluators.qe import read_qe_pairs
+from eval.evaluators.sts import read_sts_tracks
 from eval.train_head import train_head
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ import numpy as np
 
 from ems.cli import add_debug_option, run_main
 from ems.languages import ENGLISH, TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, lang_to_tatoeba_code
-from eval.bucc import split_paths
+from eval.evaluators.bucc import split_paths
 from eval.retrieval import MissingDataError, read_lines
 
 FLORES_LINES = 1012

@@ -39,7 +39,7 @@ from eval.report import task_markdown, write_results
 from eval.results import RESULTS_FILE, TaskResult
 from eval.retrieval import ENGLISH_NOT_COVERED, NOT_COVERED, MissingDataError
 from eval.task import RunOptions, TaskRun, TaskType, task_type
-from eval.tatoeba import DEFAULT_CONFIG
+from eval.evaluators.tatoeba import DEFAULT_CONFIG
 
 DEFAULT_SUITE = DEFAULT_CONFIG.parent / "suite.yaml"
 

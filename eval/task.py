@@ -4,8 +4,8 @@ A task type is one `TaskType` object, `TASK`, in one module: its metric, the con
 takes, its runner (encoder + the config and data directory -> a result mapping), its markdown
 table and the score its chart shows per language. The built-in types are the modules of
 eval/tasks (`type: qe` is eval/tasks/qe.py); a config may also name any importable module that
-defines `TASK` (`type: my_project.my_task`). The evaluators themselves (eval/tatoeba.py,
-eval/correlation.py, ...) know nothing of configs: a task module is the glue, as MTEB keeps tasks
+defines `TASK` (`type: my_project.my_task`). The evaluators themselves (eval/evaluators/tatoeba.py,
+eval/evaluators/correlation.py, ...) know nothing of configs: a task module is the glue, as MTEB keeps tasks
 (data plus metadata) apart from its evaluators. Adding a task is one new module plus its YAML.
 """
 

@@ -1,4 +1,4 @@
-"""Margin-based mining (eval.mining), the BUCC task (eval.bucc) and the FLORES-BUCC builder,
+"""Margin-based mining (eval.mining), the BUCC task (eval.evaluators.bucc) and the FLORES-BUCC builder,
 on hand-built cases whose margins, pairs and P/R/F1 are worked out in the comments."""
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval.bucc import BuccTask, evaluate_bucc, load_bucc_split, read_bucc_sentences, unique_texts
+from eval.evaluators.bucc import BuccTask, evaluate_bucc, load_bucc_split, read_bucc_sentences, unique_texts
 from eval.make_flores_bucc import build_flores_bucc
 from eval.mining import best_threshold, margin_neighbours, mine, precision_recall_f1
 from eval.retrieval import MissingDataError

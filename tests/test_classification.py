@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from data_prep.flores import FLORES_FILES
-from eval.classification import MlpSettings, document_embeddings, evaluate_classification, mlp_settings
-from eval.classification_data import (
+from eval.evaluators.classification import MlpSettings, document_embeddings, evaluate_classification, mlp_settings
+from eval.evaluators.classification_data import (
     BAD_RECORD,
     EMPTY_TEXT,
     MALFORMED,

@@ -4,7 +4,7 @@ English-X pairs of a Moses-format corpus, a seeded cap per language."""
 import pytest
 
 from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus
-from eval.correlation import HeadTraining
+from eval.evaluators.correlation import HeadTraining
 from eval.heads.parallel_data import PIVOT, capped, pivot_pairs
 from eval.retrieval import MissingDataError
 from eval.run_all import run_all

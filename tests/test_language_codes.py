@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ems.languages import UnknownLanguageError, canonical_language, closest_language_codes, covered_language, resolve_language
-from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
+from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
 from eval.faults import not_run
 from eval.run_all import run_all, split_language_filter
 

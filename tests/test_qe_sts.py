@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval.correlation import correlations, cosine_rows
-from eval.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
+from eval.evaluators.correlation import correlations, cosine_rows
+from eval.evaluators.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
 from eval.retrieval import MissingDataError
 from eval.run_all import run_all
-from eval.sts import read_sts, read_sts_tracks
+from eval.evaluators.sts import read_sts, read_sts_tracks
 from eval.results import read_results as stored_results
 
 MLQE_HEADER = "index\toriginal\ttranslation\tscores\tmean\tz_scores\tz_mean\tmodel_scores"

@@ -1,9 +1,9 @@
 """Any bitext test set described by file patterns (NTREX-128, FLORES, ...): P@1 by cosine or
-margin (eval.bitext). `{lang}` in a pattern is each code exactly as written in the config."""
+margin (eval.evaluators.bitext). `{lang}` in a pattern is each code exactly as written in the config."""
 
 from __future__ import annotations
 
-from eval.bitext import BitextTask, evaluate_bitext
+from eval.evaluators.bitext import BitextTask, evaluate_bitext
 from eval.report import bitext_table
 from eval.task import TaskRun, TaskType, codes_in_filter
 

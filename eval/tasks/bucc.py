@@ -1,9 +1,9 @@
 """BUCC-style bitext mining: margin-scored candidates, threshold chosen on the training split,
-P/R/F1 on the test split (eval.bucc)."""
+P/R/F1 on the test split (eval.evaluators.bucc)."""
 
 from __future__ import annotations
 
-from eval.bucc import BuccTask, evaluate_bucc
+from eval.evaluators.bucc import BuccTask, evaluate_bucc
 from eval.report import bucc_table
 from eval.task import TaskRun, TaskType, filtered_languages
 

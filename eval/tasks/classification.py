@@ -1,16 +1,16 @@
 """Zero-shot cross-lingual document classification (MLDoc, SIB-200, ...): an MLP on frozen
-embeddings, en→X and/or X→en (eval.classification).
+embeddings, en→X and/or X→en (eval.evaluators.classification).
 
 Config: `languages` ("all": every language in the data, or a list; the train language is always
-read), `format` and `reader` (eval.classification_data), `train_language`, `seeds` (a count or a
-list), `mlp` (eval.classification.mlp_settings), `directions`: en2xx (train on the train
+read), `format` and `reader` (eval.evaluators.classification_data), `train_language`, `seeds` (a count or a
+list), `mlp` (eval.evaluators.classification.mlp_settings), `directions`: en2xx (train on the train
 language, test each language; the default) and/or xx2en (train on each language X, select on X's
 dev, test on the train language)."""
 
 from __future__ import annotations
 
-from eval.classification import evaluate_classification, mlp_settings
-from eval.classification_data import read_task
+from eval.evaluators.classification import evaluate_classification, mlp_settings
+from eval.evaluators.classification_data import read_task
 from eval.report import classification_table
 from eval.task import TaskRun, TaskType, filtered_languages
 

@@ -1,8 +1,8 @@
-"""FLORES-200 retrieval: P@1 by cosine both ways on a FLORES split (eval.flores)."""
+"""FLORES-200 retrieval: P@1 by cosine both ways on a FLORES split (eval.evaluators.flores)."""
 
 from __future__ import annotations
 
-from eval.flores import FloresTask, evaluate_flores
+from eval.evaluators.flores import FloresTask, evaluate_flores
 from eval.report import markdown_table
 from eval.task import TaskRun, TaskType, filtered_languages
 

@@ -1,9 +1,9 @@
 """Language neutrality (Libovický et al., 2020): a linear language-ID probe on the raw embeddings
-and on each head's meaning and language views, plus a PCA plot (eval.language_id)."""
+and on each head's meaning and language views, plus a PCA plot (eval.evaluators.language_id)."""
 
 from __future__ import annotations
 
-from eval.language_id import LanguageIdTask, evaluate_language_id
+from eval.evaluators.language_id import LanguageIdTask, evaluate_language_id
 from eval.report import language_id_table
 from eval.task import TaskRun, TaskType, filtered_languages
 

@@ -1,8 +1,8 @@
-"""Large-pool retrieval: each query against many candidates by margin, P@1 (eval.large_retrieval)."""
+"""Large-pool retrieval: each query against many candidates by margin, P@1 (eval.evaluators.large_retrieval)."""
 
 from __future__ import annotations
 
-from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
+from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
 from eval.report import retrieval_table
 from eval.task import TaskRun, TaskType
 

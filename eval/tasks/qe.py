@@ -1,11 +1,11 @@
 """WMT20 sentence-level QE (MLQE-PE) as a similarity task: Pearson r of cosine(source, MT) with
-the human z_mean per pair, raw and through each head's meaning view (eval.qe, eval.correlation).
+the human z_mean per pair, raw and through each head's meaning view (eval.evaluators.qe, eval.evaluators.correlation).
 `dev_split` is scored beside `split` by the same heads: choices are made on it, never on `split`."""
 
 from __future__ import annotations
 
-from eval.correlation import HeadTraining, evaluate_correlation_task
-from eval.qe import read_qe_pairs
+from eval.evaluators.correlation import HeadTraining, evaluate_correlation_task
+from eval.evaluators.qe import read_qe_pairs
 from eval.report import correlation_table
 from eval.task import TaskRun, TaskType, pair_in_filter
 

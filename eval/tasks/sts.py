@@ -1,11 +1,11 @@
 """SemEval-2017 STS, every track: Pearson r / Spearman ρ of cosine(sent1, sent2) with the gold
-score, raw and through each head's meaning view (eval.sts, eval.correlation)."""
+score, raw and through each head's meaning view (eval.evaluators.sts, eval.evaluators.correlation)."""
 
 from __future__ import annotations
 
-from eval.correlation import HeadTraining, evaluate_correlation_task
+from eval.evaluators.correlation import HeadTraining, evaluate_correlation_task
 from eval.report import correlation_table
-from eval.sts import read_sts_tracks
+from eval.evaluators.sts import read_sts_tracks
 from eval.task import TaskRun, TaskType, pair_in_filter
 from eval.tasks.qe import raw_pearson
 

@@ -1,9 +1,9 @@
-"""Tatoeba similarity search (LASER's 112 languages): P@1 by cosine both ways (eval.tatoeba)."""
+"""Tatoeba similarity search (LASER's 112 languages): P@1 by cosine both ways (eval.evaluators.tatoeba)."""
 
 from __future__ import annotations
 
 from eval.report import markdown_table
-from eval.tatoeba import evaluate_tatoeba, load_tatoeba_task
+from eval.evaluators.tatoeba import evaluate_tatoeba, load_tatoeba_task
 from eval.task import TaskRun, TaskType
 
 NO_TATOEBA_SET = "no Tatoeba test set"

@@ -1,11 +1,11 @@
-"""xSIM / xSIM++ (LASER): margin-based error rate of each FLORES file against English (eval.xsim).
+"""xSIM / xSIM++ (LASER): margin-based error rate of each FLORES file against English (eval.evaluators.xsim).
 `languages`: FLORES stems, or "all"; `augmented_subdir` (xSIM++ files) is under the data root."""
 
 from __future__ import annotations
 
 from eval.report import xsim_table
 from eval.task import TaskRun, TaskType, codes_in_filter
-from eval.xsim import XsimTask, evaluate_xsim, flores_stems
+from eval.evaluators.xsim import XsimTask, evaluate_xsim, flores_stems
 
 SETTINGS = frozenset({"split", "english", "margin", "k", "textual", "augmented_subdir"})
 

@@ -58,8 +58,9 @@ def load_flores_pair(data_dir: Path, lang: str, split: str = "devtest", max_sent
 
 
 def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
-    """Bidirectional P@1 (%) per language, the result shaped as eval.tatoeba.evaluate_tatoeba's
-    ("languages": {lang: {source, n, xx2en, en2xx, mean}}, "average", "skipped", "data_errors").
+    """Bidirectional P@1 (%) per language, the result shaped as
+    eval.evaluators.tatoeba.evaluate_tatoeba's ("languages": {lang: {source, n, xx2en, en2xx,
+    mean}}, "average", "skipped", "data_errors").
     A language FLORES-200 does not have is skipped, and with `languages` None so is one whose
     file is absent; a requested language whose file is missing or unreadable is a data error."""
     english = flores_path(task.data_dir, ENGLISH, task.split)

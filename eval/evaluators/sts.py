@@ -4,7 +4,7 @@ In: `<data>/STS2017.track<N>.<xx-yy>.sent1-sent2-gold.tsv`: three tab-separated 
 (sent1, sent2, gold similarity 0-5), no header, quotes literal. Which language each column holds
 differs per track (track 2: en | ar, 4a: es | en, 4b: en | es, 6: en | tr), so the task config
 names them. Out: `ScoredPairs`; the score is Pearson r and Spearman rho between
-cosine(sent1, sent2) and gold, per track (eval.correlation).
+cosine(sent1, sent2) and gold, per track (eval.evaluators.correlation).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.correlation import ScoredPairs
+from eval.evaluators.correlation import ScoredPairs
 from eval.faults import DataErrors
 from eval.retrieval import MissingDataError, read_text
 

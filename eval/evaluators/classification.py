@@ -1,8 +1,9 @@
 """Zero-shot cross-lingual document classification on frozen sentence embeddings (LASER/EMS protocol).
 
 In: an encoder (`encode(sentences, lang) -> (n, d)` and `languages`) and a ClassificationTask
-(eval.classification_data). A document's embedding is the mean of its sentences' embeddings; the
-sentences of one split of one language go to the encoder in a single call (so a cache hits).
+(eval.evaluators.classification_data). A document's embedding is the mean of its sentences'
+embeddings; the sentences of one split of one language go to the encoder in a single call (so a
+cache hits).
 
 The classifier is LASER's (source/sent_classif.py with the settings of tasks/mldoc/mldoc.sh):
 dropout 0.2 on the input, hidden layers 10 and 8 each followed by tanh and dropout 0.2, a linear
@@ -37,7 +38,7 @@ from tqdm import tqdm
 
 from ems.cli import one_line
 from ems.languages import covered_language
-from eval.classification_data import ClassificationTask, Document
+from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.faults import DATA_ERRORS, DATA_FAULTS
 from eval.retrieval import encode_checked, encoder_languages
 

@@ -4,7 +4,7 @@ In: `<data>/<src>-<tgt>/<split>.<srctgt>.df.short.tsv` (tab-separated with a hea
 columns index, original, translation, scores, mean, z_scores, z_mean, model_scores; the texts
 contain quote characters, which are literal: no CSV quoting). Out: `ScoredPairs` of (original in
 src, translation in tgt, z_mean). The score of an encoder is Pearson r between
-cosine(original, translation) and z_mean, per pair (eval.correlation).
+cosine(original, translation) and z_mean, per pair (eval.evaluators.correlation).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.correlation import ScoredPairs
+from eval.evaluators.correlation import ScoredPairs
 from eval.faults import DataErrors
 from eval.retrieval import MissingDataError, read_text
 

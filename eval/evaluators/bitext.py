@@ -7,7 +7,7 @@ A config (configs/eval/ntrex.yaml) names a source side and a pattern for the oth
     source: {pattern: "newstest2019-src.{lang}.txt", lang: eng}
     targets: {pattern: "newstest2019-ref.{lang}.txt"}
     languages: [deu, fra, fra-CA, zho-CN, srp-Cyrl]   # any form: deu, zho_Hans, fra-CA, de
-    scoring: cosine            # or margin (eval.xsim.margin_picks: k nearest, ratio/distance/absolute)
+    scoring: cosine            # or margin (eval.evaluators.xsim.margin_picks: k nearest, ratio/distance/absolute)
     directions: both           # or xx2en / en2xx: which directions the headline "mean" averages
     laser_duplicates: false    # true: a retrieved sentence identical to the gold one is correct
 
@@ -38,7 +38,7 @@ from eval.retrieval import (
     evaluate_bitexts,
     read_aligned_files,
 )
-from eval.xsim import correct_picks, encoder_lang, margin_picks
+from eval.evaluators.xsim import correct_picks, encoder_lang, margin_picks
 
 SCORINGS = ("cosine", "margin")
 DIRECTIONS = ("both", "xx2en", "en2xx")

@@ -1,4 +1,5 @@
-"""Similarity-vs-human-score correlation, shared by WMT20 QE (eval.qe) and STS2017 (eval.sts).
+"""Similarity-vs-human-score correlation, shared by WMT20 QE (eval.evaluators.qe) and STS2017
+(eval.evaluators.sts).
 
 In: `ScoredPairs` (sentence pairs in two languages with a gold score each, from a task reader),
 an encoder, and trained heads. Out: per pair set the Pearson r and Spearman rho (scipy.stats)

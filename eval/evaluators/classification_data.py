@@ -17,7 +17,7 @@ Sentences: an MLDoc line or a review text is one document of several sentences. 
 `split_sentences`: after . ! ? followed by whitespace, and after 。！？ (no space needed); pieces are
 stripped and empty ones dropped. LASER embedded each MLDoc line whole, as a single "sentence"; pass
 `split=False` (config `reader: {split: false}`) to do the same. The document embedding is the mean of
-its sentences' embeddings (eval.classification).
+its sentences' embeddings (eval.evaluators.classification).
 
 Bad input: a missing directory or training file raises MissingDataError naming it and where the data
 comes from; a test file that is missing or bad (not UTF-8, no document left) costs only its language,
