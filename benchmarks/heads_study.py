@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import yaml
 
-from eval.evaluators.correlation import RAW, evaluate_scored_pairs
+from eval.evaluators.correlation import RAW, evaluate_rated_pairs
 from eval.encoders import load_encoder
 from eval.heads import HEADS
 from eval.heads.parallel_data import capped_rows, encode_pairs, flores_pairs, pivot_pairs
@@ -186,7 +186,7 @@ def main() -> None:
                     continue
                 start = time.perf_counter()
                 head, log = train_head(name, data, 0.1, 0, hyperparameters)
-                scored = {split: evaluate_scored_pairs(encoder, sets, {name: head})[0] for split, sets in splits.items()}
+                scored = {split: evaluate_rated_pairs(encoder, sets, {name: head})[0] for split, sets in splits.items()}
                 row = {"source": source, "task": task, "setting": label, "head": name, "train_pairs": len(data),
                        "languages": trained_languages, "best_epoch": log.get("best_epoch"), "epochs": log.get("epochs"),
                        "seconds": round(time.perf_counter() - start, 1),

@@ -2,7 +2,7 @@
 
 In: `<data>/<src>-<tgt>/<split>.<srctgt>.df.short.tsv` (tab-separated with a header naming the
 columns index, original, translation, scores, mean, z_scores, z_mean, model_scores; the texts
-contain quote characters, which are literal: no CSV quoting). Out: `ScoredPairs` of (original in
+contain quote characters, which are literal: no CSV quoting). Out: `RatedPairs` of (original in
 src, translation in tgt, z_mean). The score of an encoder is Pearson r between
 cosine(original, translation) and z_mean, per pair (eval.evaluators.correlation).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.evaluators.correlation import ScoredPairs
+from eval.evaluators.correlation import RatedPairs
 from eval.faults import DataErrors
 from eval.retrieval import MissingDataError, read_text
 
@@ -34,7 +34,7 @@ def mlqe_path(data_dir: Path, pair: str, split: str) -> Path:
     return Path(data_dir) / pair / f"{split}.{src}{tgt}.df.short.tsv"
 
 
-def read_mlqe(path: Path, pair: str) -> ScoredPairs:
+def read_mlqe(path: Path, pair: str) -> RatedPairs:
     """The (original, translation, z_mean) rows of one MLQE-PE file. Rows with the wrong number of
     fields, an empty sentence or a non-numeric z_mean are skipped and counted by reason.
     MissingDataError if the file is missing; ValueError if the header lacks a needed column."""
@@ -58,7 +58,7 @@ def read_mlqe(path: Path, pair: str) -> ScoredPairs:
             sent1.append(fields[index[0]].strip())
             sent2.append(fields[index[1]].strip())
             gold.append(float(fields[index[2]]))
-    return ScoredPairs(pair, src, tgt, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
+    return RatedPairs(pair, src, tgt, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
 
 
 def _problem(fields: list[str], n_columns: int, index: list[int]) -> str | None:
@@ -75,7 +75,7 @@ def _problem(fields: list[str], n_columns: int, index: list[int]) -> str | None:
 
 def read_qe_pairs(
     data_dir: Path, pairs: list[str], split: str, max_sentences: int | None = None
-) -> tuple[list[ScoredPairs], DataErrors]:
+) -> tuple[list[RatedPairs], DataErrors]:
     """The MLQE files of `pairs` (first `max_sentences` rows each; None: all). A missing or bad
     file is a data error of its pair (eval.faults); MissingDataError when `data_dir` is missing.
     Returns (pair sets, {pair: reason})."""

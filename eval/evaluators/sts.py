@@ -3,7 +3,7 @@
 In: `<data>/STS2017.track<N>.<xx-yy>.sent1-sent2-gold.tsv`: three tab-separated fields per line
 (sent1, sent2, gold similarity 0-5), no header, quotes literal. Which language each column holds
 differs per track (track 2: en | ar, 4a: es | en, 4b: en | es, 6: en | tr), so the task config
-names them. Out: `ScoredPairs`; the score is Pearson r and Spearman rho between
+names them. Out: `RatedPairs`; the score is Pearson r and Spearman rho between
 cosine(sent1, sent2) and gold, per track (eval.evaluators.correlation).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.evaluators.correlation import ScoredPairs
+from eval.evaluators.correlation import RatedPairs
 from eval.faults import DataErrors
 from eval.retrieval import MissingDataError, read_text
 
@@ -25,7 +25,7 @@ SKIP_EMPTY = "empty sentence"
 SKIP_SCORE = "gold not a number"
 
 
-def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> ScoredPairs:
+def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> RatedPairs:
     """The (sent1, sent2, gold) lines of one STS2017 file; lines with other than 3 fields, an
     empty sentence or a non-numeric gold are skipped and counted. MissingDataError if missing."""
     path = Path(path)
@@ -41,7 +41,7 @@ def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> ScoredP
             sent1.append(fields[0].strip())
             sent2.append(fields[1].strip())
             gold.append(float(fields[2]))
-    return ScoredPairs(name, sent1_lang, sent2_lang, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
+    return RatedPairs(name, sent1_lang, sent2_lang, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
 
 
 def _problem(fields: list[str]) -> str | None:
@@ -58,7 +58,7 @@ def _problem(fields: list[str]) -> str | None:
 
 def read_sts_tracks(
     data_dir: Path, tracks: list[dict], max_sentences: int | None = None
-) -> tuple[list[ScoredPairs], DataErrors]:
+) -> tuple[list[RatedPairs], DataErrors]:
     """The STS2017 files of `tracks` ({name, file, langs: [sent1 language, sent2 language]}),
     first `max_sentences` pairs each (None: all). A missing or bad file is a data error of its
     track (eval.faults); MissingDataError when `data_dir` is missing. Returns (pair sets, {track: reason})."""
