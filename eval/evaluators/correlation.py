@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from data_prep.flores import flores_file
 from eval.faults import DATA_ERRORS, DataErrors
 from eval.heads.base import UnknownLanguageError
-from eval.heads.parallel_data import PIVOT, SentencePairs, capped, flores_file, flores_pairs, pivot_pairs
+from eval.heads.parallel_data import PIVOT, SentencePairs, capped, flores_pairs, pivot_pairs
 from eval.train_head import train_heads
 
 RAW = "raw"

@@ -3,7 +3,7 @@ ones, scored like Tatoeba (bidirectional cosine P@1, see eval.retrieval). FLORES
 news/wiki text from another source than Tatoeba, so it shows how a model trained on Tatoeba-like
 sentences transfers to another domain.
 
-Files: `<data_dir>/<stem>.<split>` with `stem` from data_prep.flores.FLORES_FILES (`deu`,
+Files: `<data_dir>/<stem>.<split>` as data_prep.flores.flores_file finds them (`deu`,
 `cmn_Hans`, ...) and `eng.<split>`, line-aligned. FLORES sentences are also SIB-200's: a model
 trained on them must not be scored here.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.flores import FLORES_FILES
+from data_prep.flores import FLORES_FILES, flores_file
 from ems.languages import ENGLISH
 from eval.faults import DataErrors
 from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
@@ -38,23 +38,20 @@ class FloresTask:
         check_max_sentences(self.max_sentences)
 
 
-def flores_path(data_dir: Path, lang: str, split: str = "devtest") -> Path | None:
-    """The file of canonical language `lang` in a FLORES split directory, or None if FLORES_FILES
-    has no stem for it."""
-    stem = FLORES_FILES.get(lang)
-    return None if stem is None else Path(data_dir) / f"{stem}.{split}"
-
-
 def load_flores_pair(data_dir: Path, lang: str, split: str = "devtest", max_sentences: int | None = None) -> tuple[list[str], list[str]]:
-    """(xx sentences, English sentences) of one FLORES language, line-aligned; MissingDataError
-    naming the file when it is not there."""
-    xx_path, en_path = flores_path(data_dir, lang, split), flores_path(data_dir, ENGLISH, split)
-    if xx_path is None:
-        raise MissingDataError(f"{NOT_IN_FLORES}: {lang!r} (known: {', '.join(sorted(FLORES_FILES))})")
-    for path in (xx_path, en_path):
-        if not path.is_file():
-            raise MissingDataError(f"missing FLORES-200 file {path}; get the {split} split from {FLORES_SOURCE}")
-    return read_aligned_files(xx_path, en_path, max_sentences)
+    """(xx sentences, English sentences) of one FLORES language, line-aligned (files found by
+    data_prep.flores.flores_file); MissingDataError naming the expected file when it is not there."""
+    paths = []
+    for code in (lang, ENGLISH):
+        path = flores_file(data_dir, code, split)
+        if path is None:
+            stem = FLORES_FILES.get(code)
+            if stem is None:
+                raise MissingDataError(f"{NOT_IN_FLORES}: {code!r} (known: {', '.join(sorted(FLORES_FILES))})")
+            raise MissingDataError(f"missing FLORES-200 file {Path(data_dir) / f'{stem}.{split}'}; "
+                                   f"get the {split} split from {FLORES_SOURCE}")  # fmt: skip
+        paths.append(path)
+    return read_aligned_files(*paths, max_sentences)
 
 
 def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
@@ -63,15 +60,14 @@ def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
     mean}}, "average", "skipped", "data_errors").
     A language FLORES-200 does not have is skipped, and with `languages` None so is one whose
     file is absent; a requested language whose file is missing or unreadable is a data error."""
-    english = flores_path(task.data_dir, ENGLISH, task.split)
-    if not english.is_file():
-        raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing {english.name}); "
-                               f"get it from {FLORES_SOURCE}")
+    if flores_file(task.data_dir, ENGLISH, task.split) is None:
+        raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing "
+                               f"{FLORES_FILES[ENGLISH]}.{task.split}); get it from {FLORES_SOURCE}")  # fmt: skip
     requested = task.languages if task.languages is not None else sorted(set(FLORES_FILES) - {ENGLISH})
     bitexts, skipped, errors = [], {}, DataErrors()
     for lang in requested:
-        path = flores_path(task.data_dir, lang, task.split)
-        if path is None or (task.languages is None and not path.is_file()):
+        path = flores_file(task.data_dir, lang, task.split)
+        if path is None and (task.languages is None or lang not in FLORES_FILES):  # else a data error naming the file
             skipped.setdefault(NOT_IN_FLORES, []).append(lang)
             continue
         pair = errors.read(lang, load_flores_pair, task.data_dir, lang, task.split, task.max_sentences)

@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from data_prep.flores import flores_file
 from eval.faults import DATA_ERRORS, DataErrors
 from eval.heads.base import ParallelEmbeddings
-from eval.heads.parallel_data import PIVOT, flores_file, flores_pairs
+from eval.heads.parallel_data import PIVOT, flores_pairs
 from eval.pca_plot import write_pca_plot
 from eval.retrieval import MissingDataError
 from eval.train_head import train_head

@@ -33,11 +33,11 @@ import numpy as np
 from tqdm import tqdm
 
 from ems.languages import canonical_language, covered_language
+from eval.evaluators.flores import FLORES_SOURCE
 from eval.faults import DATA_ERRORS, DataErrors
 from eval.mining import DEFAULT_K, MARGINS, check_choice, margin_neighbours
 from eval.retrieval import MissingDataError, check_max_sentences, encode_checked, encoder_languages, read_lines
 
-FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
 XSIMPP_SOURCE = "https://dl.fbaipublicfiles.com/nllb/laser/xsimplusplus (LASER tasks/xsimplusplus)"
 NOT_COVERED = "not covered by the encoder"
 MISALIGNED = "Misaligned"

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.corpus import ReadReport, list_parallel, read_parallel
-from data_prep.flores import FLORES_FILES
+from data_prep.flores import FLORES_FILES, flores_file
 from eval.encoders import embedding_key
 from eval.heads.base import ParallelEmbeddings
 from eval.retrieval import MissingDataError
@@ -41,13 +41,6 @@ class SentencePairs:
     y: list[str]
     source: str
     read: dict = field(default_factory=dict)  # ReadReport counts of the file pair
-
-
-def flores_file(split_dir: Path, lang: str) -> Path | None:
-    """The FLORES-200 file of canonical language `lang` in `split_dir` (None if absent)."""
-    stem = FLORES_FILES.get(lang)
-    matches = sorted(Path(split_dir).glob(f"{stem}.*")) if stem else []
-    return matches[0] if matches else None
 
 
 def flores_pairs(split_dir: Path, languages: list[str]) -> list[SentencePairs]:
