@@ -39,8 +39,8 @@ from eval.report import task_markdown, write_results
 from eval.results import RESULTS_FILE, TaskResult
 from eval.retrieval import ENGLISH_NOT_COVERED, NOT_COVERED, MissingDataError
 from eval.task import RunOptions, TaskRun, TaskType, task_type
-from eval.evaluators.tatoeba import DEFAULT_CONFIG
 
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "eval" / "tatoeba.yaml"
 DEFAULT_SUITE = DEFAULT_CONFIG.parent / "suite.yaml"
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from scipy import stats
 
 from data_prep.flores import flores_file
+from eval.evaluators.items import score_items
 from eval.faults import DATA_ERRORS, DataErrors
 from eval.heads.base import UnknownLanguageError
 from eval.heads.parallel_data import PIVOT, SentencePairs, capped, flores_pairs, pivot_pairs
@@ -156,8 +157,9 @@ def _with_head_data(pair_sets: list[RatedPairs], training: HeadTraining, errors:
     data errors. (Without FLORES's English file no head trains: the training says so.)"""
     if not training.heads or (training.pairs_dir is None and flores_file(training.flores_dir, PIVOT) is None):
         return pair_sets
-    return [pairs for pairs in pair_sets
-            if errors.read(pairs.name, training.pair_sets, [pairs.lang1, pairs.lang2]) is not None]  # fmt: skip
+    found = score_items(pair_sets, lambda pairs: training.pair_sets([pairs.lang1, pairs.lang2]), lambda pairs, _: pairs,
+                        key=lambda pairs: pairs.name, errors=errors)  # fmt: skip
+    return list(found.rows.values())
 
 
 def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[RatedPairs], training: HeadTraining,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from data_prep.flores import FLORES_FILES, flores_file
 from ems.languages import ENGLISH
-from eval.faults import DataErrors
+from eval.evaluators.items import score_items
 from eval.retrieval import Bitext, MissingDataError, check_max_sentences, evaluate_bitexts, read_aligned_files
 
 FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
@@ -64,14 +64,15 @@ def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
         raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing "
                                f"{FLORES_FILES[ENGLISH]}.{task.split}); get it from {FLORES_SOURCE}")  # fmt: skip
     requested = task.languages if task.languages is not None else sorted(set(FLORES_FILES) - {ENGLISH})
-    bitexts, skipped, errors = [], {}, DataErrors()
-    for lang in requested:
-        path = flores_file(task.data_dir, lang, task.split)
-        if path is None and (task.languages is None or lang not in FLORES_FILES):  # else a data error naming the file
-            skipped.setdefault(NOT_IN_FLORES, []).append(lang)
-            continue
-        pair = errors.read(lang, load_flores_pair, task.data_dir, lang, task.split, task.max_sentences)
-        if pair is not None:
-            bitexts.append(Bitext(lang=lang, source=path.name, xx=pair[0], en=pair[1]))
-    result = evaluate_bitexts(encoder, bitexts, task.name, skipped, progress, errors)
+
+    def absent(lang: str) -> str | None:  # a requested FLORES language without its file is a data error naming it
+        missing = flores_file(task.data_dir, lang, task.split) is None
+        return NOT_IN_FLORES if missing and (task.languages is None or lang not in FLORES_FILES) else None
+
+    def read(lang: str) -> Bitext:
+        xx, en = load_flores_pair(task.data_dir, lang, task.split, task.max_sentences)
+        return Bitext(lang=lang, source=flores_file(task.data_dir, lang, task.split).name, xx=xx, en=en)
+
+    found = score_items(requested, read, skip=absent, desc=task.name)
+    result = evaluate_bitexts(encoder, list(found.rows.values()), task.name, found.skipped, progress, found.errors)
     return {"task": result.pop("task"), "data_dir": str(task.data_dir), "max_sentences": task.max_sentences, **result}

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.evaluators.correlation import RatedPairs
+from eval.evaluators.items import score_items
 from eval.faults import DataErrors
 from eval.retrieval import MissingDataError, read_text
 
@@ -83,9 +84,6 @@ def read_qe_pairs(
         raise MissingDataError(
             f"WMT20 QE directory {data_dir} does not exist (MLQE-PE data/direct-assessments, see PROVENANCE.md)"
         )
-    pair_sets, errors = [], DataErrors()
-    for pair in pairs:
-        scored = errors.read(pair, read_mlqe, mlqe_path(data_dir, pair, split), pair)
-        if scored is not None:
-            pair_sets.append(scored.head(max_sentences))
-    return pair_sets, errors
+    paths = {pair: mlqe_path(data_dir, pair, split) for pair in pairs}  # a malformed pair name fails the task
+    found = score_items(pairs, lambda pair: read_mlqe(paths[pair], pair), lambda _, rated: rated.head(max_sentences))
+    return list(found.rows.values()), found.errors

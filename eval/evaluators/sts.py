@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.evaluators.correlation import RatedPairs
+from eval.evaluators.items import score_items
 from eval.faults import DataErrors
 from eval.retrieval import MissingDataError, read_text
 
@@ -69,9 +70,6 @@ def read_sts_tracks(
         raise MissingDataError(
             f"STS2017 directory {data_dir} does not exist (SemEval-2017 Task 1 with gold, see PROVENANCE.md)"
         )
-    pair_sets, errors = [], DataErrors()
-    for track in tracks:
-        scored = errors.read(track["name"], read_sts, Path(data_dir) / track["file"], track["name"], *track["langs"])
-        if scored is not None:
-            pair_sets.append(scored.head(max_sentences))
-    return pair_sets, errors
+    found = score_items(tracks, lambda track: read_sts(Path(data_dir) / track["file"], track["name"], *track["langs"]),
+                        lambda _, rated: rated.head(max_sentences), key=lambda track: track["name"])  # fmt: skip
+    return list(found.rows.values()), found.errors

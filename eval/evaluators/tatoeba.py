@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
-from eval.faults import DataErrors
+from eval.evaluators.items import score_items
 from eval.retrieval import (
     Bitext,
     MissingDataError,
@@ -23,7 +23,6 @@ from eval.retrieval import (
 
 TATOEBA_SOURCE = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 DEFAULT_FILE_PATTERN = "tatoeba.{code}-eng.{side}"  # side: the language's code, or "eng"
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "eval" / "tatoeba.yaml"
 UNKNOWN_CODE = "unknown Tatoeba code"
 SUPPORTED_METRIC = "p_at_1"
 SEEN, UNSEEN = "seen in training", "unseen in training"
@@ -167,15 +166,15 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
                 f"no Tatoeba files in {task.data_dir}: expected {_expected_files(task.file_pattern)}, ... "
                 f"from {TATOEBA_SOURCE}"
             )
-    unknown = [code for code in codes if code not in TATOEBA_TEST_CODES]
-    bitexts, errors = [], DataErrors()
-    for code in codes:
-        if code not in unknown:
-            lang = tatoeba_code_to_lang(code)
-            pair = errors.read(lang, load_tatoeba_pair, task.data_dir, code, task.max_sentences, task.file_pattern)
-            if pair is not None:
-                bitexts.append(Bitext(lang=lang, source=code, xx=pair[0], en=pair[1]))
-    result = evaluate_bitexts(encoder, bitexts, task.name, {UNKNOWN_CODE: unknown}, progress, errors, task.laser_duplicates)
+
+    def read(code: str) -> Bitext:
+        xx, en = load_tatoeba_pair(task.data_dir, code, task.max_sentences, task.file_pattern)
+        return Bitext(lang=tatoeba_code_to_lang(code), source=code, xx=xx, en=en)
+
+    known = score_items(codes, read, key=lambda code: tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else code,
+                        skip=lambda code: None if code in TATOEBA_TEST_CODES else UNKNOWN_CODE, desc=task.name)  # fmt: skip
+    result = evaluate_bitexts(encoder, list(known.rows.values()), task.name, known.skipped, progress, known.errors,
+                              task.laser_duplicates)  # fmt: skip
     groups = dict(task.groups or {})
     seen = getattr(encoder, "training_languages", None) or encoder_languages(encoder)
     if seen is not None:
