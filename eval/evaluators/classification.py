@@ -39,11 +39,11 @@ from tqdm import tqdm
 from ems.cli import one_line
 from ems.languages import covered_language
 from eval.evaluators.classification_data import ClassificationTask, Document
+from eval.evaluators.items import NOT_COVERED
 from eval.faults import DATA_ERRORS, DATA_FAULTS
 from eval.retrieval import encode_checked, encoder_languages
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
-NOT_COVERED = "not covered by the encoder"
 EN2XX, XX2EN = "en2xx", "xx2en"
 DIRECTIONS = (EN2XX, XX2EN)
 
