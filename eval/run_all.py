@@ -31,14 +31,15 @@ import yaml
 
 from ems.cli import UserError, add_debug_option, one_line, run_main
 from ems.encoder import TruncationWarning
-from ems.languages import TATOEBA_TEST_CODES, UnknownLanguageError, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
+from ems.languages import TATOEBA_TEST_CODES, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.chart import CHART_FILE, write_chart
 from eval.encoders import ENCODER_KINDS, load_encoder
+from eval.evaluators.items import NOT_COVERED
 from eval.faults import DATA_FAULTS, NOT_RUN_EXIT_CODE, not_run, not_run_lines
 from eval.report import task_markdown, write_results
 from eval.results import RESULTS_FILE, TaskResult
-from eval.retrieval import ENGLISH_NOT_COVERED, NOT_COVERED, MissingDataError
-from eval.task import RunOptions, TaskRun, TaskType, task_type
+from eval.retrieval import ENGLISH_NOT_COVERED
+from eval.task import RunOptions, TaskConfig, TaskRun, TaskType, read_task_config, task_type
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "eval" / "tatoeba.yaml"
 DEFAULT_SUITE = DEFAULT_CONFIG.parent / "suite.yaml"
@@ -52,47 +53,6 @@ def split_language_filter(codes: list[str]) -> tuple[list[str], list[str], list[
     tatoeba = [lang_to_tatoeba_code(lang) for lang in canonical]
     without_set = [lang for lang, code in zip(canonical, tatoeba) if code not in TATOEBA_TEST_CODES]
     return canonical, [code for code in tatoeba if code in TATOEBA_TEST_CODES], without_set
-
-
-def config_language_codes(config: dict) -> list[str]:
-    """Every language code a task config names: `languages` (unless "all"), `train_language`,
-    `pairs` ("en-de" strings, or mappings with src_lang/tgt_lang), `tracks[].langs` and a bitext
-    `source.lang`."""
-    codes = [] if config.get("languages") in (None, "all") else list(config["languages"])
-    codes += [config["train_language"]] if "train_language" in config else []
-    for pair in config.get("pairs") or []:
-        codes += pair.split("-") if isinstance(pair, str) else [pair.get("src_lang"), pair.get("tgt_lang", "en")]
-    for track in config.get("tracks") or []:
-        codes += track.get("langs", []) if isinstance(track, dict) else []
-    source = config.get("source")
-    codes += [source["lang"]] if isinstance(source, dict) and "lang" in source else []
-    return codes
-
-
-def read_task_config(path: Path) -> tuple[dict, TaskType]:
-    """A task config (YAML mapping with at least name and data_subdir; `type` defaults to
-    tatoeba) and the task type it names; ValueError for an unknown type, a key the type does not
-    take or a misspelled language code."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingDataError(f"missing task config {path}")
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(config, dict) or not {"name", "data_subdir"} <= set(config):
-        raise ValueError(f"{path}: a task config needs at least the keys name and data_subdir")
-    config.setdefault("type", "tatoeba")
-    try:
-        kind = task_type(str(config["type"]))
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
-    unknown = kind.unknown_keys(config)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown} for a {kind.name} task")
-    for code in config_language_codes(config):
-        try:
-            canonical_language(str(code))
-        except UnknownLanguageError as error:  # a misspelled code fails here, never as an empty result
-            raise UnknownLanguageError(f"{path}: {error}") from None
-    return config, kind
 
 
 def suite_task_configs(suite_path: Path) -> list[Path]:
@@ -195,11 +155,11 @@ def run_all(
             except DATA_FAULTS as exc:
                 results[path.stem] = _not_run(path.stem, "unknown", exc)
                 continue
-            task_dir = task_dirs.get(config["name"], Path(data_dir) / config["data_subdir"])
+            task_dir = task_dirs.get(config.name, Path(data_dir) / config.data_subdir)
             _run_task(results, kind, encoder, TaskRun(config, path, task_dir, options))
-            _fail_if_nothing_evaluated(results[config["name"]], filtered=options.canonical is not None)
+            _fail_if_nothing_evaluated(results[config.name], filtered=options.canonical is not None)
         if heldout_dir is not None:
-            heldout = {"type": "heldout", "name": "heldout", "data_subdir": str(heldout_dir)}
+            heldout = TaskConfig(type="heldout", name="heldout", data_subdir=str(heldout_dir))
             _run_task(results, task_type("heldout"), encoder, TaskRun(heldout, Path(heldout_dir), Path(heldout_dir), options))
     finally:
         if print_tables:

@@ -11,15 +11,22 @@ import numpy as np
 import pytest
 
 from eval.results import SCHEMA_VERSION, TaskResult, read_results, write_results_json
-from eval.run_all import read_task_config, run_all
-from eval.task import builtin_task_types, task_type
+from eval.run_all import run_all
+from eval.task import builtin_task_types, read_task_config, task_type
 
 ROOT = Path(__file__).resolve().parents[1]
 
 TOY_TASK = '''
 """Toy task: for each configured language, the share of its lines whose embedding has a positive first coordinate."""
+from dataclasses import dataclass
+
 import numpy as np
-from eval.task import TaskType, filtered_languages
+from eval.task import TaskConfig, TaskType, filtered_languages
+
+@dataclass(kw_only=True)
+class ToyConfig(TaskConfig):
+    languages: list[str]
+    threshold: float = 0.0
 
 def run(encoder, task):
     languages, skipped = filtered_languages(task.config["languages"], task.options)
@@ -36,7 +43,7 @@ def table(result, title):
     lines = [f"### {title}", "", "| lang | positive |", "|:--|--:|"]
     return "\\n".join(lines + [f"| {lang} | {row['positive']:.1f} |" for lang, row in result["languages"].items()]) + "\\n"
 
-TASK = TaskType(name="toy", metric="toy_share", run=run, table=table, settings=frozenset({"threshold"}),
+TASK = TaskType(name="toy", metric="toy_share", run=run, table=table, config=ToyConfig,
                 headline=lambda row: row["positive"], headline_label="positive (%)")
 '''
 

@@ -11,8 +11,8 @@ output; cross-entropy; Adam (lr 0.001, betas 0.9/0.999, eps 1e-8, no weight deca
 drawn by a fresh shuffle each epoch; 500 epochs; after every epoch the accuracy on the train
 language's dev split is measured and the epoch with the best one is kept (the latest on ties,
 LASER's `>=`). Only dev data choose anything: test splits are scored once, with the kept model.
-`MlpSettings.preset("small_64")` is the previous setting of this project (one hidden layer of 64,
-batch 64, 100 epochs).
+The preset "small_64" (`mlp: {preset: small_64}`) is the previous setting of this project (one
+hidden layer of 64, batch 64, 100 epochs).
 
 Directions (EMS Table 10 reports both for MLDoc): "en2xx" trains on the train language (English)
 and tests every language; "xx2en" trains, for each other language X, on X's train split, selects
@@ -37,6 +37,7 @@ import torch
 from tqdm import tqdm
 
 from ems.cli import one_line
+from ems.configs import load_config
 from ems.languages import covered_language
 from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.evaluators.items import NOT_COVERED
@@ -66,11 +67,6 @@ class MlpSettings:
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
-    @classmethod
-    def preset(cls, name: str, **overrides) -> "MlpSettings":
-        if name not in PRESETS:
-            raise ValueError(f"unknown MLP preset {name!r}; expected one of {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
 
 
 # "laser": tasks/mldoc/mldoc.sh of facebookresearch/LASER (nhid "10 8", drop 0.2, bsize 12, N 500,
@@ -82,14 +78,17 @@ PRESETS = {
 
 
 def mlp_settings(values: dict | None) -> MlpSettings:
-    """MlpSettings from a config mapping: an optional `preset` (default "laser") and settings that
-    override it; ValueError naming any unknown key."""
+    """MlpSettings from a config mapping: an optional `preset` (a key of PRESETS, default "laser")
+    and settings that override it, read with ems.configs.load_config; ValueError naming an
+    unknown preset or key, or a value of the wrong type."""
     values = dict(values or {})
     preset = values.pop("preset", "laser")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown MLP preset {preset!r}; expected one of {', '.join(PRESETS)}")
     unknown = set(values) - set(MlpSettings.__dataclass_fields__)
     if unknown:
         raise ValueError(f"unknown MLP settings {sorted(unknown)}; expected preset or some of {sorted(MlpSettings.__dataclass_fields__)}")
-    return MlpSettings.preset(preset, **values)
+    return load_config(MlpSettings, overrides={**PRESETS[preset], **values})
 
 
 def document_embeddings(encoder, documents: list[Document], lang: str) -> np.ndarray:

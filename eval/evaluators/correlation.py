@@ -126,21 +126,6 @@ class HeadTraining:
     max_pairs: int | None = None
     pairs_dir: Path | None = None
 
-    @classmethod
-    def from_config(cls, heads: list[str], settings: dict, data_root: Path, where: str) -> "HeadTraining":
-        """From a task config's `heads` list and `head_training` mapping: flores_subdir (relative
-        to the data root) or pairs_dir (a corpus root, absolute or relative to the data root), and
-        optionally valid_fraction, seed, max_pairs."""
-        settings = dict(settings or {})
-        unknown = set(settings) - {"flores_subdir", "pairs_dir", "valid_fraction", "seed", "max_pairs"}
-        sources = [key for key in ("flores_subdir", "pairs_dir") if key in settings]
-        if unknown or (heads and len(sources) != 1):
-            raise ValueError(f"{where}: head_training takes one of flores_subdir and pairs_dir (with heads), "
-                             f"valid_fraction, seed, max_pairs; got {sorted(settings)}")  # fmt: skip
-        flores_dir = Path(data_root) / settings.pop("flores_subdir") if "flores_subdir" in settings else None
-        pairs_dir = Path(data_root) / settings.pop("pairs_dir") if "pairs_dir" in settings else None
-        return cls(flores_dir, list(heads or []), pairs_dir=pairs_dir, **settings)
-
     @property
     def source(self) -> str:
         return f"FLORES-200 {self.flores_dir}" if self.pairs_dir is None else f"the corpus {self.pairs_dir}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,19 +58,30 @@ def _problem(fields: list[str]) -> str | None:
     return None if math.isfinite(score) else SKIP_SCORE
 
 
+@dataclass
+class StsTrack:
+    """One STS2017 file of a task: its name in the results, the file (under the data directory)
+    and the languages of its sent1 and sent2 columns."""
+
+    name: str
+    file: str
+    langs: list[str]
+
+    def __post_init__(self):
+        if len(self.langs) != 2:
+            raise ValueError(f"an STS track is {{name, file, langs: [sent1 language, sent2 language]}}; got {self}")
+
+
 def read_sts_tracks(
-    data_dir: Path, tracks: list[dict], max_sentences: int | None = None
+    data_dir: Path, tracks: list[StsTrack], max_sentences: int | None = None
 ) -> tuple[list[RatedPairs], DataErrors]:
-    """The STS2017 files of `tracks` ({name, file, langs: [sent1 language, sent2 language]}),
-    first `max_sentences` pairs each (None: all). A missing or bad file is a data error of its
-    track (eval.faults); MissingDataError when `data_dir` is missing. Returns (pair sets, {track: reason})."""
-    for track in tracks:
-        if set(track) != {"name", "file", "langs"} or len(track["langs"]) != 2:
-            raise ValueError(f"an STS track is {{name, file, langs: [sent1 language, sent2 language]}}; got {track}")
+    """The STS2017 files of `tracks`, first `max_sentences` pairs each (None: all). A missing or
+    bad file is a data error of its track (eval.faults); MissingDataError when `data_dir` is
+    missing. Returns (pair sets, {track: reason})."""
     if not Path(data_dir).is_dir():
         raise MissingDataError(
             f"STS2017 directory {data_dir} does not exist (SemEval-2017 Task 1 with gold, see PROVENANCE.md)"
         )
-    found = score_items(tracks, lambda track: read_sts(Path(data_dir) / track["file"], track["name"], *track["langs"]),
-                        lambda _, rated: rated.head(max_sentences), key=lambda track: track["name"])  # fmt: skip
+    found = score_items(tracks, lambda track: read_sts(Path(data_dir) / track.file, track.name, *track.langs),
+                        lambda _, rated: rated.head(max_sentences), key=lambda track: track.name)  # fmt: skip
     return list(found.rows.values()), found.errors

@@ -7,8 +7,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
 from eval.evaluators.items import score_items
 from eval.retrieval import (
@@ -62,40 +60,6 @@ class TatoebaTask:
             raise ValueError(f"laser_duplicates must be true or false, got {self.laser_duplicates!r}")
         if "{code}" not in self.file_pattern or "{side}" not in self.file_pattern:
             raise ValueError(f"file_pattern must contain {{code}} and {{side}}, got {self.file_pattern!r}")
-
-
-def load_tatoeba_task(
-    config_path: Path, data_root: Path, languages: list[str] | None = None, max_sentences: int | None = None
-) -> TatoebaTask:
-    """TatoebaTask from a YAML config (see configs/eval/tatoeba.yaml) with its data under `data_root`.
-
-    The config's `data_subdir` is joined to `data_root`; `languages`, if given, replaces the config's.
-    """
-    config_path = Path(config_path)
-    if not config_path.is_file():
-        raise MissingDataError(f"missing task config {config_path}")
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    expected, optional = {"name", "data_subdir", "file_pattern", "metric", "languages"}, {"type", "groups", "laser_duplicates"}
-    if not isinstance(config, dict) or not expected <= set(config) <= expected | optional:
-        found = sorted(config) if isinstance(config, dict) else type(config).__name__
-        raise ValueError(
-            f"{config_path}: expected the keys {sorted(expected)} (optionally {sorted(optional)}), found {found}"
-        )
-    if config.get("type", "tatoeba") != "tatoeba":
-        raise ValueError(f"{config_path}: type {config['type']!r} is not a Tatoeba task")
-    if config["metric"] != SUPPORTED_METRIC:
-        raise ValueError(f"{config_path}: metric {config['metric']!r} is not supported (only {SUPPORTED_METRIC!r})")
-    if languages is None and config["languages"] != "all":
-        languages = config["languages"]
-    return TatoebaTask(
-        data_dir=Path(data_root) / config["data_subdir"],
-        languages=languages,
-        max_sentences=max_sentences,
-        name=config["name"],
-        file_pattern=config["file_pattern"],
-        groups=config.get("groups"),
-        laser_duplicates=config.get("laser_duplicates", True),
-    )
 
 
 def find_tatoeba_codes(data_dir: Path, file_pattern: str = DEFAULT_FILE_PATTERN) -> list[str]:

@@ -1,5 +1,6 @@
 """Held-out pairs of the training corpus (<l1>-<l2>/<name>.<l1|l2> aligned files): P@1 both ways
-(eval.evaluators.heldout). run_all's --heldout runs it; a config with `type: heldout` names the directory."""
+(eval.evaluators.heldout). run_all's --heldout runs it; a config with `type: heldout` names the
+directory (it takes only the keys every config has)."""
 
 from __future__ import annotations
 
