@@ -88,8 +88,8 @@ def nested(cls: type[T], value) -> T:
 
 
 def check_languages(languages) -> None:
-    """ValueError unless `languages` is a list of codes or "all"."""
-    if isinstance(languages, str) and languages != "all":
+    """ValueError unless `languages` (a Languages field) is a list of codes or "all"."""
+    if languages != "all" and not (isinstance(languages, list) and all(isinstance(code, str) for code in languages)):
         raise ValueError(f"languages must be a list of codes or 'all', got {languages!r}")
 
 
@@ -221,6 +221,6 @@ def read_task_config(path: Path) -> tuple[TaskConfig, TaskType]:
             canonical_language(str(code))
     except UnknownLanguageError as error:  # a misspelled code fails here, never as an empty result
         raise UnknownLanguageError(f"{path}: {error}") from None
-    except ValueError as error:
+    except (TypeError, ValueError) as error:  # TypeError: a value of the wrong shape (a number for a list, ...)
         raise ValueError(f"{path}: {error}") from None
     return config, kind
