@@ -32,6 +32,7 @@ T = TypeVar("T")
 _NONE = type(None)
 _SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", _NONE: "null"}
 _PLURALS = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
+_YAML_NULLS = ("", "~", "null", "Null", "NULL")
 
 
 class ConfigError(ValueError):
@@ -140,10 +141,12 @@ def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> di
         if not sep or not all(path):
             problems.append(f"--set {item!r} is not of the form key=value (nested keys: section.key=value)")
             continue
-        hint = _hint_at(cls, path)
+        hint, _ = _unwrap(_hint_at(cls, path))
         try:
-            value = text if _is_text(hint) and not (_allows_none(hint) and yaml.safe_load(text) is None) \
-                else yaml.safe_load(text)
+            if str not in _options(hint):
+                value = yaml.safe_load(text)
+            else:  # verbatim: YAML would read `no` as false, `1.10` as 1.1
+                value = None if _NONE in _options(hint) and text in _YAML_NULLS else text
         except yaml.YAMLError as error:
             problems.append(f"--set {item!r}: not a YAML value: {_yaml_problem(error)}")
             continue
@@ -171,14 +174,6 @@ def _hint_at(hint: Any, path: list[str]) -> Any:
     return hint
 
 
-def _is_text(hint: Any) -> bool:
-    return str in _options(_unwrap(hint)[0])
-
-
-def _allows_none(hint: Any) -> bool:
-    return _NONE in _options(_unwrap(hint)[0])
-
-
 # --- checking and converting values --------------------------------------------------------------
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -186,7 +181,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _unwrap(hint: Any) -> tuple[Any, FieldsOf | None]:
-    """(the type without Annotated, its FieldsOf or None); `X | None` of a FieldsOf section keeps its union."""
+    """(the type without Annotated, its FieldsOf or None)."""
     if typing.get_origin(hint) is Annotated:
         base, *extras = typing.get_args(hint)
         return base, next((extra for extra in extras if isinstance(extra, FieldsOf)), None)
@@ -304,9 +299,12 @@ def _convert(value: Any, hint: Any, key: str, section: str, problems: list[str])
         converted = _scalar(value, one)
         if converted is not _INVALID:
             return converted
-    quote = ("" if str not in one or not isinstance(value, (bool, int, float)) else " (quote it in YAML)"
-             if not isinstance(value, bool) else " (YAML reads no, yes, off, on as false or true: quote it)")
-    problems.append(_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}{quote}"))
+    note = ""
+    if str in one and isinstance(value, bool):
+        note = " (YAML reads no, yes, off, on as false or true: quote it)"
+    elif str in one and isinstance(value, (int, float)):
+        note = " (quote it in YAML)"
+    problems.append(_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}{note}"))
     return None
 
 
