@@ -10,7 +10,8 @@ ConfigError that lists every problem found (unknown keys, missing keys, values o
 then the dataclasses' own range checks), one line naming the file (or the class) and each key.
 
 A `--set` value is read as the type of the field it names: verbatim for a string field (`out=123`,
-`duplicate_negatives=no`), as a YAML scalar otherwise (`lr=3e-4`, `max_minutes=null`, `seeds=[0, 1]`).
+`duplicate_negatives=no`; YAML-quoted, `out="a b"`, it is unquoted), as a YAML scalar otherwise
+(`lr=3e-4`, `max_minutes=null`, `seeds=[0, 1]`).
 In a YAML file, YAML's own types count: a number or a boolean for a string field is an error
 (`release: 1.10` would read as 1.1), a string for a number field is read as one (YAML 1.1 reads
 `3e-4` as a string). A key with nothing after it is an empty section, list or mapping.
@@ -143,7 +144,7 @@ def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> di
             continue
         hint, _ = _unwrap(_hint_at(cls, path))
         try:
-            if str not in _options(hint):
+            if str not in _options(hint) or text[:1] in ("'", '"'):  # a quoted string: YAML unquotes it
                 value = yaml.safe_load(text)
             else:  # verbatim: YAML would read `no` as false, `1.10` as 1.1
                 value = None if _NONE in _options(hint) and text in _YAML_NULLS else text

@@ -84,8 +84,9 @@ def test_set_reads_a_value_as_the_type_of_the_key_it_names(tmp_path):
     assert cfg.clean.max_chars == 300 and cfg.clean.eval_sets == ("tatoeba",) and cfg.vocab.temperature == 0.1
     assert cfg.corpora[0].release == "1.10"
     train = load_config(TrainConfig, None, ["teacher=null", "valid_data=", "out=1.10", "deepspeed_overrides.gradient_clipping=0.5",
-                                            "init_from=st:a: b, [c"])
+                                            "init_from=st:a: b, [c", 'data="/x y/shards"', "vocab='no'"])
     assert (train.teacher, train.valid_data, train.out, train.init_from) == (None, None, "1.10", "st:a: b, [c")
+    assert (train.data, train.vocab) == ("/x y/shards", "no")  # YAML-quoted: unquoted
     assert train.deepspeed_overrides == {"gradient_clipping": 0.5}
     # in a YAML file, YAML's own types count: a number for a string field would lose "1.10"
     (tmp_path / "data.yaml").write_text("languages: [de, en]\npivot: en\ncorpora: [{name: A, release: 1.10}]\n")
