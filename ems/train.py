@@ -71,6 +71,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -83,11 +84,11 @@ from ems.checkpoint import (
     rng_state, saved_tags, set_rng_state, step_tag, tensor_files_only, to_universal, zero_partitions,
 )
 from ems.cli import UserError, add_debug_option, run_main
-from ems.configs import _merge, dump_config, load_config
+from ems.configs import ConfigError, FieldsOf, dump_config, load_config, merge
 from ems.data import BatchOrder, PairShards, Prefetcher, iterate_batches, real_and_padded_tokens
 from ems.encoder import export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
-from ems.model import EMSModel, config_from_preset
+from ems.model import EMSConfig, EMSModel, config_from_preset
 from ems.model_card import model_facts, write_model_card
 from ems.run_metadata import RUN_METADATA_FILE, run_metadata, write_run_metadata
 from ems.text import Tokenizer
@@ -109,7 +110,8 @@ class TrainConfig:
     vocab: str = ""  # vocabulary directory (exported with the model)
     out: str = "runs/train"
     model: str = "tiny"  # preset name in ems.model.PRESETS
-    model_overrides: dict = field(default_factory=dict)
+    # EMSConfig fields over the preset's, checked at load (vocab_size and n_languages come from the vocabulary)
+    model_overrides: Annotated[dict, FieldsOf(EMSConfig, exclude=("vocab_size", "n_languages"))] = field(default_factory=dict)
     deepspeed_config: str = "configs/deepspeed/zero0.json"  # ZeRO stage, bf16/fp16, accumulation, clipping
     deepspeed_overrides: dict = field(default_factory=dict)  # merged into that file, e.g. {"gradient_accumulation_steps": 2}
     batch_size: int = 152  # pairs per process per micro-step (the paper: 152 per GPU)
@@ -207,7 +209,7 @@ class TrainConfig:
         if self.autocast not in AUTOCAST_MODES:
             problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
         if problems:
-            raise ValueError("TrainConfig: " + "; ".join(problems))
+            raise ConfigError("TrainConfig", problems)
 
 
 @dataclass
@@ -333,7 +335,7 @@ def deepspeed_config(cfg: TrainConfig) -> dict:
     a clear error for a precision this machine's accelerator cannot run."""
     from deepspeed.accelerator import get_accelerator
 
-    ds_config = _merge(json.loads(_resolve(cfg.deepspeed_config).read_text()), cfg.deepspeed_overrides)
+    ds_config = merge(json.loads(_resolve(cfg.deepspeed_config).read_text()), cfg.deepspeed_overrides)
     ds_config["train_micro_batch_size_per_gpu"] = cfg.batch_size
     ds_config.pop("train_batch_size", None)
     accelerator = get_accelerator()
