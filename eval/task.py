@@ -84,7 +84,7 @@ def nested(cls: type[T], value) -> T:
     missing = [key for key in required_keys(cls) if key not in value]
     if missing:
         raise ValueError(f"{cls.__name__} needs the keys {missing}, got {dict(value)}")
-    return load_config(cls, overrides=dict(value))
+    return load_config(cls, values=dict(value))
 
 
 def check_languages(languages) -> None:

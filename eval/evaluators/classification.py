@@ -88,7 +88,7 @@ def mlp_settings(values: dict | None) -> MlpSettings:
     unknown = set(values) - set(MlpSettings.__dataclass_fields__)
     if unknown:
         raise ValueError(f"unknown MLP settings {sorted(unknown)}; expected preset or some of {sorted(MlpSettings.__dataclass_fields__)}")
-    return load_config(MlpSettings, overrides={**PRESETS[preset], **values})
+    return load_config(MlpSettings, values={**PRESETS[preset], **values})
 
 
 def document_embeddings(encoder, documents: list[Document], lang: str) -> np.ndarray:
