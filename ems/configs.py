@@ -2,10 +2,11 @@
 
     cfg = load_config(TrainConfig, "configs/train/demo.yaml", ["max_steps=100", "model_overrides.d_model=64"])
 
-In: a dataclass whose fields are typed with bool, int, float, str, None (in unions), lists, tuples
-and dicts of those, nested dataclasses (a YAML section), and `Annotated[dict, FieldsOf(X)]` (a
-section of some of dataclass X's fields, each typed as in X); a YAML file, a nested mapping of
-values, and `key.sub=value` items. Out: the dataclass, each value of its field's type, or one
+In: a dataclass whose fields are typed with bool, int, float, str, None (in unions), Literal
+values, lists, tuples and dicts of those, nested dataclasses (a YAML section),
+`Annotated[dict, FieldsOf(X)]` (a section of some of dataclass X's fields, each typed as in X) and
+unions of these (`list[str] | Literal["all"]`: the first member the value fits); a YAML file, a
+nested mapping of values, and `key.sub=value` items. Out: the dataclass, each value of its field's type, or one
 ConfigError that lists every problem found (unknown keys, missing keys, values of the wrong type,
 then the dataclasses' own range checks), one line naming the file (or the class) and each key.
 
@@ -25,7 +26,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 
@@ -217,6 +218,8 @@ def _describe(hint: Any) -> str:
         return " or ".join(_describe(option) for option in options)
     if hint in _SCALARS:
         return _SCALARS[hint]
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(map(repr, typing.get_args(hint)))
     if dataclasses.is_dataclass(hint):
         return f"a mapping of {hint.__name__} keys"
     origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
@@ -273,6 +276,8 @@ def _convert(value: Any, hint: Any, key: str, section: str, problems: list[str])
     if hint is Any or hint is object:
         return value
     one = [option for option in options if option is not _NONE]
+    if len(one) > 1 and not all(option in _SCALARS for option in one):
+        return _union(value, one, hint, key, section, problems)
     target = one[0] if len(one) == 1 else hint
     if dataclasses.is_dataclass(target):
         return _section(value, target, _join(section, key), problems)
@@ -296,6 +301,8 @@ def _convert(value: Any, hint: Any, key: str, section: str, problems: list[str])
             problems.append(_at(section, f"{key} has key(s) {bad_keys} that are not strings (quote them in YAML)"))
         converted = {k: _convert(v, value_type, f"{key}.{k}", section, problems) for k, v in mapping.items()}
         return None if len(problems) > found else converted
+    if origin is Literal and any(value == choice and type(value) is type(choice) for choice in args):
+        return value
     if one and all(option in _SCALARS for option in one):
         converted = _scalar(value, one)
         if converted is not _INVALID:
@@ -306,6 +313,34 @@ def _convert(value: Any, hint: Any, key: str, section: str, problems: list[str])
     elif str in one and isinstance(value, (int, float)):
         note = " (quote it in YAML)"
     problems.append(_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}{note}"))
+    return None
+
+
+def _union(value: Any, options: list, hint: Any, key: str, section: str, problems: list[str]) -> Any:
+    """`value` as the first of `options` (a union's members) it fits, or None after appending a
+    problem: the one member of the value's own shape (a list, a mapping) says what is wrong inside
+    it, else the problem names every member."""
+    shape = "list" if isinstance(value, (list, tuple)) else "mapping" if isinstance(value, dict) else None
+    shaped = []
+    for option in options:
+        attempt: list[str] = []
+        converted = _convert(value, option, key, section, attempt)
+        if not attempt:
+            return converted
+        if shape is not None and shape == _shape(option):
+            shaped.append(attempt)
+    problems.extend(shaped[0] if len(shaped) == 1 else [_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}")])
+    return None
+
+
+def _shape(hint: Any) -> str | None:
+    """"list" or "mapping": what a value of type `hint` is in YAML; None for a scalar."""
+    hint, fields_of = _unwrap(hint)
+    origin = typing.get_origin(hint) or hint
+    if origin in (list, tuple):
+        return "list"
+    if origin is dict or fields_of is not None or dataclasses.is_dataclass(hint):
+        return "mapping"
     return None
 
 

@@ -25,11 +25,11 @@ import argparse
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from ems.cli import UserError, add_debug_option, one_line, run_main
+from ems.configs import load_config
 from ems.encoder import TruncationWarning
 from ems.languages import TATOEBA_TEST_CODES, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.chart import CHART_FILE, write_chart
@@ -55,15 +55,24 @@ def split_language_filter(codes: list[str]) -> tuple[list[str], list[str], list[
     return canonical, [code for code in tatoeba if code in TATOEBA_TEST_CODES], without_set
 
 
+@dataclass
+class SuiteConfig:
+    """A suite YAML (configs/eval/suite*.yaml): `tasks`, the task config files, relative to it."""
+
+    tasks: list[str]
+
+    def __post_init__(self):
+        if not self.tasks:
+            raise ValueError("tasks must list at least one task config")
+
+
 def suite_task_configs(suite_path: Path) -> list[Path]:
-    """Task config paths listed under `tasks:` in a suite YAML, relative to the suite file."""
+    """Task config paths listed under `tasks:` in a suite YAML, relative to the suite file;
+    FileNotFoundError, or one ConfigError naming the file for a malformed suite."""
     suite_path = Path(suite_path)
     if not suite_path.is_file():
         raise FileNotFoundError(f"missing suite config {suite_path}")
-    suite = yaml.safe_load(suite_path.read_text(encoding="utf-8"))
-    if not isinstance(suite, dict) or not isinstance(suite.get("tasks"), list) or not suite["tasks"]:
-        raise ValueError(f"{suite_path}: expected a non-empty list under `tasks:`")
-    return [suite_path.parent / name for name in suite["tasks"]]
+    return [suite_path.parent / name for name in load_config(SuiteConfig, suite_path).tasks]
 
 
 def _not_run(name: str, type_name: str, exc: Exception) -> TaskResult:

@@ -6,8 +6,8 @@ result mapping), its markdown table and the score its chart shows per language. 
 types are the modules of eval/tasks (`type: qe` is eval/tasks/qe.py); a config may also name any
 importable module that defines `TASK` (`type: my_project.my_task`). `read_task_config` reads a
 config file into its type's dataclass with ems.configs.load_config, the project's one config
-loader: a key the type does not take, a missing key, a value of the wrong type or a misspelled
-language code is one error naming the file. The evaluators (eval/evaluators/) know nothing of
+loader: keys the type does not take, missing keys, values of the wrong type, then misspelled
+language codes are one error naming the file. The evaluators (eval/evaluators/) know nothing of
 configs: a task module is the glue, as MTEB keeps tasks (data plus metadata) apart from its
 evaluators. Adding a task is one new module plus its YAML.
 """
@@ -17,20 +17,17 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Literal, TypeVar, Union
+from typing import Callable, Literal
 
-import yaml
-
-from ems.configs import load_config
+from ems.configs import ConfigError, load_config, read_yaml
 from ems.languages import UnknownLanguageError, canonical_language
 from eval.retrieval import MissingDataError
 
 NOT_IN_TASK = "not a language of this task"
-T = TypeVar("T")
 # A config's `languages`: a list of codes, or "all" (every language of the data set).
-Languages = Union[list[str], Literal["all"]]
+Languages = list[str] | Literal["all"]
 
 
 @dataclass(kw_only=True)
@@ -67,30 +64,6 @@ class TaskConfig(Mapping):
 
 def _keys(cls: type) -> list[str]:
     return [f.name for f in fields(cls)]
-
-
-def required_keys(cls: type) -> list[str]:
-    """The fields of dataclass `cls` without a default: the keys a config must give."""
-    return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
-
-
-def nested(cls: type[T], value) -> T:
-    """`value` (a YAML mapping inside a config, e.g. `head_training`) as dataclass `cls`, read
-    with load_config: ValueError for a missing or unknown key or a value of the wrong type."""
-    if isinstance(value, cls):
-        return value
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping of {cls.__name__} keys, got {value!r}")
-    missing = [key for key in required_keys(cls) if key not in value]
-    if missing:
-        raise ValueError(f"{cls.__name__} needs the keys {missing}, got {dict(value)}")
-    return load_config(cls, values=dict(value))
-
-
-def check_languages(languages) -> None:
-    """ValueError unless `languages` (a Languages field) is a list of codes or "all"."""
-    if languages != "all" and not (isinstance(languages, list) and all(isinstance(code, str) for code in languages)):
-        raise ValueError(f"languages must be a list of codes or 'all', got {languages!r}")
 
 
 @dataclass
@@ -147,9 +120,6 @@ class TaskType:
     headline: Callable[[dict], float] | None = None
     headline_label: str = ""
 
-    def unknown_keys(self, config: Mapping) -> list[str]:
-        return sorted(set(config) - set(_keys(self.config)))
-
 
 def builtin_task_types() -> list[str]:
     """The names of the task types in eval/tasks."""
@@ -196,31 +166,24 @@ def codes_in_filter(codes: list[str], options: RunOptions) -> list[str]:
 
 def read_task_config(path: Path) -> tuple[TaskConfig, TaskType]:
     """A task config file (YAML with at least name and data_subdir; `type` defaults to tatoeba)
-    read into its type's TaskConfig, and the type. ValueError naming the file for an unknown type,
-    a key the type does not take, a missing key, a value of the wrong type or a misspelled
-    language code (UnknownLanguageError); MissingDataError if the file is not there."""
+    read into its type's TaskConfig, and the type. One ConfigError (a ValueError) naming the file
+    for an unknown type, keys the type does not take, missing keys, values of the wrong type, or
+    else misspelled language codes; MissingDataError if the file is not there."""
     path = Path(path)
     if not path.is_file():
         raise MissingDataError(f"missing task config {path}")
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(raw, dict) or not {"name", "data_subdir"} <= set(raw):
-        raise ValueError(f"{path}: a task config needs at least the keys name and data_subdir")
+    raw = read_yaml(path)
     try:
         kind = task_type(str(raw.get("type", "tatoeba")))
     except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
-    unknown = kind.unknown_keys(raw)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown} for a {kind.name} task")
-    missing = [key for key in required_keys(kind.config) if key not in raw]
-    if missing:
-        raise ValueError(f"{path}: a {kind.name} task needs the keys {missing}")
-    try:
-        config = load_config(kind.config, path)
-        for code in config.language_codes():
+        raise ConfigError(str(path), [str(error)]) from None
+    config = load_config(kind.config, path)
+    problems = []
+    for code in config.language_codes():  # a misspelled code fails here, never as an empty result
+        try:
             canonical_language(str(code))
-    except UnknownLanguageError as error:  # a misspelled code fails here, never as an empty result
-        raise UnknownLanguageError(f"{path}: {error}") from None
-    except (TypeError, ValueError) as error:  # TypeError: a value of the wrong shape (a number for a list, ...)
-        raise ValueError(f"{path}: {error}") from None
+        except UnknownLanguageError as error:
+            problems.append(str(error))
+    if problems:
+        raise ConfigError(str(path), problems)
     return config, kind

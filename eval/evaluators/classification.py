@@ -37,7 +37,6 @@ import torch
 from tqdm import tqdm
 
 from ems.cli import one_line
-from ems.configs import load_config
 from ems.languages import covered_language
 from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.evaluators.items import NOT_COVERED
@@ -53,7 +52,7 @@ DIRECTIONS = (EN2XX, XX2EN)
 class MlpSettings:
     """The classifier and its training; the defaults are LASER's MLDoc settings (tasks/mldoc/mldoc.sh)."""
 
-    hidden: tuple[int, ...] = (10, 8)
+    hidden: tuple[int, ...] | int = (10, 8)  # an int: one hidden layer (a tuple after __init__)
     dropout: float = 0.2
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
@@ -78,17 +77,14 @@ PRESETS = {
 
 
 def mlp_settings(values: dict | None) -> MlpSettings:
-    """MlpSettings from a config mapping: an optional `preset` (a key of PRESETS, default "laser")
-    and settings that override it, read with ems.configs.load_config; ValueError naming an
-    unknown preset or key, or a value of the wrong type."""
+    """MlpSettings from a mapping of an optional `preset` (a key of PRESETS, default "laser") and
+    MlpSettings fields that override it (a classification config's `mlp:`, whose keys and types
+    the config loader checks); ValueError naming an unknown preset."""
     values = dict(values or {})
     preset = values.pop("preset", "laser")
     if preset not in PRESETS:
         raise ValueError(f"unknown MLP preset {preset!r}; expected one of {', '.join(PRESETS)}")
-    unknown = set(values) - set(MlpSettings.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown MLP settings {sorted(unknown)}; expected preset or some of {sorted(MlpSettings.__dataclass_fields__)}")
-    return load_config(MlpSettings, values={**PRESETS[preset], **values})
+    return MlpSettings(**{**PRESETS[preset], **values})
 
 
 def document_embeddings(encoder, documents: list[Document], lang: str) -> np.ndarray:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from eval.evaluators.bitext import BitextTask, Side, evaluate_bitext
 from eval.report import bitext_table
-from eval.task import TaskConfig, TaskRun, TaskType, codes_in_filter, nested
+from eval.task import TaskConfig, TaskRun, TaskType, codes_in_filter
 
 
 @dataclass(kw_only=True)
@@ -24,9 +24,6 @@ class BitextConfig(TaskConfig):
     margin: str = BitextTask.margin
     k: int = BitextTask.k
     url: str | None = None
-
-    def __post_init__(self):
-        self.source, self.targets = nested(Side, self.source), nested(Side, self.targets)
 
     def language_codes(self) -> list[str]:
         return [code for code in (self.source.lang, *self.languages) if code is not None]

@@ -4,12 +4,22 @@ embeddings, en→X and/or X→en (eval.evaluators.classification)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
+from ems.configs import FieldsOf
 from ems.languages import ENGLISH
 from eval.evaluators.classification import DEFAULT_SEEDS, EN2XX, MlpSettings, evaluate_classification, mlp_settings
 from eval.evaluators.classification_data import read_task
 from eval.report import classification_table
-from eval.task import Languages, TaskConfig, TaskRun, TaskType, check_languages, filtered_languages
+from eval.task import Languages, TaskConfig, TaskRun, TaskType, filtered_languages
+
+
+@dataclass
+class MlpConfig(MlpSettings):
+    """The keys of a classification config's `mlp:`: a `preset` (a key of
+    eval.evaluators.classification.PRESETS) and MlpSettings fields overriding it (mlp_settings)."""
+
+    preset: str = "laser"
 
 
 @dataclass(kw_only=True)
@@ -24,15 +34,14 @@ class ClassificationConfig(TaskConfig):
     format: str
     languages: Languages
     train_language: str = ENGLISH
-    seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
-    mlp: MlpSettings = field(default_factory=MlpSettings)
+    seeds: int | list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))  # a list after __init__
+    mlp: Annotated[dict, FieldsOf(MlpConfig)] = field(default_factory=dict)  # MlpSettings after __init__
     reader: dict = field(default_factory=dict)
     directions: list[str] = field(default_factory=lambda: [EN2XX])
 
     def __post_init__(self):
-        check_languages(self.languages)
         self.seeds = list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
-        self.mlp = self.mlp if isinstance(self.mlp, MlpSettings) else mlp_settings(self.mlp)
+        self.mlp = mlp_settings(self.mlp)
 
     def language_codes(self) -> list[str]:
         return [*super().language_codes(), self.train_language]

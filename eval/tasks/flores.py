@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from eval.evaluators.flores import FloresTask, evaluate_flores
 from eval.report import markdown_table
-from eval.task import Languages, TaskConfig, TaskRun, TaskType, check_languages, filtered_languages
+from eval.task import Languages, TaskConfig, TaskRun, TaskType, filtered_languages
 
 
 @dataclass(kw_only=True)
@@ -16,9 +16,6 @@ class FloresConfig(TaskConfig):
 
     languages: Languages
     split: str = FloresTask.split
-
-    def __post_init__(self):
-        check_languages(self.languages)
 
 
 def run(encoder, task: TaskRun) -> dict:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from eval.evaluators.large_retrieval import LargeRetrievalTask, RetrievalPair, evaluate_large_retrieval
 from eval.report import retrieval_table
-from eval.task import TaskConfig, TaskRun, TaskType, nested
+from eval.task import TaskConfig, TaskRun, TaskType
 
 POOL = ("n_queries", "n_candidates")
 
@@ -23,9 +23,6 @@ class LargeRetrievalConfig(TaskConfig):
     k: int = LargeRetrievalTask.k
     margin: str = LargeRetrievalTask.margin
     index: str = LargeRetrievalTask.index
-
-    def __post_init__(self):
-        self.pairs = [nested(RetrievalPair, pair) for pair in self.pairs]
 
     def language_codes(self) -> list[str]:
         return [code for pair in self.pairs for code in (pair.src_lang, pair.tgt_lang)]

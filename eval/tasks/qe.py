@@ -11,7 +11,7 @@ from pathlib import Path
 from eval.evaluators.correlation import HeadTraining, evaluate_correlation_task
 from eval.evaluators.qe import read_qe_pairs
 from eval.report import correlation_table
-from eval.task import TaskConfig, TaskRun, TaskType, nested, pair_in_filter
+from eval.task import TaskConfig, TaskRun, TaskType, pair_in_filter
 
 
 @dataclass
@@ -52,7 +52,6 @@ class HeadsConfig(TaskConfig):
     head_training: HeadTrainingConfig = field(default_factory=HeadTrainingConfig)
 
     def __post_init__(self):
-        self.head_training = nested(HeadTrainingConfig, self.head_training)
         self.head_training.check(self.heads)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from eval.evaluators.correlation import evaluate_correlation_task
 from eval.evaluators.sts import StsTrack, read_sts_tracks
 from eval.report import correlation_table
-from eval.task import TaskRun, TaskType, nested, pair_in_filter
+from eval.task import TaskRun, TaskType, pair_in_filter
 from eval.tasks.qe import HeadsConfig, raw_pearson
 
 
@@ -17,10 +17,6 @@ class StsConfig(HeadsConfig):
     """configs/eval/sts2017.yaml: the tracks ({name, file, langs}: StsTrack), the heads and their training."""
 
     tracks: list[StsTrack]
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.tracks = [nested(StsTrack, track) for track in self.tracks]
 
     def language_codes(self) -> list[str]:
         return [lang for track in self.tracks for lang in track.langs]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from eval.evaluators.xsim import XsimTask, evaluate_xsim, flores_stems
 from eval.report import xsim_table
-from eval.task import Languages, TaskConfig, TaskRun, TaskType, check_languages, codes_in_filter
+from eval.task import Languages, TaskConfig, TaskRun, TaskType, codes_in_filter
 
 
 @dataclass(kw_only=True)
@@ -22,9 +22,6 @@ class XsimConfig(TaskConfig):
     k: int = XsimTask.k
     textual: bool = XsimTask.textual
     augmented_subdir: str | None = None
-
-    def __post_init__(self):
-        check_languages(self.languages)
 
 
 def run(encoder, task: TaskRun) -> dict:
