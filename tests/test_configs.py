@@ -1,8 +1,9 @@
 """Typed configs (ems.configs): YAML + values + `--set key=value` come out as the dataclass's types,
 or one error that lists every problem."""
 
+import re
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pytest
 import yaml
@@ -13,13 +14,16 @@ from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.demo import DemoDataConfig
 from ems.model import EMSConfig
 from ems.train import TrainConfig
+from eval.run_all import SuiteConfig, suite_task_configs
+from eval.task import read_task_config
 from tests.conftest import REPO_ROOT
 
-# The dataclass of each YAML under configs/ (configs/eval/ holds the evaluation suite's own task configs)
+# The dataclass of each YAML under configs/ (a task config under configs/eval/ names its own: read_task_config)
 CONFIG_CLASSES = {
     "ablation": lambda name: AblationConfig,
     "train": lambda name: TrainConfig,
     "data": lambda name: DemoDataConfig if name.startswith("demo") or name == "distill.yaml" else PrepConfig,
+    "eval": lambda name: SuiteConfig if name.startswith("suite") else None,
 }
 
 
@@ -149,12 +153,68 @@ def test_nested_sections_lists_and_partial_sections():
         "some: size must be an integer, got 's'"]
 
 
-@pytest.mark.parametrize("path", sorted(p for p in (REPO_ROOT / "configs").rglob("*.yaml") if p.parent.name != "eval"),
+def test_unions_and_literals_take_the_first_member_a_value_fits():
+    @dataclass
+    class Task:
+        languages: list[str] | Literal["all"] = "all"
+        seeds: int | list[int] = 5
+        mode: Literal["max", "ratio"] = "ratio"
+        pool: int | Literal["all"] | None = None
+
+    assert load_config(Task, values={"languages": ["de", "en"], "seeds": [0, 2], "mode": "max", "pool": "all"}) == \
+        Task(["de", "en"], [0, 2], "max", "all")
+    assert load_config(Task, values={"seeds": "3", "pool": 7}) == Task("all", 3, "ratio", 7)  # YAML 1.1's strings
+    assert load_config(Task, None, ["languages=[de, fr]", "seeds=[1]", "mode=max", "pool=null"]) == \
+        Task(["de", "fr"], [1], "max", None)
+    assert load_config(Task, None, ["languages=all", "seeds=2"]) == Task("all", 2)
+    with pytest.raises(ConfigError) as error:
+        load_config(Task, values={"languages": "some", "seeds": [0, "one"], "mode": "min", "pool": True})
+    assert error.value.problems == [  # inside a list: that member's own problem; else every member named
+        "languages must be a list of strings or 'all', got 'some'", "seeds[1] must be an integer, got 'one'",
+        "mode must be 'max' or 'ratio', got 'min'", "pool must be an integer or 'all' or null, got True"]
+    with pytest.raises(ConfigError, match=r"^Task: languages\[1\] must be a string, got 1 \(quote it in YAML\); "
+                                          r"seeds must be an integer or a list of integers, got 'x'$"):
+        load_config(Task, values={"languages": ["de", 1], "seeds": "x"})
+
+
+def test_a_bad_eval_task_config_is_one_line_naming_the_file_once(tmp_path):
+    path = tmp_path / "task.yaml"
+    path.write_text("type: classification\nname: c\nlanguages: [de, 5]\nseeds: [0, x]\nmlp: {preset: laser, layers: 3}\n")
+    with pytest.raises(ConfigError) as error:
+        read_task_config(path)
+    assert str(error.value) == (
+        f"{path}: missing required key(s) ['data_subdir', 'format']; languages[1] must be a string, got 5 (quote it "
+        "in YAML); seeds[1] must be an integer, got 'x'; mlp: unknown key(s) ['layers']; known (MlpConfig fields): "
+        "['batch_size', 'dropout', 'epochs', 'hidden', 'learning_rate', 'preset', 'weight_decay']")
+    path.write_text("type: classification\nname: c\ndata_subdir: c\nformat: mldoc\nlanguages: [de, deuu]\n"
+                    "train_language: xx\nmlp: {preset: big}\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: unknown MLP preset 'big'; expected one of laser, small_64$"):
+        read_task_config(path)
+    path.write_text("type: classification\nname: c\ndata_subdir: c\nformat: mldoc\nlanguages: [de, deuu]\n"
+                    "train_language: xx\nseeds: 2\n")
+    with pytest.raises(ConfigError) as error:  # the codes are checked once the types are right, every one at once
+        read_task_config(path)
+    assert error.value.where == str(path) and [problem.split(" does not")[0] for problem in error.value.problems] == \
+        ["'deuu'", "'xx'"]
+    path.write_text("type: qee\nname: c\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: unknown task type 'qee'; expected one of bitext, bucc, "):
+        read_task_config(path)
+    path.write_text("name: [c\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: not a readable YAML file: line 2, column 1: "):
+        read_task_config(path)
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").rglob("*.yaml")),
                          ids=lambda p: str(p.relative_to(REPO_ROOT / "configs")))
 def test_every_config_under_configs_loads_with_its_dataclass(path):
     cls = CONFIG_CLASSES[path.parent.name](path.name)
-    cfg = load_config(cls, path)
+    if cls is None:  # an evaluation task config: its `type` names its dataclass
+        cls = read_task_config(path)[1].config
+    else:
+        cfg = load_config(cls, path)
     assert set(yaml.safe_load(path.read_text())) <= set(cls.__dataclass_fields__)
+    if cls is SuiteConfig:  # every task config it lists is there
+        assert all(task.is_file() for task in suite_task_configs(path))
     if cls is AblationConfig:  # every run it trains: its data config, the base config with each variant's overrides
         load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
         for overrides in cfg.variants.values():

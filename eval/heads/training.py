@@ -284,8 +284,8 @@ class TrainedHead:
             raise ValueError(f"{directory} holds a {meta.get('name')!r} head, not {cls.name!r}")
         try:
             hyperparameters = load_config(HeadHyperparameters, values=meta["hyperparameters"])
-        except ConfigError as error:
-            raise ConfigError(f"{directory / HEAD_JSON}: hyperparameters", error.problems) from None
+        except ConfigError as error:  # named by the file, each problem under its section
+            raise ConfigError(str(directory / HEAD_JSON), [f"hyperparameters: {p}" for p in error.problems]) from None
         head = cls(hyperparameters)
         head.languages, head.classifier_languages, head.dim = meta["languages"], meta["classifier_languages"], meta["dim"]
         head.module = head.build_module(head.dim, len(head.classifier_languages))
