@@ -6,9 +6,10 @@ In: a dataclass whose fields are typed with bool, int, float, str, None (in unio
 values, lists, tuples and dicts of those, nested dataclasses (a YAML section),
 `Annotated[dict, FieldsOf(X)]` (a section of some of dataclass X's fields, each typed as in X) and
 unions of these (`list[str] | Literal["all"]`: the first member the value fits); a YAML file, a
-nested mapping of values, and `key.sub=value` items. Out: the dataclass, each value of its field's type, or one
-ConfigError that lists every problem found (unknown keys, missing keys, values of the wrong type,
-then the dataclasses' own range checks), one line naming the file (or the class) and each key.
+nested mapping of values, and `key.sub=value` items. Out: the dataclass, each value of its
+field's type, or one ConfigError that lists every problem found (unknown keys, missing keys,
+values of the wrong type, then the dataclasses' own range checks), one line naming the file (or
+the class) and each key.
 
 A `--set` value is read as the type of the field it names: verbatim for a string field (`out=123`,
 `duplicate_negatives=no`; YAML-quoted, `out="a b"`, it is unquoted), as a YAML scalar otherwise
