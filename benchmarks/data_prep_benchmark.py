@@ -36,11 +36,12 @@ sys.path.insert(0, str(REPO_ROOT))  # the repo's own `tests` package, not the on
 import sentencepiece as spm  # noqa: E402
 
 from data_prep.binarize import _encode_part, binarize  # noqa: E402
-from data_prep.clean import clean_corpus, load_eval_sentences  # noqa: E402
-from data_prep.config import CleanSettings, parse_config  # noqa: E402
+from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences  # noqa: E402
+from data_prep.config import PrepConfig  # noqa: E402
 from data_prep.opus import MirrorSource, fetch  # noqa: E402
 from data_prep.pretokenize import MARKER_FILE, pretokenize_corpus  # noqa: E402
 from data_prep.vocab import train_vocab  # noqa: E402
+from ems.configs import load_config  # noqa: E402
 from ems.corpus import list_parallel, read_parallel  # noqa: E402
 from ems.text import Preprocessing, Tokenizer  # noqa: E402
 from tests.opus_mirror import FLORES, build_mirror, flores_lines  # noqa: E402
@@ -105,8 +106,8 @@ def stage_throughput(data_dir: Path, work: Path, n_pairs: int) -> dict:
     mirror_text = {lang: flores_lines(data_dir, lang) for lang in ("en", "de", "fr", "ja", "ru")}
     for pair in PAIRS:
         build_mirror(work / "opus", "Bench", "v1", data_dir, [pair], docs=4, text={l: mirror_text[l] for l in pair})
-    config = parse_config({"languages": ["de", "en", "fr", "ja", "ru"], "pivot": "en",
-                           "corpora": [{"name": "Bench", "release": "v1"}]}, "benchmark")
+    config = load_config(PrepConfig, values={"languages": ["de", "en", "fr", "ja", "ru"], "pivot": "en",
+                                             "corpora": [{"name": "Bench", "release": "v1"}]})
     seconds = timed(lambda: fetch(config, MirrorSource(work / "opus"), work / "fetched"))
     rates["fetch (opustools, local mirror)"] = len(PAIRS) * 1012 / seconds
 

@@ -442,7 +442,7 @@ def train_config(ctx: Context, budget: float, max_minutes: float):
 
     values = {**ctx.profile.train_overrides, **data_paths(ctx.prepared, ctx.data_dir), "out": str(ctx.run_dir),
               "time_budget_minutes": budget, "max_minutes": max_minutes, "stop_at_step": ctx.stop_at_step}
-    return load_config(TrainConfig, TRAIN_CONFIG, values)
+    return load_config(TrainConfig, TRAIN_CONFIG, values=values)
 
 
 def stage_train(ctx: Context, output: dict) -> bool:

@@ -30,14 +30,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from ems.encoder_kinds import load_encoder
 from ems.heads import HEADS
-from eval.correlation import RAW, evaluate_scored_pairs
+from eval.evaluators.correlation import RAW, evaluate_rated_pairs
+from eval.evaluators.qe import read_qe_pairs
+from eval.evaluators.sts import read_sts_tracks
 from eval.parallel_data import capped_rows, encode_pairs, flores_pairs, pivot_pairs
-from eval.qe import read_qe_pairs
-from eval.sts import read_sts_tracks
+from eval.task import read_task_config
 from eval.train_head import train_head
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,10 +168,10 @@ def main() -> None:
     encoder = load_encoder(args.encoder, args.cache_dir)
     qe_dev, _ = read_qe_pairs(args.data_dir / "mlqe", QE_PAIRS, "dev")
     qe_test, _ = read_qe_pairs(args.data_dir / "mlqe", QE_PAIRS, "test20")
-    tracks = yaml.safe_load((ROOT / "configs/eval/sts2017.yaml").read_text())["tracks"]
+    tracks = read_task_config(ROOT / "configs/eval/sts2017.yaml")[0].tracks
     sts, _ = read_sts_tracks(args.data_dir / "sts2017", tracks)
     tasks = {"qe": (sorted({l for p in QE_PAIRS for l in p.split("-")}), {"dev": qe_dev, "test": qe_test}),
-             "sts": (sorted({l for t in tracks for l in t["langs"]}), {"test": sts})}
+             "sts": (sorted({l for t in tracks for l in t.langs}), {"test": sts})}
     sources = ["flores"] + [f"corpus@{cap}" for cap in args.caps.split(",")]
     rows = json.loads(args.continue_from.read_text())["rows"] if args.continue_from else []
     done = {(row["source"], row["task"], row["setting"]) for row in rows}
@@ -186,7 +186,7 @@ def main() -> None:
                     continue
                 start = time.perf_counter()
                 head, log = train_head(name, data, 0.1, 0, hyperparameters)
-                scored = {split: evaluate_scored_pairs(encoder, sets, {name: head})[0] for split, sets in splits.items()}
+                scored = {split: evaluate_rated_pairs(encoder, sets, {name: head})[0] for split, sets in splits.items()}
                 row = {"source": source, "task": task, "setting": label, "head": name, "train_pairs": len(data),
                        "languages": trained_languages, "best_epoch": log.get("best_epoch"), "epochs": log.get("epochs"),
                        "seconds": round(time.perf_counter() - start, 1),

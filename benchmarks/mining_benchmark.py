@@ -65,8 +65,8 @@ from ems.encoder_kinds import load_encoder  # noqa: E402
 from ems.mining.index import as_index_spec  # noqa: E402
 from ems.mining.margin import RETRIEVAL, margin_neighbours  # noqa: E402
 from ems.mining.search import blockwise_knn  # noqa: E402
-from eval.bucc import best_threshold, precision_recall_f1  # noqa: E402
-from eval.retrieval import read_lines  # noqa: E402
+from eval.evaluators.bucc import best_threshold, precision_recall_f1  # noqa: E402
+from eval.evaluators.retrieval import read_lines  # noqa: E402
 
 NGRAM_DIM, NGRAM_BUCKETS = 256, 1 << 16
 K = 4

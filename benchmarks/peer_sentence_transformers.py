@@ -182,7 +182,7 @@ def score(encoder, prepared: Path, data_dir: Path, out: Path, languages: list[st
 
 def heldout_score(model_dir: Path, prepared: Path, languages: list[str]) -> float:
     from ems.encoder_kinds import load_encoder
-    from eval.heldout import evaluate_heldout
+    from eval.evaluators.heldout import evaluate_heldout
 
     result = evaluate_heldout(load_encoder(f"st:{model_dir}"), prepared / "corpus" / "heldout", languages, progress=False)
     return float(result["average"]["mean"])

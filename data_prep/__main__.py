@@ -4,6 +4,8 @@ Stages: pairs (list a config's language pairs), fetch (OPUS -> aligned files), i
 (OPUS-MT-testsets Tatoeba Challenge / TICO-19 -> aligned files), split (held-out pairs), clean,
 pretokenize, vocab, binarize, teacher (a distillation teacher's vectors of the shards' source
 sentences: data_prep.teacher) and all (fetch to binarize in order under one output directory).
+A stage that reads the data-prep config (--config, data_prep.config) takes `--set key=value`
+overrides of it too (`--set vocab.vocab_size=16000`; ems.configs).
 Each prints a one-line summary per unit of work. Bad input (a config value, a missing file, an
 OPUS file that yields nothing, a pair folder of a language the config lacks) ends it with one
 line `error: ...` on stderr and exit status 2; `--debug` (or EMS_DEBUG=1) shows the traceback.
@@ -20,13 +22,14 @@ from pathlib import Path
 
 from data_prep.binarize import binarize
 from data_prep.clean import check_clean_succeeded, clean_corpus, failed_files, load_eval_sentences
-from data_prep.config import load_config
+from data_prep.config import PrepConfig
 from data_prep.opus import MirrorSource, OnlineSource, fetch
 from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus, build_tico19_corpus
 from data_prep.pretokenize import pretokenize_corpus
 from data_prep.split import split_heldout
 from data_prep.vocab import train_vocab
 from ems.cli import add_debug_option, run_main
+from ems.configs import load_config
 from ems.corpus import CorpusError, list_parallel, pair_dir_name
 from ems.locks import exclusive
 
@@ -39,8 +42,12 @@ def _source(args):
     return OnlineSource(args.downloads, catalog=args.catalog)
 
 
+def _config(args) -> PrepConfig:
+    return load_config(PrepConfig, args.config, args.set)
+
+
 def run_fetch(args) -> None:
-    config = load_config(args.config)
+    config = _config(args)
     report = fetch(config, _source(args), args.out, pairs=args.pair, dry_run=args.dry_run)
     for entry in report.get("fetched", []):
         print(f"{entry['corpus']}\t{entry['pair']}\t{entry['status']}\t{entry.get('pairs', '')}")
@@ -99,14 +106,15 @@ def run_split(args) -> None:
         print(f"{entry['pair']}\t{state}\ttrain {entry['train']}\tremoved_overlapping_heldout {removed}")
 
 
-def _check_pair_folders(config, corpus_root: Path, pairs: list[str] | None) -> None:
-    """The first stage that reads a corpus with its config refuses a pair folder of a language the config lacks."""
-    config.check_pair_folders(corpus_root, {f"{files.l1}-{files.l2}" for files in list_parallel(corpus_root, pairs)})
+def _check_pair_folders(config: PrepConfig, args, pairs: list[str] | None) -> None:
+    """The first stage that reads a corpus (--in) with its config refuses a pair folder of a language the config lacks."""
+    folders = {f"{files.l1}-{files.l2}" for files in list_parallel(args.input, pairs)}
+    config.check_pair_folders(args.input, folders, args.config)
 
 
 def run_clean(args) -> None:
-    config = load_config(args.config)
-    _check_pair_folders(config, args.input, args.pair)
+    config = _config(args)
+    _check_pair_folders(config, args, args.pair)
     eval_hashes, eval_counts = load_eval_sentences(args.data_dir, config.clean.eval_sets, config.clean.lowercase)
     report = clean_corpus(args.input, args.out, config.clean, eval_hashes, eval_counts, pairs=args.pair)
     for pair in report["pairs"]:
@@ -125,9 +133,9 @@ def run_pretokenize(args) -> None:
 
 
 def run_vocab(args) -> None:
-    config = load_config(args.config)
+    config = _config(args)
     check_clean_succeeded(args.input, args.allow_failed)
-    _check_pair_folders(config, args.input, None)
+    _check_pair_folders(config, args, None)
     settings = config.vocab
     tokenizer = train_vocab(
         args.input, args.out, vocab_size=settings.vocab_size, character_coverage=settings.character_coverage,
@@ -178,7 +186,11 @@ def parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=func)
         return sub
 
-    def config(p): p.add_argument("--config", type=Path, required=True, help="data-prep YAML (configs/data/*.yaml)")
+    def config(p):
+        p.add_argument("--config", type=Path, required=True, help="data-prep YAML (configs/data/*.yaml)")
+        p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                       help="override config keys, e.g. vocab.vocab_size=16000 clean.max_chars=300")
+
     def inp(p): p.add_argument("--in", dest="input", type=Path, required=True, help="corpus root to read")
     def out(p): p.add_argument("--out", type=Path, required=True)
     def pair(p): p.add_argument("--pair", nargs="+", help="only these language pairs (e.g. de-en); default: all")
@@ -197,7 +209,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
                        help="evaluation data to keep out of training (default: $EMS_DATA_DIR or ../shared/data)")
 
-    stage("pairs", lambda a: print("\n".join(load_config(a.config).pair_names())), "print a config's language pairs", config)
+    stage("pairs", lambda a: print("\n".join(_config(a).pair_names())), "print a config's language pairs", config)
     fetch_parser = stage("fetch", run_fetch, "OPUS corpora -> aligned Moses-style files", config, out, pair, source)
     fetch_parser.add_argument("--dry-run", action="store_true", help="print what would be fetched and stop")
     import_parser = stage("import", run_import, "OPUS-MT-testsets Tatoeba Challenge or TICO-19 -> aligned English-X files "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.config import CleanSettings
+from ems.configs import ConfigError, out_of_range
 from ems.corpus import CorpusError, ReadReport, list_parallel, read_parallel, write_parallel
 from ems.text import to_simplified
 
@@ -36,6 +36,30 @@ RATIO_SAMPLE = 10_000  # pairs at the start of a file that estimate its typical 
 
 class EvalSetError(FileNotFoundError):
     """An evaluation set the user asked to exclude is not where it should be."""
+
+
+@dataclass(frozen=True)
+class CleanSettings:
+    """Filters of the clean stage: the `clean` section of a data-prep config (data_prep.config)."""
+
+    lowercase: bool = True
+    min_chars: int = 1
+    max_chars: int = 500
+    max_length_ratio: float = 3.0  # relative to the file's median length ratio
+    max_line_bytes: int = 100_000  # longer raw lines are skipped while reading, never held in memory
+    eval_sets: tuple[str, ...] = ()  # names in EVAL_SETS
+
+    def __post_init__(self) -> None:
+        problems = [*out_of_range("min_chars", self.min_chars, 0),
+                    *out_of_range("max_chars", self.max_chars, max(1, self.min_chars)),
+                    *out_of_range("max_length_ratio", self.max_length_ratio, 1),
+                    *out_of_range("max_line_bytes", self.max_line_bytes, 1)]
+        unknown = sorted(set(self.eval_sets) - set(EVAL_SETS))
+        if unknown:
+            problems.append(f"eval_sets names unknown evaluation set(s) {unknown}; known: {sorted(EVAL_SETS)}")
+        object.__setattr__(self, "eval_sets", tuple(self.eval_sets))
+        if problems:
+            raise ConfigError("CleanSettings", problems)
 
 
 def normalize(text: str, lowercase: bool = True) -> str:

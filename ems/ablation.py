@@ -26,9 +26,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
 
 from ems.cli import add_debug_option, run_main
-from ems.configs import _merge, load_config, parse_overrides
+from ems.configs import FieldsOf, load_config, merge
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
 from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
@@ -41,20 +42,23 @@ DEFAULT_METRICS = {
 }
 
 
+TrainOverrides = Annotated[dict, FieldsOf(TrainConfig)]  # TrainConfig keys, checked when the ablation config loads
+
+
 @dataclass
 class AblationConfig:
     data_config: str = "configs/data/demo.yaml"  # DemoDataConfig: what to train on
     train_config: str = "configs/train/demo.yaml"  # the base TrainConfig of every run
-    train_overrides: dict = field(default_factory=dict)  # applied to every run (the step budget, ...)
-    variants: dict = field(default_factory=dict)  # {name: TrainConfig overrides}, in table order
+    train_overrides: TrainOverrides = field(default_factory=dict)  # applied to every run (the step budget, ...)
+    variants: dict[str, TrainOverrides] = field(default_factory=dict)  # {name: its overrides}, in table order
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     suite: str = str(DEMO_SUITE)  # the evaluation suite every model is scored with (eval.run_all)
     # {task name: directory, relative to the ablation's out directory} for suite tasks whose data is
     # built, not shipped; a missing FLORES pseudo-BUCC directory (task flores_bucc) is built there
-    task_dirs: dict = field(default_factory=dict)
+    task_dirs: dict[str, str] = field(default_factory=dict)
     # {column: {"task", "path": keys into the task's result, optional "rows": the language rows or
     # tracks to average the path over, "scale"}}; see metric_value
-    metrics: dict = field(default_factory=lambda: dict(DEFAULT_METRICS))
+    metrics: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEFAULT_METRICS))
     reference_encoders: list[str] = field(default_factory=list)  # ems.encoder_kinds specs scored once (e.g. the teacher)
     teacher_batch_size: int = 64  # sentences per teacher call when building a teacher store
 
@@ -180,7 +184,7 @@ def prepare_teachers(cfg: AblationConfig, prepared: Path) -> None:
     """The teacher store of every teacher a run distils from, for the training and held-out shards."""
     from data_prep.teacher import build_teacher_store
 
-    teachers = {(variant or {}).get("teacher") for variant in cfg.variants.values()} | {cfg.train_overrides.get("teacher")}
+    teachers = {variant.get("teacher") for variant in cfg.variants.values()} | {cfg.train_overrides.get("teacher")}
     for teacher in sorted(t for t in teachers if t):
         for split in ("train", "heldout"):
             report = build_teacher_store(prepared / "shards" / split, prepared / "corpus" / split, teacher,
@@ -189,9 +193,9 @@ def prepare_teachers(cfg: AblationConfig, prepared: Path) -> None:
                   f"({report['seconds']} s)", flush=True)
 
 
-def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict) -> str:
-    """Prepare the data (once), train and score every (variant, seed) not yet scored, write and
-    return the table."""
+def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list[str]) -> str:
+    """Prepare the data (once), train and score every (variant, seed) not yet scored (`overrides`:
+    `--set` items of every run's TrainConfig), write and return the table."""
     from ems.train import train
 
     if not cfg.variants:
@@ -226,9 +230,8 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: dict
                 started = time.time()
                 shutil.rmtree(run_dir / "run", ignore_errors=True)  # a run killed before its scores restarts
                 values = {**data_paths(prepared, data_dir), "out": str(run_dir / "run"), "seed": seed}
-                for extra in (cfg.train_overrides, variant_overrides or {}, overrides):
-                    values = _merge(values, extra)
-                result = train(load_config(TrainConfig, _resolve(cfg.train_config), values))
+                values = merge(merge(values, cfg.train_overrides), variant_overrides)
+                result = train(load_config(TrainConfig, _resolve(cfg.train_config), overrides, values))
                 train_seconds = round(time.time() - started)
                 model_dir = Path(result["model_dir"])
                 record = {"variant": variant, "seed": seed, "steps": result["steps"], "train_seconds": train_seconds,
@@ -260,7 +263,7 @@ def main(argv: list[str]) -> int:
     cfg = load_config(AblationConfig, args.config)
     if args.seeds:
         cfg.seeds = args.seeds
-    print(run_ablation(cfg, args.out, args.data_dir, parse_overrides(args.set)))
+    print(run_ablation(cfg, args.out, args.data_dir, args.set))
     return 0
 
 

@@ -1,96 +1,371 @@
-"""Typed configs from YAML files plus `key=value` command-line overrides."""
+"""The project's one config system: dataclasses read from a YAML file, a mapping and `--set` items.
+
+    cfg = load_config(TrainConfig, "configs/train/demo.yaml", ["max_steps=100", "model_overrides.d_model=64"])
+
+In: a dataclass whose fields are typed with bool, int, float, str, None (in unions), Literal
+values, lists, tuples and dicts of those, nested dataclasses (a YAML section),
+`Annotated[dict, FieldsOf(X)]` (a section of some of dataclass X's fields, each typed as in X) and
+unions of these (`list[str] | Literal["all"]`: the first member the value fits); a YAML file, a
+nested mapping of values, and `key.sub=value` items. Out: the dataclass, each value of its
+field's type, or one ConfigError that lists every problem found (unknown keys, missing keys,
+values of the wrong type, then the dataclasses' own range checks), one line naming the file (or
+the class) and each key.
+
+A `--set` value is read as the type of the field it names: verbatim for a string field (`out=123`,
+`duplicate_negatives=no`; YAML-quoted, `out="a b"`, it is unquoted), as a YAML scalar otherwise
+(`lr=3e-4`, `max_minutes=null`, `seeds=[0, 1]`).
+In a YAML file, YAML's own types count: a number or a boolean for a string field is an error
+(`release: 1.10` would read as 1.1), a string for a number field is read as one (YAML 1.1 reads
+`3e-4` as a string). A key with nothing after it is an empty section, list or mapping.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 
 T = TypeVar("T")
+_NONE = type(None)
+_SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", _NONE: "null"}
+_PLURALS = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
+_YAML_NULLS = ("", "~", "null", "Null", "NULL")
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """["max_steps=100", "model_overrides.d_model=128"] -> {"max_steps": 100, "model_overrides": {"d_model": 128}}.
+class ConfigError(ValueError):
+    """Every problem of one config, on one line: "<where>: <problem>; <problem>". `where` is the
+    file (or the class); each problem names its key, a nested one after its section ("clean: ...")."""
 
-    Values are read as YAML scalars, so numbers, booleans, null and lists come out typed.
-    """
-    result: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {item!r} is not of the form key=value")
-        *parents, leaf = key.split(".")
-        node = result
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
-    return result
+    def __init__(self, where: str, problems: Sequence[str]):
+        self.where, self.problems = where, list(problems)
+        super().__init__(f"{where}: " + "; ".join(self.problems))
 
 
-def _merge(base: dict, extra: dict) -> dict:
+@dataclasses.dataclass(frozen=True)
+class FieldsOf:
+    """`Annotated[dict, FieldsOf(X)]`: a mapping of some of dataclass X's fields (not those in
+    `exclude`), each checked and converted as X types it; the value stays a plain dict."""
+
+    cls: type
+    exclude: tuple[str, ...] = ()
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (),
+                values: dict | None = None) -> T:
+    """`cls` from its defaults, the YAML file `path`, the nested mapping `values` and the `--set`
+    items `overrides`, each later one winning (nested mappings are merged key by key)."""
+    where = str(path) if path is not None else cls.__name__
+    raw = read_yaml(path) if path is not None else {}
+    problems: list[str] = []
+    for layer in (values or {}, _parse_overrides(cls, overrides, problems)):
+        raw = merge(raw, layer)
+    config = _section(raw, cls, "", problems)
+    if problems:
+        raise ConfigError(where, problems)
+    return config
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML file's top-level mapping ({} for an empty file); FileNotFoundError, or ConfigError
+    naming the file and the line and column of a syntax error."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(str(path), [f"not UTF-8 text ({error.reason} at byte {error.start})"]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(str(path), [f"not a readable YAML file: {_yaml_problem(error)}"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), [f"expected a mapping of config keys, got {_shown(data)}"])
+    return data
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """"line L, column C: <problem> (<context> at line L, column C)" of a YAML syntax error."""
+    def at(mark) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    problem, mark = getattr(error, "problem", None), getattr(error, "problem_mark", None)
+    context, context_mark = getattr(error, "context", None), getattr(error, "context_mark", None)
+    if not problem:
+        return " ".join(str(error).split())
+    text = f"{at(mark)}: {problem}" if mark is not None else problem
+    if context:
+        text += f" ({context}{f' at {at(context_mark)}' if context_mark is not None else ''})"
+    return text
+
+
+def merge(base: dict, extra: dict) -> dict:
+    """`extra` over `base`, nested mappings merged key by key; neither is modified."""
     merged = dict(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = merge(merged[key], value)
         else:
             merged[key] = value
     return merged
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | dict | None = None) -> T:
-    """Build dataclass `cls` from a YAML file (optional) and overrides; unknown keys are an error."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {path} does not exist")
-        values = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a mapping of config keys, got {type(values).__name__}")
-    if overrides:
-        extra = overrides if isinstance(overrides, dict) else parse_overrides(list(overrides))
-        values = _merge(values, extra)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(values) - known
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} keys {sorted(unknown)}; known: {sorted(known)}")
-    hints = typing.get_type_hints(cls)
-    return cls(**{key: _coerce(f"{cls.__name__}.{key}", value, hints[key]) for key, value in values.items()})
+def dump_config(config: Any, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
 
 
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """`value` as the field's scalar type where that is unambiguous. YAML 1.1 reads `3e-4` (no dot)
-    as a string and `1` as an int: both become floats for a float field. A value that does not
-    fit a scalar field is an error naming the field."""
-    allowed = set(typing.get_args(hint)) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else {hint}
+def out_of_range(name: str, value: Any, low: float | None = None, high: float | None = None) -> list[str]:
+    """For a dataclass's own checks: [] when `value` is a finite number within [low, high], else the
+    problem naming `name`, what it must be and the value."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high):
+        return []
+    kind = "an integer" if isinstance(value, int) and number else "a finite number"
+    bounds = (f" from {low} to {high}" if low is not None and high is not None
+              else f" >= {low}" if low is not None else f" <= {high}" if high is not None else "")
+    return [f"{name} must be {kind}{bounds}, got {value!r}"]
+
+
+# --- `--set` items ------------------------------------------------------------------------------
+
+def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> dict:
+    """["max_steps=100", "model_overrides.d_model=64"] -> {"max_steps": 100, "model_overrides": {"d_model": 64}},
+    each value read as the type of the field its key names."""
+    result: dict = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        path = key.split(".")
+        if not sep or not all(path):
+            problems.append(f"--set {item!r} is not of the form key=value (nested keys: section.key=value)")
+            continue
+        hint, _ = _unwrap(_hint_at(cls, path))
+        try:
+            if str not in _options(hint) or text[:1] in ("'", '"'):  # a quoted string: YAML unquotes it
+                value = yaml.safe_load(text)
+            else:  # verbatim: YAML would read `no` as false, `1.10` as 1.1
+                value = None if _NONE in _options(hint) and text in _YAML_NULLS else text
+        except yaml.YAMLError as error:
+            problems.append(f"--set {item!r}: not a YAML value: {_yaml_problem(error)}")
+            continue
+        node = result
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[path[-1]] = value
+    return result
+
+
+def _hint_at(hint: Any, path: list[str]) -> Any:
+    """The type of the value at `path` (keys) inside a value of type `hint`; Any where unknown."""
+    for part in path:
+        hint, fields_of = _unwrap(hint)
+        if fields_of is not None:
+            hint = fields_of.cls
+        if dataclasses.is_dataclass(hint):
+            hint = _hints(hint).get(part, Any)
+        elif typing.get_origin(hint) is dict and len(typing.get_args(hint)) == 2:
+            hint = typing.get_args(hint)[1]
+        else:
+            return Any
+    return hint
+
+
+# --- checking and converting values --------------------------------------------------------------
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _unwrap(hint: Any) -> tuple[Any, FieldsOf | None]:
+    """(the type without Annotated, its FieldsOf or None)."""
+    if typing.get_origin(hint) is Annotated:
+        base, *extras = typing.get_args(hint)
+        return base, next((extra for extra in extras if isinstance(extra, FieldsOf)), None)
+    return hint, None
+
+
+def _options(hint: Any) -> tuple:
+    """The members of a union (X | Y, Optional[X]), or (hint,)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else repr(value)
+
+
+def _at(section: str, text: str) -> str:
+    return f"{section}: {text}" if section else text
+
+
+def _join(section: str, key: str) -> str:
+    return f"{section}.{key}" if section else key
+
+
+def _describe(hint: Any) -> str:
+    hint, fields_of = _unwrap(hint)
+    if fields_of is not None:
+        return f"a mapping of {fields_of.cls.__name__} keys"
+    options = _options(hint)
+    if len(options) > 1:
+        return " or ".join(_describe(option) for option in options)
+    if hint in _SCALARS:
+        return _SCALARS[hint]
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(map(repr, typing.get_args(hint)))
+    if dataclasses.is_dataclass(hint):
+        return f"a mapping of {hint.__name__} keys"
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+    if origin in (list, tuple):
+        return f"a list of {_PLURALS[args[0]]}" if args and args[0] in _PLURALS else "a list"
+    if origin is dict:
+        return "a mapping"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _section(value: Any, cls: type, section: str, problems: list[str], fields_of: FieldsOf | None = None) -> Any:
+    """`value` (a mapping; None: empty) as dataclass `cls`, or with `fields_of` as a dict of some of
+    its fields; None after appending the problems to `problems`."""
     if value is None:
-        if type(None) in allowed:
-            return None
-        raise ValueError(f"{name} cannot be null")
-    scalars = allowed & {bool, int, float, str}
-    if not scalars or type(value) in scalars:
+        value = {}
+    if not isinstance(value, dict):
+        problems.append(_at(section, f"expected a mapping of {cls.__name__} keys, got {_shown(value)}"))
+        return None
+    found = len(problems)
+    hints = _hints(cls)
+    known = [f.name for f in dataclasses.fields(cls) if f.init and not (fields_of and f.name in fields_of.exclude)]
+    unknown = [key for key in value if key not in known]
+    if unknown:
+        of = (f" ({cls.__name__} fields{''.join(f', not {name}' for name in fields_of.exclude)})"
+              if fields_of else "")
+        problems.append(_at(section, f"unknown key(s) {sorted(map(str, unknown))}; known{of}: {sorted(known)}"))
+    if fields_of is None:
+        missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in value
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            problems.append(_at(section, f"missing required key(s) {missing}"))
+    converted = {key: _convert(item, hints[key], key, section, problems) for key, item in value.items() if key in known}
+    if len(problems) > found:
+        return None
+    if fields_of is not None:
+        return converted
+    try:
+        return cls(**converted)
+    except ConfigError as error:  # the dataclass's own checks
+        problems.extend(_at(section, problem) for problem in error.problems)
+    except ValueError as error:
+        problems.append(_at(section, str(error)))
+    return None
+
+
+def _convert(value: Any, hint: Any, key: str, section: str, problems: list[str]) -> Any:
+    """`value` as type `hint` (the field `key` of `section`), or None after appending a problem."""
+    hint, fields_of = _unwrap(hint)
+    options = _options(hint)
+    if value is None and _NONE in options:
+        return None
+    if fields_of is not None:
+        return _section(value, fields_of.cls, _join(section, key), problems, fields_of)
+    if hint is Any or hint is object:
         return value
-    if float in scalars and isinstance(value, (int, str)) and not isinstance(value, bool):
+    one = [option for option in options if option is not _NONE]
+    if len(one) > 1 and not all(option in _SCALARS for option in one):
+        return _union(value, one, hint, key, section, problems)
+    target = one[0] if len(one) == 1 else hint
+    if dataclasses.is_dataclass(target):
+        return _section(value, target, _join(section, key), problems)
+    origin, args = typing.get_origin(target) or target, typing.get_args(target)
+    found = len(problems)
+    if origin in (list, tuple) and isinstance(value, (list, tuple, type(None))):
+        items = value or []
+        variadic = len(args) == 1 or len(args) == 2 and args[1] is Ellipsis
+        if args and not variadic and len(items) != len(args):
+            problems.append(_at(section, f"{key} must be a list of {len(args)} values, got {_shown(value)}"))
+            return None
+        types_ = [args[0] if variadic else args[i] for i in range(len(items))] if args else [Any] * len(items)
+        converted = [_convert(item, type_, f"{key}[{i}]", section, problems) for i, (item, type_) in
+                     enumerate(zip(items, types_))]
+        return None if len(problems) > found else origin(converted)
+    if origin is dict and isinstance(value, (dict, type(None))):
+        key_type, value_type = args if args else (Any, Any)
+        mapping = value or {}
+        bad_keys = [k for k in mapping if key_type is str and not isinstance(k, str)]
+        if bad_keys:
+            problems.append(_at(section, f"{key} has key(s) {bad_keys} that are not strings (quote them in YAML)"))
+        converted = {k: _convert(v, value_type, f"{key}.{k}", section, problems) for k, v in mapping.items()}
+        return None if len(problems) > found else converted
+    if origin is Literal and any(value == choice and type(value) is type(choice) for choice in args):
+        return value
+    if one and all(option in _SCALARS for option in one):
+        converted = _scalar(value, one)
+        if converted is not _INVALID:
+            return converted
+    note = ""
+    if str in one and isinstance(value, bool):
+        note = " (YAML reads no, yes, off, on as false or true: quote it)"
+    elif str in one and isinstance(value, (int, float)):
+        note = " (quote it in YAML)"
+    problems.append(_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}{note}"))
+    return None
+
+
+def _union(value: Any, options: list, hint: Any, key: str, section: str, problems: list[str]) -> Any:
+    """`value` as the first of `options` (a union's members) it fits, or None after appending a
+    problem: the one member of the value's own shape (a list, a mapping) says what is wrong inside
+    it, else the problem names every member."""
+    shape = "list" if isinstance(value, (list, tuple)) else "mapping" if isinstance(value, dict) else None
+    shaped = []
+    for option in options:
+        attempt: list[str] = []
+        converted = _convert(value, option, key, section, attempt)
+        if not attempt:
+            return converted
+        if shape is not None and shape == _shape(option):
+            shaped.append(attempt)
+    problems.extend(shaped[0] if len(shaped) == 1 else [_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}")])
+    return None
+
+
+def _shape(hint: Any) -> str | None:
+    """"list" or "mapping": what a value of type `hint` is in YAML; None for a scalar."""
+    hint, fields_of = _unwrap(hint)
+    origin = typing.get_origin(hint) or hint
+    if origin in (list, tuple):
+        return "list"
+    if origin is dict or fields_of is not None or dataclasses.is_dataclass(hint):
+        return "mapping"
+    return None
+
+
+_INVALID = object()
+
+
+def _scalar(value: Any, allowed: list[type]) -> Any:
+    """`value` as one of the scalar types `allowed` where that is unambiguous, else _INVALID: an int
+    is a float for a float field, a string that reads as a number is one for a number field, and a
+    float with no fraction is an int for an int field."""
+    if type(value) in allowed:
+        return value
+    if isinstance(value, bool) or value is None:
+        return _INVALID
+    if float in allowed and isinstance(value, (int, str)):
         try:
             return float(value)
         except ValueError:
             pass
-    if int in scalars and isinstance(value, (str, float)):
+    if int in allowed and isinstance(value, (str, float)):
         try:
             number = float(value)
-            if number.is_integer():
-                return int(number)
         except ValueError:
-            pass
-    if str in scalars and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    expected = " or ".join(sorted(t.__name__ for t in scalars))
-    raise ValueError(f"{name} must be {expected}, got {value!r}")
-
-
-def dump_config(config: Any, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+            return _INVALID
+        if number.is_integer():
+            return int(number)
+    return _INVALID

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ems.cli import UserError, add_debug_option, run_main
-from ems.configs import load_config, parse_overrides
+from ems.configs import load_config
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
 
@@ -68,8 +68,7 @@ class Stages:
 def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
     """Import, clean (evaluation sentences removed) and split the training corpus into
     out/corpus/{train,heldout}; returns a summary and prints one line per step."""
-    from data_prep.clean import clean_corpus, load_eval_sentences
-    from data_prep.config import CleanSettings
+    from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences
     from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus
     from data_prep.split import cap_pairs, split_heldout
 
@@ -159,8 +158,7 @@ def main(argv: list[str]) -> int:
     add_debug_option(parser)
     args = parser.parse_args(argv)
     data_cfg = load_config(DemoDataConfig, args.data_config)
-    overrides = parse_overrides(args.set)
-    summary = run_demo(data_cfg, args.data_dir, args.out, args.train_config, overrides)
+    summary = run_demo(data_cfg, args.data_dir, args.out, args.train_config, args.set)
     print(summary)
     return 0
 
@@ -199,8 +197,9 @@ class DemoStopped(UserError):
     exit_code = PREEMPTED_EXIT_CODE
 
 
-def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: str, overrides: dict) -> str:
-    """Every stage; returns the report (also written to out/demo_report.md)."""
+def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: str, overrides: list[str]) -> str:
+    """Every stage (`overrides`: `--set` items of the TrainConfig); returns the report (also written
+    to out/demo_report.md)."""
     from ems.encoder import load
     from ems.train import train
     from eval.chart import write_comparison_chart
@@ -212,7 +211,7 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
 
     stages.start("train")
     paths = {**data_paths(out, data_dir), "out": str(out / "run")}
-    train_cfg = load_config(TrainConfig, train_config, {**paths, **overrides})
+    train_cfg = load_config(TrainConfig, train_config, overrides, paths)
     shutil.rmtree(out / "run", ignore_errors=True)  # the demo always trains from scratch
     result = train(train_cfg)
     if result["preempted"]:

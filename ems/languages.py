@@ -9,6 +9,7 @@ ISO 639-1 code (`zh`, `lv`, `ms`, `fa`, `sw`); the one collective code, `ber`, i
 `canonical_language` is the one normaliser of language tags (any case, ISO 639-1/639-2/639-3,
 BCP 47 or FLORES-style `deu_Latn`, `cmn_Hans`, `zh-Hant`) to canonical codes, built on langcodes;
 `resolve_language` maps a user's tag to one of a model's languages, or says which it has.
+`flores_file` finds a language's file in a FLORES-200 split directory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import functools
 import re
 from importlib import resources
 from collections.abc import Sequence
+from pathlib import Path
 
 TATOEBA_ENGLISH_CODE = "eng"  # every Tatoeba test set pairs a language with English
 ENGLISH = "en"
@@ -157,6 +159,17 @@ FLORES_FILES = {
     "si": "sin", "sv": "swe", "sw": "swh", "tg": "tgk", "th": "tha", "tr": "tur", "ug": "uig", "uk": "ukr", "vi": "vie",
     "zh": "cmn_Hans",
 }
+
+
+def flores_file(split_dir: str | Path, lang: str, split: str | None = None) -> Path | None:
+    """The file of canonical code `lang` in a FLORES-200 split directory (`flores200/devtest`):
+    `<stem>.<split>` with the stem FLORES_FILES gives, any split suffix when `split` is None (the
+    first in name order); None when FLORES_FILES has no stem for `lang` or the file is not there.
+    The one finder of FLORES files (data_prep, eval and ems)."""
+    stem = FLORES_FILES.get(lang)
+    if stem is None:
+        return None
+    return next((path for path in sorted(Path(split_dir).glob(f"{stem}.{split or '*'}")) if path.is_file()), None)
 
 
 class UnknownLanguageError(ValueError):

@@ -1,6 +1,10 @@
-"""Evaluation of sentence encoders, on the EMS paper's protocols: Tatoeba similarity search
-(eval.tatoeba), BUCC bitext mining F1 (eval.bucc over ems.mining), large-scale retrieval
-(eval.large_retrieval) and held-out bitext retrieval (eval.heldout); `python -m eval.run_all`
+"""Evaluation of sentence encoders, on the EMS paper's protocols and more.
+
+Layout: eval/evaluators/ holds one module per protocol (Tatoeba similarity search, BUCC mining F1
+over ems.mining, large-scale retrieval, held-out bitext retrieval, FLORES-200, xSIM, generic
+bitext, zero-shot classification, WMT20 QE and STS2017 correlation, the language-ID probe): an
+encoder and a test set in, a result mapping out. eval/tasks/ holds the task types, what a task
+config's `type:` names (its typed config, runner and table; eval.task). `python -m eval.run_all`
 runs a suite of task configs (configs/eval/*.yaml), `python -m eval.mine` mines users' corpora.
 
 An encoder is anything with `encode(sentences: list[str], lang: str) -> np.ndarray` (n, d) and a

@@ -25,23 +25,22 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError, add_debug_option, run_main
-from ems.languages import ENGLISH, TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, lang_to_tatoeba_code
-from eval.bucc import split_paths
-from eval.retrieval import read_lines
+from ems.languages import ENGLISH, FLORES_FILES, TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, flores_file, lang_to_tatoeba_code
+from eval.evaluators.bucc import split_paths
+from eval.evaluators.retrieval import read_lines
 
 FLORES_LINES = 1012
 SPLITS = {"training": range(0, 506), "test": range(506, FLORES_LINES)}
 
 
-def flores_file(flores_dir: Path, lang: str) -> Path:
-    """FLORES-200 devtest file of a canonical code: <code>.devtest, or the first script variant
-    <code>_<Script>.devtest (e.g. zh -> cmn_Hans.devtest)."""
-    code = "eng" if lang == ENGLISH else (lang_to_tatoeba_code(lang) or lang)
-    candidates = [flores_dir / f"{code}.devtest", *sorted(flores_dir.glob(f"{code}_*.devtest"))]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise MissingDataError(f"no FLORES-200 devtest file for {lang!r}: expected {candidates[0]} in {flores_dir}")
+def devtest_file(flores_dir: Path, lang: str) -> Path:
+    """The FLORES-200 devtest file of a canonical code (ems.languages.flores_file), or
+    MissingDataError naming the file expected."""
+    path = flores_file(flores_dir, lang, "devtest")
+    if path is None:
+        raise MissingDataError(f"no FLORES-200 devtest file for {lang!r}: expected "
+                               f"{flores_dir / f'{FLORES_FILES.get(lang, lang)}.devtest'} in {flores_dir}")  # fmt: skip
+    return path
 
 
 def tatoeba_sentences(tatoeba_dir: Path, code: str, side: str) -> list[str]:
@@ -64,7 +63,7 @@ def _write_side(path: Path, prefix: str, sentences: list[str], rng: np.random.Ge
 def build_language(data_dir: Path, out: Path, lang: str, gold: int, tatoeba_distractors: int, seed: int) -> dict:
     """Write the training and test splits of one language; returns their counts."""
     flores_dir, tatoeba_dir = data_dir / "flores200" / "devtest", data_dir / "tatoeba"
-    xx_lines, en_lines = read_lines(flores_file(flores_dir, lang)), read_lines(flores_file(flores_dir, ENGLISH))
+    xx_lines, en_lines = read_lines(devtest_file(flores_dir, lang)), read_lines(devtest_file(flores_dir, ENGLISH))
     if len(xx_lines) != FLORES_LINES or len(en_lines) != FLORES_LINES:
         raise ValueError(f"FLORES devtest files must have {FLORES_LINES} lines, got {len(xx_lines)} and {len(en_lines)}")
     code = lang_to_tatoeba_code(lang)

@@ -35,7 +35,7 @@ from ems.languages import UnknownLanguageError, canonical_language, resolve_lang
 from ems.locks import exclusive
 from ems.mining.index import INDEX_TYPES, IndexSpec, parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
-from eval.retrieval import encoder_languages
+from eval.evaluators.retrieval import encoder_languages
 from eval.streaming import DEFAULT_CHUNK_LINES, DistinctLines, chunk_embeddings, line_at, scan_distinct, text_chunks, write_npy
 
 

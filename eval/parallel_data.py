@@ -27,7 +27,7 @@ from ems.cli import MissingDataError
 from ems.corpus import ReadReport, list_parallel, read_parallel
 from ems.encoder_kinds import embedding_key
 from ems.heads.base import ParallelEmbeddings
-from ems.languages import FLORES_FILES
+from ems.languages import FLORES_FILES, flores_file
 
 PIVOT = "en"
 
@@ -42,13 +42,6 @@ class SentencePairs:
     y: list[str]
     source: str
     read: dict = field(default_factory=dict)  # ReadReport counts of the file pair
-
-
-def flores_file(split_dir: Path, lang: str) -> Path | None:
-    """The FLORES-200 file of canonical language `lang` in `split_dir` (None if absent)."""
-    stem = FLORES_FILES.get(lang)
-    matches = sorted(Path(split_dir).glob(f"{stem}.*")) if stem else []
-    return matches[0] if matches else None
 
 
 def flores_pairs(split_dir: Path, languages: list[str]) -> list[SentencePairs]:

@@ -1,6 +1,7 @@
 """A small fixed retrieval probe that a training run scores its model on every N steps (learning
 curves): Tatoeba and FLORES-200 devtest bidirectional P@1 on the languages of the model's
-vocabulary, the protocol of eval.tatoeba and eval.flores on the first `max_sentences` pairs.
+vocabulary, the protocol of eval.evaluators.tatoeba and eval.evaluators.flores on the first
+`max_sentences` pairs.
 
 The sentences are tokenized once, when the probe is built, so a probe costs only the forward
 passes. In: a data root (holding tatoeba/ and flores200/devtest/) and the run's Tokenizer.
@@ -19,9 +20,9 @@ from ems.encoder import embed_token_ids
 from ems.languages import ENGLISH, lang_to_tatoeba_code
 from ems.model import EncoderNetwork
 from ems.text import Tokenizer
-from eval.flores import load_flores_pair
-from eval.retrieval import bidirectional_p_at_1
-from eval.tatoeba import TATOEBA_TEST_CODES, load_tatoeba_pair
+from eval.evaluators.flores import load_flores_pair
+from eval.evaluators.tatoeba import TATOEBA_TEST_CODES, load_tatoeba_pair
+from eval.evaluators.retrieval import bidirectional_p_at_1
 
 PROBE_TASKS = ("tatoeba", "flores")
 

@@ -25,22 +25,23 @@ import argparse
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from ems.cli import MissingDataError, UserError, add_debug_option, one_line, run_main
+from ems.cli import UserError, add_debug_option, one_line, run_main
+from ems.configs import load_config
 from ems.encoder import TruncationWarning
 from ems.encoder_kinds import ENCODER_KINDS, load_encoder
-from ems.languages import TATOEBA_TEST_CODES, UnknownLanguageError, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
+from ems.languages import TATOEBA_TEST_CODES, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.chart import CHART_FILE, write_chart
+from eval.evaluators.items import NOT_COVERED
 from eval.faults import DATA_FAULTS, NOT_RUN_EXIT_CODE, not_run, not_run_lines
 from eval.report import task_markdown, write_results
 from eval.results import RESULTS_FILE, TaskResult
-from eval.retrieval import ENGLISH_NOT_COVERED, NOT_COVERED
-from eval.task import RunOptions, TaskRun, TaskType, task_type
-from eval.tatoeba import DEFAULT_CONFIG
+from eval.evaluators.retrieval import ENGLISH_NOT_COVERED
+from eval.task import RunOptions, TaskConfig, TaskRun, TaskType, read_task_config, task_type
 
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "eval" / "tatoeba.yaml"
 DEFAULT_SUITE = DEFAULT_CONFIG.parent / "suite.yaml"
 
 
@@ -54,56 +55,24 @@ def split_language_filter(codes: list[str]) -> tuple[list[str], list[str], list[
     return canonical, [code for code in tatoeba if code in TATOEBA_TEST_CODES], without_set
 
 
-def config_language_codes(config: dict) -> list[str]:
-    """Every language code a task config names: `languages` (unless "all"), `train_language`,
-    `pairs` ("en-de" strings, or mappings with src_lang/tgt_lang), `tracks[].langs` and a bitext
-    `source.lang`."""
-    codes = [] if config.get("languages") in (None, "all") else list(config["languages"])
-    codes += [config["train_language"]] if "train_language" in config else []
-    for pair in config.get("pairs") or []:
-        codes += pair.split("-") if isinstance(pair, str) else [pair.get("src_lang"), pair.get("tgt_lang", "en")]
-    for track in config.get("tracks") or []:
-        codes += track.get("langs", []) if isinstance(track, dict) else []
-    source = config.get("source")
-    codes += [source["lang"]] if isinstance(source, dict) and "lang" in source else []
-    return codes
+@dataclass
+class SuiteConfig:
+    """A suite YAML (configs/eval/suite*.yaml): `tasks`, the task config files, relative to it."""
 
+    tasks: list[str]
 
-def read_task_config(path: Path) -> tuple[dict, TaskType]:
-    """A task config (YAML mapping with at least name and data_subdir; `type` defaults to
-    tatoeba) and the task type it names; ValueError for an unknown type, a key the type does not
-    take or a misspelled language code."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingDataError(f"missing task config {path}")
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(config, dict) or not {"name", "data_subdir"} <= set(config):
-        raise ValueError(f"{path}: a task config needs at least the keys name and data_subdir")
-    config.setdefault("type", "tatoeba")
-    try:
-        kind = task_type(str(config["type"]))
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
-    unknown = kind.unknown_keys(config)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown} for a {kind.name} task")
-    for code in config_language_codes(config):
-        try:
-            canonical_language(str(code))
-        except UnknownLanguageError as error:  # a misspelled code fails here, never as an empty result
-            raise UnknownLanguageError(f"{path}: {error}") from None
-    return config, kind
+    def __post_init__(self):
+        if not self.tasks:
+            raise ValueError("tasks must list at least one task config")
 
 
 def suite_task_configs(suite_path: Path) -> list[Path]:
-    """Task config paths listed under `tasks:` in a suite YAML, relative to the suite file."""
+    """Task config paths listed under `tasks:` in a suite YAML, relative to the suite file;
+    FileNotFoundError, or one ConfigError naming the file for a malformed suite."""
     suite_path = Path(suite_path)
     if not suite_path.is_file():
         raise FileNotFoundError(f"missing suite config {suite_path}")
-    suite = yaml.safe_load(suite_path.read_text(encoding="utf-8"))
-    if not isinstance(suite, dict) or not isinstance(suite.get("tasks"), list) or not suite["tasks"]:
-        raise ValueError(f"{suite_path}: expected a non-empty list under `tasks:`")
-    return [suite_path.parent / name for name in suite["tasks"]]
+    return [suite_path.parent / name for name in load_config(SuiteConfig, suite_path).tasks]
 
 
 def _not_run(name: str, type_name: str, exc: Exception) -> TaskResult:
@@ -195,11 +164,11 @@ def run_all(
             except DATA_FAULTS as exc:
                 results[path.stem] = _not_run(path.stem, "unknown", exc)
                 continue
-            task_dir = task_dirs.get(config["name"], Path(data_dir) / config["data_subdir"])
+            task_dir = task_dirs.get(config.name, Path(data_dir) / config.data_subdir)
             _run_task(results, kind, encoder, TaskRun(config, path, task_dir, options))
-            _fail_if_nothing_evaluated(results[config["name"]], filtered=options.canonical is not None)
+            _fail_if_nothing_evaluated(results[config.name], filtered=options.canonical is not None)
         if heldout_dir is not None:
-            heldout = {"type": "heldout", "name": "heldout", "data_subdir": str(heldout_dir)}
+            heldout = TaskConfig(type="heldout", name="heldout", data_subdir=str(heldout_dir))
             _run_task(results, task_type("heldout"), encoder, TaskRun(heldout, Path(heldout_dir), Path(heldout_dir), options))
     finally:
         if print_tables:

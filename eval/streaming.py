@@ -25,7 +25,7 @@ import numpy as np
 
 from ems.cli import MissingDataError
 from ems.encoder_kinds import CachedEncoder, EMSDirectoryEncoder
-from eval.retrieval import encode_checked
+from eval.evaluators.retrieval import encode_checked
 
 DEFAULT_CHUNK_LINES = 20_000
 
@@ -35,7 +35,7 @@ class DistinctLines:
     """The distinct non-empty lines of `path` in file order: `offsets[i]` is the byte offset and
     `numbers[i]` the 0-based line number of the i-th one's first occurrence; `lines` and `empty`
     count all lines and the empty (or whitespace-only) ones. Lines end at "\\n" only, a trailing
-    "\\r" is dropped (as eval.retrieval.read_lines)."""
+    "\\r" is dropped (as eval.evaluators.retrieval.read_lines)."""
 
     path: Path
     offsets: np.ndarray

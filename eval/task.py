@@ -1,27 +1,69 @@
-"""Evaluation task types: what the `type:` of a task config (configs/eval/*.yaml) names.
+"""Evaluation task types and their configs: what the `type:` of a task config (configs/eval/*.yaml) names.
 
-A task type is one `TaskType` object, `TASK`, in one module: its metric, the config keys it
-takes, its runner (encoder + the config and data directory -> a result mapping), its markdown
-table and the score its chart shows per language. The built-in types are the modules of
-eval/tasks (`type: qe` is eval/tasks/qe.py); a config may also name any importable module that
-defines `TASK` (`type: my_project.my_task`). The evaluators themselves (eval/tatoeba.py,
-eval/correlation.py, ...) know nothing of configs: a task module is the glue, as MTEB keeps tasks
-(data plus metadata) apart from its evaluators. Adding a task is one new module plus its YAML.
+A task type is one `TaskType` object, `TASK`, in one module: its metric, its config (a TaskConfig
+dataclass: the keys it takes, typed), its runner (encoder + the config and data directory -> a
+result mapping), its markdown table and the score its chart shows per language. The built-in
+types are the modules of eval/tasks (`type: qe` is eval/tasks/qe.py); a config may also name any
+importable module that defines `TASK` (`type: my_project.my_task`). `read_task_config` reads a
+config file into its type's dataclass with ems.configs.load_config, the project's one config
+loader: keys the type does not take, missing keys, values of the wrong type, then misspelled
+language codes are one error naming the file. The evaluators (eval/evaluators/) know nothing of
+configs: a task module is the glue, as MTEB keeps tasks (data plus metadata) apart from its
+evaluators. Adding a task is one new module plus its YAML.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
-from ems.languages import canonical_language
+from ems.cli import MissingDataError
+from ems.configs import ConfigError, load_config, read_yaml
+from ems.languages import UnknownLanguageError, canonical_language
 
-# Keys every task config may have besides the task type's own `settings`.
-COMMON_KEYS = frozenset({"type", "name", "data_subdir", "languages", "pairs", "source"})
 NOT_IN_TASK = "not a language of this task"
+# A config's `languages`: a list of codes, or "all" (every language of the data set).
+Languages = list[str] | Literal["all"]
+
+
+@dataclass(kw_only=True)
+class TaskConfig(Mapping):
+    """The keys every task config has: `name` (the task's name in the results), `data_subdir` (its
+    data under the data root), `type` (the task type; tatoeba when absent) and `source` (where the
+    data comes from, named when it is missing). A task type's config is a subclass adding its own
+    keys, each typed and with the evaluator's default where it has one. It also reads as the YAML
+    mapping it came from (`config["name"]`, `"heads" in config`): the keys that have a value."""
+
+    name: str
+    data_subdir: str
+    type: str = "tatoeba"
+    source: str | None = None
+
+    def __getitem__(self, key: str):
+        value = getattr(self, key) if key in _keys(type(self)) else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self):
+        return (key for key in _keys(type(self)) if getattr(self, key) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def language_codes(self) -> list[str]:
+        """Every language code the config names, in any form (checked when the config is read):
+        here its `languages` unless "all"; a type whose keys name more extends it."""
+        languages = self.get("languages")
+        return list(languages) if isinstance(languages, list) else []
+
+
+def _keys(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
 
 
 @dataclass
@@ -42,10 +84,10 @@ class RunOptions:
 
 @dataclass
 class TaskRun:
-    """One task to run: its config (a mapping read from YAML, keys checked against the type's
-    `settings`), the file it came from, the directory of its data and the run's options."""
+    """One task to run: its config (its type's TaskConfig), the file it came from, the directory
+    of its data and the run's options."""
 
-    config: dict
+    config: TaskConfig
     config_path: Path
     data_dir: Path
     options: RunOptions
@@ -53,10 +95,6 @@ class TaskRun:
     @property
     def name(self) -> str:
         return self.config["name"]
-
-    def pick(self, keys) -> dict:
-        """{key: value} of the config's keys among `keys`."""
-        return {key: self.config[key] for key in keys if key in self.config}
 
 
 Runner = Callable[[object, TaskRun], dict]
@@ -67,7 +105,7 @@ class TaskType:
     """An evaluation task type.
 
     name: the type's name (a built-in's is its module's name and the config's `type`). metric: the name of its score, stored in every result.
-    settings: the config keys it takes besides COMMON_KEYS (others are an error when read).
+    config: its TaskConfig subclass, the keys it takes (TaskConfig itself for a type with none of its own).
     run(encoder, TaskRun) -> result mapping with at least "task", "languages" ({item: row}),
       "average" and "skipped" (eval.results.TaskResult holds it).
     table(result mapping, title) -> the markdown section of eval/report.md.
@@ -78,12 +116,9 @@ class TaskType:
     metric: str
     run: Runner
     table: Callable[[dict, str], str]
-    settings: frozenset[str] = frozenset()
+    config: type[TaskConfig] = TaskConfig
     headline: Callable[[dict], float] | None = None
     headline_label: str = ""
-
-    def unknown_keys(self, config: dict) -> list[str]:
-        return sorted(set(config) - COMMON_KEYS - self.settings)
 
 
 def builtin_task_types() -> list[str]:
@@ -125,3 +160,28 @@ def pair_in_filter(languages: list[str], options: RunOptions) -> bool:
 def codes_in_filter(codes: list[str], options: RunOptions) -> list[str]:
     """Codes in any form (deu, cmn_Hans, fra-CA) whose canonical code the language filter keeps."""
     return codes if options.canonical is None else [code for code in codes if canonical_language(code) in options.canonical]
+
+
+def read_task_config(path: Path) -> tuple[TaskConfig, TaskType]:
+    """A task config file (YAML with at least name and data_subdir; `type` defaults to tatoeba)
+    read into its type's TaskConfig, and the type. One ConfigError (a ValueError) naming the file
+    for an unknown type, keys the type does not take, missing keys, values of the wrong type, or
+    else misspelled language codes; MissingDataError if the file is not there."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingDataError(f"missing task config {path}")
+    raw = read_yaml(path)
+    try:
+        kind = task_type(str(raw.get("type", "tatoeba")))
+    except ValueError as error:
+        raise ConfigError(str(path), [str(error)]) from None
+    config = load_config(kind.config, path)
+    problems = []
+    for code in config.language_codes():  # a misspelled code fails here, never as an empty result
+        try:
+            canonical_language(str(code))
+        except UnknownLanguageError as error:
+            problems.append(str(error))
+    if problems:
+        raise ConfigError(str(path), problems)
+    return config, kind

@@ -6,8 +6,8 @@ scoring and LASER's duplicate rule on hand-built vectors."""
 import numpy as np
 import pytest
 
-from eval.bitext import BitextTask, evaluate_bitext
-from eval.retrieval import read_lines
+from eval.evaluators.bitext import BitextTask, evaluate_bitext
+from eval.evaluators.retrieval import read_lines
 from eval.run_all import main as run_all_main
 from tests.test_eval_tatoeba import TrigramEncoder
 from eval.results import read_results as stored_results

@@ -1,4 +1,4 @@
-"""Margin-based mining (ems.mining), the BUCC task (eval.bucc) and the FLORES-BUCC builder,
+"""Margin-based mining (ems.mining), the BUCC task (eval.evaluators.bucc) and the FLORES-BUCC builder,
 on hand-built cases whose margins, pairs and P/R/F1 are worked out in the comments."""
 
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 from ems.cli import MissingDataError
 from ems.mining.margin import margin_neighbours, mine
-from eval.bucc import (
+from eval.evaluators.bucc import (
     BuccTask,
     best_threshold,
     evaluate_bucc,

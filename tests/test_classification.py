@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from ems.cli import MissingDataError
+from ems.configs import ConfigError, load_config
 from ems.languages import FLORES_FILES
-from eval.classification import MlpSettings, document_embeddings, evaluate_classification, mlp_settings
-from eval.classification_data import (
+from eval.evaluators.classification import MlpSettings, document_embeddings, evaluate_classification
+from eval.evaluators.classification_data import (
     BAD_RECORD,
     EMPTY_TEXT,
     MALFORMED,
@@ -31,6 +32,7 @@ from eval.classification_data import (
 )
 from eval.run_all import run_all
 from eval.results import read_results as stored_results
+from eval.tasks.classification import ClassificationConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "eval"
@@ -125,8 +127,14 @@ def test_mlp_std_over_seeds_and_uncovered_languages():
     none = evaluate_classification(TableEncoder(vectors, languages=["fr"]), task, seeds=[0], settings=FAST, progress=False)
     assert none["languages"] == {} and none["average"] is None
     assert none["skipped"]["not covered by the encoder"] == ["de (the train language: nothing evaluated)"]
-    with pytest.raises(ValueError, match="unknown MLP settings"):
-        mlp_settings({"hidden": 8, "layers": 2})
+    with pytest.raises(ConfigError, match=re.escape(
+            "ClassificationConfig: mlp: unknown key(s) ['layers']; known (MlpConfig fields): ['batch_size', 'dropout', "
+            "'epochs', 'hidden', 'learning_rate', 'preset', 'weight_decay']")):  # fmt: skip
+        load_config(ClassificationConfig, values={"name": "c", "data_subdir": "c", "format": "mldoc", "languages": "all",
+                                                  "mlp": {"hidden": 8, "layers": 2}})  # fmt: skip
+    one_layer = load_config(ClassificationConfig, values={"name": "c", "data_subdir": "c", "format": "mldoc",
+                                                          "languages": "all", "mlp": {"hidden": 8}})  # fmt: skip
+    assert one_layer.mlp == MlpSettings(hidden=(8,))
     with pytest.raises(ValueError, match="dropout"):
         MlpSettings(dropout=1.5)
 
@@ -301,4 +309,4 @@ def test_run_all_rejects_bad_classification_config(tmp_path):
         encoding="utf-8")  # fmt: skip
     (tmp_path / "suite.yaml").write_text("tasks: [bad.yaml]\n", encoding="utf-8")
     results = run_all(HashEncoder(), FIXTURES, progress=False, suite_path=tmp_path / "suite.yaml")
-    assert "unknown MLP settings" in results["bad"]["error"]  # the task is not run, the suite goes on
+    assert "bad.yaml: mlp: unknown key(s) ['layers']" in results["bad"]["error"]  # the task is not run, the suite goes on

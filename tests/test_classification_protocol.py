@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from eval.classification import PRESETS, MlpSettings, evaluate_classification, mlp_settings, train_mlps
-from eval.classification_data import ClassificationTask, Document
+from eval.evaluators.classification import PRESETS, MlpSettings, evaluate_classification, mlp_settings, train_mlps
+from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.report import classification_table
 
 REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "eval"

@@ -8,9 +8,8 @@ import pytest
 
 from data_prep.__main__ import main
 from ems.cli import run_main
+from data_prep.clean import CleanSettings, EvalSetError, HashSet, clean_corpus, load_eval_sentences, normalize, text_hash
 from ems.corpus import read_parallel, write_parallel
-from data_prep.clean import EvalSetError, HashSet, clean_corpus, load_eval_sentences, normalize, text_hash
-from data_prep.config import CleanSettings
 from tests.opus_mirror import flores_lines
 
 NO_EVAL = HashSet()

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from data_prep.__main__ import main
-from data_prep.config import ConfigError, CorpusSpec
+from data_prep.config import CorpusSpec
 from data_prep.gettext_corpus import build_gettext_corpus, parse_mo, parse_po
 from data_prep.gettext_corpus import main as gettext_main
 from data_prep.opus import FetchError, FetchJob, OnlineSource
 from ems.cli import run_main
+from ems.configs import ConfigError
 from ems.corpus import read_parallel, write_parallel
 from tests.conftest import REPO_ROOT
 from tests.opus_mirror import build_mirror, edit_sentence_archive, flores_lines
@@ -197,19 +198,21 @@ def test_a_pair_folder_outside_the_config_is_an_error_at_clean_and_vocab(data_di
 
 
 @pytest.mark.parametrize("text, message", [
-    (CONFIG + "clean: {max_chars: abc}\n", "clean: max_chars must be an integer >= 1, got 'abc'"),
+    (CONFIG + "clean: {max_chars: abc}\n", "clean: max_chars must be an integer, got 'abc'"),
+    (CONFIG + "clean: {max_chars: 0}\n", "clean: max_chars must be an integer >= 1, got 0"),
     (CONFIG + "clean: {max_length_ratio: 0.5}\n", "clean: max_length_ratio must be a finite number >= 1, got 0.5"),
-    (CONFIG + "clean: {eval_sets: tatoeba}\n", "clean: eval_sets must be a list of evaluation set names"),
+    (CONFIG + "clean: {eval_sets: tatoeba}\n", "clean: eval_sets must be a list of strings, got 'tatoeba'"),
     (CONFIG + "clean: {eval_sets: [xnli]}\n", "clean: eval_sets names unknown evaluation set(s) ['xnli']"),
     (CONFIG + "vocab: {temperature: 2}\n", "vocab: temperature must be a finite number from 0 to 1, got 2"),
     (CONFIG + "vocab: {character_coverage: 0.5}\n", "vocab: character_coverage must be a finite number from 0.98 to 1"),
     (CONFIG + "vocab: {vocab_size: 3}\n", "vocab: vocab_size 3 leaves no room for pieces"),
     ("languages: [de, en]\npivot: en\ncorpora: [{name: TED2020, release: 2020}]\n",
-     "corpora[0]: release must be a non-empty string (quote it in YAML), got 2020"),
-    ("languages: de en\npivot: en\n", "languages must be a list, got 'de en'"),
-    ("languages: [nb, en]\npivot: en\nopus_codes: {nb: [nb, no]}\n", "opus_codes.nb must be a list of OPUS codes"),
+     "corpora[0]: release must be a string, got 2020 (quote it in YAML)"),
+    ("languages: de en\npivot: en\n", "languages must be a list of strings, got 'de en'"),
+    ("languages: [nb, en]\npivot: en\nopus_codes: {nb: [nb, no]}\n",
+     "opus_codes.nb[1] must be a string, got False (YAML reads no, yes, off, on as false or true: quote it)"),
     (CONFIG + "clean: {max_chars: [1, 2}\n", "not a readable YAML file"),
-], ids=["max_chars_abc", "ratio_below_1", "eval_sets_string", "eval_set_unknown", "temperature", "coverage",
+], ids=["max_chars_abc", "max_chars_0", "ratio_below_1", "eval_sets_string", "eval_set_unknown", "temperature", "coverage",
         "vocab_size", "release_number", "languages_string", "opus_code_boolean", "bad_yaml"])
 def test_bad_config_values_are_one_line_naming_file_and_key(text, message, tmp_path, capsys):
     config = tmp_path / "data.yaml"
@@ -217,6 +220,27 @@ def test_bad_config_values_are_one_line_naming_file_and_key(text, message, tmp_p
     assert run_main(main, ["clean", "--config", str(config), "--in", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     line = one_error_line(capsys)
     assert line.startswith(f"error: {config}: ") and message in line
+
+
+def test_every_problem_of_a_config_and_its_overrides_is_in_the_one_line(tmp_path, capsys):
+    config = tmp_path / "data.yaml"
+    config.write_text(CONFIG + "clean: {max_chars: abc, lowercase: 1}\nvocab: {size: 8000}\n", encoding="utf-8")
+    assert run_main(main, ["clean", "--config", str(config), "--in", str(tmp_path), "--out", str(tmp_path / "o"),
+                           "--set", "vocab.temperature=warm", "clean.eval_sets=tatoeba"]) == 2
+    assert one_error_line(capsys) == (
+        f"error: {config}: clean: max_chars must be an integer, got 'abc'; clean: lowercase must be true or false, got 1; "
+        "clean: eval_sets must be a list of strings, got 'tatoeba'; vocab: unknown key(s) ['size']; known: "
+        "['character_coverage', 'max_sentences', 'temperature', 'vocab_size']; vocab: temperature must be a number, got 'warm'"
+    )
+
+
+def test_set_overrides_the_config_on_the_command_line(tmp_path, capsys):
+    config = tmp_path / "data.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    assert run_main(main, ["pairs", "--config", str(config), "--set", "languages=[de, en, fr]", "pivot=fr"]) == 0
+    assert capsys.readouterr().out.split() == ["de-fr", "en-fr"]
+    assert run_main(main, ["pairs", "--config", str(config), "--set", "vocab.vocab_size=3"]) == 2
+    assert one_error_line(capsys) == f"error: {config}: vocab: vocab_size 3 leaves no room for pieces: it counts pad, unk and 2 language tokens too"
 
 
 def test_debug_shows_the_traceback_in_process_and_from_the_command_line(tmp_path, monkeypatch):
@@ -233,7 +257,7 @@ def test_debug_shows_the_traceback_in_process_and_from_the_command_line(tmp_path
     env = {key: value for key, value in os.environ.items() if key != "EMS_DEBUG"}
     plain = subprocess.run([sys.executable, "-m", "data_prep", *argv], capture_output=True, text=True, cwd=REPO_ROOT, env=env)
     assert plain.returncode == 2 and plain.stdout == ""
-    assert plain.stderr == f"error: {config}: clean: max_chars must be an integer >= 1, got 'abc'\n"
+    assert plain.stderr == f"error: {config}: clean: max_chars must be an integer, got 'abc'\n"
     debug = subprocess.run([sys.executable, "-m", "data_prep", *argv, "--debug"], capture_output=True, text=True,
                            cwd=REPO_ROOT, env=env)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr

@@ -165,9 +165,11 @@ def test_a_zip_with_members_named_outside_it_reads_nothing_outside(tmp_path):
         archive.writestr("TED2020.de-en.en", "Hello\n")
         archive.writestr(os.path.relpath(outside / "secret.de", tmp_path / "any" / "tmp" / "dir"), "x\n")
         archive.writestr(str(outside / "secret.en"), "x\n")
-    from data_prep.config import parse_config
+    from data_prep.config import PrepConfig
+    from ems.configs import load_config
 
-    config = parse_config({"languages": ["de", "en"], "pivot": "en", "corpora": [{"name": "TED2020", "release": "v1"}]}, "test")
+    config = load_config(PrepConfig, values={"languages": ["de", "en"], "pivot": "en",
+                                             "corpora": [{"name": "TED2020", "release": "v1"}]})
     with pytest.raises(FetchError, match="names a path outside the archive"):
         fetch(config, OnlineSource(downloads, catalog="local"), tmp_path / "out")
     assert not list((tmp_path / "out").rglob("TED2020.*"))
@@ -180,9 +182,11 @@ def test_a_zip_whose_language_files_are_not_the_expected_two_is_refused(tmp_path
         archive.writestr("TED2020.de-en.de", "Hallo\n")
         archive.writestr("TED2020.de-en.en", "Hello\n")
         archive.writestr("other/extra.en", "Not this\n")
-    from data_prep.config import parse_config
+    from data_prep.config import PrepConfig
+    from ems.configs import load_config
 
-    config = parse_config({"languages": ["de", "en"], "pivot": "en", "corpora": [{"name": "TED2020", "release": "v1"}]}, "test")
+    config = load_config(PrepConfig, values={"languages": ["de", "en"], "pivot": "en",
+                                             "corpora": [{"name": "TED2020", "release": "v1"}]})
     with pytest.raises(FetchError, match=r"unexpected: other/extra.en"):
         fetch(config, OnlineSource(downloads, catalog="local"), tmp_path / "out")
 

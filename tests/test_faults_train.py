@@ -210,8 +210,9 @@ def test_a_change_that_fixes_model_or_data_order_is_refused_on_resume(tiny_pipel
 # --- 4. one line and status 2 for every user error -------------------------------------------------
 
 @pytest.mark.parametrize("settings, expected", [
-    (["lr=abc"], "TrainConfig.lr must be float, got 'abc'"),
-    (["no_such_key=1"], "unknown TrainConfig keys ['no_such_key']"),
+    (["lr=abc"], "TrainConfig: lr must be a number, got 'abc'"),
+    (["no_such_key=1"], "TrainConfig: unknown key(s) ['no_such_key']; known: "),
+    (["model_overrides.d_modle=64"], "TrainConfig: model_overrides: unknown key(s) ['d_modle']; known (EMSConfig fields"),
     (["save_every=0"], "save_every must be at least 1, got 0"),
     (["batch_size=0"], "batch_size must be at least 1, got 0"),
     (["lr=-1"], "lr must be a positive number"),
@@ -256,9 +257,9 @@ def test_debug_shows_the_traceback(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     command = [sys.executable, "-m", "ems.train", "--set", "lr=abc", f"out={tmp_path}"]
     plain = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert plain.returncode == 2 and plain.stderr.strip().splitlines() == ["error: TrainConfig.lr must be float, got 'abc'"]
+    assert plain.returncode == 2 and plain.stderr.strip().splitlines() == ["error: TrainConfig: lr must be a number, got 'abc'"]
     debug = subprocess.run([*command, "--debug"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert debug.returncode == 1 and "Traceback" in debug.stderr and "ValueError" in debug.stderr
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
 
 
 # --- 8. a stop signal at start-up --------------------------------------------------------------------

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from ems.configs import ConfigError
 from ems.heads import HEADS, load_head
 from ems.heads.base import ParallelEmbeddings, UnknownLanguageError
 from ems.heads.dream import DreamHead, dream_losses
@@ -283,6 +284,16 @@ def test_save_load_gives_identical_outputs(synthetic, trained, tmp_path, name):
         np.testing.assert_array_equal(loaded.meaning(rows, lang), head.meaning(rows, lang))
         np.testing.assert_array_equal(loaded.language(rows, lang), head.language(rows, lang))
     assert not any(p.suffix in {".pkl", ".pt", ".bin"} for p in (tmp_path / name).iterdir())
+    assert loaded.hyperparameters == head.hyperparameters
+    # head.json's hyperparameters are read by the config loader: every problem, naming the file
+    meta_path = tmp_path / name / "head.json"
+    meta = json.loads(meta_path.read_text())
+    meta["hyperparameters"].update(lr=0.1, max_epochs="many")
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ConfigError) as error:
+        load_head(tmp_path / name)
+    assert str(error.value) == (f"{meta_path}: hyperparameters: unknown key(s) ['lr']; known: ['batch_size', 'hidden_dim', "
+                                "'learning_rate', 'max_epochs', 'patience']; hyperparameters: max_epochs must be an integer, got 'many'")
 
 
 @pytest.mark.parametrize("name", [cls.name for cls in TRAINED_HEADS])

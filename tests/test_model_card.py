@@ -13,8 +13,7 @@ import torch
 import yaml
 
 from data_prep.binarize import binarize
-from data_prep.clean import HashSet, clean_corpus
-from data_prep.config import CleanSettings
+from data_prep.clean import CleanSettings, HashSet, clean_corpus
 from ems.export import export_sentence_transformers
 from ems.model_card import render_model_card, model_facts
 from ems.text import Tokenizer

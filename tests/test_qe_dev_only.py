@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from eval.qe import read_mlqe
+from eval.evaluators.qe import read_mlqe
 from eval.run_all import run_all
 from tests.test_eval_tatoeba import TrigramEncoder
 

@@ -7,10 +7,10 @@ import pytest
 from scipy import stats
 
 from ems.cli import MissingDataError
-from eval.correlation import correlations, cosine_rows
-from eval.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
+from eval.evaluators.correlation import correlations, cosine_rows
+from eval.evaluators.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
 from eval.run_all import run_all
-from eval.sts import read_sts, read_sts_tracks
+from eval.evaluators.sts import StsTrack, read_sts, read_sts_tracks
 from eval.results import read_results as stored_results
 
 MLQE_HEADER = "index\toriginal\ttranslation\tscores\tmean\tz_scores\tz_mean\tmodel_scores"
@@ -58,11 +58,11 @@ def test_sts_reader_fixture(tmp_path):
     assert pairs.sent1 == ['"Hi," he said.', "x"] and pairs.sent2 == ['"Hola", dijo.', "y"]
     np.testing.assert_array_equal(pairs.gold, [4.2, 0.0])
     assert pairs.skipped == {"not 3 fields": 1, "gold not a number": 1}
-    sets, skipped = read_sts_tracks(tmp_path, [{"name": "t", "file": "sts.tsv", "langs": ["en", "es"]},
-                                               {"name": "u", "file": "missing.tsv", "langs": ["en", "tr"]}], max_sentences=1)  # fmt: skip
+    sets, skipped = read_sts_tracks(tmp_path, [StsTrack("t", "sts.tsv", ["en", "es"]),
+                                               StsTrack("u", "missing.tsv", ["en", "tr"])], max_sentences=1)  # fmt: skip
     assert [s.name for s in sets] == ["t"] and len(sets[0].gold) == 1 and "missing STS2017 file" in skipped["u"]
     with pytest.raises(MissingDataError, match="STS2017 directory .*nowhere does not exist"):
-        read_sts_tracks(tmp_path / "nowhere", [{"name": "u", "file": "missing.tsv", "langs": ["en", "tr"]}])
+        read_sts_tracks(tmp_path / "nowhere", [StsTrack("u", "missing.tsv", ["en", "tr"])])
 
 
 def test_readers_on_real_files(data_dir):
@@ -185,7 +185,7 @@ def test_repo_configs_name_real_files_and_column_languages(data_dir):
     import re
     from pathlib import Path
 
-    from eval.run_all import read_task_config
+    from eval.task import read_task_config
 
     configs = Path(__file__).resolve().parents[1] / "configs" / "eval"
     qe, _ = read_task_config(configs / "mlqe.yaml")
@@ -197,10 +197,10 @@ def test_repo_configs_name_real_files_and_column_languages(data_dir):
         sts, _ = read_task_config(configs / config)
         assert len(sts["tracks"]) == 7  # every track of the release: 3 monolingual, 4 cross-lingual
         for track in sts["tracks"]:
-            pairs = read_sts(data_dir / sts["data_subdir"] / track["file"], track["name"], *track["langs"])
-            for column, lang in zip((pairs.sent1, pairs.sent2), track["langs"]):
+            pairs = read_sts(data_dir / sts["data_subdir"] / track.file, track.name, *track.langs)
+            for column, lang in zip((pairs.sent1, pairs.sent2), track.langs):
                 if lang == "en":
                     for other, test in looks_like.items():
-                        assert sum(map(test, column)) < 0.1 * len(column), (config, track["name"], other)
+                        assert sum(map(test, column)) < 0.1 * len(column), (config, track.name, other)
                 else:
-                    assert sum(map(looks_like[lang], column)) > 0.8 * len(column), (config, track["name"])
+                    assert sum(map(looks_like[lang], column)) > 0.8 * len(column), (config, track.name)

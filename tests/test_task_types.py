@@ -9,17 +9,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from eval.results import SCHEMA_VERSION, TaskResult, read_results, write_results_json
-from eval.run_all import read_task_config, run_all
-from eval.task import builtin_task_types, task_type
+from eval.run_all import run_all
+from eval.task import builtin_task_types, read_task_config, task_type
 
 ROOT = Path(__file__).resolve().parents[1]
 
 TOY_TASK = '''
 """Toy task: for each configured language, the share of its lines whose embedding has a positive first coordinate."""
+from dataclasses import dataclass
+
 import numpy as np
-from eval.task import TaskType, filtered_languages
+from eval.task import TaskConfig, TaskType, filtered_languages
+
+@dataclass(kw_only=True)
+class ToyConfig(TaskConfig):
+    languages: list[str]
+    threshold: float = 0.0
 
 def run(encoder, task):
     languages, skipped = filtered_languages(task.config["languages"], task.options)
@@ -36,7 +44,7 @@ def table(result, title):
     lines = [f"### {title}", "", "| lang | positive |", "|:--|--:|"]
     return "\\n".join(lines + [f"| {lang} | {row['positive']:.1f} |" for lang, row in result["languages"].items()]) + "\\n"
 
-TASK = TaskType(name="toy", metric="toy_share", run=run, table=table, settings=frozenset({"threshold"}),
+TASK = TaskType(name="toy", metric="toy_share", run=run, table=table, config=ToyConfig,
                 headline=lambda row: row["positive"], headline_label="positive (%)")
 '''
 
@@ -56,7 +64,7 @@ def test_every_shipped_config_names_a_type_that_takes_its_keys():
         if path.name.startswith("suite"):
             continue
         config, kind = read_task_config(path)
-        assert kind.name == config["type"] and kind.unknown_keys(config) == []
+        assert kind.name == config["type"] and set(yaml.safe_load(path.read_text())) <= set(kind.config.__dataclass_fields__)
         types.add(kind.name)
     assert types <= set(builtin_task_types())
     assert {"tatoeba", "qe", "sts", "xsim", "bitext", "classification", "language_id", "bucc"} <= types
@@ -123,7 +131,9 @@ def test_a_task_from_one_new_module_runs_through_run_all(tmp_path, monkeypatch, 
 def test_a_key_the_type_does_not_take_is_an_error_before_it_runs(tmp_path, monkeypatch):
     data = _toy_setup(tmp_path, monkeypatch, extra="thresold: 0.4\n")
     results = run_all(SignEncoder(), data, suite_path=tmp_path / "suite.yaml", progress=False, print_tables=False)
-    assert not results["toy"].ran and "unknown keys ['thresold'] for a toy task" in results["toy"].error
+    assert not results["toy"].ran and results["toy"].error == (
+        f"{tmp_path / 'toy.yaml'}: unknown key(s) ['thresold']; known: ['data_subdir', 'languages', 'name', 'source', "
+        "'threshold', 'type']")
 
 
 def test_results_round_trip_and_old_or_newer_files(tmp_path):

@@ -19,8 +19,8 @@ from ems.training.validator import SAMPLE_FILE, equal_shares, stratified_sample,
 from eval.curves import main as curves_main
 from eval.curves import read_metrics
 from eval.probe import RetrievalProbe
-from eval.retrieval import bidirectional_p_at_1
-from eval.tatoeba import load_tatoeba_pair
+from eval.evaluators.retrieval import bidirectional_p_at_1
+from eval.evaluators.tatoeba import load_tatoeba_pair
 from tests.conftest import SMALL_MODEL
 
 

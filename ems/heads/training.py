@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from ems.configs import ConfigError, load_config
 from ems.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
 
 WEIGHTS_FILE = "head.safetensors"
@@ -281,7 +282,11 @@ class TrainedHead:
         meta = json.loads((directory / HEAD_JSON).read_text(encoding="utf-8"))
         if meta.get("name") != cls.name:
             raise ValueError(f"{directory} holds a {meta.get('name')!r} head, not {cls.name!r}")
-        head = cls(HeadHyperparameters(**meta["hyperparameters"]))
+        try:
+            hyperparameters = load_config(HeadHyperparameters, values=meta["hyperparameters"])
+        except ConfigError as error:  # named by the file, each problem under its section
+            raise ConfigError(str(directory / HEAD_JSON), [f"hyperparameters: {p}" for p in error.problems]) from None
+        head = cls(hyperparameters)
         head.languages, head.classifier_languages, head.dim = meta["languages"], meta["classifier_languages"], meta["dim"]
         head.module = head.build_module(head.dim, len(head.classifier_languages))
         head.module.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))

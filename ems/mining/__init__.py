@@ -5,6 +5,6 @@ embeddings in, scored candidate pairs out.
     search   k-nearest neighbours by cosine, exact or through an index
     margin   margin scores over k neighbours each side, and the four retrieval modes
 
-Shared by the BUCC task (whose P/R/F1 and threshold live in eval.bucc), the large-scale
+Shared by the BUCC task (whose P/R/F1 and threshold live in eval.evaluators.bucc), the large-scale
 retrieval and xSIM tasks and the `python -m eval.mine` command.
 """

@@ -3,7 +3,7 @@ the four retrieval modes (forward, backward, max, intersect).
 
 In: embeddings x (n, d) and y (m, d), k, a margin, a mode and an index spec (ems.mining.index).
 Out: `MarginNeighbours` (both directions' neighbours and margin scores) or `ScoredPairs`
-(candidate pairs, best margin score first; no threshold: eval.bucc chooses one).
+(candidate pairs, best margin score first; no threshold: eval.evaluators.bucc chooses one).
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from ems.configs import ConfigError, FieldsOf
+from ems.model import EMSConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AUTOCAST_MODES = ("none", "bf16", "auto")
@@ -21,7 +25,8 @@ class TrainConfig:
     vocab: str = ""  # vocabulary directory (exported with the model)
     out: str = "runs/train"
     model: str = "tiny"  # preset name in ems.model.PRESETS
-    model_overrides: dict = field(default_factory=dict)
+    # EMSConfig fields over the preset's, checked at load (vocab_size and n_languages come from the vocabulary)
+    model_overrides: Annotated[dict, FieldsOf(EMSConfig, exclude=("vocab_size", "n_languages"))] = field(default_factory=dict)
     deepspeed_config: str = "configs/deepspeed/zero0.json"  # ZeRO stage, bf16/fp16, accumulation, clipping
     deepspeed_overrides: dict = field(default_factory=dict)  # merged into that file, e.g. {"gradient_accumulation_steps": 2}
     batch_size: int = 152  # pairs per process per micro-step (the paper: 152 per GPU)
@@ -119,7 +124,7 @@ class TrainConfig:
         if self.autocast not in AUTOCAST_MODES:
             problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
         if problems:
-            raise ValueError("TrainConfig: " + "; ".join(problems))
+            raise ConfigError("TrainConfig", problems)
 
 
 def resolve(path: str) -> Path:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ems.checkpoint import load_only_tensors
-from ems.configs import _merge
+from ems.configs import merge
 from ems.training.config import TrainConfig, resolve
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def deepspeed_config(cfg: TrainConfig) -> dict:
     a clear error for a precision this machine's accelerator cannot run."""
     from deepspeed.accelerator import get_accelerator
 
-    ds_config = _merge(json.loads(resolve(cfg.deepspeed_config).read_text()), cfg.deepspeed_overrides)
+    ds_config = merge(json.loads(resolve(cfg.deepspeed_config).read_text()), cfg.deepspeed_overrides)
     ds_config["train_micro_batch_size_per_gpu"] = cfg.batch_size
     ds_config.pop("train_batch_size", None)
     accelerator = get_accelerator()

@@ -1,1 +1,1 @@
-"""The built-in evaluation task types, one module each defining `TASK` (see eval.task)."""
+"""The built-in evaluation task types, one module each defining its config dataclass and `TASK` (see eval.task)."""

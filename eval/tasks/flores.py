@@ -1,21 +1,30 @@
-"""FLORES-200 retrieval: P@1 by cosine both ways on a FLORES split (eval.flores)."""
+"""FLORES-200 retrieval: P@1 by cosine both ways on a FLORES split (eval.evaluators.flores)."""
 
 from __future__ import annotations
 
-from eval.flores import FloresTask, evaluate_flores
-from eval.report import markdown_table
-from eval.task import TaskRun, TaskType, filtered_languages
+from dataclasses import dataclass
 
-SETTINGS = frozenset({"split"})
+from eval.evaluators.flores import FloresTask, evaluate_flores
+from eval.report import markdown_table
+from eval.task import Languages, TaskConfig, TaskRun, TaskType, filtered_languages
+
+
+@dataclass(kw_only=True)
+class FloresConfig(TaskConfig):
+    """configs/eval/flores_bitext.yaml: canonical codes, or "all" (every language of
+    ems.languages.FLORES_FILES), and the split (the files' suffix)."""
+
+    languages: Languages
+    split: str = FloresTask.split
 
 
 def run(encoder, task: TaskRun) -> dict:
-    options, skipped = task.options, {}
-    if task.config["languages"] == "all":
+    config, options, skipped = task.config, task.options, {}
+    if config.languages == "all":
         languages = options.canonical
     else:
-        languages, skipped = filtered_languages(task.config["languages"], options)
-    flores = FloresTask(task.data_dir, languages, options.max_sentences, name=task.name, **task.pick(SETTINGS))
+        languages, skipped = filtered_languages(config.languages, options)
+    flores = FloresTask(task.data_dir, languages, options.max_sentences, name=task.name, split=config.split)
     result = evaluate_flores(encoder, flores, options.progress)
     result["skipped"].update(skipped)
     return result
@@ -26,7 +35,7 @@ TASK = TaskType(
     metric="p_at_1",
     run=run,
     table=markdown_table,
-    settings=SETTINGS,
+    config=FloresConfig,
     headline=lambda row: row["mean"],
     headline_label="P@1 (%), mean of both directions",
 )

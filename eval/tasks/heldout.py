@@ -1,9 +1,10 @@
 """Held-out pairs of the training corpus (<l1>-<l2>/<name>.<l1|l2> aligned files): P@1 both ways
-(eval.heldout). run_all's --heldout runs it; a config with `type: heldout` names the directory."""
+(eval.evaluators.heldout). run_all's --heldout runs it; a config with `type: heldout` names the
+directory (it takes only the keys every config has)."""
 
 from __future__ import annotations
 
-from eval.heldout import evaluate_heldout
+from eval.evaluators.heldout import evaluate_heldout
 from eval.report import markdown_table
 from eval.task import TaskRun, TaskType
 

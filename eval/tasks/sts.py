@@ -1,22 +1,32 @@
 """SemEval-2017 STS, every track: Pearson r / Spearman ρ of cosine(sent1, sent2) with the gold
-score, raw and through each head's meaning view (eval.sts, eval.correlation)."""
+score, raw and through each head's meaning view (eval.evaluators.sts, eval.evaluators.correlation)."""
 
 from __future__ import annotations
 
-from eval.correlation import HeadTraining, evaluate_correlation_task
-from eval.report import correlation_table
-from eval.sts import read_sts_tracks
-from eval.task import TaskRun, TaskType, pair_in_filter
-from eval.tasks.qe import raw_pearson
+from dataclasses import dataclass
 
-SETTINGS = frozenset({"tracks", "heads", "head_training"})
+from eval.evaluators.correlation import evaluate_correlation_task
+from eval.evaluators.sts import StsTrack, read_sts_tracks
+from eval.report import correlation_table
+from eval.task import TaskRun, TaskType, pair_in_filter
+from eval.tasks.qe import HeadsConfig, raw_pearson
+
+
+@dataclass(kw_only=True)
+class StsConfig(HeadsConfig):
+    """configs/eval/sts2017.yaml: the tracks ({name, file, langs}: StsTrack), the heads and their training."""
+
+    tracks: list[StsTrack]
+
+    def language_codes(self) -> list[str]:
+        return [lang for track in self.tracks for lang in track.langs]
 
 
 def run(encoder, task: TaskRun) -> dict:
-    options, settings = task.options, task.pick(SETTINGS)
-    tracks = [track for track in settings["tracks"] if pair_in_filter(track.get("langs", []), options)]
+    config, options = task.config, task.options
+    tracks = [track for track in config.tracks if pair_in_filter(track.langs, options)]
     pair_sets, errors = read_sts_tracks(task.data_dir, tracks, options.max_sentences)
-    training = HeadTraining.from_config(settings.get("heads"), settings.get("head_training"), options.data_root, str(task.config_path))
+    training = config.head_training.training(config.heads, options.data_root)
     return evaluate_correlation_task(encoder, task.name, TASK.metric, pair_sets, training, None, options.progress, errors)
 
 
@@ -25,7 +35,7 @@ TASK = TaskType(
     metric="sts_correlation",
     run=run,
     table=correlation_table,
-    settings=SETTINGS,
+    config=StsConfig,
     headline=raw_pearson,
     headline_label="Pearson r × 100 (raw embeddings)",
 )

@@ -1,8 +1,9 @@
 """Zero-shot cross-lingual document classification on frozen sentence embeddings (LASER/EMS protocol).
 
 In: an encoder (`encode(sentences, lang) -> (n, d)` and `languages`) and a ClassificationTask
-(eval.classification_data). A document's embedding is the mean of its sentences' embeddings; the
-sentences of one split of one language go to the encoder in a single call (so a cache hits).
+(eval.evaluators.classification_data). A document's embedding is the mean of its sentences'
+embeddings; the sentences of one split of one language go to the encoder in a single call (so a
+cache hits).
 
 The classifier is LASER's (source/sent_classif.py with the settings of tasks/mldoc/mldoc.sh):
 dropout 0.2 on the input, hidden layers 10 and 8 each followed by tanh and dropout 0.2, a linear
@@ -10,8 +11,8 @@ output; cross-entropy; Adam (lr 0.001, betas 0.9/0.999, eps 1e-8, no weight deca
 drawn by a fresh shuffle each epoch; 500 epochs; after every epoch the accuracy on the train
 language's dev split is measured and the epoch with the best one is kept (the latest on ties,
 LASER's `>=`). Only dev data choose anything: test splits are scored once, with the kept model.
-`MlpSettings.preset("small_64")` is the previous setting of this project (one hidden layer of 64,
-batch 64, 100 epochs).
+The preset "small_64" (`mlp: {preset: small_64}`) is the previous setting of this project (one
+hidden layer of 64, batch 64, 100 epochs).
 
 Directions (EMS Table 10 reports both for MLDoc): "en2xx" trains on the train language (English)
 and tests every language; "xx2en" trains, for each other language X, on X's train split, selects
@@ -37,12 +38,12 @@ from tqdm import tqdm
 
 from ems.cli import one_line
 from ems.languages import covered_language
-from eval.classification_data import ClassificationTask, Document
+from eval.evaluators.classification_data import ClassificationTask, Document
+from eval.evaluators.items import NOT_COVERED
 from eval.faults import DATA_ERRORS, DATA_FAULTS
-from eval.retrieval import encode_checked, encoder_languages
+from eval.evaluators.retrieval import encode_checked, encoder_languages
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
-NOT_COVERED = "not covered by the encoder"
 EN2XX, XX2EN = "en2xx", "xx2en"
 DIRECTIONS = (EN2XX, XX2EN)
 
@@ -51,7 +52,7 @@ DIRECTIONS = (EN2XX, XX2EN)
 class MlpSettings:
     """The classifier and its training; the defaults are LASER's MLDoc settings (tasks/mldoc/mldoc.sh)."""
 
-    hidden: tuple[int, ...] = (10, 8)
+    hidden: tuple[int, ...] | int = (10, 8)  # an int: one hidden layer (a tuple after __init__)
     dropout: float = 0.2
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
@@ -65,11 +66,6 @@ class MlpSettings:
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
-    @classmethod
-    def preset(cls, name: str, **overrides) -> "MlpSettings":
-        if name not in PRESETS:
-            raise ValueError(f"unknown MLP preset {name!r}; expected one of {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
 
 
 # "laser": tasks/mldoc/mldoc.sh of facebookresearch/LASER (nhid "10 8", drop 0.2, bsize 12, N 500,
@@ -81,14 +77,14 @@ PRESETS = {
 
 
 def mlp_settings(values: dict | None) -> MlpSettings:
-    """MlpSettings from a config mapping: an optional `preset` (default "laser") and settings that
-    override it; ValueError naming any unknown key."""
+    """MlpSettings from a mapping of an optional `preset` (a key of PRESETS, default "laser") and
+    MlpSettings fields that override it (a classification config's `mlp:`, whose keys and types
+    the config loader checks); ValueError naming an unknown preset."""
     values = dict(values or {})
     preset = values.pop("preset", "laser")
-    unknown = set(values) - set(MlpSettings.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown MLP settings {sorted(unknown)}; expected preset or some of {sorted(MlpSettings.__dataclass_fields__)}")
-    return MlpSettings.preset(preset, **values)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown MLP preset {preset!r}; expected one of {', '.join(PRESETS)}")
+    return MlpSettings(**{**PRESETS[preset], **values})
 
 
 def document_embeddings(encoder, documents: list[Document], lang: str) -> np.ndarray:

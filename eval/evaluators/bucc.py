@@ -13,17 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from ems.cli import MissingDataError, check_choice
-from ems.languages import ENGLISH, covered_language
+from ems.languages import ENGLISH
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
-from eval.faults import DATA_ERRORS, DataErrors
-from eval.retrieval import encode_checked, encoder_languages, read_lines
+from eval.evaluators.items import not_covered, score_items
+from eval.faults import DATA_ERRORS
+from eval.evaluators.retrieval import encode_checked, encoder_languages, read_lines
 
 BUCC_SOURCE = "https://comparable.limsi.fr/bucc2018/bucc2018-task.html (BUCC 2017/2018 shared task)"
-NOT_COVERED = "not covered by the encoder"
 NO_TEST_SPLIT = "no test split (threshold and training F1 only)"
 NO_TEST_GOLD = "test split without gold (threshold applied, no test F1)"
 
@@ -264,16 +263,10 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
             f"xx-en.{{training,test}}.{{xx,en,gold}} files (e.g. de-en.training.de) from {task.source}"
         )
     covered = encoder_languages(encoder)
-    skipped: dict[str, list[str]] = {}
-    errors = DataErrors()
-    per_language = {}
-    for lang in tqdm(task.languages, desc=task.name, unit="lang", disable=not progress):
-        if covered_language(lang, covered) is None or covered_language(ENGLISH, covered) is None:
-            skipped.setdefault(NOT_COVERED, []).append(lang)
-            continue
-        splits = errors.read(lang, load_bucc_language, task, lang)
-        if splits is not None:
-            per_language[lang] = score_bucc_language(encoder, task, lang, *splits)
+    scored = score_items(task.languages, lambda lang: load_bucc_language(task, lang),
+                         lambda lang, splits: score_bucc_language(encoder, task, lang, *splits),
+                         skip=lambda lang: not_covered(covered, lang, ENGLISH), desc=task.name, progress=progress)  # fmt: skip
+    per_language = scored.rows
     average = None
     if per_language:
         rows = per_language.values()
@@ -286,4 +279,4 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
     settings = {"k": task.k, "margin": task.margin, "mode": task.mode, "index": task.index,
                 "train_split": task.train_split, "test_split": task.test_split, "max_sentences": task.max_sentences}  # fmt: skip
     return {"task": task.name, "metric": "mining_f1", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_language, "average": average, "skipped": skipped, DATA_ERRORS: dict(errors)}  # fmt: skip
+            "languages": per_language, "average": average, "skipped": scored.skipped, DATA_ERRORS: dict(scored.errors)}  # fmt: skip

@@ -7,14 +7,14 @@ A config (configs/eval/ntrex.yaml) names a source side and a pattern for the oth
     source: {pattern: "newstest2019-src.{lang}.txt", lang: eng}
     targets: {pattern: "newstest2019-ref.{lang}.txt"}
     languages: [deu, fra, fra-CA, zho-CN, srp-Cyrl]   # any form: deu, zho_Hans, fra-CA, de
-    scoring: cosine            # or margin (eval.xsim.margin_picks: k nearest, ratio/distance/absolute)
+    scoring: cosine            # or margin (eval.evaluators.xsim.margin_picks: k nearest, ratio/distance/absolute)
     directions: both           # or xx2en / en2xx: which directions the headline "mean" averages
     laser_duplicates: false    # true: a retrieved sentence identical to the gold one is correct
 
 `{lang}` is filled with each code exactly as written, so files named with 3-letter, FLORES or
 BCP-47 codes are found as they are; every code must name a language (ems.languages), else the
 task does not run. The source side is the pivot: "xx2en" retrieves source sentences for each
-target sentence, "en2xx" the reverse. Out: eval.retrieval.evaluate_bitexts's result keyed by the
+target sentence, "en2xx" the reverse. Out: eval.evaluators.retrieval.evaluate_bitexts's result keyed by the
 codes as written, plus "metric": "bitext_p_at_1" and "settings".
 """
 
@@ -28,9 +28,9 @@ import numpy as np
 from ems.cli import MissingDataError, check_choice
 from ems.languages import canonical_language
 from ems.mining.margin import DEFAULT_K, MARGINS
-from eval.faults import DataErrors
-from eval.retrieval import (
-    NOT_COVERED,
+from eval.evaluators.items import NOT_COVERED, score_items
+from eval.evaluators.xsim import correct_picks, encoder_lang, margin_picks
+from eval.evaluators.retrieval import (
     Bitext,
     bidirectional_p_at_1,
     check_max_sentences,
@@ -38,7 +38,6 @@ from eval.retrieval import (
     evaluate_bitexts,
     read_aligned_files,
 )
-from eval.xsim import correct_picks, encoder_lang, margin_picks
 
 SCORINGS = ("cosine", "margin")
 DIRECTIONS = ("both", "xx2en", "en2xx")
@@ -126,22 +125,22 @@ def evaluate_bitext(encoder, task: BitextTask, progress: bool = True) -> dict:
         raise MissingDataError(f"task {task.name}: missing source file {source_path}{where}")
     covered = encoder_languages(encoder)
     pivot = encoder_lang(task.source.lang, covered)
-    bitexts, skipped, errors = [], {}, DataErrors()
-    if pivot is None:
-        skipped[f"encoder does not cover {task.source.lang}"] = list(task.languages)
-    for code in task.languages if pivot is not None else []:
-        lang = encoder_lang(code, covered)
-        if lang is None:
-            skipped.setdefault(NOT_COVERED, []).append(code)
-            continue
+
+    def uncovered(code: str) -> str | None:
+        if pivot is None:
+            return f"encoder does not cover {task.source.lang}"
+        return NOT_COVERED if encoder_lang(code, covered) is None else None
+
+    def read(code: str) -> Bitext:
         path = task.targets.path(task.data_dir, code)
         if not path.is_file():
-            errors[code] = f"missing {path} (line-aligned with {source_path.name}){where}"
-            continue
-        pair = errors.read(code, read_aligned_files, path, source_path, task.max_sentences)
-        if pair is not None:
-            bitexts.append(Bitext(lang=lang, source=path.name, xx=pair[0], en=pair[1], name=code))
-    result = evaluate_bitexts(encoder, bitexts, task.name, skipped, progress, errors, task.laser_duplicates, pivot or task.source.lang, _scorer(task))
+            raise MissingDataError(f"missing {path} (line-aligned with {source_path.name}){where}")
+        xx, en = read_aligned_files(path, source_path, task.max_sentences)
+        return Bitext(lang=encoder_lang(code, covered), source=path.name, xx=xx, en=en, name=code)
+
+    found = score_items(task.languages, read, skip=uncovered, desc=task.name)
+    result = evaluate_bitexts(encoder, list(found.rows.values()), task.name, found.skipped, progress, found.errors,
+                              task.laser_duplicates, pivot or task.source.lang, _scorer(task))  # fmt: skip
     settings = {"source": str(source_path.name), "scoring": task.scoring, "directions": task.directions,
                 "max_sentences": task.max_sentences}  # fmt: skip
     if task.scoring == "margin":

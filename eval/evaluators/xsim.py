@@ -30,17 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from ems.cli import MissingDataError, check_choice
 from ems.languages import canonical_language, covered_language
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
+from eval.evaluators.flores import FLORES_SOURCE
+from eval.evaluators.items import NOT_COVERED, score_items
 from eval.faults import DATA_ERRORS, DataErrors
-from eval.retrieval import check_max_sentences, encode_checked, encoder_languages, read_lines
+from eval.evaluators.retrieval import check_max_sentences, encode_checked, encoder_languages, read_lines
 
-FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
 XSIMPP_SOURCE = "https://dl.fbaipublicfiles.com/nllb/laser/xsimplusplus (LASER tasks/xsimplusplus)"
-NOT_COVERED = "not covered by the encoder"
 MISALIGNED = "Misaligned"
 SCORE_KEYS = ("xx2en", "en2xx", "mean")
 
@@ -187,39 +186,38 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
     stems = task.languages if task.languages is not None else flores_stems(task.data_dir, task.split, task.english)
     covered = encoder_languages(encoder)
     english_lang = encoder_lang(task.english, covered)
-    skipped: dict[str, list[str]] = {}
-    to_run = []
-    for stem in stems:
-        lang = encoder_lang(stem, covered)
-        if lang is None or english_lang is None:
-            skipped.setdefault(NOT_COVERED if english_lang else f"encoder does not cover {task.english}", []).append(stem)
-        else:
-            to_run.append((stem, lang))
+    langs = {stem: encoder_lang(stem, covered) for stem in stems}
     errors = DataErrors()
-    per_language: dict[str, dict] = {}
-    if to_run:
+    english_texts = english = extra = augmented = None
+    if english_lang is not None and any(lang is not None for lang in langs.values()):
         english_texts, english = _embed(encoder, task, task.english, english_lang)
-        extra = augmented = None
         if task.augmented_dir is not None:
             extra = errors.read("xSIM++", read_augmented_english, task.augmented_dir, task.split)
             augmented = None if extra is None else encode_checked(encoder, extra.sentences, english_lang)
-        for stem, lang in tqdm(to_run, desc=task.name, unit="lang", disable=not progress):
-            loaded = errors.read(stem, _embed, encoder, task, stem, lang)
-            if loaded is None:
-                continue
-            texts, x = loaded
-            if len(texts) != len(english_texts):
-                errors[stem] = f"{_file(task, stem)} has {len(texts)} lines but {english_path} has {len(english_texts)}"
-                continue
-            text_args = (texts, english_texts) if task.textual else (None, None)
-            xx2en, en2xx = xsim_errors(x, english, task.margin, task.k, *text_args)
-            n = len(texts)
-            row = {"lang": lang, "n": n, "xx2en": 100.0 * xx2en / n, "en2xx": 100.0 * en2xx / n}
-            row["mean"] = (row["xx2en"] + row["en2xx"]) / 2
-            if extra is not None:
-                wrong, by_type = xsimpp_errors(x, english, augmented, english_texts, extra, task.margin, task.k)
-                row.update(xsimpp=100.0 * wrong / n, xsimpp_errors=by_type)
-            per_language[stem] = row
+
+    def uncovered(stem: str) -> str | None:
+        if english_lang is None:
+            return f"encoder does not cover {task.english}"
+        return NOT_COVERED if langs[stem] is None else None
+
+    def score(stem: str, loaded: tuple[list[str], np.ndarray]) -> dict | None:
+        texts, x = loaded
+        if len(texts) != len(english_texts):
+            errors[stem] = f"{_file(task, stem)} has {len(texts)} lines but {english_path} has {len(english_texts)}"
+            return None
+        text_args = (texts, english_texts) if task.textual else (None, None)
+        xx2en, en2xx = xsim_errors(x, english, task.margin, task.k, *text_args)
+        n = len(texts)
+        row = {"lang": langs[stem], "n": n, "xx2en": 100.0 * xx2en / n, "en2xx": 100.0 * en2xx / n}
+        row["mean"] = (row["xx2en"] + row["en2xx"]) / 2
+        if extra is not None:
+            wrong, by_type = xsimpp_errors(x, english, augmented, english_texts, extra, task.margin, task.k)
+            row.update(xsimpp=100.0 * wrong / n, xsimpp_errors=by_type)
+        return row
+
+    scored = score_items(stems, lambda stem: _embed(encoder, task, stem, langs[stem]), score, skip=uncovered,
+                         errors=errors, desc=task.name, progress=progress)  # fmt: skip
+    per_language = scored.rows
     average = None
     if per_language:
         rows = list(per_language.values())
@@ -231,4 +229,4 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
                 "english": task.english, "max_sentences": task.max_sentences,
                 "augmented_dir": None if task.augmented_dir is None else str(task.augmented_dir)}  # fmt: skip
     return {"task": task.name, "metric": "xsim_error", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_language, "average": average, "skipped": skipped, DATA_ERRORS: dict(errors)}  # fmt: skip
+            "languages": per_language, "average": average, "skipped": scored.skipped, DATA_ERRORS: dict(errors)}  # fmt: skip

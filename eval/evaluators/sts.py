@@ -3,8 +3,8 @@
 In: `<data>/STS2017.track<N>.<xx-yy>.sent1-sent2-gold.tsv`: three tab-separated fields per line
 (sent1, sent2, gold similarity 0-5), no header, quotes literal. Which language each column holds
 differs per track (track 2: en | ar, 4a: es | en, 4b: en | es, 6: en | tr), so the task config
-names them. Out: `ScoredPairs`; the score is Pearson r and Spearman rho between
-cosine(sent1, sent2) and gold, per track (eval.correlation).
+names them. Out: `RatedPairs`; the score is Pearson r and Spearman rho between
+cosine(sent1, sent2) and gold, per track (eval.evaluators.correlation).
 """
 
 from __future__ import annotations
@@ -12,21 +12,23 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ems.cli import MissingDataError
-from eval.correlation import ScoredPairs
+from eval.evaluators.correlation import RatedPairs
+from eval.evaluators.items import score_items
 from eval.faults import DataErrors
-from eval.retrieval import read_text
+from eval.evaluators.retrieval import read_text
 
 SKIP_MALFORMED = "not 3 fields"
 SKIP_EMPTY = "empty sentence"
 SKIP_SCORE = "gold not a number"
 
 
-def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> ScoredPairs:
+def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> RatedPairs:
     """The (sent1, sent2, gold) lines of one STS2017 file; lines with other than 3 fields, an
     empty sentence or a non-numeric gold are skipped and counted. MissingDataError if missing."""
     path = Path(path)
@@ -42,7 +44,7 @@ def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> ScoredP
             sent1.append(fields[0].strip())
             sent2.append(fields[1].strip())
             gold.append(float(fields[2]))
-    return ScoredPairs(name, sent1_lang, sent2_lang, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
+    return RatedPairs(name, sent1_lang, sent2_lang, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
 
 
 def _problem(fields: list[str]) -> str | None:
@@ -57,22 +59,30 @@ def _problem(fields: list[str]) -> str | None:
     return None if math.isfinite(score) else SKIP_SCORE
 
 
+@dataclass
+class StsTrack:
+    """One STS2017 file of a task: its name in the results, the file (under the data directory)
+    and the languages of its sent1 and sent2 columns."""
+
+    name: str
+    file: str
+    langs: list[str]
+
+    def __post_init__(self):
+        if len(self.langs) != 2:
+            raise ValueError(f"an STS track is {{name, file, langs: [sent1 language, sent2 language]}}; got {self}")
+
+
 def read_sts_tracks(
-    data_dir: Path, tracks: list[dict], max_sentences: int | None = None
-) -> tuple[list[ScoredPairs], DataErrors]:
-    """The STS2017 files of `tracks` ({name, file, langs: [sent1 language, sent2 language]}),
-    first `max_sentences` pairs each (None: all). A missing or bad file is a data error of its
-    track (eval.faults); MissingDataError when `data_dir` is missing. Returns (pair sets, {track: reason})."""
-    for track in tracks:
-        if set(track) != {"name", "file", "langs"} or len(track["langs"]) != 2:
-            raise ValueError(f"an STS track is {{name, file, langs: [sent1 language, sent2 language]}}; got {track}")
+    data_dir: Path, tracks: list[StsTrack], max_sentences: int | None = None
+) -> tuple[list[RatedPairs], DataErrors]:
+    """The STS2017 files of `tracks`, first `max_sentences` pairs each (None: all). A missing or
+    bad file is a data error of its track (eval.faults); MissingDataError when `data_dir` is
+    missing. Returns (pair sets, {track: reason})."""
     if not Path(data_dir).is_dir():
         raise MissingDataError(
             f"STS2017 directory {data_dir} does not exist (SemEval-2017 Task 1 with gold, see PROVENANCE.md)"
         )
-    pair_sets, errors = [], DataErrors()
-    for track in tracks:
-        scored = errors.read(track["name"], read_sts, Path(data_dir) / track["file"], track["name"], *track["langs"])
-        if scored is not None:
-            pair_sets.append(scored.head(max_sentences))
-    return pair_sets, errors
+    found = score_items(tracks, lambda track: read_sts(Path(data_dir) / track.file, track.name, *track.langs),
+                        lambda _, rated: rated.head(max_sentences), key=lambda track: track.name)  # fmt: skip
+    return list(found.rows.values()), found.errors

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from ems.cli import MissingDataError
 from ems.languages import ENGLISH
+from eval.evaluators.items import score_items
 from eval.faults import DataErrors
-from eval.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 
 NOT_A_PAIR_DIRECTORY = "not a <l1>-<l2> directory"
 NOT_PAIRED_WITH_ENGLISH = "pair without en"
@@ -45,27 +46,35 @@ def find_heldout_bitexts(
             f"held-out directory {root} does not exist; expected pair directories such as "
             f"{root / 'de-en'} holding aligned files <name>.de and <name>.en"
         )
-    bitexts: list[Bitext] = []
-    skipped: dict[str, list[str]] = {}
-    errors = DataErrors()
-    for pair_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        codes = pair_dir.name.split("-")
-        if len(codes) != 2 or not all(codes) or codes[0] == codes[1]:
-            skipped.setdefault(NOT_A_PAIR_DIRECTORY, []).append(pair_dir.name)
-            continue
-        if ENGLISH not in codes:
-            skipped.setdefault(NOT_PAIRED_WITH_ENGLISH, []).append(pair_dir.name)
-            continue
-        lang = codes[1] if codes[0] == ENGLISH else codes[0]
-        if not _stems(pair_dir, lang) | _stems(pair_dir, ENGLISH):
-            skipped.setdefault(NO_ALIGNED_FILES, []).append(pair_dir.name)
-            continue
-        bitext = errors.read(lang, _read_pair_directory, pair_dir, lang)
-        if bitext is not None:
-            if max_sentences is not None:
-                bitext.xx, bitext.en = bitext.xx[:max_sentences], bitext.en[:max_sentences]
-            bitexts.append(bitext)
-    return bitexts, skipped, errors
+
+    def cap(_, bitext: Bitext) -> Bitext:
+        if max_sentences is not None:
+            bitext.xx, bitext.en = bitext.xx[:max_sentences], bitext.en[:max_sentences]
+        return bitext
+
+    pair_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    found = score_items(pair_dirs, lambda pair_dir: _read_pair_directory(pair_dir, _language(pair_dir)), cap,
+                        key=lambda pair_dir: pair_dir.name if _not_a_test_set(pair_dir) else _language(pair_dir),
+                        skip=_not_a_test_set, desc=str(root))  # fmt: skip
+    return list(found.rows.values()), found.skipped, found.errors
+
+
+def _language(pair_dir: Path) -> str:
+    """The language of an English pair directory (`de-en`, `en-de`: de)."""
+    l1, l2 = pair_dir.name.split("-")
+    return l2 if l1 == ENGLISH else l1
+
+
+def _not_a_test_set(pair_dir: Path) -> str | None:
+    """Why a directory under the held-out root is no test set, None if it is one."""
+    codes = pair_dir.name.split("-")
+    if len(codes) != 2 or not all(codes) or codes[0] == codes[1]:
+        return NOT_A_PAIR_DIRECTORY
+    if ENGLISH not in codes:
+        return NOT_PAIRED_WITH_ENGLISH
+    if not _stems(pair_dir, _language(pair_dir)) | _stems(pair_dir, ENGLISH):
+        return NO_ALIGNED_FILES
+    return None
 
 
 def _read_pair_directory(pair_dir: Path, lang: str) -> Bitext:

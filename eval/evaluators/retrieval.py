@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from tqdm import tqdm
 
 from ems.cli import MissingDataError
 from ems.languages import ENGLISH
+from eval.evaluators.items import NOT_COVERED, score_items
 from eval.faults import DATA_ERRORS
 
 DEFAULT_CHUNK_ROWS = 1024  # 1024 x 10k float32 similarities = 40 MB per chunk
-NOT_COVERED = "not covered by the encoder"
 ENGLISH_NOT_COVERED = "encoder does not cover en"
 EMPTY_TEST_SET = "empty test set"
 EMPTY_PAIRS_DROPPED = "pairs with an empty side dropped"
@@ -234,28 +233,27 @@ def evaluate_bitexts(
         raise ValueError(f"{task}: more than one test set for language(s) {', '.join(duplicates)}")
     covered = encoder_languages(encoder)
     skipped = {reason: list(codes) for reason, codes in (skipped or {}).items() if codes}
-    to_run = []
-    for bitext in bitexts:
-        if covered is not None and not (pivot in covered and bitext.lang in covered):
-            reason = NOT_COVERED if pivot in covered else f"encoder does not cover {pivot}"  # = ENGLISH_NOT_COVERED for en
-            skipped.setdefault(reason, []).append(bitext.key)
-            continue
-        bitext = _without_empty_pairs(bitext, skipped)
-        if bitext.xx:
-            to_run.append(bitext)
-        else:
-            skipped.setdefault(EMPTY_TEST_SET, []).append(bitext.key)
-
-    per_language = {}
     pivot_sentences, pivot_embeddings = None, None
-    for bitext in tqdm(to_run, desc=task, unit="lang", disable=not progress):
+
+    def uncovered(bitext: Bitext) -> str | None:
+        if covered is None or (pivot in covered and bitext.lang in covered):
+            return None
+        return NOT_COVERED if pivot in covered else f"encoder does not cover {pivot}"  # = ENGLISH_NOT_COVERED for en
+
+    def score(_, bitext: Bitext) -> dict | None:
+        nonlocal pivot_sentences, pivot_embeddings
+        if not bitext.xx:
+            skipped.setdefault(EMPTY_TEST_SET, []).append(bitext.key)
+            return None
         xx = encode_checked(encoder, bitext.xx, bitext.lang)
         if bitext.en != pivot_sentences:
             pivot_sentences, pivot_embeddings = bitext.en, encode_checked(encoder, bitext.en, pivot)
         texts = (bitext.xx, bitext.en) if laser_duplicates else (None, None)
-        scores = scorer(xx, pivot_embeddings, *texts)
-        per_language[bitext.key] = {"source": bitext.source, "n": len(bitext.xx), **scores}
+        return {"source": bitext.source, "n": len(bitext.xx), **scorer(xx, pivot_embeddings, *texts)}
 
+    scored = score_items(bitexts, lambda bitext: _without_empty_pairs(bitext, skipped), score, key=lambda bitext: bitext.key,
+                         skip=uncovered, skipped=skipped, desc=task, progress=progress)  # fmt: skip
+    per_language = scored.rows
     average = None
     if per_language:
         rows = per_language.values()

@@ -17,7 +17,7 @@ Sentences: an MLDoc line or a review text is one document of several sentences. 
 `split_sentences`: after . ! ? followed by whitespace, and after 。！？ (no space needed); pieces are
 stripped and empty ones dropped. LASER embedded each MLDoc line whole, as a single "sentence"; pass
 `split=False` (config `reader: {split: false}`) to do the same. The document embedding is the mean of
-its sentences' embeddings (eval.classification).
+its sentences' embeddings (eval.evaluators.classification).
 
 Bad input: a missing directory or training file raises MissingDataError naming it and where the data
 comes from; a test file that is missing or bad (not UTF-8, no document left) costs only its language,
@@ -38,8 +38,8 @@ import numpy as np
 
 from ems.cli import MissingDataError
 from ems.languages import ENGLISH, FLORES_FILES
-from eval.faults import DataErrors
-from eval.retrieval import read_lines, read_text
+from eval.evaluators.items import score_items
+from eval.evaluators.retrieval import read_lines, read_text
 
 SPLITS = ("train", "dev", "test")
 SIB200_SOURCE = "https://github.com/dadelani/sib-200 (data/annotated/)"
@@ -216,8 +216,8 @@ def read_sib200(
 
     test_languages = [train_language] + [lang for lang in wanted if lang in available and lang != train_language]
     train, dev = split(train_language, "train"), split(train_language, "dev")
-    test, errors = _read_tests(test_languages, lambda lang: split(lang, "test"))
-    return ClassificationTask(name, labels, train_language, train, dev, test, skipped, errors)
+    test = score_items(test_languages, lambda lang: split(lang, "test"))
+    return ClassificationTask(name, labels, train_language, train, dev, test.rows, skipped, test.errors)
 
 
 # ---------------------------------------------------------------- MLDoc
@@ -278,8 +278,8 @@ def read_mldoc(
 
     train, dev = read(train_files[0]), read(train_files[1])
     test_languages = [train_language] + [lang for lang in wanted if lang in MLDOC_LANGUAGES and lang != train_language]
-    test, errors = _read_tests(test_languages, lambda lang: read(directory / f"{MLDOC_LANGUAGES[lang]}.test"))
-    return ClassificationTask(name, MLDOC_LABELS, train_language, train, dev, test, skipped, errors)
+    test = score_items(test_languages, lambda lang: read(directory / f"{MLDOC_LANGUAGES[lang]}.test"))
+    return ClassificationTask(name, MLDOC_LABELS, train_language, train, dev, test.rows, skipped, test.errors)
 
 
 # ---------------------------------------------------------------- webis-cls-10 (Amazon reviews)
@@ -349,22 +349,9 @@ def read_webis_cls10(
     dev = [reviews[i] for i in sorted(order[:n_dev])]
     train = [reviews[i] for i in sorted(order[n_dev:])]
     test_languages = [train_language] + [lang for lang in wanted if lang in WEBIS_LANGUAGES and lang != train_language]
-    test, errors = _read_tests(
-        test_languages, lambda lang: _cap(read_webis_reviews(path(lang, "test"), split, skipped), max_documents)
-    )
+    test = score_items(test_languages, lambda lang: _cap(read_webis_reviews(path(lang, "test"), split, skipped), max_documents))
     return ClassificationTask(name, WEBIS_LABELS, train_language, _cap(train, max_documents),
-                              _cap(dev, max_documents), test, skipped, errors)  # fmt: skip
-
-
-def _read_tests(languages: list[str], read) -> tuple[dict[str, list[Document]], DataErrors]:
-    """{lang: read(lang)} of the test languages whose file could be read, and the data errors of
-    the others (eval.faults)."""
-    test, errors = {}, DataErrors()
-    for lang in languages:
-        documents = errors.read(lang, read, lang)
-        if documents is not None:
-            test[lang] = documents
-    return test, errors
+                              _cap(dev, max_documents), test.rows, skipped, test.errors)  # fmt: skip
 
 
 READERS = {"sib200": read_sib200, "mldoc": read_mldoc, "webis_cls10": read_webis_cls10}

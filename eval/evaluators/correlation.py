@@ -1,6 +1,7 @@
-"""Similarity-vs-human-score correlation, shared by WMT20 QE (eval.qe) and STS2017 (eval.sts).
+"""Similarity-vs-human-score correlation, shared by WMT20 QE (eval.evaluators.qe) and STS2017
+(eval.evaluators.sts).
 
-In: `ScoredPairs` (sentence pairs in two languages with a gold score each, from a task reader),
+In: `RatedPairs` (sentence pairs in two languages with a gold score each, from a task reader),
 an encoder, and trained heads. Out: per pair set the Pearson r and Spearman rho (scipy.stats)
 between cosine(sent1, sent2) and the gold score, for the raw embeddings and for each head's
 meaning view, plus their averages over pair sets.
@@ -23,17 +24,20 @@ import numpy as np
 from scipy import stats
 
 from ems.heads.base import UnknownLanguageError
+from ems.languages import flores_file
+from eval.evaluators.items import score_items
 from eval.faults import DATA_ERRORS, DataErrors
-from eval.parallel_data import PIVOT, SentencePairs, capped, flores_file, flores_pairs, pivot_pairs
+from eval.parallel_data import PIVOT, SentencePairs, capped, flores_pairs, pivot_pairs
 from eval.train_head import train_heads
 
 RAW = "raw"
 
 
 @dataclass
-class ScoredPairs:
-    """Sentence pairs with human scores: sent1[i] (lang1) vs sent2[i] (lang2) scored gold[i].
-    `skipped` counts the file rows that were not used, by reason."""
+class RatedPairs:
+    """Sentence pairs with human ratings: sent1[i] (lang1) vs sent2[i] (lang2) rated gold[i] (not
+    ems.mining.margin.ScoredPairs, which are mined pairs with margin scores). `skipped` counts the file
+    rows that were not used, by reason."""
 
     name: str
     lang1: str
@@ -43,11 +47,11 @@ class ScoredPairs:
     gold: np.ndarray
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def head(self, n: int | None) -> "ScoredPairs":
+    def head(self, n: int | None) -> "RatedPairs":
         """The first n pairs (all when n is None)."""
         if n is None:
             return self
-        return ScoredPairs(self.name, self.lang1, self.lang2, self.sent1[:n], self.sent2[:n], self.gold[:n], dict(self.skipped))
+        return RatedPairs(self.name, self.lang1, self.lang2, self.sent1[:n], self.sent2[:n], self.gold[:n], dict(self.skipped))
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -71,7 +75,7 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict:
             "spearman": float(stats.spearmanr(predicted, gold).statistic)}  # fmt: skip
 
 
-def evaluate_scored_pairs(encoder, pair_sets: list[ScoredPairs], heads: dict) -> tuple[dict, dict]:
+def evaluate_rated_pairs(encoder, pair_sets: list[RatedPairs], heads: dict) -> tuple[dict, dict]:
     """Per pair set: n, the skipped-row counts, and {view: {"pearson", "spearman"}} for "raw"
     and each head's meaning view (None when the head does not know a language of the set).
     Returns (per-set results, {reason: [descriptions]} for heads that could not be applied)."""
@@ -122,21 +126,6 @@ class HeadTraining:
     max_pairs: int | None = None
     pairs_dir: Path | None = None
 
-    @classmethod
-    def from_config(cls, heads: list[str], settings: dict, data_root: Path, where: str) -> "HeadTraining":
-        """From a task config's `heads` list and `head_training` mapping: flores_subdir (relative
-        to the data root) or pairs_dir (a corpus root, absolute or relative to the data root), and
-        optionally valid_fraction, seed, max_pairs."""
-        settings = dict(settings or {})
-        unknown = set(settings) - {"flores_subdir", "pairs_dir", "valid_fraction", "seed", "max_pairs"}
-        sources = [key for key in ("flores_subdir", "pairs_dir") if key in settings]
-        if unknown or (heads and len(sources) != 1):
-            raise ValueError(f"{where}: head_training takes one of flores_subdir and pairs_dir (with heads), "
-                             f"valid_fraction, seed, max_pairs; got {sorted(settings)}")  # fmt: skip
-        flores_dir = Path(data_root) / settings.pop("flores_subdir") if "flores_subdir" in settings else None
-        pairs_dir = Path(data_root) / settings.pop("pairs_dir") if "pairs_dir" in settings else None
-        return cls(flores_dir, list(heads or []), pairs_dir=pairs_dir, **settings)
-
     @property
     def source(self) -> str:
         return f"FLORES-200 {self.flores_dir}" if self.pairs_dir is None else f"the corpus {self.pairs_dir}"
@@ -148,19 +137,20 @@ class HeadTraining:
         return capped(pairs, self.max_pairs, self.seed)
 
 
-def _with_head_data(pair_sets: list[ScoredPairs], training: HeadTraining, errors: DataErrors) -> list[ScoredPairs]:
+def _with_head_data(pair_sets: list[RatedPairs], training: HeadTraining, errors: DataErrors) -> list[RatedPairs]:
     """The pair sets whose languages all have training pairs for the heads; the others become
     data errors. (Without FLORES's English file no head trains: the training says so.)"""
     if not training.heads or (training.pairs_dir is None and flores_file(training.flores_dir, PIVOT) is None):
         return pair_sets
-    return [pairs for pairs in pair_sets
-            if errors.read(pairs.name, training.pair_sets, [pairs.lang1, pairs.lang2]) is not None]  # fmt: skip
+    found = score_items(pair_sets, lambda pairs: training.pair_sets([pairs.lang1, pairs.lang2]), lambda pairs, _: pairs,
+                        key=lambda pairs: pairs.name, errors=errors)  # fmt: skip
+    return list(found.rows.values())
 
 
-def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[ScoredPairs], training: HeadTraining,
+def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[RatedPairs], training: HeadTraining,
                               skipped: dict | None = None, progress: bool = True,
                               data_errors: dict | None = None, dev_split: str | None = None,
-                              dev_pair_sets: list[ScoredPairs] | None = None,
+                              dev_pair_sets: list[RatedPairs] | None = None,
                               dev_data_errors: dict | None = None) -> dict:  # fmt: skip
     """Train the heads on `training`'s pairs for the languages of `pair_sets`, then correlations
     per set and view. A pair set with a language that has no training pairs for the heads joins
@@ -182,7 +172,7 @@ def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[S
                                               training.seed)  # fmt: skip
         for reason, items in head_skips.items():
             skipped.setdefault(reason, []).extend(items)
-    per_set, view_skips = evaluate_scored_pairs(encoder, pair_sets, heads)
+    per_set, view_skips = evaluate_rated_pairs(encoder, pair_sets, heads)
     for reason, items in view_skips.items():
         skipped.setdefault(reason, []).extend(items)
     views = [RAW, *heads]
@@ -193,7 +183,7 @@ def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[S
             if not {pairs.lang1, pairs.lang2} <= set(languages):
                 dev_errors[pairs.name] = f"no {name} {pairs.name} pairs in the scored split: the heads were not trained for it"
         usable = [pairs for pairs in dev_pair_sets or [] if pairs.name not in dev_errors]
-        dev_per_set, _ = evaluate_scored_pairs(encoder, usable, heads)
+        dev_per_set, _ = evaluate_rated_pairs(encoder, usable, heads)
         dev = {"split": dev_split, "languages": dev_per_set,
                "average": average_correlations(dev_per_set, views) if dev_per_set else None, DATA_ERRORS: dict(dev_errors)}  # fmt: skip
     result = {

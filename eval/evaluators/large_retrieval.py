@@ -13,16 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from ems.cli import MissingDataError, check_choice
 from ems.languages import ENGLISH, canonical_language, covered_language
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
-from eval.faults import DATA_ERRORS, DataErrors
-from eval.retrieval import encode_checked, encoder_languages, read_aligned_files
+from eval.evaluators.items import not_covered, score_items
+from eval.faults import DATA_ERRORS
+from eval.evaluators.retrieval import encode_checked, encoder_languages, read_aligned_files
 
-NOT_COVERED = "not covered by the encoder"
 SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"
 
 
@@ -101,30 +100,24 @@ def evaluate_large_retrieval(encoder, task: LargeRetrievalTask, progress: bool =
         )
     covered = encoder_languages(encoder)
     skipped: dict[str, list[str]] = {}
-    errors = DataErrors()
-    per_pair = {}
-    for pair in tqdm(task.pairs, desc=task.name, unit="pair", disable=not progress):
-        src_lang, tgt_lang = covered_language(pair.src_lang, covered), covered_language(pair.tgt_lang, covered)
-        if src_lang is None or tgt_lang is None:
-            skipped.setdefault(NOT_COVERED, []).append(pair.name)
-            continue
-        texts = errors.read(pair.name, read_retrieval_pair, task, pair)
-        if texts is None:
-            continue
+
+    def score(pair: RetrievalPair, texts: tuple[list[str], list[str]]) -> dict:
         src, tgt = texts
         if len(tgt) < task.n_candidates:
             skipped.setdefault(SHORTER_THAN_ASKED, []).append(f"{pair.name} ({len(tgt)} of {task.n_candidates})")
-        queries = encode_checked(encoder, src[: task.n_queries], src_lang)
-        candidates = encode_checked(encoder, tgt, tgt_lang)
-        per_pair[pair.name] = {
-            "n_queries": len(queries),
-            "n_candidates": len(candidates),
-            "p_at_1": margin_p_at_1(queries, candidates, tgt, task.k, task.margin, task.index),
-        }
+        queries = encode_checked(encoder, src[: task.n_queries], covered_language(pair.src_lang, covered))
+        candidates = encode_checked(encoder, tgt, covered_language(pair.tgt_lang, covered))
+        return {"n_queries": len(queries), "n_candidates": len(candidates),
+                "p_at_1": margin_p_at_1(queries, candidates, tgt, task.k, task.margin, task.index)}  # fmt: skip
+
+    scored = score_items(task.pairs, lambda pair: read_retrieval_pair(task, pair), score, key=lambda pair: pair.name,
+                         skip=lambda pair: not_covered(covered, pair.src_lang, pair.tgt_lang), skipped=skipped,
+                         desc=task.name, unit="pair", progress=progress)  # fmt: skip
+    per_pair = scored.rows
     average = None
     if per_pair:
         average = {"p_at_1": float(np.mean([r["p_at_1"] for r in per_pair.values()])), "n_languages": len(per_pair)}
     settings = {"k": task.k, "margin": task.margin, "index": task.index,
                 "n_queries": task.n_queries, "n_candidates": task.n_candidates}  # fmt: skip
     return {"task": task.name, "metric": "retrieval_p_at_1", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_pair, "average": average, "skipped": skipped, DATA_ERRORS: dict(errors)}  # fmt: skip
+            "languages": per_pair, "average": average, "skipped": skipped, DATA_ERRORS: dict(scored.errors)}  # fmt: skip

@@ -2,9 +2,9 @@
 
 In: `<data>/<src>-<tgt>/<split>.<srctgt>.df.short.tsv` (tab-separated with a header naming the
 columns index, original, translation, scores, mean, z_scores, z_mean, model_scores; the texts
-contain quote characters, which are literal: no CSV quoting). Out: `ScoredPairs` of (original in
+contain quote characters, which are literal: no CSV quoting). Out: `RatedPairs` of (original in
 src, translation in tgt, z_mean). The score of an encoder is Pearson r between
-cosine(original, translation) and z_mean, per pair (eval.correlation).
+cosine(original, translation) and z_mean, per pair (eval.evaluators.correlation).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
-from eval.correlation import ScoredPairs
+from eval.evaluators.correlation import RatedPairs
+from eval.evaluators.items import score_items
 from eval.faults import DataErrors
-from eval.retrieval import read_text
+from eval.evaluators.retrieval import read_text
 
 COLUMNS = ("original", "translation", "z_mean")
 SKIP_MALFORMED = "wrong number of fields"
@@ -35,7 +36,7 @@ def mlqe_path(data_dir: Path, pair: str, split: str) -> Path:
     return Path(data_dir) / pair / f"{split}.{src}{tgt}.df.short.tsv"
 
 
-def read_mlqe(path: Path, pair: str) -> ScoredPairs:
+def read_mlqe(path: Path, pair: str) -> RatedPairs:
     """The (original, translation, z_mean) rows of one MLQE-PE file. Rows with the wrong number of
     fields, an empty sentence or a non-numeric z_mean are skipped and counted by reason.
     MissingDataError if the file is missing; ValueError if the header lacks a needed column."""
@@ -59,7 +60,7 @@ def read_mlqe(path: Path, pair: str) -> ScoredPairs:
             sent1.append(fields[index[0]].strip())
             sent2.append(fields[index[1]].strip())
             gold.append(float(fields[index[2]]))
-    return ScoredPairs(pair, src, tgt, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
+    return RatedPairs(pair, src, tgt, sent1, sent2, np.asarray(gold, dtype=np.float64), skipped)
 
 
 def _problem(fields: list[str], n_columns: int, index: list[int]) -> str | None:
@@ -76,7 +77,7 @@ def _problem(fields: list[str], n_columns: int, index: list[int]) -> str | None:
 
 def read_qe_pairs(
     data_dir: Path, pairs: list[str], split: str, max_sentences: int | None = None
-) -> tuple[list[ScoredPairs], DataErrors]:
+) -> tuple[list[RatedPairs], DataErrors]:
     """The MLQE files of `pairs` (first `max_sentences` rows each; None: all). A missing or bad
     file is a data error of its pair (eval.faults); MissingDataError when `data_dir` is missing.
     Returns (pair sets, {pair: reason})."""
@@ -84,9 +85,6 @@ def read_qe_pairs(
         raise MissingDataError(
             f"WMT20 QE directory {data_dir} does not exist (MLQE-PE data/direct-assessments, see PROVENANCE.md)"
         )
-    pair_sets, errors = [], DataErrors()
-    for pair in pairs:
-        scored = errors.read(pair, read_mlqe, mlqe_path(data_dir, pair, split), pair)
-        if scored is not None:
-            pair_sets.append(scored.head(max_sentences))
-    return pair_sets, errors
+    paths = {pair: mlqe_path(data_dir, pair, split) for pair in pairs}  # a malformed pair name fails the task
+    found = score_items(pairs, lambda pair: read_mlqe(paths[pair], pair), lambda _, rated: rated.head(max_sentences))
+    return list(found.rows.values()), found.errors

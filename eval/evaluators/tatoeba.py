@@ -1,5 +1,5 @@
 """Tatoeba similarity search: LASER's test set of up to 1000 English sentences and their
-translations for 112 languages, scored by bidirectional P@1 (see eval.retrieval)."""
+translations for 112 languages, scored by bidirectional P@1 (see eval.evaluators.retrieval)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from ems.cli import MissingDataError
 from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
-from eval.faults import DataErrors
-from eval.retrieval import (
+from eval.evaluators.items import score_items
+from eval.evaluators.retrieval import (
     Bitext,
     check_max_sentences,
     encoder_languages,
@@ -23,7 +21,6 @@ from eval.retrieval import (
 
 TATOEBA_SOURCE = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 DEFAULT_FILE_PATTERN = "tatoeba.{code}-eng.{side}"  # side: the language's code, or "eng"
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "eval" / "tatoeba.yaml"
 UNKNOWN_CODE = "unknown Tatoeba code"
 SUPPORTED_METRIC = "p_at_1"
 SEEN, UNSEEN = "seen in training", "unseen in training"
@@ -63,40 +60,6 @@ class TatoebaTask:
             raise ValueError(f"laser_duplicates must be true or false, got {self.laser_duplicates!r}")
         if "{code}" not in self.file_pattern or "{side}" not in self.file_pattern:
             raise ValueError(f"file_pattern must contain {{code}} and {{side}}, got {self.file_pattern!r}")
-
-
-def load_tatoeba_task(
-    config_path: Path, data_root: Path, languages: list[str] | None = None, max_sentences: int | None = None
-) -> TatoebaTask:
-    """TatoebaTask from a YAML config (see configs/eval/tatoeba.yaml) with its data under `data_root`.
-
-    The config's `data_subdir` is joined to `data_root`; `languages`, if given, replaces the config's.
-    """
-    config_path = Path(config_path)
-    if not config_path.is_file():
-        raise MissingDataError(f"missing task config {config_path}")
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    expected, optional = {"name", "data_subdir", "file_pattern", "metric", "languages"}, {"type", "groups", "laser_duplicates"}
-    if not isinstance(config, dict) or not expected <= set(config) <= expected | optional:
-        found = sorted(config) if isinstance(config, dict) else type(config).__name__
-        raise ValueError(
-            f"{config_path}: expected the keys {sorted(expected)} (optionally {sorted(optional)}), found {found}"
-        )
-    if config.get("type", "tatoeba") != "tatoeba":
-        raise ValueError(f"{config_path}: type {config['type']!r} is not a Tatoeba task")
-    if config["metric"] != SUPPORTED_METRIC:
-        raise ValueError(f"{config_path}: metric {config['metric']!r} is not supported (only {SUPPORTED_METRIC!r})")
-    if languages is None and config["languages"] != "all":
-        languages = config["languages"]
-    return TatoebaTask(
-        data_dir=Path(data_root) / config["data_subdir"],
-        languages=languages,
-        max_sentences=max_sentences,
-        name=config["name"],
-        file_pattern=config["file_pattern"],
-        groups=config.get("groups"),
-        laser_duplicates=config.get("laser_duplicates", True),
-    )
 
 
 def find_tatoeba_codes(data_dir: Path, file_pattern: str = DEFAULT_FILE_PATTERN) -> list[str]:
@@ -167,15 +130,15 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
                 f"no Tatoeba files in {task.data_dir}: expected {_expected_files(task.file_pattern)}, ... "
                 f"from {TATOEBA_SOURCE}"
             )
-    unknown = [code for code in codes if code not in TATOEBA_TEST_CODES]
-    bitexts, errors = [], DataErrors()
-    for code in codes:
-        if code not in unknown:
-            lang = tatoeba_code_to_lang(code)
-            pair = errors.read(lang, load_tatoeba_pair, task.data_dir, code, task.max_sentences, task.file_pattern)
-            if pair is not None:
-                bitexts.append(Bitext(lang=lang, source=code, xx=pair[0], en=pair[1]))
-    result = evaluate_bitexts(encoder, bitexts, task.name, {UNKNOWN_CODE: unknown}, progress, errors, task.laser_duplicates)
+
+    def read(code: str) -> Bitext:
+        xx, en = load_tatoeba_pair(task.data_dir, code, task.max_sentences, task.file_pattern)
+        return Bitext(lang=tatoeba_code_to_lang(code), source=code, xx=xx, en=en)
+
+    known = score_items(codes, read, key=lambda code: tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else code,
+                        skip=lambda code: None if code in TATOEBA_TEST_CODES else UNKNOWN_CODE, desc=task.name)  # fmt: skip
+    result = evaluate_bitexts(encoder, list(known.rows.values()), task.name, known.skipped, progress, known.errors,
+                              task.laser_duplicates)  # fmt: skip
     groups = dict(task.groups or {})
     seen = getattr(encoder, "training_languages", None) or encoder_languages(encoder)
     if seen is not None:

@@ -23,8 +23,10 @@ import torch
 
 from ems.cli import MissingDataError
 from ems.heads.base import ParallelEmbeddings
-from eval.faults import DATA_ERRORS, DataErrors
-from eval.parallel_data import PIVOT, flores_file, flores_pairs
+from ems.languages import flores_file
+from eval.evaluators.items import score_items
+from eval.faults import DATA_ERRORS
+from eval.parallel_data import PIVOT, flores_pairs
 from eval.pca_plot import write_pca_plot
 from eval.train_head import train_head
 
@@ -115,9 +117,8 @@ def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = N
     "heads" (training logs), "pca_plot", "skipped", "data_errors": {lang: reason}}."""
     if flores_file(task.data_dir, PIVOT) is None:
         flores_pairs(task.data_dir, [PIVOT])  # MissingDataError naming the English file: nothing can run
-    errors = DataErrors()
-    others = sorted(set(task.languages) - {PIVOT})
-    pair_sets = [pairs for lang in others for pairs in errors.read(lang, flores_pairs, task.data_dir, [lang]) or []]
+    found = score_items(sorted(set(task.languages) - {PIVOT}), lambda lang: flores_pairs(task.data_dir, [lang])[0])
+    errors, pair_sets = found.errors, list(found.rows.values())
     if not pair_sets:
         raise MissingDataError(f"{task.name}: no language besides English to probe in {task.data_dir} ({dict(errors)})")
     languages = sorted({PIVOT, *(pairs.y_lang for pairs in pair_sets)})

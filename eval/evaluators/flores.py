@@ -1,0 +1,78 @@
+"""FLORES-200 bitext retrieval: each language's 1012 devtest sentences (dev: 997) and the English
+ones, scored like Tatoeba (bidirectional cosine P@1, see eval.evaluators.retrieval). FLORES is multi-parallel
+news/wiki text from another source than Tatoeba, so it shows how a model trained on Tatoeba-like
+sentences transfers to another domain.
+
+Files: `<data_dir>/<stem>.<split>` as ems.languages.flores_file finds them (`deu`,
+`cmn_Hans`, ...) and `eng.<split>`, line-aligned. FLORES sentences are also SIB-200's: a model
+trained on them must not be scored here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ems.cli import MissingDataError
+from ems.languages import ENGLISH, FLORES_FILES, flores_file
+from eval.evaluators.items import score_items
+from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
+
+FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
+NOT_IN_FLORES = "no FLORES-200 file for the language"
+
+
+@dataclass
+class FloresTask:
+    """data_dir: a FLORES-200 split directory (`flores200/devtest`); languages: canonical codes,
+    None = every language of FLORES_FILES found there; max_sentences: the first N lines only."""
+
+    data_dir: Path
+    languages: list[str] | None = None
+    max_sentences: int | None = None
+    name: str = "flores200"
+    split: str = "devtest"
+
+    def __post_init__(self):
+        self.data_dir = Path(self.data_dir)
+        check_max_sentences(self.max_sentences)
+
+
+def load_flores_pair(data_dir: Path, lang: str, split: str = "devtest", max_sentences: int | None = None) -> tuple[list[str], list[str]]:
+    """(xx sentences, English sentences) of one FLORES language, line-aligned (files found by
+    ems.languages.flores_file); MissingDataError naming the expected file when it is not there."""
+    paths = []
+    for code in (lang, ENGLISH):
+        path = flores_file(data_dir, code, split)
+        if path is None:
+            stem = FLORES_FILES.get(code)
+            if stem is None:
+                raise MissingDataError(f"{NOT_IN_FLORES}: {code!r} (known: {', '.join(sorted(FLORES_FILES))})")
+            raise MissingDataError(f"missing FLORES-200 file {Path(data_dir) / f'{stem}.{split}'}; "
+                                   f"get the {split} split from {FLORES_SOURCE}")  # fmt: skip
+        paths.append(path)
+    return read_aligned_files(*paths, max_sentences)
+
+
+def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
+    """Bidirectional P@1 (%) per language, the result shaped as
+    eval.evaluators.tatoeba.evaluate_tatoeba's ("languages": {lang: {source, n, xx2en, en2xx,
+    mean}}, "average", "skipped", "data_errors").
+    A language FLORES-200 does not have is skipped, and with `languages` None so is one whose
+    file is absent; a requested language whose file is missing or unreadable is a data error."""
+    if flores_file(task.data_dir, ENGLISH, task.split) is None:
+        raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing "
+                               f"{FLORES_FILES[ENGLISH]}.{task.split}); get it from {FLORES_SOURCE}")  # fmt: skip
+    requested = task.languages if task.languages is not None else sorted(set(FLORES_FILES) - {ENGLISH})
+
+    def absent(lang: str) -> str | None:  # a requested FLORES language without its file is a data error naming it
+        missing = flores_file(task.data_dir, lang, task.split) is None
+        return NOT_IN_FLORES if missing and (task.languages is None or lang not in FLORES_FILES) else None
+
+    def read(lang: str) -> Bitext:
+        xx, en = load_flores_pair(task.data_dir, lang, task.split, task.max_sentences)
+        return Bitext(lang=lang, source=flores_file(task.data_dir, lang, task.split).name, xx=xx, en=en)
+
+    found = score_items(requested, read, skip=absent, desc=task.name)
+    result = evaluate_bitexts(encoder, list(found.rows.values()), task.name, found.skipped, progress, found.errors)
+    return {"task": result.pop("task"), "data_dir": str(task.data_dir), "max_sentences": task.max_sentences, **result}
