@@ -21,8 +21,8 @@ from ems.languages import ENGLISH, lang_to_tatoeba_code
 from ems.model import EncoderNetwork
 from ems.text import Tokenizer
 from eval.evaluators.flores import load_flores_pair
-from eval.evaluators.tatoeba import TATOEBA_TEST_CODES, load_tatoeba_pair
 from eval.evaluators.retrieval import bidirectional_p_at_1
+from eval.evaluators.tatoeba import TATOEBA_TEST_CODES, load_tatoeba_pair
 
 PROBE_TASKS = ("tatoeba", "flores")
 

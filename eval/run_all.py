@@ -35,10 +35,10 @@ from ems.encoder_kinds import ENCODER_KINDS, load_encoder
 from ems.languages import TATOEBA_TEST_CODES, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.chart import CHART_FILE, write_chart
 from eval.evaluators.items import NOT_COVERED
+from eval.evaluators.retrieval import ENGLISH_NOT_COVERED
 from eval.faults import DATA_FAULTS, NOT_RUN_EXIT_CODE, not_run, not_run_lines
 from eval.report import task_markdown, write_results
 from eval.results import RESULTS_FILE, TaskResult
-from eval.evaluators.retrieval import ENGLISH_NOT_COVERED
 from eval.task import RunOptions, TaskConfig, TaskRun, TaskType, read_task_config, task_type
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "eval" / "tatoeba.yaml"

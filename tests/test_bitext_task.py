@@ -8,9 +8,9 @@ import pytest
 
 from eval.evaluators.bitext import BitextTask, evaluate_bitext
 from eval.evaluators.retrieval import read_lines
+from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from tests.test_eval_tatoeba import TrigramEncoder
-from eval.results import read_results as stored_results
 
 N = 30
 # NTREX file codes (3-letter, BCP-47 with region or script) -> the FLORES file holding the same language

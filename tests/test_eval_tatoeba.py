@@ -22,16 +22,16 @@ from ems.languages import (
     tatoeba_code_to_lang,
 )
 from eval.evaluators.heldout import FILE_WITHOUT_PARTNER, NOT_PAIRED_WITH_ENGLISH, evaluate_heldout
-from eval.report import markdown_table
 from eval.evaluators.retrieval import (
     ENGLISH_NOT_COVERED,
     NOT_COVERED,
     bidirectional_p_at_1,
     cosine_p_at_1,
 )
-from eval.run_all import main, run_all
 from eval.evaluators.tatoeba import TatoebaTask, evaluate_tatoeba, load_tatoeba_pair
+from eval.report import markdown_table
 from eval.results import read_results as stored_results
+from eval.run_all import main, run_all
 
 # --- fixtures and fake encoders ---------------------------------------------------------------
 

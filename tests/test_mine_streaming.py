@@ -10,9 +10,9 @@ import ems.encoder_kinds
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import EncoderKind, load_encoder
 from ems.mining.margin import mine
+from eval.evaluators.retrieval import read_lines
 from eval.mine import main as mine_main
 from eval.mine import mine_files
-from eval.evaluators.retrieval import read_lines
 from eval.streaming import chunk_embeddings, scan_distinct, text_chunks
 from tests.test_encoder import model_dir  # noqa: F401 (a fixture: a small EMS model directory)
 from tests.test_eval_tatoeba import TrigramEncoder

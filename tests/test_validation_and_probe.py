@@ -18,9 +18,9 @@ from ems.training.config import TrainConfig
 from ems.training.validator import SAMPLE_FILE, equal_shares, stratified_sample, validation_sample
 from eval.curves import main as curves_main
 from eval.curves import read_metrics
-from eval.probe import RetrievalProbe
 from eval.evaluators.retrieval import bidirectional_p_at_1
 from eval.evaluators.tatoeba import load_tatoeba_pair
+from eval.probe import RetrievalProbe
 from tests.conftest import SMALL_MODEL
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from eval.evaluators.retrieval import read_lines
-from eval.run_all import run_all
 from eval.evaluators.xsim import MISALIGNED, XsimTask, margin_picks, read_augmented_english, xsim_errors, xsimpp_errors
+from eval.run_all import run_all
 from tests.test_eval_tatoeba import TrigramEncoder
 
 # y = the unit vectors e0, e1, e2, so cos(x_i, y_j) = x_i[j]; x rows are unit vectors too.

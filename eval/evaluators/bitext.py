@@ -29,7 +29,6 @@ from ems.cli import MissingDataError, check_choice
 from ems.languages import canonical_language
 from ems.mining.margin import DEFAULT_K, MARGINS
 from eval.evaluators.items import NOT_COVERED, score_items
-from eval.evaluators.xsim import correct_picks, encoder_lang, margin_picks
 from eval.evaluators.retrieval import (
     Bitext,
     bidirectional_p_at_1,
@@ -38,6 +37,7 @@ from eval.evaluators.retrieval import (
     evaluate_bitexts,
     read_aligned_files,
 )
+from eval.evaluators.xsim import correct_picks, encoder_lang, margin_picks
 
 SCORINGS = ("cosine", "margin")
 DIRECTIONS = ("both", "xx2en", "en2xx")

@@ -19,8 +19,8 @@ from ems.languages import ENGLISH
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.evaluators.items import not_covered, score_items
-from eval.faults import DATA_ERRORS
 from eval.evaluators.retrieval import encode_checked, encoder_languages, read_lines
+from eval.faults import DATA_ERRORS
 
 BUCC_SOURCE = "https://comparable.limsi.fr/bucc2018/bucc2018-task.html (BUCC 2017/2018 shared task)"
 NO_TEST_SPLIT = "no test split (threshold and training F1 only)"

@@ -14,8 +14,8 @@ from pathlib import Path
 from ems.cli import MissingDataError
 from ems.languages import ENGLISH
 from eval.evaluators.items import score_items
-from eval.faults import DataErrors
 from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.faults import DataErrors
 
 NOT_A_PAIR_DIRECTORY = "not a <l1>-<l2> directory"
 NOT_PAIRED_WITH_ENGLISH = "pair without en"

@@ -19,8 +19,8 @@ from ems.languages import ENGLISH, canonical_language, covered_language
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.items import not_covered, score_items
-from eval.faults import DATA_ERRORS
 from eval.evaluators.retrieval import encode_checked, encoder_languages, read_aligned_files
+from eval.faults import DATA_ERRORS
 
 SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"
 

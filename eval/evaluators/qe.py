@@ -19,8 +19,8 @@ import numpy as np
 from ems.cli import MissingDataError
 from eval.evaluators.correlation import RatedPairs
 from eval.evaluators.items import score_items
-from eval.faults import DataErrors
 from eval.evaluators.retrieval import read_text
+from eval.faults import DataErrors
 
 COLUMNS = ("original", "translation", "z_mean")
 SKIP_MALFORMED = "wrong number of fields"

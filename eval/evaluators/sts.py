@@ -20,8 +20,8 @@ import numpy as np
 from ems.cli import MissingDataError
 from eval.evaluators.correlation import RatedPairs
 from eval.evaluators.items import score_items
-from eval.faults import DataErrors
 from eval.evaluators.retrieval import read_text
+from eval.faults import DataErrors
 
 SKIP_MALFORMED = "not 3 fields"
 SKIP_EMPTY = "empty sentence"
