@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     ids, lengths = np.asarray(shards.content_ids), np.minimum(shards.side_lengths(), args.max_len)
     n_batches = len(ids) // args.batch
-    random_batches = list(np.random.default_rng(0).permutation(len(ids))[: n_batches * args.batch].reshape(n_batches, args.batch))
+    random_batches = list(
+        np.random.default_rng(0).permutation(len(ids))[: n_batches * args.batch].reshape(n_batches, args.batch)
+    )
     print(f"{len(ids)} pairs, batch {args.batch}, {n_batches} batches an epoch")
     print("| order | bucket windows | padding budget | rows with an in-batch duplicate | real tokens | s/epoch |")
     print("|:--|--:|--:|--:|--:|--:|")
@@ -54,14 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| random | | | {100 * duplicates:.2f}% | {ratio:.3f} | |")
     for bucket in args.bucket_batches:
         for budget in [None, *args.padding_budgets]:
-            order = BatchOrder(lengths, args.batch, seed=0, bucket_batches=bucket,
-                               content_ids=None if budget is None else ids, padding_budget=budget or 0.0)
+            order = BatchOrder(
+                lengths,
+                args.batch,
+                seed=0,
+                bucket_batches=bucket,
+                content_ids=None if budget is None else ids,
+                padding_budget=budget or 0.0,
+            )
             started = time.perf_counter()
             batches = order.epoch(0)
             seconds = time.perf_counter() - started
             duplicates, ratio = measure(batches, ids, lengths)
             name = "bucketed" if budget is None else "bucketed, duplicates spread"
-            print(f"| {name} | {bucket} | {'' if budget is None else budget} | {100 * duplicates:.2f}% | {ratio:.3f} | {seconds:.2f} |")
+            print(
+                f"| {name} | {bucket} | {'' if budget is None else budget} | {100 * duplicates:.2f}% | {ratio:.3f} | {seconds:.2f} |"
+            )
     return 0
 
 

@@ -55,10 +55,29 @@ def write_shards(directory: Path, n_pairs: int, seed: int = 0) -> None:
     del lengths, langs, ids, offsets
     np.lib.format.open_memmap(directory / "tokens.npy", "w+", np.uint16, (end,)).flush()  # sparse: never written
     languages = ["en"] + [f"x{i}" for i in range(1, 9)]
-    files = [{"l1": f"x{i + 1}", "l2": "en", "sides": [f"x{i + 1}", "en"], "name": "synthetic",
-              "start": i * pairs_per_file, "end": min((i + 1) * pairs_per_file, n_pairs)} for i in range(8)]
-    index = {"format": 2, "languages": languages, "vocab_size": 60000, "vocab_sha1": "synthetic", "n_pairs": n_pairs,
-             "n_tokens": end, "pivot": "en", "token_dtype": "uint16", "length_dtype": "uint8", "files": files}
+    files = [
+        {
+            "l1": f"x{i + 1}",
+            "l2": "en",
+            "sides": [f"x{i + 1}", "en"],
+            "name": "synthetic",
+            "start": i * pairs_per_file,
+            "end": min((i + 1) * pairs_per_file, n_pairs),
+        }
+        for i in range(8)
+    ]
+    index = {
+        "format": 2,
+        "languages": languages,
+        "vocab_size": 60000,
+        "vocab_sha1": "synthetic",
+        "n_pairs": n_pairs,
+        "n_tokens": end,
+        "pivot": "en",
+        "token_dtype": "uint16",
+        "length_dtype": "uint8",
+        "files": files,
+    }
     index_path.write_text(json.dumps(index))
 
 
@@ -100,8 +119,12 @@ print(json.dumps(stages))
 
 
 def measure(directory: Path, batches: int) -> list[dict]:
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(directory), str(ROOT), str(batches)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(directory), str(ROOT), str(batches)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -122,14 +145,18 @@ def main() -> None:
         anonymous[n] = max(s["anon_mb"] for s in stages)
         print(f"{n:,} pairs:")
         for s in stages:
-            print(f"  {s['stage']:24} rss {s['rss_mb']:8.1f} MB (anonymous {s['anon_mb']:8.1f}, file-backed {s['file_mb']:7.1f})"
-                  f"   peak {s['peak_mb']:8.1f} MB   {s['seconds']:6.1f} s")
+            print(
+                f"  {s['stage']:24} rss {s['rss_mb']:8.1f} MB (anonymous {s['anon_mb']:8.1f}, file-backed {s['file_mb']:7.1f})"
+                f"   peak {s['peak_mb']:8.1f} MB   {s['seconds']:6.1f} s"
+            )
     for what, figures in (("resident set", peaks), ("anonymous memory", anonymous)):
         if len(figures) >= 2:
             (n1, p1), (n2, p2) = sorted(figures.items())[:2]
             slope = (p2 - p1) / (n2 - n1)
-            print(f"the largest {what} per rank grows {slope * 1e6:.1f} MB per million pairs; at 143M pairs: "
-                  f"{(p1 + slope * (143_000_000 - n1)) / 1024:.1f} GiB")
+            print(
+                f"the largest {what} per rank grows {slope * 1e6:.1f} MB per million pairs; at 143M pairs: "
+                f"{(p1 + slope * (143_000_000 - n1)) / 1024:.1f} GiB"
+            )
 
 
 if __name__ == "__main__":

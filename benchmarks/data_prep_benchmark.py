@@ -73,8 +73,10 @@ def synthetic_corpus(data_dir: Path, root: Path, n_pairs: int, preprocessing: Pr
         side_a = [preprocessing(s, a).split() for s in flores_lines(data_dir, a)]
         side_b = [preprocessing(s, b).split() for s in flores_lines(data_dir, b)]
         (root / f"{a}-{b}").mkdir(exist_ok=True)
-        with open(root / f"{a}-{b}" / f"synth.{a}", "w", encoding="utf-8") as out_a, \
-                open(root / f"{a}-{b}" / f"synth.{b}", "w", encoding="utf-8") as out_b:
+        with (
+            open(root / f"{a}-{b}" / f"synth.{a}", "w", encoding="utf-8") as out_a,
+            open(root / f"{a}-{b}" / f"synth.{b}", "w", encoding="utf-8") as out_b,
+        ):
             for _ in range(n_pairs // len(PAIRS)):
                 k = rng.randrange(len(side_a))
                 out_a.write(vary(side_a[k], rng) + "\n")
@@ -89,8 +91,12 @@ def raw_corpus(data_dir: Path, root: Path, n_pairs: int) -> Path:
         lines_a, lines_b = flores_lines(data_dir, a), flores_lines(data_dir, b)
         n = n_pairs // len(PAIRS)
         (root / f"{a}-{b}").mkdir(parents=True, exist_ok=True)
-        (root / f"{a}-{b}" / f"raw.{a}").write_text("".join(f"{lines_a[i % len(lines_a)]} ({i})\n" for i in range(n)), encoding="utf-8")
-        (root / f"{a}-{b}" / f"raw.{b}").write_text("".join(f"{lines_b[i % len(lines_b)]} ({i})\n" for i in range(n)), encoding="utf-8")
+        (root / f"{a}-{b}" / f"raw.{a}").write_text(
+            "".join(f"{lines_a[i % len(lines_a)]} ({i})\n" for i in range(n)), encoding="utf-8"
+        )
+        (root / f"{a}-{b}" / f"raw.{b}").write_text(
+            "".join(f"{lines_b[i % len(lines_b)]} ({i})\n" for i in range(n)), encoding="utf-8"
+        )
     return root
 
 
@@ -106,8 +112,14 @@ def stage_throughput(data_dir: Path, work: Path, n_pairs: int) -> dict:
     mirror_text = {lang: flores_lines(data_dir, lang) for lang in ("en", "de", "fr", "ja", "ru")}
     for pair in PAIRS:
         build_mirror(work / "opus", "Bench", "v1", data_dir, [pair], docs=4, text={l: mirror_text[l] for l in pair})
-    config = load_config(PrepConfig, values={"languages": ["de", "en", "fr", "ja", "ru"], "pivot": "en",
-                                             "corpora": [{"name": "Bench", "release": "v1"}]})
+    config = load_config(
+        PrepConfig,
+        values={
+            "languages": ["de", "en", "fr", "ja", "ru"],
+            "pivot": "en",
+            "corpora": [{"name": "Bench", "release": "v1"}],
+        },
+    )
     seconds = timed(lambda: fetch(config, MirrorSource(work / "opus"), work / "fetched"))
     rates["fetch (opustools, local mirror)"] = len(PAIRS) * 1012 / seconds
 
@@ -132,12 +144,23 @@ def spm_ratio(data_dir: Path, work: Path, n_pairs: int, vocab_dir: Path) -> dict
     sp = spm.SentencePieceProcessor(model_file=str(vocab_dir / "spm.model"))
     raw_seconds = stage_seconds = float("inf")
     for repeat in range(3):  # best of three, alternating: the machine is shared
-        raw_seconds = min(raw_seconds, timed(
-            lambda: [sp.encode(lines[i:i + 2000], num_threads=1) for i in range(0, len(lines), 2000)]))
-        stage_seconds = min(stage_seconds, timed(
-            lambda: [_encode_part((f, str(vocab_dir), str(work / f"parts{repeat}" / f.l2), True, 2000)) for f in files]))
-    return {"raw_sentences_per_s": len(lines) / raw_seconds, "binarize_sentences_per_s": len(lines) / stage_seconds,
-            "ratio": raw_seconds / stage_seconds}
+        raw_seconds = min(
+            raw_seconds,
+            timed(lambda: [sp.encode(lines[i : i + 2000], num_threads=1) for i in range(0, len(lines), 2000)]),
+        )
+        stage_seconds = min(
+            stage_seconds,
+            timed(
+                lambda: [
+                    _encode_part((f, str(vocab_dir), str(work / f"parts{repeat}" / f.l2), True, 2000)) for f in files
+                ]
+            ),
+        )
+    return {
+        "raw_sentences_per_s": len(lines) / raw_seconds,
+        "binarize_sentences_per_s": len(lines) / stage_seconds,
+        "ratio": raw_seconds / stage_seconds,
+    }
 
 
 def measure(stage: str, corpus: str, out: str, vocab: str, data_dir: str) -> None:
@@ -156,15 +179,24 @@ def measure(stage: str, corpus: str, out: str, vocab: str, data_dir: str) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", REPO_ROOT.parent / "shared" / "data")))
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+    )
     parser.add_argument("--sample", type=int, default=20_000, help="pairs for the per-stage throughput")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000], help="pairs for the RSS runs")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--rss-stages", nargs="+", choices=("clean", "binarize"), default=["clean", "binarize"])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
-                        help="which figures to measure (rss needs a vocabulary: it trains one on --sample pairs "
-                             "when throughput does not run)")
-    parser.add_argument("--measure", nargs=5, metavar=("STAGE", "CORPUS", "OUT", "VOCAB", "DATA_DIR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=PARTS,
+        default=list(PARTS),
+        help="which figures to measure (rss needs a vocabulary: it trains one on --sample pairs "
+        "when throughput does not run)",
+    )
+    parser.add_argument(
+        "--measure", nargs=5, metavar=("STAGE", "CORPUS", "OUT", "VOCAB", "DATA_DIR"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.measure:
         measure(*args.measure)
@@ -183,21 +215,40 @@ def main() -> None:
             train_vocab(corpus, vocab, vocab_size=8000, character_coverage=0.9995)
         if "ratio" in args.parts:
             ratio = spm_ratio(args.data_dir, work / "ratio", 200_000, vocab)
-            print(f"== SentencePiece stage vs raw sentencepiece encode (1 thread, same lines): "
-                  f"{ratio['binarize_sentences_per_s']:,.0f} vs {ratio['raw_sentences_per_s']:,.0f} sentences/s, "
-                  f"ratio {ratio['ratio']:.2f} (target >= 0.8)")
+            print(
+                f"== SentencePiece stage vs raw sentencepiece encode (1 thread, same lines): "
+                f"{ratio['binarize_sentences_per_s']:,.0f} vs {ratio['raw_sentences_per_s']:,.0f} sentences/s, "
+                f"ratio {ratio['ratio']:.2f} (target >= 0.8)"
+            )
         if "rss" in args.parts:
             print("== peak RSS of the largest process (target: flat, < 1024 MiB)")
         for size in args.sizes if "rss" in args.parts else []:
-            corpus = synthetic_corpus(args.data_dir, work / f"synthetic-{size}", size, Tokenizer.load(vocab).preprocessing)
+            corpus = synthetic_corpus(
+                args.data_dir, work / f"synthetic-{size}", size, Tokenizer.load(vocab).preprocessing
+            )
             for stage in args.rss_stages:
                 out = work / f"{stage}-{size}"
                 result = subprocess.run(
-                    [sys.executable, __file__, "--measure", stage, str(corpus), str(out), str(vocab), str(args.data_dir)],
-                    check=True, capture_output=True, text=True)
+                    [
+                        sys.executable,
+                        __file__,
+                        "--measure",
+                        stage,
+                        str(corpus),
+                        str(out),
+                        str(vocab),
+                        str(args.data_dir),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
                 figures = json.loads(result.stdout.strip().splitlines()[-1])
-                print(f"{stage:9s} {size:>11,d} pairs: peak RSS {figures['peak_rss_mib']:7.0f} MiB, "
-                      f"{figures['seconds']:6.0f} s ({size / figures['seconds']:,.0f} pairs/s)", flush=True)
+                print(
+                    f"{stage:9s} {size:>11,d} pairs: peak RSS {figures['peak_rss_mib']:7.0f} MiB, "
+                    f"{figures['seconds']:6.0f} s ({size / figures['seconds']:,.0f} pairs/s)",
+                    flush=True,
+                )
                 shutil.rmtree(out)
             shutil.rmtree(corpus)
     finally:

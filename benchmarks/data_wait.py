@@ -30,9 +30,12 @@ def measure(cfg: TrainConfig, skip: int) -> dict:
     train(cfg)
     records = [json.loads(line) for line in (Path(cfg.out) / "metrics.jsonl").read_text().splitlines()]
     kept = [r for r in records if "data_wait_fraction" in r and r["step"] > skip]
-    return {"prefetch_batches": cfg.prefetch_batches, "records": len(kept),
-            "data_wait_fraction": sum(r["data_wait_fraction"] for r in kept) / len(kept),
-            "tokens_per_s": sum(r["tokens_per_s"] for r in kept) / len(kept)}
+    return {
+        "prefetch_batches": cfg.prefetch_batches,
+        "records": len(kept),
+        "data_wait_fraction": sum(r["data_wait_fraction"] for r in kept) / len(kept),
+        "tokens_per_s": sum(r["tokens_per_s"] for r in kept) / len(kept),
+    }
 
 
 def main() -> None:
@@ -45,13 +48,28 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/ems_data_wait"))
     args = parser.parse_args()
     for depth in (0, 2):
-        cfg = load_config(TrainConfig, args.config, [
-            f"data={args.data}", f"vocab={args.vocab}", f"out={args.out / f'prefetch{depth}'}", f"max_steps={args.steps}",
-            "log_every=20", f"save_every={args.steps}", f"valid_every={args.steps}", "probe_every=0", "export_init=false",
-            f"prefetch_batches={depth}"])  # fmt: skip
+        cfg = load_config(
+            TrainConfig,
+            args.config,
+            [
+                f"data={args.data}",
+                f"vocab={args.vocab}",
+                f"out={args.out / f'prefetch{depth}'}",
+                f"max_steps={args.steps}",
+                "log_every=20",
+                f"save_every={args.steps}",
+                f"valid_every={args.steps}",
+                "probe_every=0",
+                "export_init=false",
+                f"prefetch_batches={depth}",
+            ],
+        )
         result = measure(cfg, args.skip)
-        print(f"prefetch_batches={depth}: data wait {100 * result['data_wait_fraction']:.2f}% of step time, "
-              f"{result['tokens_per_s']:,.0f} tokens/s ({result['records']} log records after step {args.skip})", flush=True)
+        print(
+            f"prefetch_batches={depth}: data wait {100 * result['data_wait_fraction']:.2f}% of step time, "
+            f"{result['tokens_per_s']:,.0f} tokens/s ({result['records']} log records after step {args.skip})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -66,11 +66,15 @@ def main() -> None:
             rows[f"default {wrong}"] = exported.encode(xx, lang=wrong)
         guessed = [guess_language(sentence, reference.languages) for sentence in xx]
         counts = {guess: guessed.count(guess) for guess in sorted(set(guessed))}
-        print(f"\n{lang} ({len(xx)} Tatoeba sentences; guessed {counts}); P@1 with the right lang: {p_at_1(correct, targets):.1f}")
+        print(
+            f"\n{lang} ({len(xx)} Tatoeba sentences; guessed {counts}); P@1 with the right lang: {p_at_1(correct, targets):.1f}"
+        )
         for name, vectors in rows.items():
             cos = (unit(vectors) * unit(correct)).sum(1)
-            print(f"  {name:16s} cos mean {cos.mean():.4f}  p5 {np.percentile(cos, 5):.4f}  min {cos.min():.4f}  "
-                  f"identical {100 * np.mean(cos > 0.99999):.0f}%  P@1 {p_at_1(vectors, targets):.1f}")
+            print(
+                f"  {name:16s} cos mean {cos.mean():.4f}  p5 {np.percentile(cos, 5):.4f}  min {cos.min():.4f}  "
+                f"identical {100 * np.mean(cos > 0.99999):.0f}%  P@1 {p_at_1(vectors, targets):.1f}"
+            )
 
 
 if __name__ == "__main__":

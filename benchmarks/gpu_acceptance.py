@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import torch
@@ -104,29 +104,61 @@ class Profile:
 
 
 GPU = Profile(
-    name="gpu", mfu_preset="ems-paper", mfu_overrides={}, mfu_pairs=1024, mfu_variants=("eager", "compiled"),
-    mfu_timing=(3, 10), matmul_size=8192, languages=None, data={"heldout_per_pair": 200, "vocab_size": 32000},
-    train_overrides={}, suite=REPO_ROOT / "configs" / "eval" / "suite_gpu.yaml", untrained_eval_languages=None,
-    eval_max_sentences=None, minutes={"environment": 1.0, "mfu": 5.0, "data": 4.0, "train": 3.0, "evaluate": 3.0, "report": 0.5},
+    name="gpu",
+    mfu_preset="ems-paper",
+    mfu_overrides={},
+    mfu_pairs=1024,
+    mfu_variants=("eager", "compiled"),
+    mfu_timing=(3, 10),
+    matmul_size=8192,
+    languages=None,
+    data={"heldout_per_pair": 200, "vocab_size": 32000},
+    train_overrides={},
+    suite=REPO_ROOT / "configs" / "eval" / "suite_gpu.yaml",
+    untrained_eval_languages=None,
+    eval_max_sentences=None,
+    minutes={"environment": 1.0, "mfu": 5.0, "data": 4.0, "train": 3.0, "evaluate": 3.0, "report": 0.5},
     train_margin_minutes=1.5,
 )
 SMOKE = Profile(
-    name="smoke", mfu_preset="tiny", mfu_overrides={"vocab_size": 2000, "n_languages": 8}, mfu_pairs=8,
-    mfu_variants=("eager",), mfu_timing=(1, 1), matmul_size=256, languages=("is", "lt", "vi"),
+    name="smoke",
+    mfu_preset="tiny",
+    mfu_overrides={"vocab_size": 2000, "n_languages": 8},
+    mfu_pairs=8,
+    mfu_variants=("eager",),
+    mfu_timing=(1, 1),
+    matmul_size=256,
+    languages=("is", "lt", "vi"),
     data={"heldout_per_pair": 30, "max_train_pairs": 300, "vocab_size": 800},
     train_overrides={
-        "model": "tiny", "model_overrides": {"d_model": 32, "n_heads": 2, "d_ffn": 64, "dropout": 0.0},
-        "batch_size": 32, "bucket_batches": 50, "lr": 3.0e-3, "lr_scaling": "none", "warmup_samples": None,
-        "warmup_steps": 2, "max_steps": 10, "budget_probe_steps": 2, "autocast": "none", "log_every": 2,
-        "save_every": 5, "valid_every": 5, "valid_pairs": 64, "probe_every": 5, "probe_sentences": 20,
+        "model": "tiny",
+        "model_overrides": {"d_model": 32, "n_heads": 2, "d_ffn": 64, "dropout": 0.0},
+        "batch_size": 32,
+        "bucket_batches": 50,
+        "lr": 3.0e-3,
+        "lr_scaling": "none",
+        "warmup_samples": None,
+        "warmup_steps": 2,
+        "max_steps": 10,
+        "budget_probe_steps": 2,
+        "autocast": "none",
+        "log_every": 2,
+        "save_every": 5,
+        "valid_every": 5,
+        "valid_pairs": 64,
+        "probe_every": 5,
+        "probe_sentences": 20,
     },
-    suite=REPO_ROOT / "configs" / "eval" / "suite_gpu_smoke.yaml", untrained_eval_languages=("nl",),
-    eval_max_sentences=200, minutes={stage: 0.0 for stage in STAGES}, train_margin_minutes=0.0,
+    suite=REPO_ROOT / "configs" / "eval" / "suite_gpu_smoke.yaml",
+    untrained_eval_languages=("nl",),
+    eval_max_sentences=200,
+    minutes={stage: 0.0 for stage in STAGES},
+    train_margin_minutes=0.0,
 )
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _fmt(value, spec: str = ".3f") -> str:
@@ -174,15 +206,22 @@ class State:
     started: float = field(default_factory=time.monotonic)  # this invocation's start
 
     @classmethod
-    def load(cls, work: Path, settings: dict) -> "State":
+    def load(cls, work: Path, settings: dict) -> State:
         """The state in `work` (a new one if none); UserError when `work` was started with other settings."""
         path = work / STATE_FILE
-        doc = json.loads(path.read_text()) if path.is_file() else {"settings": settings, "invocations": [], "stages": {}}
-        changed = [f"{key}: {doc['settings'].get(key)} -> {value}" for key, value in settings.items()
-                   if doc["settings"].get(key) != value]
+        doc = (
+            json.loads(path.read_text()) if path.is_file() else {"settings": settings, "invocations": [], "stages": {}}
+        )
+        changed = [
+            f"{key}: {doc['settings'].get(key)} -> {value}"
+            for key, value in settings.items()
+            if doc["settings"].get(key) != value
+        ]
         if changed:
-            raise UserError(f"{work} holds a run started with other settings ({', '.join(changed)}): rerun it as it was "
-                            "started, or give another --work")
+            raise UserError(
+                f"{work} holds a run started with other settings ({', '.join(changed)}): rerun it as it was "
+                "started, or give another --work"
+            )
         return cls(path, doc)
 
     def begin(self, argv: list[str]) -> None:
@@ -203,8 +242,9 @@ class State:
         return self.doc["stages"].get(stage, {}).get("finished_at") is not None
 
     def record(self, stage: str) -> dict:
-        return self.doc["stages"].setdefault(stage, {"runs": 0, "seconds": 0.0, "started_at": now(), "finished_at": None,
-                                                     "output": {}})
+        return self.doc["stages"].setdefault(
+            stage, {"runs": 0, "seconds": 0.0, "started_at": now(), "finished_at": None, "output": {}}
+        )
 
     def output(self, stage: str) -> dict:
         return self.doc["stages"][stage]["output"]
@@ -341,15 +381,22 @@ def time_step(mfu, ctx: Context, cfg, batch: dict, variant: str, dtype: str) -> 
 
 def step_figures(flops: float, tokens: int, seconds: float, matmul_flops: float, peak_tflops: float | None) -> dict:
     achieved = float(flops / seconds)
-    return {"s_per_step": seconds, "tokens_per_s": tokens / seconds, "tflops": achieved / 1e12,
-            "ratio_to_matmul": achieved / matmul_flops, "mfu": None if peak_tflops is None else achieved / (1e12 * peak_tflops)}
+    return {
+        "s_per_step": seconds,
+        "tokens_per_s": tokens / seconds,
+        "tflops": achieved / 1e12,
+        "ratio_to_matmul": achieved / matmul_flops,
+        "mfu": None if peak_tflops is None else achieved / (1e12 * peak_tflops),
+    }
 
 
 def describe_step(figures: dict) -> str:
     if "error" in figures:
         return f"error: {figures['error']}"
-    return (f"{figures['s_per_step']:.4f} s/step, {figures['tokens_per_s']:.0f} tokens/s, {figures['tflops']:.3g} TFLOP/s, "
-            f"{figures['ratio_to_matmul']:.3f} of the matmul rate, MFU {_fmt(figures['mfu'])}")
+    return (
+        f"{figures['s_per_step']:.4f} s/step, {figures['tokens_per_s']:.0f} tokens/s, {figures['tflops']:.3g} TFLOP/s, "
+        f"{figures['ratio_to_matmul']:.3f} of the matmul rate, MFU {_fmt(figures['mfu'])}"
+    )
 
 
 def stage_mfu(ctx: Context, output: dict) -> bool:
@@ -359,14 +406,24 @@ def stage_mfu(ctx: Context, output: dict) -> bool:
     mfu, profile, device = load_train_mfu(), ctx.profile, torch.device(ctx.device)
     dtype = "bf16" if device.type == "cuda" else "fp32"
     cfg = config_from_preset(profile.mfu_preset, **profile.mfu_overrides)
-    matmul = mfu.matmul_rate(torch.bfloat16 if dtype == "bf16" else torch.float32, profile.matmul_size, device, repeats=5)
+    matmul = mfu.matmul_rate(
+        torch.bfloat16 if dtype == "bf16" else torch.float32, profile.matmul_size, device, repeats=5
+    )
     batch = mfu.realistic_batch(cfg, profile.mfu_pairs, MEAN_LENGTH)
     tokens = int(mfu.real_lengths(batch["src"]).sum() + mfu.real_lengths(batch["tgt"]).sum())
     flops = mfu.step_flops(cfg, mfu.real_lengths(batch["src"]), mfu.real_lengths(batch["tgt"])).total
     peak = mfu.known_peak_tflops(device)
-    output.update(preset=profile.mfu_preset, shapes={k: getattr(cfg, k) for k in ("d_model", "n_layers", "d_ffn", "vocab_size")},
-                  pairs=profile.mfu_pairs, real_tokens=tokens, gflop_per_step=float(flops) / 1e9, step_dtype=dtype,
-                  matmul_tflops=matmul / 1e12, peak_tflops=peak, variants={})
+    output.update(
+        preset=profile.mfu_preset,
+        shapes={k: getattr(cfg, k) for k in ("d_model", "n_layers", "d_ffn", "vocab_size")},
+        pairs=profile.mfu_pairs,
+        real_tokens=tokens,
+        gflop_per_step=float(flops) / 1e9,
+        step_dtype=dtype,
+        matmul_tflops=matmul / 1e12,
+        peak_tflops=peak,
+        variants={},
+    )
     for variant in profile.mfu_variants:
         try:
             seconds = time_step(mfu, ctx, cfg, batch, variant, dtype)
@@ -395,7 +452,9 @@ def chosen_languages(counts: dict[str, int], min_pairs: int, wanted: tuple[str, 
     enough = [lang for lang, n in counts.items() if n >= min_pairs]
     chosen = sorted(enough if wanted is None else [lang for lang in wanted if lang in enough])
     if not chosen:
-        raise UserError(f"no language{' of ' + ', '.join(wanted) if wanted else ''} has >= {min_pairs} pairs in tatoeba_challenge/")
+        raise UserError(
+            f"no language{' of ' + ', '.join(wanted) if wanted else ''} has >= {min_pairs} pairs in tatoeba_challenge/"
+        )
     return chosen
 
 
@@ -413,9 +472,16 @@ def stage_data(ctx: Context, output: dict) -> bool:
     stages = Stages()
     corpus = prepare_data(DemoDataConfig(languages=languages, **ctx.profile.data), ctx.data_dir, ctx.prepared, stages)
     shards = PairShards(ctx.prepared / "shards" / "train")
-    output.update(min_pairs=ctx.min_pairs, pairs_imported=counts, languages=languages, corpus=corpus,
-                  vocab_size=Tokenizer.load(ctx.prepared / "vocab").vocab_size, train_pairs=len(shards),
-                  train_tokens=int(shards.index["n_tokens"]), seconds=stages.seconds)
+    output.update(
+        min_pairs=ctx.min_pairs,
+        pairs_imported=counts,
+        languages=languages,
+        corpus=corpus,
+        vocab_size=Tokenizer.load(ctx.prepared / "vocab").vocab_size,
+        train_pairs=len(shards),
+        train_tokens=int(shards.index["n_tokens"]),
+        seconds=stages.seconds,
+    )
     return True
 
 
@@ -440,8 +506,14 @@ def train_config(ctx: Context, budget: float, max_minutes: float):
     from ems.demo import data_paths
     from ems.training.config import TrainConfig
 
-    values = {**ctx.profile.train_overrides, **data_paths(ctx.prepared, ctx.data_dir), "out": str(ctx.run_dir),
-              "time_budget_minutes": budget, "max_minutes": max_minutes, "stop_at_step": ctx.stop_at_step}
+    values = {
+        **ctx.profile.train_overrides,
+        **data_paths(ctx.prepared, ctx.data_dir),
+        "out": str(ctx.run_dir),
+        "time_budget_minutes": budget,
+        "max_minutes": max_minutes,
+        "stop_at_step": ctx.stop_at_step,
+    }
     return load_config(TrainConfig, TRAIN_CONFIG, values=values)
 
 
@@ -457,12 +529,31 @@ def stage_train(ctx: Context, output: dict) -> bool:
     first, started = output.get("steps", 0), time.monotonic()
     result = train(cfg)
     done = result["steps"] >= result["max_steps"] and not result["preempted"]
-    stopped = "schedule's end" if done else "signal or STOP file" if result["preempted"] else (
-        f"stop_at_step={cfg.stop_at_step}" if result["steps"] == cfg.stop_at_step else f"max_minutes={max_minutes:.2f}")
-    output.setdefault("pieces", []).append({"from_step": first, "to_step": result["steps"], "stopped_by": stopped,
-                                            "seconds": round(time.monotonic() - started, 1)})
-    output.update(config=dataclasses.asdict(cfg), steps=result["steps"], max_steps=result["max_steps"],
-                  model_dir=result["model_dir"])
+    stopped = (
+        "schedule's end"
+        if done
+        else "signal or STOP file"
+        if result["preempted"]
+        else (
+            f"stop_at_step={cfg.stop_at_step}"
+            if result["steps"] == cfg.stop_at_step
+            else f"max_minutes={max_minutes:.2f}"
+        )
+    )
+    output.setdefault("pieces", []).append(
+        {
+            "from_step": first,
+            "to_step": result["steps"],
+            "stopped_by": stopped,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+    )
+    output.update(
+        config=dataclasses.asdict(cfg),
+        steps=result["steps"],
+        max_steps=result["max_steps"],
+        model_dir=result["model_dir"],
+    )
     return done
 
 
@@ -490,7 +581,9 @@ class AnyLanguageEncoder:
             resolve_language(lang, self.training_languages)
         except UnknownLanguageError:
             tokenizer = self.model.tokenizer
-            ids = tokenizer.sp.encode([tokenizer.preprocessing(s, guess_language(s, tokenizer.languages)) for s in sentences])
+            ids = tokenizer.sp.encode(
+                [tokenizer.preprocessing(s, guess_language(s, tokenizer.languages)) for s in sentences]
+            )
             if not all(ids):
                 raise ValueError(f"a {lang} sentence has no tokens after preprocessing") from None
             return embed_token_ids(self.model.model, ids, self.batch_size, self.model.device)
@@ -508,9 +601,16 @@ def task_summary(result, trained: set[str], results_dir: Path) -> dict:
     TaskType.headline) and their means over the trained and the untrained languages."""
     from eval.task import task_type
 
-    summary = {"task": result.task, "type": result.type, "metric": result.metric, "error": result.error,
-               "average": result.average, "skipped": result.skipped, "data_errors": result.data_errors,
-               "results": str(results_dir)}
+    summary = {
+        "task": result.task,
+        "type": result.type,
+        "metric": result.metric,
+        "error": result.error,
+        "average": result.average,
+        "skipped": result.skipped,
+        "data_errors": result.data_errors,
+        "results": str(results_dir),
+    }
     if not result.ran or not result.languages:
         return summary
     kind = task_type(result.type)
@@ -539,11 +639,20 @@ def stage_evaluate(ctx: Context, output: dict) -> bool:
         encoder = encoder or AnyLanguageEncoder(load(ctx.state.output("train")["model_dir"], ctx.device))
         out_dir = ctx.work / "eval" / path.stem
         started = time.monotonic()
-        results = run_all(encoder, ctx.data_dir, out_dir=out_dir, languages=languages, config_path=path, progress=False,
-                          max_sentences=ctx.profile.eval_max_sentences)
+        results = run_all(
+            encoder,
+            ctx.data_dir,
+            out_dir=out_dir,
+            languages=languages,
+            config_path=path,
+            progress=False,
+            max_sentences=ctx.profile.eval_max_sentences,
+        )
         (result,) = results.values()
-        tasks[path.stem] = {**task_summary(result, set(encoder.training_languages), out_dir),
-                            "seconds": round(time.monotonic() - started, 1)}
+        tasks[path.stem] = {
+            **task_summary(result, set(encoder.training_languages), out_dir),
+            "seconds": round(time.monotonic() - started, 1),
+        }
         ctx.state.save()
     return True
 
@@ -566,7 +675,8 @@ def learning_curve(run_dir: Path) -> list[dict]:
     for kind, records in read_metrics(run_dir).items():
         for record in records:
             rows.setdefault(record["step"], {"step": record["step"]}).update(
-                {key: record[key] for key in CURVE_KEYS[kind] if key in record})
+                {key: record[key] for key in CURVE_KEYS[kind] if key in record}
+            )
     return [rows[step] for step in sorted(rows)]
 
 
@@ -575,22 +685,33 @@ def training_figures(train: dict, curve: list[dict]) -> dict:
     seconds = sum(piece["seconds"] for piece in train["pieces"])
     logged = [row for row in curve if "tokens_per_s" in row]
     valid = [row["valid_loss"] for row in curve if "valid_loss" in row]
-    return {"steps": train["steps"], "max_steps": train["max_steps"], "pieces": len(train["pieces"]),
-            "minutes": seconds / 60, "time_budget_minutes": train["time_budget_minutes"],
-            "batch_size": train["config"]["batch_size"], "pairs_per_s": train["steps"] * train["config"]["batch_size"] / seconds,
-            "tokens_per_s": statistics.median(row["tokens_per_s"] for row in logged) if logged else None,
-            "data_wait_fraction": statistics.fmean(row["data_wait_fraction"] for row in logged) if logged else None,
-            "valid_loss": [valid[0], valid[-1]] if valid else None}
+    return {
+        "steps": train["steps"],
+        "max_steps": train["max_steps"],
+        "pieces": len(train["pieces"]),
+        "minutes": seconds / 60,
+        "time_budget_minutes": train["time_budget_minutes"],
+        "batch_size": train["config"]["batch_size"],
+        "pairs_per_s": train["steps"] * train["config"]["batch_size"] / seconds,
+        "tokens_per_s": statistics.median(row["tokens_per_s"] for row in logged) if logged else None,
+        "data_wait_fraction": statistics.fmean(row["data_wait_fraction"] for row in logged) if logged else None,
+        "valid_loss": [valid[0], valid[-1]] if valid else None,
+    }
 
 
 def build_report(ctx: Context) -> dict:
     stages = ctx.state.doc["stages"]
     curve = learning_curve(ctx.run_dir)
-    return {"settings": ctx.state.doc["settings"], "created": now(),
-            "minutes": ctx.state.minutes_used(), "invocations": ctx.state.doc["invocations"],
-            "stage_seconds": {stage: record["seconds"] for stage, record in stages.items()},
-            "stages": {stage: stages[stage]["output"] for stage in STAGES if stage in stages},
-            "training": training_figures(stages["train"]["output"], curve), "learning_curve": curve}
+    return {
+        "settings": ctx.state.doc["settings"],
+        "created": now(),
+        "minutes": ctx.state.minutes_used(),
+        "invocations": ctx.state.doc["invocations"],
+        "stage_seconds": {stage: record["seconds"] for stage, record in stages.items()},
+        "stages": {stage: stages[stage]["output"] for stage in STAGES if stage in stages},
+        "training": training_figures(stages["train"]["output"], curve),
+        "learning_curve": curve,
+    }
 
 
 def environment_markdown(env: dict) -> list[str]:
@@ -600,68 +721,103 @@ def environment_markdown(env: dict) -> list[str]:
 
 def mfu_markdown(mfu: dict) -> list[str]:
     shapes = mfu["shapes"]
-    lines = ["## Training-step MFU", "",
-             f"{mfu['preset']} (d={shapes['d_model']}, {shapes['n_layers']} layers, ffn {shapes['d_ffn']}, vocabulary "
-             f"{shapes['vocab_size']}), {mfu['pairs']} pairs ({mfu['real_tokens']} real tokens, {mfu['gflop_per_step']:.1f} "
-             f"GFLOP/step), {mfu['step_dtype']}; measured {mfu['step_dtype']} matmul rate {mfu['matmul_tflops']:.3g} TFLOP/s; "
-             f"bf16 peak {_fmt(mfu['peak_tflops'], 'g') or 'unknown'} TFLOP/s", "",
-             "| variant | s/step | tokens/s | TFLOP/s | / matmul rate | MFU |", "|:--|--:|--:|--:|--:|--:|"]
+    lines = [
+        "## Training-step MFU",
+        "",
+        f"{mfu['preset']} (d={shapes['d_model']}, {shapes['n_layers']} layers, ffn {shapes['d_ffn']}, vocabulary "
+        f"{shapes['vocab_size']}), {mfu['pairs']} pairs ({mfu['real_tokens']} real tokens, {mfu['gflop_per_step']:.1f} "
+        f"GFLOP/step), {mfu['step_dtype']}; measured {mfu['step_dtype']} matmul rate {mfu['matmul_tflops']:.3g} TFLOP/s; "
+        f"bf16 peak {_fmt(mfu['peak_tflops'], 'g') or 'unknown'} TFLOP/s",
+        "",
+        "| variant | s/step | tokens/s | TFLOP/s | / matmul rate | MFU |",
+        "|:--|--:|--:|--:|--:|--:|",
+    ]
     for name, v in mfu["variants"].items():
-        lines.append(f"| {name} | error: {v['error']} |||||" if "error" in v else
-                     f"| {name} | {v['s_per_step']:.4f} | {v['tokens_per_s']:.0f} | {v['tflops']:.3g} | "
-                     f"{v['ratio_to_matmul']:.3f} | {_fmt(v['mfu'])} |")
+        lines.append(
+            f"| {name} | error: {v['error']} |||||"
+            if "error" in v
+            else f"| {name} | {v['s_per_step']:.4f} | {v['tokens_per_s']:.0f} | {v['tflops']:.3g} | "
+            f"{v['ratio_to_matmul']:.3f} | {_fmt(v['mfu'])} |"
+        )
     return lines
 
 
 def data_markdown(data: dict) -> list[str]:
     corpus = data["corpus"]
-    return ["## Data", "", f"{len(data['languages'])} languages with >= {data['min_pairs']} Tatoeba Challenge pairs: "
-            f"{' '.join(data['languages'])}", "",
-            f"imported {sum(corpus['imported'].values())} pairs; removed {corpus['removed_in_eval_set']} sharing a sentence "
-            f"with an evaluation set; {corpus['heldout_pairs']} held out; {data['train_pairs']} training pairs, "
-            f"{data['train_tokens']} tokens; vocabulary {data['vocab_size']}; seconds {json.dumps(data['seconds'])}"]
+    return [
+        "## Data",
+        "",
+        f"{len(data['languages'])} languages with >= {data['min_pairs']} Tatoeba Challenge pairs: "
+        f"{' '.join(data['languages'])}",
+        "",
+        f"imported {sum(corpus['imported'].values())} pairs; removed {corpus['removed_in_eval_set']} sharing a sentence "
+        f"with an evaluation set; {corpus['heldout_pairs']} held out; {data['train_pairs']} training pairs, "
+        f"{data['train_tokens']} tokens; vocabulary {data['vocab_size']}; seconds {json.dumps(data['seconds'])}",
+    ]
 
 
 def training_markdown(figures: dict, curve: list[dict]) -> list[str]:
-    lines = ["## Training", "",
-             f"{figures['steps']} of {figures['max_steps']} steps in {figures['pieces']} piece(s), {figures['minutes']:.1f} min "
-             f"(budget {figures['time_budget_minutes']} min of training loop); {figures['batch_size']} pairs/step, "
-             f"{figures['pairs_per_s']:.0f} pairs/s with set-up, {_fmt(figures['tokens_per_s'], '.0f')} tokens/s in the loop "
-             f"(median), data wait {_fmt(figures['data_wait_fraction'])}; validation loss "
-             f"{' -> '.join(_fmt(v) for v in figures['valid_loss'] or [])}", "",
-             "| step | loss | xtr | contrastive | lr | tokens/s | valid loss | valid xtr | valid contrastive | probe tatoeba | probe flores |",
-             "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "## Training",
+        "",
+        f"{figures['steps']} of {figures['max_steps']} steps in {figures['pieces']} piece(s), {figures['minutes']:.1f} min "
+        f"(budget {figures['time_budget_minutes']} min of training loop); {figures['batch_size']} pairs/step, "
+        f"{figures['pairs_per_s']:.0f} pairs/s with set-up, {_fmt(figures['tokens_per_s'], '.0f')} tokens/s in the loop "
+        f"(median), data wait {_fmt(figures['data_wait_fraction'])}; validation loss "
+        f"{' -> '.join(_fmt(v) for v in figures['valid_loss'] or [])}",
+        "",
+        "| step | loss | xtr | contrastive | lr | tokens/s | valid loss | valid xtr | valid contrastive | probe tatoeba | probe flores |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for row in curve:
-        lines.append(f"| {row['step']} | {_fmt(row.get('loss'))} | {_fmt(row.get('xtr'))} | {_fmt(row.get('contrastive'))} | "
-                     f"{_fmt(row.get('lr'), '.2e')} | {_fmt(row.get('tokens_per_s'), '.0f')} | {_fmt(row.get('valid_loss'))} | "
-                     f"{_fmt(row.get('valid_xtr'))} | {_fmt(row.get('valid_contrastive'))} | {_fmt(row.get('probe_tatoeba'), '.1f')} | "
-                     f"{_fmt(row.get('probe_flores'), '.1f')} |")
+        lines.append(
+            f"| {row['step']} | {_fmt(row.get('loss'))} | {_fmt(row.get('xtr'))} | {_fmt(row.get('contrastive'))} | "
+            f"{_fmt(row.get('lr'), '.2e')} | {_fmt(row.get('tokens_per_s'), '.0f')} | {_fmt(row.get('valid_loss'))} | "
+            f"{_fmt(row.get('valid_xtr'))} | {_fmt(row.get('valid_contrastive'))} | {_fmt(row.get('probe_tatoeba'), '.1f')} | "
+            f"{_fmt(row.get('probe_flores'), '.1f')} |"
+        )
     return lines
 
 
 def evaluation_markdown(evaluation: dict) -> list[str]:
-    lines = ["## Evaluation", "", "| task | figure per language | trained: n | mean | untrained: n | mean |",
-             "|:--|:--|--:|--:|--:|--:|"]
+    lines = [
+        "## Evaluation",
+        "",
+        "| task | figure per language | trained: n | mean | untrained: n | mean |",
+        "|:--|:--|--:|--:|--:|--:|",
+    ]
     details = []
     for name, t in evaluation["tasks"].items():
         if t["error"] is not None or "per_language" not in t:
             lines.append(f"| {name} | not run: {t['error']} |||||")
             continue
         trained, untrained = t["trained"], t["untrained"]
-        lines.append(f"| {name} | {t['headline']} | {trained['n_languages']} | {_fmt(trained['mean'], '.1f')} | "
-                     f"{untrained['n_languages']} | {_fmt(untrained['mean'], '.1f')} |")
+        lines.append(
+            f"| {name} | {t['headline']} | {trained['n_languages']} | {_fmt(trained['mean'], '.1f')} | "
+            f"{untrained['n_languages']} | {_fmt(untrained['mean'], '.1f')} |"
+        )
         details.append(f"- {name} ({t['results']}): " + ", ".join(f"{k} {v:.1f}" for k, v in t["per_language"].items()))
     return lines + [""] + details
 
 
 def report_markdown(report: dict) -> str:
     stages = report["stages"]
-    lines = [f"# GPU acceptance ({report['settings']['profile']}, {report['settings']['device']})", "",
-             f"{report['minutes']:.1f} min in {len(report['invocations'])} invocation(s); stage seconds: "
-             f"{json.dumps(report['stage_seconds'])}", "",
-             *environment_markdown(stages["environment"]), "", *mfu_markdown(stages["mfu"]), "",
-             *data_markdown(stages["data"]), "", *training_markdown(report["training"], report["learning_curve"]), "",
-             *evaluation_markdown(stages["evaluate"])]
+    lines = [
+        f"# GPU acceptance ({report['settings']['profile']}, {report['settings']['device']})",
+        "",
+        f"{report['minutes']:.1f} min in {len(report['invocations'])} invocation(s); stage seconds: "
+        f"{json.dumps(report['stage_seconds'])}",
+        "",
+        *environment_markdown(stages["environment"]),
+        "",
+        *mfu_markdown(stages["mfu"]),
+        "",
+        *data_markdown(stages["data"]),
+        "",
+        *training_markdown(report["training"], report["learning_curve"]),
+        "",
+        *evaluation_markdown(stages["evaluate"]),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -673,8 +829,14 @@ def stage_report(ctx: Context, output: dict) -> bool:
     return True
 
 
-STAGE_FUNCTIONS = {"environment": stage_environment, "mfu": stage_mfu, "data": stage_data, "train": stage_train,
-                   "evaluate": stage_evaluate, "report": stage_report}
+STAGE_FUNCTIONS = {
+    "environment": stage_environment,
+    "mfu": stage_mfu,
+    "data": stage_data,
+    "train": stage_train,
+    "evaluate": stage_evaluate,
+    "report": stage_report,
+}
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -704,8 +866,10 @@ def check_inputs(args: argparse.Namespace) -> None:
     if not args.smoke and args.device != "cuda":
         raise UserError("the acceptance run is a GPU run (--device cuda); --smoke runs its stages tiny on CPU")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"no CUDA GPU here (torch {torch.__version__}, CUDA {torch.version.cuda or 'not built'}): "
-                        "run this on the GPU machine, or add --smoke for the tiny CPU run")
+        raise UserError(
+            f"no CUDA GPU here (torch {torch.__version__}, CUDA {torch.version.cuda or 'not built'}): "
+            "run this on the GPU machine, or add --smoke for the tiny CPU run"
+        )
     for name in ("max_minutes", "total_minutes", "min_pairs", "stop_at_step"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -714,22 +878,38 @@ def check_inputs(args: argparse.Namespace) -> None:
         raise UserError("no data directory: give --data-dir or set EMS_DATA_DIR (see ../shared/data/PROVENANCE.md)")
     missing = [name for name in REQUIRED_DATA if not (args.data_dir / name).is_dir()]
     if missing:
-        raise UserError(f"{args.data_dir} lacks {', '.join(f'{name}/' for name in missing)}: point --data-dir (or EMS_DATA_DIR) "
-                        "at the directory of ../shared/data/PROVENANCE.md")
+        raise UserError(
+            f"{args.data_dir} lacks {', '.join(f'{name}/' for name in missing)}: point --data-dir (or EMS_DATA_DIR) "
+            "at the directory of ../shared/data/PROVENANCE.md"
+        )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True, help="state, data, run, evaluation and report (resumable)")
-    parser.add_argument("--data-dir", type=Path, default=os.environ.get("EMS_DATA_DIR") or None,
-                        help="the shared data directory (default: $EMS_DATA_DIR)")
-    parser.add_argument("--max-minutes", type=float, default=9.0, help="this invocation's time (the machine kills at 10)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=os.environ.get("EMS_DATA_DIR") or None,
+        help="the shared data directory (default: $EMS_DATA_DIR)",
+    )
+    parser.add_argument(
+        "--max-minutes", type=float, default=9.0, help="this invocation's time (the machine kills at 10)"
+    )
     parser.add_argument("--total-minutes", type=float, default=40.0, help="all invocations together; fits the training")
-    parser.add_argument("--min-pairs", type=int, default=2000, help="train on the languages with this many pairs or more")
-    parser.add_argument("--smoke", action="store_true", help="every stage tiny, on CPU: a wiring test in about a minute")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                        help="where the checks, the MFU step and the evaluation run (default: cuda; cpu with --smoke); "
-                             "training runs on DeepSpeed's accelerator, the GPU when there is one")
+    parser.add_argument(
+        "--min-pairs", type=int, default=2000, help="train on the languages with this many pairs or more"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="every stage tiny, on CPU: a wiring test in about a minute"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="where the checks, the MFU step and the evaluation run (default: cuda; cpu with --smoke); "
+        "training runs on DeepSpeed's accelerator, the GPU when there is one",
+    )
     parser.add_argument("--stop-after", choices=STAGES, default=None, help="end this invocation after this stage")
     parser.add_argument("--stop-at-step", type=int, default=None, help="end this invocation's training at this step")
     add_debug_option(parser)
@@ -742,8 +922,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def invocation(args: argparse.Namespace, profile: Profile, state: State, argv: list[str]) -> list[str]:
     """One piece: the stages not done yet, as far as it goes; returns the stages left."""
     state.begin(argv)
-    ctx = Context(work=args.work, data_dir=args.data_dir, device=args.device, profile=profile, min_pairs=args.min_pairs,
-                  total_minutes=args.total_minutes, piece=Piece(args.max_minutes), state=state, stop_at_step=args.stop_at_step)
+    ctx = Context(
+        work=args.work,
+        data_dir=args.data_dir,
+        device=args.device,
+        profile=profile,
+        min_pairs=args.min_pairs,
+        total_minutes=args.total_minutes,
+        piece=Piece(args.max_minutes),
+        state=state,
+        stop_at_step=args.stop_at_step,
+    )
     left = run_stages(ctx, args.stop_after)
     state.save()
     return left
@@ -756,17 +945,28 @@ def main(argv: list[str]) -> int:
     check_inputs(args)
     profile = SMOKE if args.smoke else GPU
     args.work.mkdir(parents=True, exist_ok=True)
-    settings = {"profile": profile.name, "device": args.device, "data_dir": str(args.data_dir), "min_pairs": args.min_pairs}
+    settings = {
+        "profile": profile.name,
+        "device": args.device,
+        "data_dir": str(args.data_dir),
+        "min_pairs": args.min_pairs,
+    }
     state = State.load(args.work, settings)
     left = [stage for stage in STAGES if not state.done(stage)]
     if left:
         left = invocation(args, profile, state, argv)
     if left:
         done = [stage for stage in STAGES if stage not in left]
-        print(f"\ndone: {', '.join(done) or 'nothing yet'}; left: {', '.join(left)}. Run the same command again "
-              f"to go on ({args.work / STATE_FILE}).", flush=True)
+        print(
+            f"\ndone: {', '.join(done) or 'nothing yet'}; left: {', '.join(left)}. Run the same command again "
+            f"to go on ({args.work / STATE_FILE}).",
+            flush=True,
+        )
     else:
-        print("\n" + (args.work / REPORT_MD).read_text() + f"\n{args.work / REPORT_JSON}, {args.work / REPORT_MD}", flush=True)
+        print(
+            "\n" + (args.work / REPORT_MD).read_text() + f"\n{args.work / REPORT_JSON}, {args.work / REPORT_MD}",
+            flush=True,
+        )
     return 0
 
 

@@ -190,8 +190,13 @@ def exact_sample(work: Path, size: int, k: int = K) -> dict[str, np.ndarray]:
         candidate_avg = back_cos.mean(axis=1)[np.searchsorted(candidates, ids)]
         margin = cos / ((cos.mean(axis=1, keepdims=True) + candidate_avg) / 2)
         best = margin.argmax(axis=1)
-        out |= {f"{side}_rows": rows, f"{side}_ids": ids, f"{side}_cos": cos,
-                f"{side}_best": ids[np.arange(len(rows)), best], f"{side}_best_score": margin.max(axis=1)}  # fmt: skip
+        out |= {
+            f"{side}_rows": rows,
+            f"{side}_ids": ids,
+            f"{side}_cos": cos,
+            f"{side}_best": ids[np.arange(len(rows)), best],
+            f"{side}_best_score": margin.max(axis=1),
+        }
     np.savez(path, **out)
     return out
 
@@ -200,7 +205,10 @@ def against_exact(neighbours, exact: dict[str, np.ndarray]) -> dict:
     """recall@k of a method's neighbours on the exact sample, and how often its best margin pair
     of a sampled sentence is the exact one (see the module docstring)."""
     result = {}
-    for side, ids, scores in (("fwd", neighbours.fwd_ids, neighbours.fwd_scores), ("bwd", neighbours.bwd_ids, neighbours.bwd_scores)):
+    for side, ids, scores in (
+        ("fwd", neighbours.fwd_ids, neighbours.fwd_scores),
+        ("bwd", neighbours.bwd_ids, neighbours.bwd_scores),
+    ):
         rows = exact[f"{side}_rows"]
         found = [len(set(a) & set(b)) for a, b in zip(ids[rows].tolist(), exact[f"{side}_ids"].tolist())]
         best = scores[rows].argmax(axis=1)
@@ -238,8 +246,16 @@ def run_miner(method: str, work: Path, sample: int) -> dict:
     text_pairs = [(src_text[s], tgt_text[t]) for s, t in zip(src.tolist(), tgt.tolist())]
     threshold = best_threshold(score, [p in gold for p in text_pairs], len(gold))
     scores = precision_recall_f1({p for p, v in zip(text_pairs, score) if v >= threshold}, gold)
-    result = {"method": method, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_mib": peak_rss,
-              "rss_before_loading_mib": rss_base, "rss_before_mining_mib": rss_before, "threshold": threshold, **scores}  # fmt: skip
+    result = {
+        "method": method,
+        "wall_seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "peak_rss_mib": peak_rss,
+        "rss_before_loading_mib": rss_base,
+        "rss_before_mining_mib": rss_before,
+        "threshold": threshold,
+        **scores,
+    }
     if method == "plain":
         return result
     result["index_mib"] = neighbours.index_bytes / 2**20
@@ -268,7 +284,11 @@ def throughput(spec: str, sentences: list[str]) -> dict:
     encode(sentences[:10])
     start = time.perf_counter()
     encode(sentences)
-    return {"encoder": spec, "sentences": len(sentences), "sentences_per_s": len(sentences) / (time.perf_counter() - start)}
+    return {
+        "encoder": spec,
+        "sentences": len(sentences),
+        "sentences_per_s": len(sentences) / (time.perf_counter() - start),
+    }
 
 
 def prepare(args: argparse.Namespace, work: Path) -> dict:
@@ -296,9 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encoder", default="ngram", help="`ngram` or an ems.encoder_kinds spec")
     parser.add_argument("--dim", type=int, default=NGRAM_DIM, help=f"ngram embedding size, 1-{NGRAM_DIM}")
     parser.add_argument("--work-dir", type=Path, default=REPO / "runs" / "mining_benchmark")
-    parser.add_argument("--methods", nargs="+", default=["flat", "plain", "ivf", "ivf-sq8", "ivf-pq", "hnsw"],
-                        help="plain, or an ems.mining.index spec (flat, ivf, ivf-sq8, ivf-pq, hnsw, ivf-pq:rerank=0, ...)")
-    parser.add_argument("--exact-sample", type=int, default=10_000, help="queries per direction searched exactly (0: none)")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=["flat", "plain", "ivf", "ivf-sq8", "ivf-pq", "hnsw"],
+        help="plain, or an ems.mining.index spec (flat, ivf, ivf-sq8, ivf-pq, hnsw, ivf-pq:rerank=0, ...)",
+    )
+    parser.add_argument(
+        "--exact-sample", type=int, default=10_000, help="queries per direction searched exactly (0: none)"
+    )
     parser.add_argument("--throughput", nargs="*", default=[], help="encoder specs to time on FLORES English")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -309,13 +335,21 @@ def main(argv: list[str] | None = None) -> int:
             as_index_spec(method)  # a bad spec fails here, before any work
     except ValueError as error:
         parser.error(str(error))
-    name = f"{args.encoder.replace(':', '_').replace('/', '_')}-{args.n}" + (f"-d{args.dim}" if args.dim != NGRAM_DIM else "")
+    name = f"{args.encoder.replace(':', '_').replace('/', '_')}-{args.n}" + (
+        f"-d{args.dim}" if args.dim != NGRAM_DIM else ""
+    )
     work = args.work_dir / name
     if args.child:
         print(json.dumps(run_miner(args.child, work, args.exact_sample)))
         return 0
 
-    report = {"n": args.n, "encoder": args.encoder, "dim": args.dim, "exact_sample": args.exact_sample, "throughput": []}
+    report = {
+        "n": args.n,
+        "encoder": args.encoder,
+        "dim": args.dim,
+        "exact_sample": args.exact_sample,
+        "throughput": [],
+    }
     if not (work / "tgt.npy").is_file():
         report |= prepare(args, work)
     report["n_gold"] = len(json.loads((work / "sides.json").read_text(encoding="utf-8"))["gold"])
@@ -323,17 +357,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.exact_sample:
         usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        command = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import mining_benchmark as b; "
-                   "b.exact_sample(b.Path(sys.argv[2]), int(sys.argv[3]))", str(Path(__file__).parent), str(work),
-                   str(args.exact_sample)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); import mining_benchmark as b; "
+            "b.exact_sample(b.Path(sys.argv[2]), int(sys.argv[3]))",
+            str(Path(__file__).parent),
+            str(work),
+            str(args.exact_sample),
+        ]
         subprocess.run(command, check=True)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        report["exact_sample_seconds"] = {"wall": time.perf_counter() - start,
-                                          "cpu": usage.ru_utime + usage.ru_stime - usage_before.ru_utime - usage_before.ru_stime}  # fmt: skip
+        report["exact_sample_seconds"] = {
+            "wall": time.perf_counter() - start,
+            "cpu": usage.ru_utime + usage.ru_stime - usage_before.ru_utime - usage_before.ru_stime,
+        }
     report["runs"] = []
     for method in args.methods:
-        command = [sys.executable, __file__, "--n", str(args.n), "--encoder", args.encoder, "--dim", str(args.dim),
-                   "--work-dir", str(args.work_dir), "--exact-sample", str(args.exact_sample), "--child", method]  # fmt: skip
+        command = [
+            sys.executable,
+            __file__,
+            "--n",
+            str(args.n),
+            "--encoder",
+            args.encoder,
+            "--dim",
+            str(args.dim),
+            "--work-dir",
+            str(args.work_dir),
+            "--exact-sample",
+            str(args.exact_sample),
+            "--child",
+            method,
+        ]
         child = subprocess.run(command, capture_output=True, text=True, check=True)
         report["runs"].append(json.loads(child.stdout.strip().splitlines()[-1]))
         print(json.dumps(report["runs"][-1]), flush=True)
@@ -356,10 +412,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(runs: list[dict]) -> str:
     """The runs as a plain-text table (one row per method; "-" where not measured)."""
-    columns = [("method", "method", "{}"), ("wall s", "wall_seconds", "{:.0f}"), ("CPU s", "cpu_seconds", "{:.0f}"),
-               ("peak RSS MiB", "peak_rss_mib", "{:.0f}"), ("index MiB", "index_mib", "{:.1f}"),
-               (f"recall@{K} fwd/bwd", f"fwd_recall_at_{K}", "{:.1f}"), ("pair agree fwd/bwd", "fwd_pair_agreement", "{:.1f}"),
-               ("margin err", "fwd_margin_error", "{:.4f}"), ("F1 gold", "f1", "{:.2f}"), ("F1 vs flat pairs", "f1_vs_flat_pairs", "{:.1f}")]  # fmt: skip
+    columns = [
+        ("method", "method", "{}"),
+        ("wall s", "wall_seconds", "{:.0f}"),
+        ("CPU s", "cpu_seconds", "{:.0f}"),
+        ("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
+        ("index MiB", "index_mib", "{:.1f}"),
+        (f"recall@{K} fwd/bwd", f"fwd_recall_at_{K}", "{:.1f}"),
+        ("pair agree fwd/bwd", "fwd_pair_agreement", "{:.1f}"),
+        ("margin err", "fwd_margin_error", "{:.4f}"),
+        ("F1 gold", "f1", "{:.2f}"),
+        ("F1 vs flat pairs", "f1_vs_flat_pairs", "{:.1f}"),
+    ]
 
     def cell(run: dict, key: str, form: str) -> str:
         if key not in run:

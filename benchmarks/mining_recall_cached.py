@@ -67,8 +67,10 @@ def main() -> None:
             seconds = time.perf_counter() - start
             recall = np.mean([len(set(a) & set(b)) / args.k for a, b in zip(found.tolist(), exact.tolist())])
             setting = f"nprobe {nprobe:4d}" if nprobe is not None else f"ef_search {spec.ef_search}"
-            print(f"{kind:8} {setting:14} recall {100 * recall:5.1f}%   search {seconds:5.2f} s   build {build:5.1f} s"
-                  + ("   (no re-ranking)" if kind == "ivf-pq" else ""))
+            print(
+                f"{kind:8} {setting:14} recall {100 * recall:5.1f}%   search {seconds:5.2f} s   build {build:5.1f} s"
+                + ("   (no re-ranking)" if kind == "ivf-pq" else "")
+            )
 
 
 if __name__ == "__main__":

@@ -76,12 +76,23 @@ def train_tokenizer(pairs: list[tuple[str, str]], vocab_size: int, out: Path):
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPECIAL, unk_token="[UNK]", show_progress=False)
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, unk_token="[UNK]", show_progress=False
+    )
     tokenizer.train_from_iterator((side for pair in pairs for side in pair), trainer=trainer)
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=MAX_TOKENS)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=MAX_TOKENS,
+    )
     fast.save_pretrained(out)
     return fast
 
@@ -107,8 +118,18 @@ def count_tokens(tokenizer, pairs: list[tuple[str, str]]) -> float:
     return 2 * statistics.fmean(lengths)
 
 
-def train_peer(pairs, tokenizer, out: Path, lr: float, max_steps: int, seconds: float | None, seed: int,
-               batch_size: int = 256, warmup_steps: int = 150, settle_steps: int = 10) -> tuple[int, float, float]:
+def train_peer(
+    pairs,
+    tokenizer,
+    out: Path,
+    lr: float,
+    max_steps: int,
+    seconds: float | None,
+    seed: int,
+    batch_size: int = 256,
+    warmup_steps: int = 150,
+    settle_steps: int = 10,
+) -> tuple[int, float, float]:
     """Train a fresh peer for max_steps (stopped at `seconds` if given); saves it in out/model.
     Returns (steps taken, training seconds, steps/s after the first `settle_steps`)."""
     from datasets import Dataset
@@ -132,10 +153,21 @@ def train_peer(pairs, tokenizer, out: Path, lr: float, max_steps: int, seconds: 
     model = initial_model(tokenizer, out / "init", seed)
     data = Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [b for _, b in pairs]})
     args = SentenceTransformerTrainingArguments(
-        output_dir=str(out / "trainer"), per_device_train_batch_size=batch_size, learning_rate=lr,
-        warmup_steps=warmup_steps, lr_scheduler_type="linear", max_steps=max_steps, weight_decay=0.01,
-        batch_sampler=BatchSamplers.NO_DUPLICATES, dataloader_drop_last=True, save_strategy="no",
-        logging_steps=50, report_to="none", seed=seed, use_cpu=True, disable_tqdm=True,
+        output_dir=str(out / "trainer"),
+        per_device_train_batch_size=batch_size,
+        learning_rate=lr,
+        warmup_steps=warmup_steps,
+        lr_scheduler_type="linear",
+        max_steps=max_steps,
+        weight_decay=0.01,
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        dataloader_drop_last=True,
+        save_strategy="no",
+        logging_steps=50,
+        report_to="none",
+        seed=seed,
+        use_cpu=True,
+        disable_tqdm=True,
     )
     loss = losses.MultipleNegativesSymmetricRankingLoss(model, scale=10.0)
     guard = StopAt()
@@ -145,7 +177,11 @@ def train_peer(pairs, tokenizer, out: Path, lr: float, max_steps: int, seconds: 
     finished = time.time()
     model.save(str(out / "model"))
     steps = int(result.global_step)
-    steady = (steps - settle_steps) / (finished - guard.settled) if guard.settled and steps > settle_steps else steps / (finished - started)
+    steady = (
+        (steps - settle_steps) / (finished - guard.settled)
+        if guard.settled and steps > settle_steps
+        else steps / (finished - started)
+    )
     return steps, finished - started, steady
 
 
@@ -158,9 +194,16 @@ def ems_budget(demo: Path) -> dict:
         if not path.exists():
             raise UserError(f"{path} not found: --demo must be the directory of a finished ems-demo run")
     stages = json.loads(stages_file.read_text())
-    rates = [line["tokens_per_s"] for line in map(json.loads, metrics_file.read_text().splitlines()) if "tokens_per_s" in line]
-    return {"seconds": float(stages["seconds"]["train"]), "steps": int(stages["steps"]),
-            "tokens_per_s": statistics.fmean(rates) if rates else None}
+    rates = [
+        line["tokens_per_s"]
+        for line in map(json.loads, metrics_file.read_text().splitlines())
+        if "tokens_per_s" in line
+    ]
+    return {
+        "seconds": float(stages["seconds"]["train"]),
+        "steps": int(stages["steps"]),
+        "tokens_per_s": statistics.fmean(rates) if rates else None,
+    }
 
 
 def score(encoder, prepared: Path, data_dir: Path, out: Path, languages: list[str]) -> dict[str, float]:
@@ -168,8 +211,16 @@ def score(encoder, prepared: Path, data_dir: Path, out: Path, languages: list[st
     from ems.demo import DEMO_SUITE
     from eval.run_all import run_all
 
-    results = run_all(encoder, data_dir, heldout_dir=prepared / "corpus" / "heldout", out_dir=out, languages=languages,
-                      suite_path=DEMO_SUITE, progress=False, print_tables=False)
+    results = run_all(
+        encoder,
+        data_dir,
+        heldout_dir=prepared / "corpus" / "heldout",
+        out_dir=out,
+        languages=languages,
+        suite_path=DEMO_SUITE,
+        progress=False,
+        print_tables=False,
+    )
     names = {"Tatoeba": "tatoeba", "FLORES-200": "flores200", "held-out": "heldout"}
     scores = {}
     for column, task in names.items():
@@ -184,31 +235,47 @@ def heldout_score(model_dir: Path, prepared: Path, languages: list[str]) -> floa
     from ems.encoder_kinds import load_encoder
     from eval.evaluators.heldout import evaluate_heldout
 
-    result = evaluate_heldout(load_encoder(f"st:{model_dir}"), prepared / "corpus" / "heldout", languages, progress=False)
+    result = evaluate_heldout(
+        load_encoder(f"st:{model_dir}"), prepared / "corpus" / "heldout", languages, progress=False
+    )
     return float(result["average"]["mean"])
 
 
 def languages_of(prepared: Path) -> list[str]:
-    return sorted({lang for files in list_parallel(prepared / "corpus" / "train") for lang in (files.l1, files.l2)} - {"en"})
+    return sorted(
+        {lang for files in list_parallel(prepared / "corpus" / "train") for lang in (files.l1, files.l2)} - {"en"}
+    )
 
 
 def report_table(ems: dict, peer: dict) -> str:
-    rows = [("steps", "steps", "{:.0f}"), ("training seconds", "seconds", "{:.0f}"), ("steps/s", "steps_per_s", "{:.2f}"),
-            ("real tokens/s", "tokens_per_s", "{:,.0f}"), ("Tatoeba P@1", "Tatoeba", "{:.1f}"),
-            ("FLORES-200 P@1", "FLORES-200", "{:.1f}"), ("held-out P@1", "held-out", "{:.1f}")]
+    rows = [
+        ("steps", "steps", "{:.0f}"),
+        ("training seconds", "seconds", "{:.0f}"),
+        ("steps/s", "steps_per_s", "{:.2f}"),
+        ("real tokens/s", "tokens_per_s", "{:,.0f}"),
+        ("Tatoeba P@1", "Tatoeba", "{:.1f}"),
+        ("FLORES-200 P@1", "FLORES-200", "{:.1f}"),
+        ("held-out P@1", "held-out", "{:.1f}"),
+    ]
     lines = ["| | EMS | sentence-transformers | EMS / peer |", "|:--|--:|--:|--:|"]
     for label, key, fmt in rows:
         a, b = ems.get(key), peer.get(key)
         ratio = f"{a / b:.2f}" if a is not None and b else "–"
-        lines.append(f"| {label} | {fmt.format(a) if a is not None else '–'} | {fmt.format(b) if b is not None else '–'} | {ratio} |")
+        lines.append(
+            f"| {label} | {fmt.format(a) if a is not None else '–'} | {fmt.format(b) if b is not None else '–'} | {ratio} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--demo", type=Path, required=True, help="a finished ems-demo directory (corpus/, run/, demo_stages.json)")
+    parser.add_argument(
+        "--demo", type=Path, required=True, help="a finished ems-demo directory (corpus/, run/, demo_stages.json)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/peer"))
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", REPO_ROOT.parent / "shared" / "data")))
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+    )
     parser.add_argument("--lr-grid", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3])
     parser.add_argument("--grid-fraction", type=float, default=0.25, help="each grid run's share of the time budget")
     parser.add_argument("--seconds", type=float, help="the time budget (default: the EMS run's training seconds)")
@@ -226,42 +293,82 @@ def main(argv: list[str]) -> int:
     pairs = read_pairs(args.demo / "corpus" / "train")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    print(f"{len(pairs):,} training pairs, {', '.join(languages)}; budget {seconds:.0f} s (the EMS run's training time)", flush=True)
+    print(
+        f"{len(pairs):,} training pairs, {', '.join(languages)}; budget {seconds:.0f} s (the EMS run's training time)",
+        flush=True,
+    )
     tokenizer = train_tokenizer(pairs, args.vocab_size, out / "tokenizer")
     tokens_per_pair = count_tokens(tokenizer, pairs)
 
     probe_steps, probe_seconds, rate = train_peer(pairs, tokenizer, out / "probe", 1e-3, 40, None, args.seed)
     startup = max(0.0, probe_seconds - probe_steps / rate)  # the trainer's fixed cost, beyond the steps
-    print(f"probe: {probe_steps} steps in {probe_seconds:.1f} s ({rate:.2f} steps/s after the first 10; "
-          f"{startup:.1f} s of start-up)", flush=True)
+    print(
+        f"probe: {probe_steps} steps in {probe_seconds:.1f} s ({rate:.2f} steps/s after the first 10; "
+        f"{startup:.1f} s of start-up)",
+        flush=True,
+    )
 
     def steps_in(budget_seconds: float) -> int:
         return max(1, int(rate * (budget_seconds - startup)))
 
     grid = {}
     for lr in args.lr_grid:
-        steps, taken, _ = train_peer(pairs, tokenizer, out / f"grid-{lr:g}", lr, steps_in(seconds * args.grid_fraction),
-                                     seconds * args.grid_fraction, args.seed)
+        steps, taken, _ = train_peer(
+            pairs,
+            tokenizer,
+            out / f"grid-{lr:g}",
+            lr,
+            steps_in(seconds * args.grid_fraction),
+            seconds * args.grid_fraction,
+            args.seed,
+        )
         grid[lr] = heldout_score(out / f"grid-{lr:g}" / "model", args.demo, languages)
         print(f"grid lr {lr:g}: {steps} steps in {taken:.0f} s, held-out P@1 {grid[lr]:.1f}", flush=True)
     lr = max(grid, key=grid.get)
 
     steps, taken, _ = train_peer(pairs, tokenizer, out / "peer", lr, steps_in(seconds), seconds, args.seed)
-    run = PeerRun(lr=lr, steps=steps, seconds=taken, pairs=steps * 256, real_tokens=round(steps * 256 * tokens_per_pair),
-                  model_dir=str(out / "peer" / "model"))
+    run = PeerRun(
+        lr=lr,
+        steps=steps,
+        seconds=taken,
+        pairs=steps * 256,
+        real_tokens=round(steps * 256 * tokens_per_pair),
+        model_dir=str(out / "peer" / "model"),
+    )
     print(f"peer: lr {lr:g}, {steps} steps in {taken:.0f} s", flush=True)
 
-    from ems.encoder_kinds import load_encoder
     from ems.encoder import load
+    from ems.encoder_kinds import load_encoder
 
-    peer = {"steps": steps, "seconds": taken, "steps_per_s": steps / taken, "tokens_per_s": run.real_tokens / taken,
-            **score(load_encoder(f"st:{run.model_dir}"), args.demo, args.data_dir, out / "eval-peer", languages)}
-    ems = {"steps": budget["steps"], "seconds": budget["seconds"], "steps_per_s": budget["steps"] / budget["seconds"],
-           "tokens_per_s": budget["tokens_per_s"],
-           **score(load(args.demo / "run" / "model"), args.demo, args.data_dir, out / "eval-ems", languages)}
+    peer = {
+        "steps": steps,
+        "seconds": taken,
+        "steps_per_s": steps / taken,
+        "tokens_per_s": run.real_tokens / taken,
+        **score(load_encoder(f"st:{run.model_dir}"), args.demo, args.data_dir, out / "eval-peer", languages),
+    }
+    ems = {
+        "steps": budget["steps"],
+        "seconds": budget["seconds"],
+        "steps_per_s": budget["steps"] / budget["seconds"],
+        "tokens_per_s": budget["tokens_per_s"],
+        **score(load(args.demo / "run" / "model"), args.demo, args.data_dir, out / "eval-ems", languages),
+    }
     table = report_table(ems, peer)
-    (out / "peer_report.json").write_text(json.dumps({"ems": ems, "peer": peer, "peer_run": asdict(run), "lr_grid_heldout": grid,
-                                                      "budget_seconds": seconds, "languages": languages}, indent=2) + "\n")
+    (out / "peer_report.json").write_text(
+        json.dumps(
+            {
+                "ems": ems,
+                "peer": peer,
+                "peer_run": asdict(run),
+                "lr_grid_heldout": grid,
+                "budget_seconds": seconds,
+                "languages": languages,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     (out / "peer_report.md").write_text(table)
     print(table + f"\nwrote {out / 'peer_report.md'}, {out / 'peer_report.json'}")
     return 0

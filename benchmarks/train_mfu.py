@@ -103,7 +103,9 @@ def step_flops(cfg: EMSConfig, src_lengths: np.ndarray, tgt_lengths: np.ndarray)
     return StepFlops(encoder=enc.encoder, attention=enc.attention, heads=heads)
 
 
-def sample_pair_lengths(n: int, mean_length: float, max_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_pair_lengths(
+    n: int, mean_length: float, max_len: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Log-normal sentence lengths (sigma 0.5, given mean), the translation's within ~15% of its source's."""
     sigma = 0.5
     src = rng.lognormal(np.log(mean_length) - sigma**2 / 2, sigma, n)
@@ -172,7 +174,9 @@ def step_context(device: torch.device, dtype: str):
     return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
 
 
-def ems_step_fn(cfg: EMSConfig, batch: dict, device: torch.device, adamw: str, compile: bool = False, dtype: str = "bf16"):
+def ems_step_fn(
+    cfg: EMSConfig, batch: dict, device: torch.device, adamw: str, compile: bool = False, dtype: str = "bf16"
+):
     torch.manual_seed(0)
     model = EMSModel(cfg).to(device).train()
     optimizer = make_optimizer(parameter_groups(model, 1e-5), adamw)
@@ -194,8 +198,15 @@ class ReferenceEncoder(nn.Module):
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
-        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ffn, dropout=cfg.dropout, activation="gelu",
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.d_ffn,
+            dropout=cfg.dropout,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+        )
         self.stack = nn.TransformerEncoder(layer, cfg.n_layers, enable_nested_tensor=False)
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
@@ -204,8 +215,9 @@ class ReferenceEncoder(nn.Module):
         return (out * keep).sum(dim=1) / keep.sum(dim=1)
 
 
-def reference_step_fn(cfg: EMSConfig, tokens: torch.Tensor, device: torch.device, adamw: str, compile: bool = False,
-                      dtype: str = "bf16"):
+def reference_step_fn(
+    cfg: EMSConfig, tokens: torch.Tensor, device: torch.device, adamw: str, compile: bool = False, dtype: str = "bf16"
+):
     torch.manual_seed(0)
     model = ReferenceEncoder(cfg).to(device).train()
     optimizer = make_optimizer(model.parameters(), adamw)
@@ -246,9 +258,16 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit("--device cuda: no CUDA device is available here")
     cfg = config_from_preset(args.preset, **args.overrides)
     result: dict = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
-        "shapes": {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "d_ffn", "vocab_size", "d_lang", "d_contrastive")},
-        "preset": args.preset, "overrides": args.overrides, "compile": args.compile,
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)",
+        "shapes": {
+            k: getattr(cfg, k)
+            for k in ("d_model", "n_layers", "n_heads", "d_ffn", "vocab_size", "d_lang", "d_contrastive")
+        },
+        "preset": args.preset,
+        "overrides": args.overrides,
+        "compile": args.compile,
     }
 
     rates = {"fp32": matmul_rate(torch.float32, args.matmul_size, device, args.matmul_repeats)}
@@ -272,8 +291,14 @@ def run(args: argparse.Namespace) -> dict:
     real_tokens = int(src_len.sum() + tgt_len.sum())
     flops = step_flops(cfg, src_len, tgt_len)
     padded = step_flops(cfg, np.full_like(src_len, width), np.full_like(tgt_len, width))
-    result["batch"] = {"pairs": args.pairs, "sentences": 2 * args.pairs, "width": width, "real_tokens": real_tokens,
-                       "mean_length": real_tokens / (2 * args.pairs), "non_pad_ratio": real_tokens / (2 * args.pairs * width)}
+    result["batch"] = {
+        "pairs": args.pairs,
+        "sentences": 2 * args.pairs,
+        "width": width,
+        "real_tokens": real_tokens,
+        "mean_length": real_tokens / (2 * args.pairs),
+        "non_pad_ratio": real_tokens / (2 * args.pairs * width),
+    }
     result["ems_flops"] = {**asdict(flops), "total": flops.total, "padded_total": padded.total}
 
     ems_step = ems_step_fn(cfg, batch, device, args.adamw, args.compile, step_dtype)
@@ -283,10 +308,14 @@ def run(args: argparse.Namespace) -> dict:
         result["ems_profile"] = profile_step(ems_step)
     del ems_step
 
-    encoder_tokens = torch.cat([nn.functional.pad(batch[k], (0, width - batch[k].shape[1]), value=PAD_ID) for k in ("src", "tgt")])
+    encoder_tokens = torch.cat(
+        [nn.functional.pad(batch[k], (0, width - batch[k].shape[1]), value=PAD_ID) for k in ("src", "tgt")]
+    )
     ref_flops = encoder_flops(cfg, np.concatenate([src_len, tgt_len])).total
     ref_step = reference_step_fn(cfg, encoder_tokens, device, args.adamw, args.compile, step_dtype)
-    result["reference"] = _figures(ref_flops, median_seconds(ref_step, device, args.warmup, args.steps), real_tokens, peak)
+    result["reference"] = _figures(
+        ref_flops, median_seconds(ref_step, device, args.warmup, args.steps), real_tokens, peak
+    )
     del ref_step
 
     result["ems_over_reference"] = result["ems"]["gflops"] / result["reference"]["gflops"]
@@ -301,8 +330,13 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _figures(flops: float, seconds: float, tokens: int, peak: float) -> dict:
-    return {"s_per_step": seconds, "tokens_per_s": tokens / seconds, "gflop_per_step": flops / 1e9,
-            "gflops": flops / seconds / 1e9, "ratio_to_peak": flops / seconds / peak}
+    return {
+        "s_per_step": seconds,
+        "tokens_per_s": tokens / seconds,
+        "gflop_per_step": flops / 1e9,
+        "gflops": flops / seconds / 1e9,
+        "ratio_to_peak": flops / seconds / peak,
+    }
 
 
 def report(r: dict) -> str:
@@ -322,15 +356,21 @@ def report(r: dict) -> str:
     ]
     for name, key in (("EMS (full step)", "ems"), ("nn.TransformerEncoder ref", "reference")):
         x = r[key]
-        lines.append(f"{name:<28}{x['s_per_step']:>9.3f}{x['tokens_per_s']:>11.0f}{x['gflop_per_step']:>12.1f}"
-                     f"{x['gflops']:>10.1f}{x['ratio_to_peak']:>13.3f}" + (f"{x['mfu']:>8.3f}" if "mfu" in x else ""))
-    lines.append(f"EMS / reference achieved FLOP/s: {r['ems_over_reference']:.2f}x   (target: EMS ratio >= 0.6 on CPU, "
-                 "MFU >= 0.45 on GPU)")
+        lines.append(
+            f"{name:<28}{x['s_per_step']:>9.3f}{x['tokens_per_s']:>11.0f}{x['gflop_per_step']:>12.1f}"
+            f"{x['gflops']:>10.1f}{x['ratio_to_peak']:>13.3f}" + (f"{x['mfu']:>8.3f}" if "mfu" in x else "")
+        )
+    lines.append(
+        f"EMS / reference achieved FLOP/s: {r['ems_over_reference']:.2f}x   (target: EMS ratio >= 0.6 on CPU, "
+        "MFU >= 0.45 on GPU)"
+    )
     if "peak_tflops" in r:
         lines.append(f"MFU against a bf16 peak of {r['peak_tflops']:g} TFLOP/s")
     if "full_run_hours_8gpu" in r:
-        lines.append(f"projected full run ({FULL_RUN_TOKENS:.0e} tokens) on one {NODE_GPUS}-GPU node at this rate: "
-                     f"{r['full_run_hours_8gpu']:.2f} h (goal <= 2 h; assumes linear data-parallel scaling)")
+        lines.append(
+            f"projected full run ({FULL_RUN_TOKENS:.0e} tokens) on one {NODE_GPUS}-GPU node at this rate: "
+            f"{r['full_run_hours_8gpu']:.2f} h (goal <= 2 h; assumes linear data-parallel scaling)"
+        )
     if "ems_profile" in r:
         lines += ["", "EMS step profile:", r["ems_profile"]]
     return "\n".join(lines)
@@ -343,17 +383,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mean-length", type=float, default=27.0, help="mean tokens per sentence")
     parser.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--matmul-size", type=int, default=None, help="n of the n x n matmuls (default 4096; 8192 on GPU)")
+    parser.add_argument(
+        "--matmul-size", type=int, default=None, help="n of the n x n matmuls (default 4096; 8192 on GPU)"
+    )
     parser.add_argument("--matmul-repeats", type=int, default=5)
-    parser.add_argument("--fp16", action="store_true", help="also time fp16 matmul (about 1 GFLOP/s on CPUs without fp16 units)")
-    parser.add_argument("--adamw", choices=("fused", "foreach", "for-loop"), default="fused",
-                        help="torch AdamW implementation (fused: 0.42 s/step at ems-paper size on 1 CPU core, "
-                             "for-loop, torch's CPU default: 2.66 s)")
+    parser.add_argument(
+        "--fp16", action="store_true", help="also time fp16 matmul (about 1 GFLOP/s on CPUs without fp16 units)"
+    )
+    parser.add_argument(
+        "--adamw",
+        choices=("fused", "foreach", "for-loop"),
+        default="fused",
+        help="torch AdamW implementation (fused: 0.42 s/step at ems-paper size on 1 CPU core, "
+        "for-loop, torch's CPU default: 2.66 s)",
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--model-set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="EMSConfig overrides, e.g. attention=matmul dropout=0")
+    parser.add_argument(
+        "--model-set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="EMSConfig overrides, e.g. attention=matmul dropout=0",
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile both models (the first steps compile)")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="bf16 peak for MFU (default: known GPUs' table)")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="bf16 peak for MFU (default: known GPUs' table)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of one EMS step")
     parser.add_argument("--quick", action="store_true", help="tiny shapes and batch: a smoke test")

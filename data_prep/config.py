@@ -32,9 +32,15 @@ class CorpusSpec:
     only_uncovered: bool = False  # take it only for pairs that no other corpus has
 
     def __post_init__(self) -> None:
-        problems = [f"{key} must be a non-empty string, got {getattr(self, key)!r}"
-                    for key in ("name", "release") if not getattr(self, key).strip()]
-        for where, cap in [("max_pairs", self.max_pairs), *((f"max_pairs_for.{pair}", cap) for pair, cap in self.max_pairs_for.items())]:
+        problems = [
+            f"{key} must be a non-empty string, got {getattr(self, key)!r}"
+            for key in ("name", "release")
+            if not getattr(self, key).strip()
+        ]
+        for where, cap in [
+            ("max_pairs", self.max_pairs),
+            *((f"max_pairs_for.{pair}", cap) for pair, cap in self.max_pairs_for.items()),
+        ]:
             if cap is not None and cap < 1:
                 problems.append(f"{where} must be a positive integer or absent, got {cap!r}")
         if problems:
@@ -55,10 +61,12 @@ class VocabSettings:
     character_coverage: float = 0.9995
 
     def __post_init__(self) -> None:
-        problems = [*out_of_range("vocab_size", self.vocab_size, 3),
-                    *out_of_range("temperature", self.temperature, 0, 1),
-                    *out_of_range("max_sentences", self.max_sentences, 1),
-                    *out_of_range("character_coverage", self.character_coverage, 0.98, 1)]  # SentencePiece's own range
+        problems = [
+            *out_of_range("vocab_size", self.vocab_size, 3),
+            *out_of_range("temperature", self.temperature, 0, 1),
+            *out_of_range("max_sentences", self.max_sentences, 1),
+            *out_of_range("character_coverage", self.character_coverage, 0.98, 1),
+        ]  # SentencePiece's own range
         if problems:
             raise ConfigError("VocabSettings", problems)
 
@@ -94,7 +102,11 @@ class PrepConfig:
             for pair in self.pairs:
                 l1, _, l2 = pair.partition("-")
                 codes = [language(code, f"pair {pair!r}") for code in (l1, l2)]
-                problems += [f"pair {pair!r} uses {code!r}, which is not in languages" for code in codes if code and code not in known]
+                problems += [
+                    f"pair {pair!r} uses {code!r}, which is not in languages"
+                    for code in codes
+                    if code and code not in known
+                ]
                 if all(codes):
                     pairs.append(tuple(sorted(codes)))
         elif self.pivot is not None:
@@ -113,8 +125,11 @@ class PrepConfig:
                 problems.append(f"pairs: {error}")
         names = [f"{l1}-{l2}" for l1, l2 in sorted(set(pairs))]
         for i, spec in enumerate(self.corpora):
-            problems += [f"corpora[{i}]: {spec.name}.max_pairs_for names {pair!r}, not one of the pairs"
-                         for pair in spec.max_pairs_for if pair not in names]
+            problems += [
+                f"corpora[{i}]: {spec.name}.max_pairs_for names {pair!r}, not one of the pairs"
+                for pair in spec.max_pairs_for
+                if pair not in names
+            ]
         opus_codes = {}
         for lang, codes in self.opus_codes.items():
             code = language(lang, "opus_codes")
@@ -124,8 +139,10 @@ class PrepConfig:
                 problems.append(f"opus_codes.{lang} must be a non-empty list of OPUS codes, got {codes!r}")
             opus_codes[code] = codes
         if self.vocab.vocab_size <= 2 + len(languages):
-            problems.append(f"vocab: vocab_size {self.vocab.vocab_size} leaves no room for pieces: it counts pad, "
-                            f"unk and {len(languages)} language tokens too")
+            problems.append(
+                f"vocab: vocab_size {self.vocab.vocab_size} leaves no room for pieces: it counts pad, "
+                f"unk and {len(languages)} language tokens too"
+            )
         if problems:
             raise ConfigError("PrepConfig", problems)
         object.__setattr__(self, "languages", languages)
@@ -144,11 +161,15 @@ class PrepConfig:
         there, not at binarize."""
         unknown = {
             folder: sorted(set(folder.split("-")) - set(self.languages))
-            for folder in sorted(set(pair_folders)) if set(folder.split("-")) - set(self.languages)
+            for folder in sorted(set(pair_folders))
+            if set(folder.split("-")) - set(self.languages)
         }
         if unknown:
             listed = ", ".join(f"{folder} ({', '.join(codes)})" for folder, codes in unknown.items())
-            raise ConfigError(str(corpus_root), [
-                f"pair folder(s) {listed} hold a language that {source} does not list under `languages`; add it "
-                f"there or move the folder out of {corpus_root}"
-            ])
+            raise ConfigError(
+                str(corpus_root),
+                [
+                    f"pair folder(s) {listed} hold a language that {source} does not list under `languages`; add it "
+                    f"there or move the folder out of {corpus_root}"
+                ],
+            )

@@ -139,26 +139,64 @@ MLQE_PAIRS = ("en-de", "en-zh", "et-en", "ne-en", "ro-en", "si-en")
 DATASETS = {
     dataset.name: dataset
     for dataset in (
-        Dataset("tatoeba", "tatoeba", "Tatoeba (CC-BY 2.0 FR)", "facebookresearch/LASER @ 74bc6ae7 : data/tatoeba/v1/",
-                raw_base=f"{RAW}/facebookresearch/LASER/74bc6ae7/data/tatoeba/v1"),
-        Dataset("flores200", "flores200", "CC-BY-SA 4.0",
-                "Helsinki-NLP/OPUS-MT-testsets @ ac0f19c0 : testsets/flores200_dataset/",
-                raw_base=f"{OPUS_MT_TESTSETS}/testsets/flores200_dataset"),
-        Dataset("sib200", "sib200", "CC-BY-SA 4.0", "dadelani/sib-200 @ 593cea88 : data/annotated/",
-                raw_base=f"{RAW}/dadelani/sib-200/593cea88519930f776c1a4a1980b6a35b39dca57/data/annotated"),
-        Dataset("mlqe", "mlqe", "CC0 1.0", "sheffieldnlp/mlqe-pe @ 2a670a11 : data/direct-assessments/{test,dev}/",
-                raw_base=MLQE_PE,  # LICENSE, at the repository's root
-                archives=tuple(Archive(f"{MLQE_PE}/data/direct-assessments/{split}/{pair}-{split}.tar.gz", pair, f"{prefix}.*")
-                               for pair in MLQE_PAIRS for split, prefix in (("test", "test20"), ("dev", "dev")))),
-        Dataset("sts2017", "sts2017", "CC-BY-SA 4.0", "eduardofv/sts_eval @ b4cd273e : data/sources/Sts2017.{eval.v1.1,gs}.zip",
-                archives=(Archive(f"{RAW}/eduardofv/sts_eval/b4cd273e/data/sources/Sts2017.eval.v1.1.zip", "STS2017.eval.v1.1"),
-                          Archive(f"{RAW}/eduardofv/sts_eval/b4cd273e/data/sources/Sts2017.gs.zip", "STS2017.gs")),
-                derived=(Derived("STS2017.track*.sent1-sent2-gold.tsv", sts_table),)),
-        Dataset("tatoeba_challenge", "tatoeba_challenge", "Tatoeba (CC-BY 2.0 FR)",
-                "Helsinki-NLP/OPUS-MT-testsets @ ac0f19c0 : datasets/helsinki_nlp/tatoeba/testsets/",
-                raw_base=f"{OPUS_MT_TESTSETS}/datasets/helsinki_nlp/tatoeba/testsets"),
-        Dataset("tico19", "tico19", "CC0 1.0", "Helsinki-NLP/OPUS-MT-testsets @ ac0f19c0 : datasets/tico19/testsets/",
-                raw_base=f"{OPUS_MT_TESTSETS}/datasets/tico19/testsets"),
+        Dataset(
+            "tatoeba",
+            "tatoeba",
+            "Tatoeba (CC-BY 2.0 FR)",
+            "facebookresearch/LASER @ 74bc6ae7 : data/tatoeba/v1/",
+            raw_base=f"{RAW}/facebookresearch/LASER/74bc6ae7/data/tatoeba/v1",
+        ),
+        Dataset(
+            "flores200",
+            "flores200",
+            "CC-BY-SA 4.0",
+            "Helsinki-NLP/OPUS-MT-testsets @ ac0f19c0 : testsets/flores200_dataset/",
+            raw_base=f"{OPUS_MT_TESTSETS}/testsets/flores200_dataset",
+        ),
+        Dataset(
+            "sib200",
+            "sib200",
+            "CC-BY-SA 4.0",
+            "dadelani/sib-200 @ 593cea88 : data/annotated/",
+            raw_base=f"{RAW}/dadelani/sib-200/593cea88519930f776c1a4a1980b6a35b39dca57/data/annotated",
+        ),
+        Dataset(
+            "mlqe",
+            "mlqe",
+            "CC0 1.0",
+            "sheffieldnlp/mlqe-pe @ 2a670a11 : data/direct-assessments/{test,dev}/",
+            raw_base=MLQE_PE,  # LICENSE, at the repository's root
+            archives=tuple(
+                Archive(f"{MLQE_PE}/data/direct-assessments/{split}/{pair}-{split}.tar.gz", pair, f"{prefix}.*")
+                for pair in MLQE_PAIRS
+                for split, prefix in (("test", "test20"), ("dev", "dev"))
+            ),
+        ),
+        Dataset(
+            "sts2017",
+            "sts2017",
+            "CC-BY-SA 4.0",
+            "eduardofv/sts_eval @ b4cd273e : data/sources/Sts2017.{eval.v1.1,gs}.zip",
+            archives=(
+                Archive(f"{RAW}/eduardofv/sts_eval/b4cd273e/data/sources/Sts2017.eval.v1.1.zip", "STS2017.eval.v1.1"),
+                Archive(f"{RAW}/eduardofv/sts_eval/b4cd273e/data/sources/Sts2017.gs.zip", "STS2017.gs"),
+            ),
+            derived=(Derived("STS2017.track*.sent1-sent2-gold.tsv", sts_table),),
+        ),
+        Dataset(
+            "tatoeba_challenge",
+            "tatoeba_challenge",
+            "Tatoeba (CC-BY 2.0 FR)",
+            "Helsinki-NLP/OPUS-MT-testsets @ ac0f19c0 : datasets/helsinki_nlp/tatoeba/testsets/",
+            raw_base=f"{OPUS_MT_TESTSETS}/datasets/helsinki_nlp/tatoeba/testsets",
+        ),
+        Dataset(
+            "tico19",
+            "tico19",
+            "CC0 1.0",
+            "Helsinki-NLP/OPUS-MT-testsets @ ac0f19c0 : datasets/tico19/testsets/",
+            raw_base=f"{OPUS_MT_TESTSETS}/datasets/tico19/testsets",
+        ),
     )
 }
 
@@ -268,8 +306,9 @@ class Summary:
 class Fetcher:
     """Fetches data sets into `out` from their public URLs (or `mirror`), `jobs` downloads at a time."""
 
-    def __init__(self, out: Path, mirror: str | None = None, force: bool = False, jobs: int = 8,
-                 manifest: Path = MANIFEST) -> None:
+    def __init__(
+        self, out: Path, mirror: str | None = None, force: bool = False, jobs: int = 8, manifest: Path = MANIFEST
+    ) -> None:
         self.out, self.mirror, self.force, self.jobs = out, mirror, force, jobs
         self.manifest = read_manifest(manifest)
         self.summary = Summary()
@@ -279,8 +318,11 @@ class Fetcher:
         entries = self.manifest.get(dataset.folder, [])
         todo = [e for e in entries if self.force or not is_intact(self.out / e.path, e)]
         self.summary.skipped += len(entries) - len(todo)
-        print(f"{dataset.name}: {len(todo)} of {len(entries)} files to fetch; licence {dataset.licence}; "
-              f"source {dataset.source}", flush=True)
+        print(
+            f"{dataset.name}: {len(todo)} of {len(entries)} files to fetch; licence {dataset.licence}; "
+            f"source {dataset.source}",
+            flush=True,
+        )
         by_origin: dict[Archive | Derived | str, list[ManifestEntry]] = {}
         for entry in todo:
             by_origin.setdefault(dataset.origin(entry.path.split("/", 1)[1]), []).append(entry)
@@ -359,8 +401,11 @@ def run_fetch(args: argparse.Namespace) -> int:
     for dataset in resolve_names(args.names):
         fetcher.fetch(dataset)
     done = fetcher.summary
-    print(f"fetched {done.fetched} files ({done.bytes / 1e6:.1f} MB), skipped {done.skipped} already present; "
-          f"data in {args.out}", flush=True)
+    print(
+        f"fetched {done.fetched} files ({done.bytes / 1e6:.1f} MB), skipped {done.skipped} already present; "
+        f"data in {args.out}",
+        flush=True,
+    )
     return 0
 
 
@@ -368,8 +413,10 @@ def run_list(_args: argparse.Namespace) -> int:
     manifest = read_manifest()
     for dataset in DATASETS.values():
         entries = manifest.get(dataset.folder, [])
-        print(f"{dataset.name}\t{dataset.folder}/\t{len(entries)} files\t{sum(e.size for e in entries) / 1e6:.1f} MB\t"
-              f"{dataset.licence}\t{dataset.source}")
+        print(
+            f"{dataset.name}\t{dataset.folder}/\t{len(entries)} files\t{sum(e.size for e in entries) / 1e6:.1f} MB\t"
+            f"{dataset.licence}\t{dataset.source}"
+        )
     return 0
 
 
@@ -394,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("list", help="the data sets, their size, licence and source").set_defaults(run=run_list)
     manifest = commands.add_parser("manifest", help="maintainers: rewrite the manifest from a complete data directory")
     manifest.add_argument("data_dir", type=Path)
-    manifest.add_argument("--manifest", type=Path, default=MANIFEST, help=f"where to write it (default {MANIFEST.name})")
+    manifest.add_argument(
+        "--manifest", type=Path, default=MANIFEST, help=f"where to write it (default {MANIFEST.name})"
+    )
     manifest.set_defaults(run=run_manifest)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -18,6 +18,7 @@ from ems.languages import ENGLISH, flores_file
 
 CORPUS_NAME = "flores200"
 
+
 def build_flores_corpus(split_dir: str | Path, out_root: str | Path, languages: list[str]) -> dict:
     """Write en-X FLORES pairs for each language that FLORES has; returns
     {"pairs": {lang: n}, "not_in_flores": [...], "read": [ReadReport dicts]}."""
@@ -37,4 +38,3 @@ def build_flores_corpus(split_dir: str | Path, out_root: str | Path, languages: 
         report["pairs"][lang] = len(pairs)
         report["read"].append(read.to_dict())
     return report
-

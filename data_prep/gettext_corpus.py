@@ -17,9 +17,9 @@ import argparse
 import contextlib
 import hashlib
 import html
-import io
 import importlib.metadata
 import importlib.util
+import io
 import json
 import re
 import shutil
@@ -249,12 +249,7 @@ class CatalogFile:
 
 def _catalog_locale(parts: tuple[str, ...]) -> str | None:
     """The locale of a path ending in ``locale/<locale>/LC_MESSAGES/<domain>.mo`` (or ``.po``), else None."""
-    if (
-        len(parts) >= 4
-        and parts[-1].endswith((".mo", ".po"))
-        and parts[-2] == "LC_MESSAGES"
-        and parts[-4] == "locale"
-    ):
+    if len(parts) >= 4 and parts[-1].endswith((".mo", ".po")) and parts[-2] == "LC_MESSAGES" and parts[-4] == "locale":
         return parts[-3]
     return None
 
@@ -442,9 +437,7 @@ class _Harvest:
     po_warnings: dict[str, list[str]] = field(default_factory=dict)  # .po source -> what babel skipped in it
 
 
-def _harvest_catalogs(
-    packages: list[str], wheels: list[Path], requested: set[str] | None, max_chars: int
-) -> _Harvest:
+def _harvest_catalogs(packages: list[str], wheels: list[Path], requested: set[str] | None, max_chars: int) -> _Harvest:
     harvest = _Harvest()
     seen_by_language: dict[str, set[tuple[str, str]]] = {}
     for catalog in find_catalogs(packages, wheels):
@@ -589,9 +582,7 @@ def build_gettext_corpus(
         json.dump(report, report_file, ensure_ascii=False, indent=2)
         report_file.write("\n")
     if not written:
-        raise GettextCorpusError(
-            f"no language has at least {min_pairs} pairs; see {out_dir / REPORT_FILE}"
-        )
+        raise GettextCorpusError(f"no language has at least {min_pairs} pairs; see {out_dir / REPORT_FILE}")
     return report
 
 
@@ -619,10 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         overwrite=args.overwrite,
     )
     for language, language_stats in report["languages"].items():
-        print(
-            f"{language}\ttrain {language_stats['train_pairs']}\t"
-            f"heldout {language_stats['heldout_pairs']}"
-        )
+        print(f"{language}\ttrain {language_stats['train_pairs']}\theldout {language_stats['heldout_pairs']}")
     totals = report["totals"]
     print(
         f"{totals['languages']} languages, {totals['train_pairs']} train pairs, "

@@ -58,8 +58,16 @@ class NothingRead(FetchError):
 # What reading an OPUS file that is corrupt, truncated or not what it should be raises, inside
 # opustools or below it (gzip, zipfile, expat; ValueError: bad UTF-8, CorpusError).
 READ_ERRORS = (
-    AlignmentParserError, SentenceParserError, BlockParserError, xml.parsers.expat.ExpatError, zipfile.BadZipFile,
-    zlib.error, EOFError, OSError, KeyError, ValueError,
+    AlignmentParserError,
+    SentenceParserError,
+    BlockParserError,
+    xml.parsers.expat.ExpatError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    KeyError,
+    ValueError,
 )
 MISSING_DOCUMENTS_LISTED = 10  # names of missing documents kept in a report entry (all are counted)
 
@@ -104,7 +112,11 @@ class MirrorSource:
     def _files(self, job: FetchJob) -> list[Path]:
         base = self.root / job.corpus.name / job.corpus.release
         a, b = job.opus_pair
-        return [base / "xml" / f"{a}-{b}.xml.gz", base / self.preprocess / f"{a}.zip", base / self.preprocess / f"{b}.zip"]
+        return [
+            base / "xml" / f"{a}-{b}.xml.gz",
+            base / self.preprocess / f"{a}.zip",
+            base / self.preprocess / f"{b}.zip",
+        ]
 
     def describe(self, job: FetchJob) -> str | None:
         """What would be read, or None when the mirror lacks the corpus for this pair."""
@@ -122,9 +134,15 @@ class MirrorSource:
 
     def reader(self, job: FetchJob) -> OpusRead:
         return OpusRead(
-            directory=job.corpus.name, source=job.opus_l1, target=job.opus_l2, release=job.corpus.release,
-            preprocess=self.preprocess, root_directory=str(self.root), download_dir=str(self.root),
-            suppress_prompts=True, chunk_size=100_000,
+            directory=job.corpus.name,
+            source=job.opus_l1,
+            target=job.opus_l2,
+            release=job.corpus.release,
+            preprocess=self.preprocess,
+            root_directory=str(self.root),
+            download_dir=str(self.root),
+            suppress_prompts=True,
+            chunk_size=100_000,
         )
 
 
@@ -138,9 +156,15 @@ class OnlineSource:
     def _listing(self, job: FetchJob) -> list[dict]:
         a, b = job.opus_pair
         getter = OpusGet(
-            source=a, target=b, directory=job.corpus.name, release=job.corpus.release, preprocess="moses",
-            download_dir=str(self.download_dir), local_db=self.catalog == "local",
-            database=str(self.download_dir / "opusdata.db"), suppress_prompts=True,
+            source=a,
+            target=b,
+            directory=job.corpus.name,
+            release=job.corpus.release,
+            preprocess="moses",
+            download_dir=str(self.download_dir),
+            local_db=self.catalog == "local",
+            database=str(self.download_dir / "opusdata.db"),
+            suppress_prompts=True,
         )
         try:
             if getter.local_db:
@@ -181,13 +205,21 @@ class OnlineSource:
         download(files[0]["url"], path)
         if not zipfile.is_zipfile(path):
             path.unlink()
-            raise FetchError(f"download of {files[0]['url']} is not a zip file ({path} removed: rerun to download again)")
+            raise FetchError(
+                f"download of {files[0]['url']} is not a zip file ({path} removed: rerun to download again)"
+            )
         check_moses_members(path, job)
 
     def reader(self, job: FetchJob) -> OpusRead:
         return OpusRead(
-            directory=job.corpus.name, source=job.opus_l1, target=job.opus_l2, release=job.corpus.release,
-            preprocess="moses", write_mode="moses", download_dir=str(self.download_dir), suppress_prompts=True,
+            directory=job.corpus.name,
+            source=job.opus_l1,
+            target=job.opus_l2,
+            release=job.corpus.release,
+            preprocess="moses",
+            write_mode="moses",
+            download_dir=str(self.download_dir),
+            suppress_prompts=True,
         )
 
 
@@ -211,9 +243,11 @@ def check_moses_members(path: Path, job: FetchJob) -> None:
     language_files = {name for name in names if name.rsplit(".", 1)[-1] in (a, b)}
     if language_files != expected:
         unexpected = sorted(language_files - expected) or sorted(expected - language_files)
-        raise FetchError(f"{path} does not hold exactly {' and '.join(sorted(expected))} "
-                         f"({'unexpected' if language_files - expected else 'missing'}: {', '.join(unexpected)}); "
-                         f"refused before reading it: remove it to download again")
+        raise FetchError(
+            f"{path} does not hold exactly {' and '.join(sorted(expected))} "
+            f"({'unexpected' if language_files - expected else 'missing'}: {', '.join(unexpected)}); "
+            f"refused before reading it: remove it to download again"
+        )
 
 
 def download(url: str, target: Path, block_bytes: int = 1 << 20) -> None:
@@ -253,9 +287,7 @@ def check_opus_codes(config: PrepConfig) -> None:
     known = opus_language_codes()
     unknown = {lang: codes for lang in config.languages if not set(codes := config.opus_codes_of(lang)) & known}
     if unknown:
-        raise FetchError(
-            f"unknown language code(s) for OPUS: {unknown}; map them to OPUS codes under `opus_codes`"
-        )
+        raise FetchError(f"unknown language code(s) for OPUS: {unknown}; map them to OPUS codes under `opus_codes`")
 
 
 def plan_jobs(config: PrepConfig, source, pairs: list[str] | None = None) -> tuple[list[FetchJob], list[dict]]:
@@ -272,7 +304,12 @@ def plan_jobs(config: PrepConfig, source, pairs: list[str] | None = None) -> tup
             for opus_l1 in config.opus_codes_of(l1):
                 for opus_l2 in config.opus_codes_of(l2):
                     job = FetchJob(spec, l1, l2, opus_l1, opus_l2)
-                    entry = {"corpus": spec.name, "release": spec.release, "pair": pair, "opus_pair": "-".join(job.opus_pair)}
+                    entry = {
+                        "corpus": spec.name,
+                        "release": spec.release,
+                        "pair": pair,
+                        "opus_pair": "-".join(job.opus_pair),
+                    }
                     if spec.only_uncovered and covered:
                         skipped.append({**entry, "status": "skipped: pair covered by another corpus"})
                         continue
@@ -318,8 +355,10 @@ def _pairs(reader: OpusRead, cap: int | None, counts: dict, where: str) -> Itera
         if counts["pairs"] == cap:
             return
     if not counts["pairs"]:
-        raise NothingRead(f"{where}: no sentence pair read from OPUS ({counts['empty_side']} with an empty side, "
-                          f"{len(counts['missing'])} document(s) missing); nothing written, the next run tries again")
+        raise NothingRead(
+            f"{where}: no sentence pair read from OPUS ({counts['empty_side']} with an empty side, "
+            f"{len(counts['missing'])} document(s) missing); nothing written, the next run tries again"
+        )
 
 
 def _is_whole(path: Path) -> bool:
@@ -331,7 +370,12 @@ def fetch_job(job: FetchJob, source, out_root: Path) -> dict:
 
     FetchError when nothing could be read; no output file is then left behind.
     """
-    entry = {"corpus": job.corpus.name, "release": job.corpus.release, "pair": job.pair, "opus_pair": "-".join(job.opus_pair)}
+    entry = {
+        "corpus": job.corpus.name,
+        "release": job.corpus.release,
+        "pair": job.pair,
+        "opus_pair": "-".join(job.opus_pair),
+    }
     path_l1, path_l2 = job.output_paths(out_root)
     if _is_whole(path_l1) and _is_whole(path_l2):
         return {**entry, "status": "exists", "path": str(path_l1.parent)}
@@ -353,15 +397,22 @@ def fetch_job(job: FetchJob, source, out_root: Path) -> dict:
             path_l1.parent.rmdir()  # a pair folder this failure left empty
     missing = sorted(counts["missing"])
     return {
-        **entry, "status": "fetched", "pairs": counts["pairs"], "cap": cap,
+        **entry,
+        "status": "fetched",
+        "pairs": counts["pairs"],
+        "cap": cap,
         "capped": cap is not None and counts["pairs"] >= cap,
-        "line_breaks_replaced": counts["line_breaks_replaced"], "empty_side": counts["empty_side"],
-        "documents_missing": len(missing), "missing_documents": missing[:MISSING_DOCUMENTS_LISTED],
+        "line_breaks_replaced": counts["line_breaks_replaced"],
+        "empty_side": counts["empty_side"],
+        "documents_missing": len(missing),
+        "missing_documents": missing[:MISSING_DOCUMENTS_LISTED],
         "path": str(path_l1.parent),
     }
 
 
-def fetch(config: PrepConfig, source, out_root: str | Path, pairs: list[str] | None = None, dry_run: bool = False) -> dict:
+def fetch(
+    config: PrepConfig, source, out_root: str | Path, pairs: list[str] | None = None, dry_run: bool = False
+) -> dict:
     """Fetch every planned corpus-pair into `out_root` and write `fetch_report.json`; returns the report.
 
     With `dry_run`, prints what would be fetched and writes nothing. A corpus-pair whose
@@ -374,8 +425,10 @@ def fetch(config: PrepConfig, source, out_root: str | Path, pairs: list[str] | N
     if dry_run:
         for job in jobs:
             cap = job.corpus.cap(job.pair)
-            print(f"{job.corpus.name}\t{job.corpus.release}\t{job.pair}\t{'-'.join(job.opus_pair)}\t"
-                  f"cap {cap if cap is not None else 'all'}\t{source.describe(job)}")
+            print(
+                f"{job.corpus.name}\t{job.corpus.release}\t{job.pair}\t{'-'.join(job.opus_pair)}\t"
+                f"cap {cap if cap is not None else 'all'}\t{source.describe(job)}"
+            )
         for entry in skipped:
             print(f"{entry['corpus']}\t{entry['release']}\t{entry['pair']}\t{entry['opus_pair']}\t{entry['status']}")
         return {"jobs": [asdict(job) for job in jobs], "skipped": skipped}
@@ -387,11 +440,17 @@ def fetch(config: PrepConfig, source, out_root: str | Path, pairs: list[str] | N
             entries.append({"corpus": job.corpus.name, "pair": job.pair, "status": "failed", "reason": str(error)})
     fetched_pairs = {e["pair"] for e in entries if e["status"] in ("fetched", "exists")}
     wanted = config.pair_names() if pairs is None else pairs
-    report = {"fetched": entries, "skipped": skipped, "pairs_without_data": [p for p in wanted if p not in fetched_pairs]}
+    report = {
+        "fetched": entries,
+        "skipped": skipped,
+        "pairs_without_data": [p for p in wanted if p not in fetched_pairs],
+    }
     out_root.mkdir(parents=True, exist_ok=True)
     report_path = out_root / (REPORT_FILE if pairs is None else f"fetch_report.{'_'.join(pairs)}.json")
     report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     failed = [e for e in entries if e["status"] == "failed"]
     if failed:
-        raise FetchError(f"{len(failed)} corpus-pair(s) failed (see {report_path}): " + "; ".join(e["reason"] for e in failed))
+        raise FetchError(
+            f"{len(failed)} corpus-pair(s) failed (see {report_path}): " + "; ".join(e["reason"] for e in failed)
+        )
     return report

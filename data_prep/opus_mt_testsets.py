@@ -38,6 +38,7 @@ from ems.languages import ENGLISH, UnknownLanguageError, canonical_language
 REPORT_FILE = "import_report.json"
 TATOEBA_CHALLENGE_RELEASE = "tatoeba-test-v2021-08-07"
 
+
 @dataclass(frozen=True)
 class Layout:
     """Where one OPUS-MT-testsets collection keeps its files."""
@@ -50,7 +51,10 @@ class Layout:
 
 
 TATOEBA_CHALLENGE = Layout(
-    "tatoeba-challenge", "tatoeba_challenge", TATOEBA_CHALLENGE_RELEASE, "eng",
+    "tatoeba-challenge",
+    "tatoeba_challenge",
+    TATOEBA_CHALLENGE_RELEASE,
+    "eng",
     f"Tatoeba Challenge folders <a>-<b> (one of them eng) holding {TATOEBA_CHALLENGE_RELEASE}.<code> files",
 )
 TICO19 = Layout("tico19", "tico19", "tico19-test", "en", "TICO-19 folders en-<xx> holding tico19-test.<code> files")
@@ -90,8 +94,11 @@ def build_tico19_corpus(
 
 
 def import_corpus(
-    layout: Layout, root: str | Path, out_root: str | Path,
-    languages: Iterable[str] | None = None, merge: dict[str, str] | None = None,
+    layout: Layout,
+    root: str | Path,
+    out_root: str | Path,
+    languages: Iterable[str] | None = None,
+    merge: dict[str, str] | None = None,
 ) -> dict:
     """Write the English-X pairs of every folder of `root` to `out_root`, one corpus file per
     folder and language, and return the report written to `out_root/import_report.json`:
@@ -126,9 +133,12 @@ def import_corpus(
 
     folders, skipped_folders = _find_folders(layout, root)
     report: dict = {
-        "format": layout.name, "root": str(root),
-        "languages_selected": None if selected is None else sorted(selected), "merge": folds,
-        "folders": {}, "skipped_folders": skipped_folders,
+        "format": layout.name,
+        "root": str(root),
+        "languages_selected": None if selected is None else sorted(selected),
+        "merge": folds,
+        "folders": {},
+        "skipped_folders": skipped_folders,
     }
     tags_by_language: defaultdict[str, Counter] = defaultdict(Counter)
     written: Counter = Counter()
@@ -199,8 +209,12 @@ def _read_labels(path: Path | None, fallback: str, line_count: int) -> list[str]
 
 
 def _import_folder(
-    layout: Layout, folder: _Folder, out_root: Path, language_of: Callable[[str], str | None],
-    selected: set[str] | None, tags_by_language: defaultdict[str, Counter],
+    layout: Layout,
+    folder: _Folder,
+    out_root: Path,
+    language_of: Callable[[str], str | None],
+    selected: set[str] | None,
+    tags_by_language: defaultdict[str, Counter],
 ) -> dict:
     """Write one folder's kept pairs, adding their labels to `tags_by_language`; returns its report."""
     english_labels = _read_labels(folder.english_labels, layout.english_code, folder.line_count)
@@ -241,8 +255,11 @@ def _import_folder(
         "skipped": {reason: dict(sorted(tags.items())) for reason, tags in sorted(skipped.items())}
         | {reason: count for reason, count in read_skips.items() if count},
     }
-    missing = [f"{text}.labels" for text, labels in ((folder.english_text, folder.english_labels),
-                                                     (folder.other_text, folder.other_labels)) if labels is None]
+    missing = [
+        f"{text}.labels"
+        for text, labels in ((folder.english_text, folder.english_labels), (folder.other_text, folder.other_labels))
+        if labels is None
+    ]
     if missing:
         folder_report["labels_missing"] = missing
     return folder_report

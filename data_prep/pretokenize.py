@@ -45,8 +45,11 @@ def _pretokenize_files(task: tuple[ParallelFiles, str, Preprocessing]) -> dict:
 
 
 def pretokenize_corpus(
-    corpus_root: str | Path, out_root: str | Path, preprocessing: Preprocessing = Preprocessing(),
-    workers: int = 1, pairs: list[str] | None = None,
+    corpus_root: str | Path,
+    out_root: str | Path,
+    preprocessing: Preprocessing = Preprocessing(),
+    workers: int = 1,
+    pairs: list[str] | None = None,
 ) -> list[dict]:
     """Preprocess every file (of the named pairs) into `out_root`; returns one report entry per file."""
     out_root = Path(out_root)

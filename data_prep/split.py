@@ -53,13 +53,17 @@ def split_heldout(
     if corpus_root.resolve() in (train_out.resolve(), heldout_out.resolve()):
         raise ValueError(f"the outputs must differ from the corpus root {corpus_root}")
     report: dict = {"seed": seed, "per_pair": per_pair, "pairs": [], "too_small_for_heldout": []}
-    language_pairs = [(pair, list(files)) for pair, files in groupby(list_parallel(corpus_root), key=lambda f: f"{f.l1}-{f.l2}")]
+    language_pairs = [
+        (pair, list(files)) for pair, files in groupby(list_parallel(corpus_root), key=lambda f: f"{f.l1}-{f.l2}")
+    ]
     drawn, heldout_hashes = {}, []
     for pair, files in language_pairs:
         hashes_l1, hashes_l2 = _side_hashes(files)
         drawn[pair] = np.zeros(len(hashes_l1), dtype=bool)
         if len(hashes_l1) >= 2 * per_pair:
-            drawn[pair][_draw_heldout(hashes_l1, hashes_l2, per_pair, np.random.default_rng([seed, *pair.encode()]))] = True
+            drawn[pair][
+                _draw_heldout(hashes_l1, hashes_l2, per_pair, np.random.default_rng([seed, *pair.encode()]))
+            ] = True
         heldout_hashes += [hashes_l1[drawn[pair]], hashes_l2[drawn[pair]]]
     heldout_sentences = np.unique(np.concatenate(heldout_hashes)) if heldout_hashes else np.zeros(0, dtype=np.uint64)
     for pair, files in language_pairs:
@@ -95,8 +99,13 @@ def _draw_heldout(hashes_l1: np.ndarray, hashes_l2: np.ndarray, per_pair: int, r
 
 
 def _split_language_pair(
-    pair: str, files: list[ParallelFiles], train_out: Path, heldout_out: Path, is_heldout: np.ndarray,
-    heldout_sentences: np.ndarray, per_pair: int,
+    pair: str,
+    files: list[ParallelFiles],
+    train_out: Path,
+    heldout_out: Path,
+    is_heldout: np.ndarray,
+    heldout_sentences: np.ndarray,
+    per_pair: int,
 ) -> dict:
     """Write one language pair's held-out pairs (`is_heldout`) and its training pairs, less those
     holding a sentence whose hash is in `heldout_sentences` (sorted); returns its report entry."""

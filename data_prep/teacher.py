@@ -52,7 +52,9 @@ def _write_json(path: Path, value: dict) -> None:
     os.replace(partial, path)
 
 
-def _texts_of(corpus_root: Path, text_root: Path | None, wanted: np.ndarray, languages: list[str]) -> dict[int, tuple[str, str]]:
+def _texts_of(
+    corpus_root: Path, text_root: Path | None, wanted: np.ndarray, languages: list[str]
+) -> dict[int, tuple[str, str]]:
     """{content id: (text, language)} of the first sentence in the teacher's languages of the
     corpus with each id in `wanted` (sorted uint64); the text from the same line of `text_root`'s
     file when given."""
@@ -63,8 +65,12 @@ def _texts_of(corpus_root: Path, text_root: Path | None, wanted: np.ndarray, lan
             continue
         pairs = read_parallel(files.path_l1, files.path_l2)
         if text_root is not None:
-            pairs = _aligned(pairs, text_root / files.path_l1.relative_to(corpus_root),
-                             text_root / files.path_l2.relative_to(corpus_root), files.path_l1)
+            pairs = _aligned(
+                pairs,
+                text_root / files.path_l1.relative_to(corpus_root),
+                text_root / files.path_l2.relative_to(corpus_root),
+                files.path_l1,
+            )
         for pair in pairs:
             for i, lang in sides:
                 key = content_id(pair[i])
@@ -83,15 +89,25 @@ def _aligned(pairs, text_l1: Path, text_l2: Path, where: Path):
     for pair in pairs:
         text = next(texts, None)
         if text is None:
-            raise TeacherStoreError(f"{text_l1.parent} has fewer lines than {where.parent}: not the corpus it was made from")
+            raise TeacherStoreError(
+                f"{text_l1.parent} has fewer lines than {where.parent}: not the corpus it was made from"
+            )
         yield (*pair, *text)
     if next(texts, None) is not None:
         raise TeacherStoreError(f"{text_l1.parent} has more lines than {where.parent}: not the corpus it was made from")
 
 
-def build_teacher_store(shards_dir: str | Path, corpus_root: str | Path, spec: str, languages: list[str] | None = None,
-                        batch_size: int = 64, text_root: str | Path | None = None, encoder=None,
-                        progress: bool = True, device: str | None = None) -> dict:
+def build_teacher_store(
+    shards_dir: str | Path,
+    corpus_root: str | Path,
+    spec: str,
+    languages: list[str] | None = None,
+    batch_size: int = 64,
+    text_root: str | Path | None = None,
+    encoder=None,
+    progress: bool = True,
+    device: str | None = None,
+) -> dict:
     """Encode with teacher `spec` every source sentence of the shards that its store lacks (see the
     module docstring); text from `text_root` when the corpus is pretokenized; `encoder` replaces
     `ems.encoder_kinds.load_encoder(spec, device=device)` and its `model_id` the identity (tests). Returns the
@@ -106,22 +122,30 @@ def build_teacher_store(shards_dir: str | Path, corpus_root: str | Path, spec: s
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     shards = PairShards(shards_dir)
     if not corpus_root.is_dir():
-        raise FileNotFoundError(f"corpus root {corpus_root} does not exist (the corpus {shards_dir} was binarized from)")
+        raise FileNotFoundError(
+            f"corpus root {corpus_root} does not exist (the corpus {shards_dir} was binarized from)"
+        )
     text_root = Path(text_root) if text_root is not None else None
     if text_root is None and corpus_preprocessing(corpus_root) is not None:
-        raise ValueError(f"{corpus_root} is pretokenized (lowercased, split): the teacher must read the text it was made "
-                         "from; pass that corpus root as --text-from")
+        raise ValueError(
+            f"{corpus_root} is pretokenized (lowercased, split): the teacher must read the text it was made "
+            "from; pass that corpus root as --text-from"
+        )
     if text_root is not None and not text_root.is_dir():
         raise FileNotFoundError(f"--text-from {text_root} does not exist")
     if languages is None:
         default = shards.index.get("pivot") or ("en" if "en" in shards.languages else None)
         if default is None:
-            raise ValueError(f"{shards_dir} has no pivot language and no English: name the teacher's languages (--languages)")
+            raise ValueError(
+                f"{shards_dir} has no pivot language and no English: name the teacher's languages (--languages)"
+            )
         languages = [default]
     languages = [canonical_language(lang) for lang in languages]
     unknown = [lang for lang in languages if lang not in shards.languages]
     if unknown:
-        raise ValueError(f"teacher languages {unknown} are not languages of {shards_dir} ({', '.join(shards.languages)})")
+        raise ValueError(
+            f"teacher languages {unknown} are not languages of {shards_dir} ({', '.join(shards.languages)})"
+        )
     lang_ids = np.array([shards.languages.index(lang) for lang in languages])
     needed, without = source_ids(shards, lang_ids)
     if not len(needed):
@@ -129,39 +153,109 @@ def build_teacher_store(shards_dir: str | Path, corpus_root: str | Path, spec: s
 
     out = teacher_store_dir(shards_dir, spec)
     with exclusive(out.parent, "teacher store build"):  # one builder of a shard directory's stores at a time
-        return _build_store(out, shards, shards_dir, corpus_root, text_root, spec, languages, needed, without,
-                            batch_size, encoder, progress, device, started)
+        return _build_store(
+            out,
+            shards,
+            shards_dir,
+            corpus_root,
+            text_root,
+            spec,
+            languages,
+            needed,
+            without,
+            batch_size,
+            encoder,
+            progress,
+            device,
+            started,
+        )
 
 
-def _build_store(out: Path, shards, shards_dir: Path, corpus_root: Path, text_root: Path | None, spec: str,
-                 languages: list[str], needed: np.ndarray, without: int, batch_size: int, encoder,
-                 progress: bool, device: str | None, started: float) -> dict:
+def _build_store(
+    out: Path,
+    shards,
+    shards_dir: Path,
+    corpus_root: Path,
+    text_root: Path | None,
+    spec: str,
+    languages: list[str],
+    needed: np.ndarray,
+    without: int,
+    batch_size: int,
+    encoder,
+    progress: bool,
+    device: str | None,
+    started: float,
+) -> dict:
     identity = encoder.model_id if encoder is not None else teacher_identity(spec)
     existing = None
     if (out / STORE_FILE).is_file():
         existing = TeacherStore(out)
         if existing.meta["identity"] != identity:
-            print(f"{out} was built by {existing.meta['identity']}, the teacher is now {identity}: rebuilding", flush=True)
+            print(
+                f"{out} was built by {existing.meta['identity']}, the teacher is now {identity}: rebuilding", flush=True
+            )
             existing = None
             shutil.rmtree(out)
     missing = needed if existing is None else needed[~existing.positions(needed)[1]]
-    report = {"store": str(out), "teacher": spec, "identity": identity, "pairs": len(shards), "pairs_without_source": without}
+    report = {
+        "store": str(out),
+        "teacher": spec,
+        "identity": identity,
+        "pairs": len(shards),
+        "pairs_without_source": without,
+    }
     if not len(missing):
-        return {**report, "languages": existing.languages, "dim": existing.dim, "sentences": len(existing), "encoded": 0,
-                "reused": len(needed), "seconds": round(time.time() - started, 1)}
+        return {
+            **report,
+            "languages": existing.languages,
+            "dim": existing.dim,
+            "sentences": len(existing),
+            "encoded": 0,
+            "reused": len(needed),
+            "seconds": round(time.time() - started, 1),
+        }
 
-    plan_ids, plan_langs, done = _plan(out / BUILD_DIR, corpus_root, text_root, missing, languages, identity, shards_dir)
-    encoded = _encode_plan(out / BUILD_DIR, corpus_root, text_root, plan_ids, plan_langs, languages, done, spec, encoder,
-                           batch_size, progress, device)
+    plan_ids, plan_langs, done = _plan(
+        out / BUILD_DIR, corpus_root, text_root, missing, languages, identity, shards_dir
+    )
+    encoded = _encode_plan(
+        out / BUILD_DIR,
+        corpus_root,
+        text_root,
+        plan_ids,
+        plan_langs,
+        languages,
+        done,
+        spec,
+        encoder,
+        batch_size,
+        progress,
+        device,
+    )
     store_languages = sorted(set(languages) | set(existing.languages if existing else []))
     dim = int(np.load(out / BUILD_DIR / "vectors.npy", mmap_mode="r").shape[1])
     _publish(out, existing, plan_ids, spec, identity, store_languages, dim)
-    return {**report, "languages": store_languages, "dim": dim, "sentences": len(TeacherStore(out)), "encoded": encoded,
-            "reused": len(needed) - len(missing), "seconds": round(time.time() - started, 1)}
+    return {
+        **report,
+        "languages": store_languages,
+        "dim": dim,
+        "sentences": len(TeacherStore(out)),
+        "encoded": encoded,
+        "reused": len(needed) - len(missing),
+        "seconds": round(time.time() - started, 1),
+    }
 
 
-def _plan(build: Path, corpus_root: Path, text_root: Path | None, missing: np.ndarray, languages: list[str], identity: str,
-          shards_dir: Path) -> tuple[np.ndarray, np.ndarray, int]:
+def _plan(
+    build: Path,
+    corpus_root: Path,
+    text_root: Path | None,
+    missing: np.ndarray,
+    languages: list[str],
+    identity: str,
+    shards_dir: Path,
+) -> tuple[np.ndarray, np.ndarray, int]:
     """The build's plan (content ids and language indices in encoding order) and rows done: the
     one on disk when it is of this teacher and these sentences, else a new one (grouped by
     language, short sentences first: little padding in the teacher's batches)."""
@@ -169,8 +263,15 @@ def _plan(build: Path, corpus_root: Path, text_root: Path | None, missing: np.nd
     if progress_file.is_file():
         state = json.loads(progress_file.read_text())
         plan_ids = np.load(build / "plan_ids.npy", allow_pickle=False)
-        if state["identity"] == identity and state["languages"] == languages and np.array_equal(np.sort(plan_ids), missing):
-            print(f"resuming the teacher build in {build}: {state['done']} of {len(plan_ids)} sentences encoded", flush=True)
+        if (
+            state["identity"] == identity
+            and state["languages"] == languages
+            and np.array_equal(np.sort(plan_ids), missing)
+        ):
+            print(
+                f"resuming the teacher build in {build}: {state['done']} of {len(plan_ids)} sentences encoded",
+                flush=True,
+            )
             return plan_ids, np.load(build / "plan_langs.npy", allow_pickle=False), state["done"]
     shutil.rmtree(build, ignore_errors=True)
     build.mkdir(parents=True)
@@ -179,7 +280,8 @@ def _plan(build: Path, corpus_root: Path, text_root: Path | None, missing: np.nd
     if absent:
         raise TeacherStoreError(
             f"{absent} of the {len(missing)} source sentences of {shards_dir} are not in {corpus_root}: give the corpus "
-            "root the shards were binarized from")
+            "root the shards were binarized from"
+        )
     keys = sorted(texts, key=lambda k: (languages.index(texts[k][1]), len(texts[k][0]), k))
     plan_ids = np.array(keys, dtype=np.uint64)
     plan_langs = np.array([languages.index(texts[k][1]) for k in keys], dtype=np.int16)
@@ -189,8 +291,20 @@ def _plan(build: Path, corpus_root: Path, text_root: Path | None, missing: np.nd
     return plan_ids, plan_langs, 0
 
 
-def _encode_plan(build: Path, corpus_root: Path, text_root: Path | None, plan_ids: np.ndarray, plan_langs: np.ndarray, languages: list[str],
-                 done: int, spec: str, encoder, batch_size: int, progress: bool, device: str | None) -> int:
+def _encode_plan(
+    build: Path,
+    corpus_root: Path,
+    text_root: Path | None,
+    plan_ids: np.ndarray,
+    plan_langs: np.ndarray,
+    languages: list[str],
+    done: int,
+    spec: str,
+    encoder,
+    batch_size: int,
+    progress: bool,
+    device: str | None,
+) -> int:
     """Encode plan rows [done, n) batch by batch into build/vectors.npy, recording the rows done
     after each batch is flushed; returns the number of sentences encoded here."""
     from tqdm import tqdm
@@ -215,9 +329,13 @@ def _encode_plan(build: Path, corpus_root: Path, text_root: Path | None, plan_id
             batch = [texts[int(k)][0] for k in plan_ids[done:end]]
             out = np.asarray(encoder.encode(batch, languages[plan_langs[done]]), dtype=np.float32)
             if out.ndim != 2 or out.shape[0] != len(batch) or not np.isfinite(out).all():
-                raise TeacherStoreError(f"teacher {spec} returned {out.shape} (or non-finite values) for {len(batch)} sentences")
+                raise TeacherStoreError(
+                    f"teacher {spec} returned {out.shape} (or non-finite values) for {len(batch)} sentences"
+                )
             if vectors is None:
-                vectors = np.lib.format.open_memmap(build / "vectors.npy", mode="w+", dtype=np.float32, shape=(n, out.shape[1]))
+                vectors = np.lib.format.open_memmap(
+                    build / "vectors.npy", mode="w+", dtype=np.float32, shape=(n, out.shape[1])
+                )
             vectors[done:end] = out
             vectors.flush()
             encoded += end - done
@@ -227,15 +345,24 @@ def _encode_plan(build: Path, corpus_root: Path, text_root: Path | None, plan_id
     return encoded
 
 
-def _publish(out: Path, existing: TeacherStore | None, plan_ids: np.ndarray, spec: str, identity: str,
-             languages: list[str], dim: int) -> None:
+def _publish(
+    out: Path,
+    existing: TeacherStore | None,
+    plan_ids: np.ndarray,
+    spec: str,
+    identity: str,
+    languages: list[str],
+    dim: int,
+) -> None:
     """A new generation = the existing store's rows and the build's, sorted by id; then store.json
     points at it (atomically) and the old generation and the build are removed."""
     build = out / BUILD_DIR
     new_vectors = np.load(build / "vectors.npy", mmap_mode="r")
     old_ids = existing.ids if existing is not None else np.zeros(0, np.uint64)
     if existing is not None and existing.dim != dim:
-        raise TeacherStoreError(f"teacher {spec} now gives {dim}-d vectors, its store {out} holds {existing.dim}-d ones")
+        raise TeacherStoreError(
+            f"teacher {spec} now gives {dim}-d vectors, its store {out} holds {existing.dim}-d ones"
+        )
     all_ids = np.concatenate([old_ids, plan_ids])
     order = np.argsort(all_ids, kind="stable")
     previous = existing.meta["generation"] if existing is not None else None
@@ -256,8 +383,17 @@ def _publish(out: Path, existing: TeacherStore | None, plan_ids: np.ndarray, spe
         vectors[start : start + len(rows)] = chunk
     vectors.flush()
     del vectors, new_vectors
-    _write_json(out / STORE_FILE, {"teacher": spec, "identity": identity, "languages": languages, "dim": dim,
-                                   "n": len(all_ids), "generation": generation})
+    _write_json(
+        out / STORE_FILE,
+        {
+            "teacher": spec,
+            "identity": identity,
+            "languages": languages,
+            "dim": dim,
+            "n": len(all_ids),
+            "generation": generation,
+        },
+    )
     if previous:
         shutil.rmtree(out / previous, ignore_errors=True)
     shutil.rmtree(build)

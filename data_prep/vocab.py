@@ -134,8 +134,10 @@ def train_vocab(
                 )
             except RuntimeError as error:  # SentencePiece's refusal, e.g. more pieces than the corpus allows
                 reason = " ".join(str(error).split())
-                raise ValueError(f"SentencePiece cannot train a {vocab_size}-piece vocabulary on {corpus_root} ({reason}); "
-                                 f"lower vocab_size or add text") from None
+                raise ValueError(
+                    f"SentencePiece cannot train a {vocab_size}-piece vocabulary on {corpus_root} ({reason}); "
+                    f"lower vocab_size or add text"
+                ) from None
         tokenizer = Tokenizer(str(out_dir / SPM_FILE), languages, preprocessing)
         tokenizer.save(out_dir)
         report = {

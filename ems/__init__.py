@@ -7,8 +7,12 @@ imports this package first) does not wait seconds for torch before its own first
 import importlib
 
 _EXPORTS = {
-    "EMSEncoder": "ems.encoder", "load": "ems.encoder",
-    "PRESETS": "ems.model", "EMSConfig": "ems.model", "EMSModel": "ems.model", "EncoderNetwork": "ems.model",
+    "EMSEncoder": "ems.encoder",
+    "load": "ems.encoder",
+    "PRESETS": "ems.model",
+    "EMSConfig": "ems.model",
+    "EMSModel": "ems.model",
+    "EncoderNetwork": "ems.model",
     "config_from_preset": "ems.model",
 }
 __all__ = sorted(_EXPORTS)

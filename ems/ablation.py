@@ -59,7 +59,9 @@ class AblationConfig:
     # {column: {"task", "path": keys into the task's result, optional "rows": the language rows or
     # tracks to average the path over, "scale"}}; see metric_value
     metrics: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEFAULT_METRICS))
-    reference_encoders: list[str] = field(default_factory=list)  # ems.encoder_kinds specs scored once (e.g. the teacher)
+    reference_encoders: list[str] = field(
+        default_factory=list
+    )  # ems.encoder_kinds specs scored once (e.g. the teacher)
     teacher_batch_size: int = 64  # sentences per teacher call when building a teacher store
 
 
@@ -95,15 +97,30 @@ def _resolve(path: str) -> Path:
     return p if p.is_absolute() or p.exists() else REPO_ROOT / p
 
 
-def score_encoder(encoder, out_dir: Path, cfg: AblationConfig, prepared: Path, data_dir: Path, languages: list[str],
-                  task_dirs: dict[str, Path]) -> dict[str, float]:
+def score_encoder(
+    encoder,
+    out_dir: Path,
+    cfg: AblationConfig,
+    prepared: Path,
+    data_dir: Path,
+    languages: list[str],
+    task_dirs: dict[str, Path],
+) -> dict[str, float]:
     """{metric column: value} of an encoder on the config's suite (results in out_dir)."""
     from eval.faults import not_run
     from eval.run_all import run_all
 
-    results = run_all(encoder, data_dir, heldout_dir=prepared / "corpus" / "heldout", out_dir=out_dir, languages=languages,
-                      suite_path=_resolve(cfg.suite), task_dirs=task_dirs,
-                      progress=False, print_tables=False)
+    results = run_all(
+        encoder,
+        data_dir,
+        heldout_dir=prepared / "corpus" / "heldout",
+        out_dir=out_dir,
+        languages=languages,
+        suite_path=_resolve(cfg.suite),
+        task_dirs=task_dirs,
+        progress=False,
+        print_tables=False,
+    )
     tasks = sorted({metric["task"] for metric in cfg.metrics.values()})
     missing = [task for task in tasks if task not in results]
     failed = missing + not_run({task: results[task] for task in tasks if task in results})
@@ -134,21 +151,33 @@ def summarize(scores: dict[str, dict[int, dict[str, float]]], columns: list[str]
         summary[variant] = {}
         for column in columns:
             values = [by_seed[seed][column] for seed in sorted(by_seed)]
-            summary[variant][column] = {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-                                        "n": len(values), "values": values}
+            summary[variant][column] = {
+                "mean": statistics.fmean(values),
+                "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                "n": len(values),
+                "values": values,
+            }
     return summary
 
 
-def summary_table(summary: dict[str, dict[str, dict]], steps: int, references: dict[str, dict[str, float]] | None = None) -> str:
+def summary_table(
+    summary: dict[str, dict[str, dict]], steps: int, references: dict[str, dict[str, float]] | None = None
+) -> str:
     """Markdown: one row per reference encoder (scored once) and per variant, mean ± sd of each metric."""
     columns = list(next(iter(summary.values())))
     seeds = {row["n"] for variant in summary.values() for row in variant.values()}
-    lines = [f"### Ablation: {steps} steps, {'/'.join(map(str, sorted(seeds)))} seeds, mean ± sd", "",
-             "| model | " + " | ".join(columns) + " |", "|:--|" + "--:|" * len(columns)]
+    lines = [
+        f"### Ablation: {steps} steps, {'/'.join(map(str, sorted(seeds)))} seeds, mean ± sd",
+        "",
+        "| model | " + " | ".join(columns) + " |",
+        "|:--|" + "--:|" * len(columns),
+    ]
     for name, values in (references or {}).items():
         lines.append(f"| {name} (reference) | " + " | ".join(f"{values[c]:.1f}" for c in columns) + " |")
     for variant, rows in summary.items():
-        lines.append(f"| {variant} | " + " | ".join(f"{rows[c]['mean']:.1f} ± {rows[c]['sd']:.1f}" for c in columns) + " |")
+        lines.append(
+            f"| {variant} | " + " | ".join(f"{rows[c]['mean']:.1f} ± {rows[c]['sd']:.1f}" for c in columns) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -161,7 +190,14 @@ def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
     width = 0.8 / len(summary)
     for k, (variant, rows) in enumerate(summary.items()):
         xs = [i + k * width for i in range(len(columns))]
-        ax.bar(xs, [rows[c]["mean"] for c in columns], width, yerr=[rows[c]["sd"] for c in columns], capsize=3, label=variant)
+        ax.bar(
+            xs,
+            [rows[c]["mean"] for c in columns],
+            width,
+            yerr=[rows[c]["sd"] for c in columns],
+            capsize=3,
+            label=variant,
+        )
     ax.set_xticks([i + width * (len(summary) - 1) / 2 for i in range(len(columns))], columns, fontsize=7, rotation=20)
     ax.set_ylabel("mean ± sd over seeds")
     ax.legend(fontsize=7)
@@ -175,7 +211,9 @@ def prepare_task_dirs(cfg: AblationConfig, out: Path, data_dir: Path, languages:
 
     task_dirs = {name: out / directory for name, directory in cfg.task_dirs.items()}
     if "flores_bucc" in task_dirs and not task_dirs["flores_bucc"].is_dir():
-        print(f"building the FLORES pseudo-BUCC task for {', '.join(languages)} in {task_dirs['flores_bucc']}", flush=True)
+        print(
+            f"building the FLORES pseudo-BUCC task for {', '.join(languages)} in {task_dirs['flores_bucc']}", flush=True
+        )
         build_flores_bucc(data_dir, task_dirs["flores_bucc"], languages)
     return task_dirs
 
@@ -187,10 +225,14 @@ def prepare_teachers(cfg: AblationConfig, prepared: Path) -> None:
     teachers = {variant.get("teacher") for variant in cfg.variants.values()} | {cfg.train_overrides.get("teacher")}
     for teacher in sorted(t for t in teachers if t):
         for split in ("train", "heldout"):
-            report = build_teacher_store(prepared / "shards" / split, prepared / "corpus" / split, teacher,
-                                         batch_size=cfg.teacher_batch_size)
-            print(f"teacher {teacher}, {split}: encoded {report['encoded']}, reused {report['reused']} sentences "
-                  f"({report['seconds']} s)", flush=True)
+            report = build_teacher_store(
+                prepared / "shards" / split, prepared / "corpus" / split, teacher, batch_size=cfg.teacher_batch_size
+            )
+            print(
+                f"teacher {teacher}, {split}: encoded {report['encoded']}, reused {report['reused']} sentences "
+                f"({report['seconds']} s)",
+                flush=True,
+            )
 
 
 def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list[str]) -> str:
@@ -214,8 +256,15 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
         scores_file = out / "references" / teacher_slug(spec) / SCORES_FILE
         if not scores_file.is_file():
             print(f"\n== reference {spec} ==", flush=True)
-            values = score_encoder(load_encoder(spec, cache_dir=out / "embedding_cache"), scores_file.parent / "eval", cfg,
-                                   prepared, data_dir, data_cfg.languages, task_dirs)
+            values = score_encoder(
+                load_encoder(spec, cache_dir=out / "embedding_cache"),
+                scores_file.parent / "eval",
+                cfg,
+                prepared,
+                data_dir,
+                data_cfg.languages,
+                task_dirs,
+            )
             scores_file.write_text(json.dumps({"encoder": spec, **values}, indent=2) + "\n")
         record = with_all_columns(scores_file, scores_file.parent / "eval", cfg)
         references[spec] = {column: record[column] for column in cfg.metrics}
@@ -234,9 +283,21 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                 result = train(load_config(TrainConfig, _resolve(cfg.train_config), overrides, values))
                 train_seconds = round(time.time() - started)
                 model_dir = Path(result["model_dir"])
-                record = {"variant": variant, "seed": seed, "steps": result["steps"], "train_seconds": train_seconds,
-                          **score_encoder(load(model_dir), model_dir.parent / "eval", cfg, prepared, data_dir, data_cfg.languages,
-                                          task_dirs)}
+                record = {
+                    "variant": variant,
+                    "seed": seed,
+                    "steps": result["steps"],
+                    "train_seconds": train_seconds,
+                    **score_encoder(
+                        load(model_dir),
+                        model_dir.parent / "eval",
+                        cfg,
+                        prepared,
+                        data_dir,
+                        data_cfg.languages,
+                        task_dirs,
+                    ),
+                }
                 scores_file.write_text(json.dumps(record, indent=2) + "\n")
             record = with_all_columns(scores_file, run_dir / "run" / "eval", cfg)
             steps = record["steps"]
@@ -244,7 +305,9 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
             print(f"{variant}, seed {seed}: " + ", ".join(f"{c} {record[c]:.1f}" for c in cfg.metrics), flush=True)
     summary = summarize(scores, list(cfg.metrics))
     table = summary_table(summary, steps, references)
-    (out / "ablation.json").write_text(json.dumps({"steps": steps, "summary": summary, "references": references}, indent=2) + "\n")
+    (out / "ablation.json").write_text(
+        json.dumps({"steps": steps, "summary": summary, "references": references}, indent=2) + "\n"
+    )
     (out / "ablation.md").write_text(table)
     plot_summary(summary, out / "ablation.png")
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"
@@ -254,8 +317,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(REPO_ROOT / "configs/ablation/demo.yaml"))
     parser.add_argument("--out", type=Path, default=Path("runs/ablation"))
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
-                        help="directory with tatoeba_challenge/, tatoeba/, flores200/ (default: $EMS_DATA_DIR or ../shared/data)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
+        help="directory with tatoeba_challenge/, tatoeba/, flores200/ (default: $EMS_DATA_DIR or ../shared/data)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", help="override the config's seeds")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TrainConfig overrides for every run")
     add_debug_option(parser)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ems.locks import LOCK_FILE, exclusive
 

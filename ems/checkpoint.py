@@ -33,8 +33,8 @@ import pickle
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -192,7 +192,7 @@ def resumable_tags(checkpoint_dir: Path) -> Iterator[str]:
     latest = latest_file.read_text().strip() if latest_file.is_file() else None
     candidates = saved_tags(checkpoint_dir)[::-1]
     if latest in candidates:  # `latest` first, then older ones; never a newer unpublished one
-        candidates = candidates[candidates.index(latest):]
+        candidates = candidates[candidates.index(latest) :]
     for tag in candidates:
         problem = verify(checkpoint_dir / tag)
         if problem is None:
@@ -265,8 +265,15 @@ def to_universal(tag_dir: Path, out_dir: Path) -> None:
     Megatron-specific metadata the converter asks for is filled with its defaults."""
     from deepspeed.checkpoint import ds_to_universal
 
-    args = argparse.Namespace(input_folder=str(tag_dir), output_folder=str(out_dir), num_extract_workers=1,
-                              num_merge_workers=1, keep_temp_folder=False, strict=True, inject_missing_state=True)
+    args = argparse.Namespace(
+        input_folder=str(tag_dir),
+        output_folder=str(out_dir),
+        num_extract_workers=1,
+        num_merge_workers=1,
+        keep_temp_folder=False,
+        strict=True,
+        inject_missing_state=True,
+    )
     with tensor_files_only(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         ds_to_universal.main(args)  # its progress bars and prints would drown the trainer's log
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import yaml
 
@@ -50,8 +50,7 @@ def check_choice(name: str, value: str, choices) -> None:
 
 
 def add_debug_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(DEBUG_FLAG, action="store_true",
-                        help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help=f"show the traceback of an error (also: {DEBUG_ENV}=1)")
 
 
 def debug_requested(argv: Sequence[str]) -> bool:

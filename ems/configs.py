@@ -56,8 +56,9 @@ class FieldsOf:
     exclude: tuple[str, ...] = ()
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (),
-                values: dict | None = None) -> T:
+def load_config(
+    cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (), values: dict | None = None
+) -> T:
     """`cls` from its defaults, the YAML file `path`, the nested mapping `values` and the `--set`
     items `overrides`, each later one winning (nested mappings are merged key by key)."""
     where = str(path) if path is not None else cls.__name__
@@ -91,7 +92,8 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:
-    """"line L, column C: <problem> (<context> at line L, column C)" of a YAML syntax error."""
+    """ "line L, column C: <problem> (<context> at line L, column C)" of a YAML syntax error."""
+
     def at(mark) -> str:
         return f"line {mark.line + 1}, column {mark.column + 1}"
 
@@ -127,12 +129,20 @@ def out_of_range(name: str, value: Any, low: float | None = None, high: float | 
     if number and math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high):
         return []
     kind = "an integer" if isinstance(value, int) and number else "a finite number"
-    bounds = (f" from {low} to {high}" if low is not None and high is not None
-              else f" >= {low}" if low is not None else f" <= {high}" if high is not None else "")
+    bounds = (
+        f" from {low} to {high}"
+        if low is not None and high is not None
+        else f" >= {low}"
+        if low is not None
+        else f" <= {high}"
+        if high is not None
+        else ""
+    )
     return [f"{name} must be {kind}{bounds}, got {value!r}"]
 
 
 # --- `--set` items ------------------------------------------------------------------------------
+
 
 def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> dict:
     """["max_steps=100", "model_overrides.d_model=64"] -> {"max_steps": 100, "model_overrides": {"d_model": 64}},
@@ -178,6 +188,7 @@ def _hint_at(hint: Any, path: list[str]) -> Any:
 
 
 # --- checking and converting values --------------------------------------------------------------
+
 
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
@@ -244,12 +255,17 @@ def _section(value: Any, cls: type, section: str, problems: list[str], fields_of
     known = [f.name for f in dataclasses.fields(cls) if f.init and not (fields_of and f.name in fields_of.exclude)]
     unknown = [key for key in value if key not in known]
     if unknown:
-        of = (f" ({cls.__name__} fields{''.join(f', not {name}' for name in fields_of.exclude)})"
-              if fields_of else "")
+        of = f" ({cls.__name__} fields{''.join(f', not {name}' for name in fields_of.exclude)})" if fields_of else ""
         problems.append(_at(section, f"unknown key(s) {sorted(map(str, unknown))}; known{of}: {sorted(known)}"))
     if fields_of is None:
-        missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in value
-                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.init
+            and f.name not in value
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
         if missing:
             problems.append(_at(section, f"missing required key(s) {missing}"))
     converted = {key: _convert(item, hints[key], key, section, problems) for key, item in value.items() if key in known}
@@ -291,8 +307,10 @@ def _convert(value: Any, hint: Any, key: str, section: str, problems: list[str])
             problems.append(_at(section, f"{key} must be a list of {len(args)} values, got {_shown(value)}"))
             return None
         types_ = [args[0] if variadic else args[i] for i in range(len(items))] if args else [Any] * len(items)
-        converted = [_convert(item, type_, f"{key}[{i}]", section, problems) for i, (item, type_) in
-                     enumerate(zip(items, types_))]
+        converted = [
+            _convert(item, type_, f"{key}[{i}]", section, problems)
+            for i, (item, type_) in enumerate(zip(items, types_))
+        ]
         return None if len(problems) > found else origin(converted)
     if origin is dict and isinstance(value, (dict, type(None))):
         key_type, value_type = args if args else (Any, Any)
@@ -330,12 +348,14 @@ def _union(value: Any, options: list, hint: Any, key: str, section: str, problem
             return converted
         if shape is not None and shape == _shape(option):
             shaped.append(attempt)
-    problems.extend(shaped[0] if len(shaped) == 1 else [_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}")])
+    problems.extend(
+        shaped[0] if len(shaped) == 1 else [_at(section, f"{key} must be {_describe(hint)}, got {_shown(value)}")]
+    )
     return None
 
 
 def _shape(hint: Any) -> str | None:
-    """"list" or "mapping": what a value of type `hint` is in YAML; None for a scalar."""
+    """ "list" or "mapping": what a value of type `hint` is in YAML; None for a scalar."""
     hint, fields_of = _unwrap(hint)
     origin = typing.get_origin(hint) or hint
     if origin in (list, tuple):

@@ -88,9 +88,10 @@ def write_parallel(
     partial_a = pair_dir / f"{name}.{lang_a}.partial"
     partial_b = pair_dir / f"{name}.{lang_b}.partial"
     try:
-        with open(partial_a, "w", encoding="utf-8", newline="\n") as file_a, open(
-            partial_b, "w", encoding="utf-8", newline="\n"
-        ) as file_b:
+        with (
+            open(partial_a, "w", encoding="utf-8", newline="\n") as file_a,
+            open(partial_b, "w", encoding="utf-8", newline="\n") as file_b,
+        ):
             for pair_no, (text_a, text_b) in enumerate(pairs, start=1):
                 for text, lang in ((text_a, lang_a), (text_b, lang_b)):
                     _check_line_text(text, f"pair {pair_no} for {path_a} / {path_b}", lang)
@@ -110,8 +111,7 @@ def _check_line_text(text: object, where: str, lang: str) -> None:
         raise CorpusError(f"{where}: the {lang} side is {type(text).__name__}, not str")
     if not _LINE_BREAKS.isdisjoint(text):
         raise CorpusError(
-            f"{where}: the {lang} text contains a line break, which would break the line "
-            f"alignment: {text!r}"
+            f"{where}: the {lang} text contains a line break, which would break the line alignment: {text!r}"
         )
 
 
@@ -150,7 +150,10 @@ def read_parallel(
     with open(path_l1, "rb") as file_l1, open(path_l2, "rb") as file_l2:
         line_no = 0
         while True:
-            (raw_l1, long_l1), (raw_l2, long_l2) = _read_line(file_l1, max_line_bytes), _read_line(file_l2, max_line_bytes)
+            (raw_l1, long_l1), (raw_l2, long_l2) = (
+                _read_line(file_l1, max_line_bytes),
+                _read_line(file_l2, max_line_bytes),
+            )
             if not raw_l1 and not raw_l2:
                 return
             if not raw_l1 or not raw_l2:
@@ -158,8 +161,7 @@ def read_parallel(
                 lines_l1 = line_no + (1 + sum(1 for _ in file_l1) if raw_l1 else 0)
                 lines_l2 = line_no + (1 + sum(1 for _ in file_l2) if raw_l2 else 0)
                 raise CorpusError(
-                    f"parallel files differ in length: {path_l1} has {lines_l1} lines, "
-                    f"{path_l2} has {lines_l2} lines"
+                    f"parallel files differ in length: {path_l1} has {lines_l1} lines, {path_l2} has {lines_l2} lines"
                 )
             line_no += 1
             report.read += 1
@@ -206,7 +208,9 @@ def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[
     pair_dirs = sorted(
         path
         for path in root.iterdir()
-        if path.is_dir() and "-" in path.name and not path.name.startswith(".")
+        if path.is_dir()
+        and "-" in path.name
+        and not path.name.startswith(".")
         and (pairs is None or path.name in pairs)
     )
     for pair_dir in pair_dirs:
@@ -227,11 +231,8 @@ def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[
             unmatched = sorted(names_by_lang[lang] - names_by_lang[other])
             if unmatched:
                 raise CorpusError(
-                    f"{pair_dir / f'{unmatched[0]}.{lang}'} has no counterpart "
-                    f"{pair_dir / f'{unmatched[0]}.{other}'}"
+                    f"{pair_dir / f'{unmatched[0]}.{lang}'} has no counterpart {pair_dir / f'{unmatched[0]}.{other}'}"
                 )
         for name in sorted(names_by_lang[l1]):
-            found.append(
-                ParallelFiles(l1, l2, name, pair_dir / f"{name}.{l1}", pair_dir / f"{name}.{l2}")
-            )
+            found.append(ParallelFiles(l1, l2, name, pair_dir / f"{name}.{l1}", pair_dir / f"{name}.{l2}"))
     return found

@@ -18,8 +18,8 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -108,8 +108,9 @@ def _repeating_rows(ids: np.ndarray) -> np.ndarray:
     return np.unique(rows[1:][repeat])
 
 
-def spread_duplicates(batches: np.ndarray, content_ids: np.ndarray, lengths: np.ndarray, radius: int = 16,
-                      padding_budget: float = 0.005) -> np.ndarray:
+def spread_duplicates(
+    batches: np.ndarray, content_ids: np.ndarray, lengths: np.ndarray, radius: int = 16, padding_budget: float = 0.005
+) -> np.ndarray:
     """Swap pairs between nearby batches of one length-sorted window so that no batch holds two
     pairs sharing a sentence, adding little padding. Returns the new (n_batches, B) pair indices.
 
@@ -146,8 +147,10 @@ def spread_duplicates(batches: np.ndarray, content_ids: np.ndarray, lengths: np.
         free = [c for c in near if not any(i in members[c] for i in own_ids(b, j))]
         if free:
             in_b = np.fromiter(members[b], dtype=ids.dtype, count=len(members[b]))
-            slots = batch_size * (np.maximum(lens[free] - maxes[b], 0).sum(axis=2)
-                                  + np.maximum(lens[b, j] - maxes[free], 0).sum(axis=1)[:, None])  # (k, B)
+            slots = batch_size * (
+                np.maximum(lens[free] - maxes[b], 0).sum(axis=2)
+                + np.maximum(lens[b, j] - maxes[free], 0).sum(axis=1)[:, None]
+            )  # (k, B)
             slots[np.isin(ids[free], in_b).any(axis=2)] = np.iinfo(slots.dtype).max
             k, r = np.unravel_index(np.argmin(slots), slots.shape)
         if not free or slots[k, r] > max_slots:
@@ -347,8 +350,14 @@ def real_and_padded_tokens(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
 
 
 def iterate_batches(
-    shards: PairShards, order: BatchOrder, max_len: int, start: tuple[int, int] = (0, 0),
-    rank: int = 0, world_size: int = 1, accumulation: int = 1, teacher=None,
+    shards: PairShards,
+    order: BatchOrder,
+    max_len: int,
+    start: tuple[int, int] = (0, 0),
+    rank: int = 0,
+    world_size: int = 1,
+    accumulation: int = 1,
+    teacher=None,
 ) -> Iterator[tuple[tuple[int, int], list[dict[str, torch.Tensor]]]]:
     """Endless stream of ((epoch, batch index), this rank's `accumulation` micro-batches of the
     global batch), from data position `start`; with the teacher's vectors (see `collate`). The
@@ -357,10 +366,13 @@ def iterate_batches(
     while True:
         for b in range(batch_idx, order.batches_per_epoch()):
             batch = order.batch(epoch, b)
-            yield (epoch, b), [
-                collate(shards, sub_batch(batch, m, rank, world_size, accumulation), max_len, teacher)
-                for m in range(accumulation)
-            ]
+            yield (
+                (epoch, b),
+                [
+                    collate(shards, sub_batch(batch, m, rank, world_size, accumulation), max_len, teacher)
+                    for m in range(accumulation)
+                ],
+            )
             shards.release_pages()
         epoch, batch_idx = epoch + 1, 0
 
@@ -407,7 +419,7 @@ class Prefetcher:
         except BaseException as error:  # handed to the consumer, raised there
             self._queue.put(error)
 
-    def __iter__(self) -> "Prefetcher":
+    def __iter__(self) -> Prefetcher:
         return self
 
     def __next__(self):

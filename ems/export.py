@@ -61,9 +61,32 @@ HF_MODELING_FILE = "modeling_ems.py"
 
 # What ems_core.py holds of the package's source, by module, in dependency order.
 CORE_DEFINITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ems.text", ("PAD_ID", "TOKENIZER_FILE", "SPM_FILE", "_moses", "moses_words", "_jieba", "chinese_words", "_mecab",
-                  "japanese_words", "_opencc", "to_simplified", "SIMPLIFIED_CHINESE", "SEGMENTERS", "pretokenize",
-                  "Preprocessing", "KANA", "HAN", "UNKNOWN_LANGUAGE", "guess_language", "_SURROGATE", "checked_sentences")),
+    (
+        "ems.text",
+        (
+            "PAD_ID",
+            "TOKENIZER_FILE",
+            "SPM_FILE",
+            "_moses",
+            "moses_words",
+            "_jieba",
+            "chinese_words",
+            "_mecab",
+            "japanese_words",
+            "_opencc",
+            "to_simplified",
+            "SIMPLIFIED_CHINESE",
+            "SEGMENTERS",
+            "pretokenize",
+            "Preprocessing",
+            "KANA",
+            "HAN",
+            "UNKNOWN_LANGUAGE",
+            "guess_language",
+            "_SURROGATE",
+            "checked_sentences",
+        ),
+    ),
     ("ems.losses", ("OBJECTIVES", "DUPLICATE_NEGATIVES")),
     ("ems.model", ("EMSConfig", "PackedTokens", "attention_with_dropout", "EncoderLayer", "EncoderNetwork")),
     ("ems.encoder", ("WEIGHTS_FILE", "CONFIG_FILE", "check_batch_size", "embed_token_ids")),
@@ -308,10 +331,12 @@ def top_level_source(module_name: str, names: tuple[str, ...]) -> str:
             start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
             while start > 0 and lines[start - 1].lstrip().startswith("#"):
                 start -= 1
-            found.append((defined & wanted, "\n".join(lines[start:node.end_lineno])))
+            found.append((defined & wanted, "\n".join(lines[start : node.end_lineno])))
     missing = wanted - set().union(*(defined for defined, _ in found))
     if missing:
-        raise ValueError(f"{module_name} no longer defines {', '.join(sorted(missing))}: update ems.export.CORE_DEFINITIONS")
+        raise ValueError(
+            f"{module_name} no longer defines {', '.join(sorted(missing))}: update ems.export.CORE_DEFINITIONS"
+        )
     return "\n\n\n".join(source for _, source in found)
 
 
@@ -322,7 +347,9 @@ def core_source() -> str:
     origin = ", ".join(module for module, _ in CORE_DEFINITIONS)
     if git is not None:
         origin += f" at commit {git['commit'][:12]}{' with uncommitted changes' if git['dirty'] else ''}"
-    parts = [CORE_HEADER.format(source=origin)] + [top_level_source(module, names) for module, names in CORE_DEFINITIONS]
+    parts = [CORE_HEADER.format(source=origin)] + [
+        top_level_source(module, names) for module, names in CORE_DEFINITIONS
+    ]
     return "\n\n".join(parts) + "\n" + CORE_GLUE
 
 
@@ -349,8 +376,10 @@ def check_out_dir(out: Path, model_dir: Path) -> None:
         raise ValueError(f"the output directory {out} is the model directory; choose another")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if out.is_dir() and (out / CORE_FILE).is_file() and not (out / "README.md").is_file():
-            raise ValueError(f"{out} is an incomplete export (no model card: a killed export of an older version); "
-                             f"remove it and export again")
+            raise ValueError(
+                f"{out} is an incomplete export (no model card: a killed export of an older version); "
+                f"remove it and export again"
+            )
         raise ValueError(f"{out} exists and is not an empty directory; choose a new output directory")
 
 
@@ -359,8 +388,9 @@ def _copy_run_metadata(model_dir: Path, out: Path) -> None:
         shutil.copyfile(model_dir / RUN_METADATA_FILE, out / RUN_METADATA_FILE)
 
 
-def export_sentence_transformers(model_dir: str | Path, out: str | Path, language: str = AUTO_LANGUAGE,
-                                 license_id: str | None = None) -> Path:
+def export_sentence_transformers(
+    model_dir: str | Path, out: str | Path, language: str = AUTO_LANGUAGE, license_id: str | None = None
+) -> Path:
     """Write the sentence-transformers directory of the EMS model in `model_dir` to `out` (new or
     empty); `language`: the default language of `encode` without `lang=` (AUTO_LANGUAGE: by script)."""
     model_dir, out = Path(model_dir), Path(out)
@@ -372,8 +402,9 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, languag
     return out
 
 
-def write_sentence_transformers(model_dir: Path, tokenizer: Tokenizer, out: Path, default_language: str | None,
-                                license_id: str | None) -> None:
+def write_sentence_transformers(
+    model_dir: Path, tokenizer: Tokenizer, out: Path, default_language: str | None, license_id: str | None
+) -> None:
     for name in (WEIGHTS_FILE, CONFIG_FILE):
         shutil.copyfile(model_dir / name, out / name)
     tokenizer.save(out)
@@ -382,15 +413,21 @@ def write_sentence_transformers(model_dir: Path, tokenizer: Tokenizer, out: Path
     (out / ST_MODULE_CONFIG).write_text(json.dumps({"default_language": default_language}, indent=2) + "\n")
     modules = [{"idx": 0, "name": "0", "path": "", "type": f"{Path(ST_MODULE_FILE).stem}.EMSSentenceEncoder"}]
     (out / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
-    st_config = {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
-                 "similarity_fn_name": "cosine", "__version__": {"pytorch": torch.__version__}}
+    st_config = {
+        "model_type": "SentenceTransformer",
+        "prompts": {},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+        "__version__": {"pytorch": torch.__version__},
+    }
     (out / "config_sentence_transformers.json").write_text(json.dumps(st_config, indent=2) + "\n")
     _copy_run_metadata(model_dir, out)
     write_model_card(out, model_facts(model_dir, license_id=license_id), "sentence-transformers", default_language)
 
 
-def export_hf(model_dir: str | Path, out: str | Path, language: str = AUTO_LANGUAGE,
-              license_id: str | None = None) -> Path:
+def export_hf(
+    model_dir: str | Path, out: str | Path, language: str = AUTO_LANGUAGE, license_id: str | None = None
+) -> Path:
     """Write the transformers (trust_remote_code) directory of the EMS model in `model_dir` to `out`
     (new or empty); `language` as for export_sentence_transformers."""
     model_dir, out = Path(model_dir), Path(out)
@@ -402,7 +439,9 @@ def export_hf(model_dir: str | Path, out: str | Path, language: str = AUTO_LANGU
     return out
 
 
-def write_hf(model_dir: Path, tokenizer: Tokenizer, out: Path, default_language: str | None, license_id: str | None) -> None:
+def write_hf(
+    model_dir: Path, tokenizer: Tokenizer, out: Path, default_language: str | None, license_id: str | None
+) -> None:
     ems_config = EMSConfig.from_dict(json.loads((model_dir / CONFIG_FILE).read_text()))
     state = {f"encoder.{name}": tensor for name, tensor in load_file(str(model_dir / WEIGHTS_FILE)).items()}
     save_file(state, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
@@ -428,14 +467,18 @@ EXPORTERS = {"sentence-transformers": export_sentence_transformers, "hf": export
 
 def main(argv: list[str] | None = None) -> int:
     """The command line: 0 when OUT is written (user errors: ems.cli.run_main's one line, status 2)."""
-    parser = argparse.ArgumentParser(prog="python -m ems.export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ems.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("model_dir", type=Path, help="an EMS model directory (ems.load reads it), e.g. RUN/model")
     parser.add_argument("out", type=Path, help="the directory to write (new or empty)")
     parser.add_argument("--format", required=True, help=f"one of: {', '.join(FORMATS)}")
-    parser.add_argument("--language", default=AUTO_LANGUAGE,
-                        help=f"the language of text encoded without lang=: one of the model's, or {AUTO_LANGUAGE} "
-                             "(default: each sentence's script picks the preprocessing)")
+    parser.add_argument(
+        "--language",
+        default=AUTO_LANGUAGE,
+        help=f"the language of text encoded without lang=: one of the model's, or {AUTO_LANGUAGE} "
+        "(default: each sentence's script picks the preprocessing)",
+    )
     parser.add_argument("--license", dest="license_id", help="license id for the model card (e.g. cc-by-4.0)")
     add_debug_option(parser)
     args = parser.parse_args(argv)

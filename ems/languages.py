@@ -17,8 +17,8 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from importlib import resources
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 TATOEBA_ENGLISH_CODE = "eng"  # every Tatoeba test set pairs a language with English
@@ -149,14 +149,71 @@ _LANG_NAMES = {lang: name for _, lang, name in _ALL_ROWS}
 
 # canonical code -> FLORES-200 file stem (ISO 639-3, with the script where FLORES has several)
 FLORES_FILES = {
-    "af": "afr", "ar": "ara", "az": "azj", "be": "bel", "bg": "bul", "bn": "ben", "ca": "cat", "ckb": "ckb",
-    "cs": "ces", "cy": "cym", "da": "dan", "de": "deu", "el": "ell", "en": "eng", "eo": "epo", "es": "spa",
-    "et": "est", "eu": "eus", "fa": "pes", "fi": "fin", "fr": "fra", "ga": "gle", "gd": "gla", "gl": "glg",
-    "he": "heb", "hi": "hin", "hr": "hrv", "hu": "hun", "hy": "hye", "id": "ind", "is": "isl", "it": "ita",
-    "ja": "jpn", "ka": "kat", "ko": "kor", "ky": "kir", "lt": "lit", "lv": "lvs", "mi": "mri", "mk": "mkd",
-    "ml": "mal", "mn": "khk", "mr": "mar", "ms": "zsm", "nb": "nob", "ne": "npi", "nl": "nld", "nn": "nno",
-    "pl": "pol", "pt": "por", "ro": "ron", "ru": "rus", "sk": "slk", "sl": "slv", "sq": "als", "sr": "srp_Cyrl",
-    "si": "sin", "sv": "swe", "sw": "swh", "tg": "tgk", "th": "tha", "tr": "tur", "ug": "uig", "uk": "ukr", "vi": "vie",
+    "af": "afr",
+    "ar": "ara",
+    "az": "azj",
+    "be": "bel",
+    "bg": "bul",
+    "bn": "ben",
+    "ca": "cat",
+    "ckb": "ckb",
+    "cs": "ces",
+    "cy": "cym",
+    "da": "dan",
+    "de": "deu",
+    "el": "ell",
+    "en": "eng",
+    "eo": "epo",
+    "es": "spa",
+    "et": "est",
+    "eu": "eus",
+    "fa": "pes",
+    "fi": "fin",
+    "fr": "fra",
+    "ga": "gle",
+    "gd": "gla",
+    "gl": "glg",
+    "he": "heb",
+    "hi": "hin",
+    "hr": "hrv",
+    "hu": "hun",
+    "hy": "hye",
+    "id": "ind",
+    "is": "isl",
+    "it": "ita",
+    "ja": "jpn",
+    "ka": "kat",
+    "ko": "kor",
+    "ky": "kir",
+    "lt": "lit",
+    "lv": "lvs",
+    "mi": "mri",
+    "mk": "mkd",
+    "ml": "mal",
+    "mn": "khk",
+    "mr": "mar",
+    "ms": "zsm",
+    "nb": "nob",
+    "ne": "npi",
+    "nl": "nld",
+    "nn": "nno",
+    "pl": "pol",
+    "pt": "por",
+    "ro": "ron",
+    "ru": "rus",
+    "sk": "slk",
+    "sl": "slv",
+    "sq": "als",
+    "sr": "srp_Cyrl",
+    "si": "sin",
+    "sv": "swe",
+    "sw": "swh",
+    "tg": "tgk",
+    "th": "tha",
+    "tr": "tur",
+    "ug": "uig",
+    "uk": "ukr",
+    "vi": "vie",
     "zh": "cmn_Hans",
 }
 
@@ -264,7 +321,9 @@ def closest_language_codes(tag: str, n: int = 3) -> list[str]:
     the Tatoeba test-set codes, those of the tag's length first (the tag's language part only, so
     `zho_Hnas` gives `zho` first)."""
     text = tag.strip().lower()
-    by_name = [lang for lang, name in _LANG_NAMES.items() if name.lower() == text or name.lower().startswith(text + " ")]
+    by_name = [
+        lang for lang, name in _LANG_NAMES.items() if name.lower() == text or name.lower().startswith(text + " ")
+    ]
     if by_name:
         return [_with_name(lang) for lang in by_name[:n]]
     language_part = re.split("[-_]", text, maxsplit=1)[0]

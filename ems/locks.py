@@ -20,8 +20,8 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ems.cli import UserError
 
@@ -65,10 +65,16 @@ def exclusive(directory: str | Path, what: str, inside: bool = True) -> Iterator
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise DirectoryInUse(f"{directory} is in use by another {what}: {describe_holder(holder(path))}; "
-                                 f"wait for it to end or choose another directory") from None
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                  "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:500]}
+            raise DirectoryInUse(
+                f"{directory} is in use by another {what}: {describe_holder(holder(path))}; "
+                f"wait for it to end or choose another directory"
+            ) from None
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.time(),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:500],
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
         yield directory

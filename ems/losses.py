@@ -83,11 +83,14 @@ def _info_nce(scores: Tensor, labels: Tensor, duplicates: Tensor | None, duplica
 
 def _check_duplicate_negatives(duplicate_negatives: str) -> None:
     if duplicate_negatives not in DUPLICATE_NEGATIVES:
-        raise ValueError(f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {duplicate_negatives!r}")
+        raise ValueError(
+            f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {duplicate_negatives!r}"
+        )
 
 
-def contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None,
-                     duplicate_negatives: str = "mask") -> Tensor:
+def contrastive_loss(
+    h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None, duplicate_negatives: str = "mask"
+) -> Tensor:
     """Symmetric in-batch InfoNCE, paper Eq. 8-11.
 
     h_u, h_v: (B, k) projections of the two sides; row i of each is a translation pair and
@@ -98,7 +101,9 @@ def contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float, duplicates: T
     _check_duplicate_negatives(duplicate_negatives)
     scores = F.normalize(h_u.float(), dim=-1) @ F.normalize(h_v.float(), dim=-1).T / temperature
     labels = torch.arange(scores.shape[0], device=scores.device)
-    return _info_nce(scores, labels, duplicates, duplicate_negatives) + _info_nce(scores.T, labels, duplicates, duplicate_negatives)
+    return _info_nce(scores, labels, duplicates, duplicate_negatives) + _info_nce(
+        scores.T, labels, duplicates, duplicate_negatives
+    )
 
 
 def gather_with_grad(x: Tensor) -> Tensor:
@@ -126,8 +131,9 @@ def gather_rows(x: Tensor) -> tuple[Tensor, int]:
     return torch.cat(parts), dist.get_rank() * len(x)
 
 
-def global_contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None,
-                            duplicate_negatives: str = "mask") -> Tensor:
+def global_contrastive_loss(
+    h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None, duplicate_negatives: str = "mask"
+) -> Tensor:
     """`contrastive_loss` with negatives from every rank's batch.
 
     h_u, h_v: (B, k) this rank's projections (the same B on every rank); duplicates: (B, world_size * B)
@@ -146,4 +152,6 @@ def global_contrastive_loss(h_u: Tensor, h_v: Tensor, temperature: float, duplic
     labels = rank * len(u) + torch.arange(len(u), device=u.device)
     u_to_v = u @ F.normalize(all_v.float(), dim=-1).T / temperature
     v_to_u = v @ F.normalize(all_u.float(), dim=-1).T / temperature
-    return _info_nce(u_to_v, labels, duplicates, duplicate_negatives) + _info_nce(v_to_u, labels, duplicates, duplicate_negatives)
+    return _info_nce(u_to_v, labels, duplicates, duplicate_negatives) + _info_nce(
+        v_to_u, labels, duplicates, duplicate_negatives
+    )

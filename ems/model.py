@@ -17,7 +17,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ems.losses import (
-    DUPLICATE_NEGATIVES, OBJECTIVES, contrastive_loss, distill_loss, duplicate_mask, gather_rows, global_contrastive_loss,
+    DUPLICATE_NEGATIVES,
+    OBJECTIVES,
+    contrastive_loss,
+    distill_loss,
+    duplicate_mask,
+    gather_rows,
+    global_contrastive_loss,
     xtr_loss,
 )
 from ems.text import PAD_ID
@@ -71,7 +77,9 @@ class EMSConfig:
         if self.attention not in ("auto", "sdpa", "matmul"):
             raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
         if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
-            raise ValueError(f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {self.duplicate_negatives!r}")
+            raise ValueError(
+                f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {self.duplicate_negatives!r}"
+            )
         weights = {f"{name}_weight": self.weight(name) for name in OBJECTIVES}
         if any(w < 0 for w in weights.values()) or not any(weights.values()):
             raise ValueError(f"the objective weights must be >= 0 and one of them > 0, got {weights}")
@@ -90,7 +98,7 @@ class EMSConfig:
         return self.d_output or self.d_model
 
     @classmethod
-    def from_dict(cls, values: dict) -> "EMSConfig":
+    def from_dict(cls, values: dict) -> EMSConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:
@@ -278,8 +286,11 @@ class ContrastiveHead(nn.Module):
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
-        self.net = (nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.ReLU(), nn.Linear(cfg.d_model, cfg.d_contrastive))
-                    if cfg.contrastive_projection else nn.Identity())
+        self.net = (
+            nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.ReLU(), nn.Linear(cfg.d_model, cfg.d_contrastive))
+            if cfg.contrastive_projection
+            else nn.Identity()
+        )
 
     def forward(self, u: Tensor) -> Tensor:
         return self.net(u)
@@ -296,9 +307,17 @@ class EMSModel(nn.Module):
         self.contrastive_head = ContrastiveHead(cfg)
         self.apply(_init_weights)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_lang: Tensor, tgt_lang: Tensor, content_ids: Tensor | None = None,
-                teacher: Tensor | None = None, teacher_mask: Tensor | None = None,
-                per_example: bool = False) -> dict[str, Tensor]:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_lang: Tensor,
+        tgt_lang: Tensor,
+        content_ids: Tensor | None = None,
+        teacher: Tensor | None = None,
+        teacher_mask: Tensor | None = None,
+        per_example: bool = False,
+    ) -> dict[str, Tensor]:
         """src, tgt: (B, L) padded token ids of the two sides; src_lang, tgt_lang: (B,) language indices;
         content_ids: (B, 2) ids of both sides' texts, which find the in-batch duplicates (see
         `EMSConfig.duplicate_negatives`; None: every other row is a negative); teacher: (B, d_sentence)
@@ -313,16 +332,21 @@ class EMSModel(nn.Module):
         src, tgt = src[:, : self.cfg.max_len], tgt[:, : self.cfg.max_len]
         width = max(src.shape[1], tgt.shape[1])
         # Both sides go through the shared encoder as one batch of 2B sentences.
-        both = torch.cat([F.pad(src, (0, width - src.shape[1]), value=self.cfg.pad_id),
-                          F.pad(tgt, (0, width - tgt.shape[1]), value=self.cfg.pad_id)])
+        both = torch.cat(
+            [
+                F.pad(src, (0, width - src.shape[1]), value=self.cfg.pad_id),
+                F.pad(tgt, (0, width - tgt.shape[1]), value=self.cfg.pad_id),
+            ]
+        )
         uv = self.encoder.pool(both)  # u (sources) then v (targets)
         b = src.shape[0]
         xtr = contrastive = distill = uv.new_zeros(b, dtype=torch.float32)
         has_teacher = uv.new_zeros(b, dtype=torch.bool)
         if self.cfg.xtr_weight:
             # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
-            xtr_both = xtr_loss(self.xtr_head(uv, torch.cat([tgt_lang, src_lang])), torch.cat([both[b:], both[:b]]),
-                                self.cfg.pad_id)
+            xtr_both = xtr_loss(
+                self.xtr_head(uv, torch.cat([tgt_lang, src_lang])), torch.cat([both[b:], both[:b]]), self.cfg.pad_id
+            )
             xtr = xtr_both[:b] + xtr_both[b:]
         duplicates = None
         if content_ids is not None:
@@ -335,17 +359,22 @@ class EMSModel(nn.Module):
         if self.cfg.distill_weight:
             if teacher is None:
                 raise ValueError("distill_weight > 0 needs the teacher's vectors in the batch (TrainConfig.teacher)")
-            has_teacher = teacher_mask if teacher_mask is not None else torch.ones(b, dtype=torch.bool, device=uv.device)
+            has_teacher = (
+                teacher_mask if teacher_mask is not None else torch.ones(b, dtype=torch.bool, device=uv.device)
+            )
             out_uv = self.encoder.project(uv)  # the exported vectors: the teacher's dimension
             distill = distill_loss(out_uv[:b], out_uv[b:], teacher) * has_teacher
         losses = {"xtr": xtr, "contrastive": contrastive, "distill": distill}
         rows = {"distill": has_teacher}  # the rows an objective's mean is over, where not every row
         # distill over the rows with a teacher vector; a batch without any adds 0 (and no gradient)
-        means = {name: losses[name].sum() / rows[name].sum().clamp(min=1) if name in rows else losses[name].mean()
-                 for name in OBJECTIVES}
+        means = {
+            name: losses[name].sum() / rows[name].sum().clamp(min=1) if name in rows else losses[name].mean()
+            for name in OBJECTIVES
+        }
         loss = sum(self.cfg.weight(name) * means[name] for name in OBJECTIVES)
         out = {
-            "loss": loss, **{name: means[name].detach() for name in OBJECTIVES},
+            "loss": loss,
+            **{name: means[name].detach() for name in OBJECTIVES},
             "duplicate_rows": duplicates.any(dim=1).float().mean() if duplicates is not None else loss.new_zeros(()),
         }
         if per_example:

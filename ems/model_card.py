@@ -77,8 +77,13 @@ def training_data(shards_dir: Path) -> TrainingData | None:
     pairs = Counter()
     for entry in index["files"]:
         pairs[f"{entry['l1']}-{entry['l2']}"] += entry["n_pairs"]
-    data = TrainingData(shards=str(shards_dir), n_pairs=index["n_pairs"], n_tokens=index["n_tokens"], pairs=dict(pairs),
-                        corpora=sorted({entry["name"] for entry in index["files"]}))
+    data = TrainingData(
+        shards=str(shards_dir),
+        n_pairs=index["n_pairs"],
+        n_tokens=index["n_tokens"],
+        pairs=dict(pairs),
+        corpora=sorted({entry["name"] for entry in index["files"]}),
+    )
     first_file = index["files"][0]["read"].get("path_l1") if index["files"] else None
     if first_file:
         # <corpus>/<train>/<l1-l2>/<name>.<l1>: the clean report is <corpus>/clean/clean_report.json
@@ -117,8 +122,9 @@ def evaluation_report(model_dir: Path, run_dir: Path | None) -> str | None:
     return None
 
 
-def model_facts(model_dir: str | Path, run_dir: str | Path | None = None, steps: int | None = None,
-                license_id: str | None = None) -> ModelFacts:
+def model_facts(
+    model_dir: str | Path, run_dir: str | Path | None = None, steps: int | None = None, license_id: str | None = None
+) -> ModelFacts:
     """The facts about the EMS model in `model_dir` (an ems.encoder.export_encoder directory): its
     config and languages, and from `run_dir` (default: the parent directory when it holds a
     train_config.yaml) the training data, the steps (unless `steps` is given) and the evaluation;
@@ -127,8 +133,11 @@ def model_facts(model_dir: str | Path, run_dir: str | Path | None = None, steps:
     if run_dir is None and (model_dir.parent / TRAIN_CONFIG_FILE).is_file():
         run_dir = model_dir.parent
     run_dir = Path(run_dir) if run_dir is not None else None
-    facts = ModelFacts(languages=Tokenizer.load(model_dir).languages,
-                       config=EMSConfig.from_dict(json.loads((model_dir / CONFIG_FILE).read_text())), license=license_id)
+    facts = ModelFacts(
+        languages=Tokenizer.load(model_dir).languages,
+        config=EMSConfig.from_dict(json.loads((model_dir / CONFIG_FILE).read_text())),
+        license=license_id,
+    )
     metadata_files = [directory / RUN_METADATA_FILE for directory in (model_dir, run_dir) if directory is not None]
     facts.run = next((json.loads(path.read_text()) for path in metadata_files if path.is_file()), None)
     if run_dir is not None:
@@ -143,8 +152,12 @@ def model_facts(model_dir: str | Path, run_dir: str | Path | None = None, steps:
 
 def _front_matter(facts: ModelFacts, export_format: str) -> str:
     tags = ["ems", "sentence-embeddings", "multilingual", "feature-extraction"]
-    meta = {"library_name": {"ems": "ems", "sentence-transformers": "sentence-transformers", "hf": "transformers"}[export_format],
-            "language": facts.languages}
+    meta = {
+        "library_name": {"ems": "ems", "sentence-transformers": "sentence-transformers", "hf": "transformers"}[
+            export_format
+        ],
+        "language": facts.languages,
+    }
     if export_format == "sentence-transformers":
         meta["pipeline_tag"] = "sentence-similarity"
         tags = ["sentence-transformers", "sentence-similarity", *tags]
@@ -158,16 +171,20 @@ def _front_matter(facts: ModelFacts, export_format: str) -> str:
 
 def _language_text(facts: ModelFacts, export_format: str, default_language: str | None) -> str:
     languages = ", ".join(facts.languages)
-    text = (f"{len(facts.languages)} languages: {languages}. The text of each goes through its own preprocessing "
-            "(NFKC, lowercase, Moses tokenization; jieba and traditional-to-simplified for zh, MeCab for ja) "
-            "before SentencePiece, so `encode` takes the sentences' language.")
+    text = (
+        f"{len(facts.languages)} languages: {languages}. The text of each goes through its own preprocessing "
+        "(NFKC, lowercase, Moses tokenization; jieba and traditional-to-simplified for zh, MeCab for ja) "
+        "before SentencePiece, so `encode` takes the sentences' language."
+    )
     if export_format == "ems":
         return text
     if default_language is not None:
         return text + f" Without one, the exported model treats text as `{default_language}` (its default)."
-    return text + (" Without one, the exported model picks the preprocessing from each sentence's script (kana: ja, "
-                   "Han: zh, anything else: language-neutral Moses), which differs from the right language's "
-                   "in Moses's apostrophe and abbreviation rules only: give the language when you know it.")
+    return text + (
+        " Without one, the exported model picks the preprocessing from each sentence's script (kana: ja, "
+        "Han: zh, anything else: language-neutral Moses), which differs from the right language's "
+        "in Moses's apostrophe and abbreviation rules only: give the language when you know it."
+    )
 
 
 def _training_text(facts: ModelFacts) -> list[str]:
@@ -175,13 +192,21 @@ def _training_text(facts: ModelFacts) -> list[str]:
     steps = f"{facts.steps} steps" if facts.steps is not None else "an unrecorded number of steps"
     if data is None:
         return [f"Trained for {steps}; the training data is not recorded with this model."]
-    lines = [f"Trained for {steps} on {data.n_pairs:,} sentence pairs ({data.n_tokens:,} tokens) from "
-             f"{', '.join(data.corpora)} (shards `{data.shards}`).", "", "| language pair | pairs |", "| :-- | --: |"]
+    lines = [
+        f"Trained for {steps} on {data.n_pairs:,} sentence pairs ({data.n_tokens:,} tokens) from "
+        f"{', '.join(data.corpora)} (shards `{data.shards}`).",
+        "",
+        "| language pair | pairs |",
+        "| :-- | --: |",
+    ]
     lines += [f"| {pair} | {count:,} |" for pair, count in sorted(data.pairs.items())]
     if data.read is not None:
         dropped = ", ".join(f"{reason} {count:,}" for reason, count in sorted(data.dropped.items())) or "none"
-        lines += ["", f"The clean stage read {data.read:,} pairs and dropped {sum(data.dropped.values()):,} ({dropped}); "
-                  "`in_eval_set` are pairs sharing a sentence with an evaluation set. Held-out pairs were then set aside."]
+        lines += [
+            "",
+            f"The clean stage read {data.read:,} pairs and dropped {sum(data.dropped.values()):,} ({dropped}); "
+            "`in_eval_set` are pairs sharing a sentence with an evaluation set. Held-out pairs were then set aside.",
+        ]
     return lines
 
 
@@ -199,34 +224,66 @@ def _config_lines(config: EMSConfig) -> list[str]:
 
 
 def _usage_lines(export_format: str, lang: str) -> list[str]:
-    ems_code = ["```python", "import ems", "", "model = ems.load(\"MODEL_DIR\")",
-                f"vectors = model.encode([\"...\"], lang=\"{lang}\")   # float32 numpy (n, d)", "```"]
-    st_code = ["```python", "from sentence_transformers import SentenceTransformer", "",
-               "model = SentenceTransformer(\"MODEL_DIR\", trust_remote_code=True)",
-               f"vectors = model.encode([\"...\"], lang=\"{lang}\")   # lang= is optional, see Languages", "```"]
-    hf_code = ["```python", "from transformers import AutoModel", "",
-               "model = AutoModel.from_pretrained(\"MODEL_DIR\", trust_remote_code=True)",
-               f"vectors = model.encode([\"...\"], lang=\"{lang}\")   # or model(input_ids).pooler_output", "```"]
-    needs = ("The shipped code (`ems_core.py`) needs torch, safetensors, sentencepiece, sacremoses, jieba, fugashi "
-             "with unidic-lite, and opencc; not the `ems` package.")
+    ems_code = [
+        "```python",
+        "import ems",
+        "",
+        'model = ems.load("MODEL_DIR")',
+        f'vectors = model.encode(["..."], lang="{lang}")   # float32 numpy (n, d)',
+        "```",
+    ]
+    st_code = [
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        "",
+        'model = SentenceTransformer("MODEL_DIR", trust_remote_code=True)',
+        f'vectors = model.encode(["..."], lang="{lang}")   # lang= is optional, see Languages',
+        "```",
+    ]
+    hf_code = [
+        "```python",
+        "from transformers import AutoModel",
+        "",
+        'model = AutoModel.from_pretrained("MODEL_DIR", trust_remote_code=True)',
+        f'vectors = model.encode(["..."], lang="{lang}")   # or model(input_ids).pooler_output',
+        "```",
+    ]
+    needs = (
+        "The shipped code (`ems_core.py`) needs torch, safetensors, sentencepiece, sacremoses, jieba, fugashi "
+        "with unidic-lite, and opencc; not the `ems` package."
+    )
     if export_format == "sentence-transformers":
-        return st_code + ["", needs, "This directory is also an EMS model directory: `ems.load` reads it.", ""] + ems_code
+        return (
+            st_code + ["", needs, "This directory is also an EMS model directory: `ems.load` reads it.", ""] + ems_code
+        )
     if export_format == "hf":
-        return hf_code + ["", needs, "`input_ids` are SentencePiece ids of the preprocessed text (`model.tokenize`, "
-                          "or `ems.text.Tokenizer.load(MODEL_DIR).encode`), padded with 0; `pooler_output` is the "
-                          "sentence vector."]
-    return ems_code + ["", "The same model for other libraries: `python -m ems.export MODEL_DIR OUT --format "
-                       "sentence-transformers` (or `--format hf` for transformers' AutoModel)."]
+        return hf_code + [
+            "",
+            needs,
+            "`input_ids` are SentencePiece ids of the preprocessed text (`model.tokenize`, "
+            "or `ems.text.Tokenizer.load(MODEL_DIR).encode`), padded with 0; `pooler_output` is the "
+            "sentence vector.",
+        ]
+    return ems_code + [
+        "",
+        "The same model for other libraries: `python -m ems.export MODEL_DIR OUT --format "
+        "sentence-transformers` (or `--format hf` for transformers' AutoModel).",
+    ]
 
 
 def _provenance_lines(run: dict | None) -> list[str]:
     if run is None:
         return ["Not recorded (no run_metadata.json)."]
     git = run.get("git")
-    code = (f"commit `{git['commit']}`{' with uncommitted changes' if git['dirty'] else ''}" if git
-            else "code outside a git checkout")
+    code = (
+        f"commit `{git['commit']}`{' with uncommitted changes' if git['dirty'] else ''}"
+        if git
+        else "code outside a git checkout"
+    )
     versions = ", ".join(f"{name} {version}" for name, version in run["versions"].items() if version)
-    return [f"Trained by {code} on `{run['host']}` from {run['utc']}: `{' '.join(run['command'])}`. Versions: {versions}."]
+    return [
+        f"Trained by {code} on `{run['host']}` from {run['utc']}: `{' '.join(run['command'])}`. Versions: {versions}."
+    ]
 
 
 def render_model_card(facts: ModelFacts, export_format: str = "ems", default_language: str | None = None) -> str:
@@ -244,24 +301,37 @@ def render_model_card(facts: ModelFacts, export_format: str = "ems", default_lan
         f"({PAPER}); it returns the mean of its token states, {config.d_sentence} dimensions a sentence, whose "
         "cosine similarity compares sentences across languages.",
         "",
-        "## Languages", "", _language_text(facts, export_format, default_language),
+        "## Languages",
         "",
-        "## Training data", "", *_training_text(facts),
+        _language_text(facts, export_format, default_language),
         "",
-        "## Configuration", "", *_config_lines(config),
+        "## Training data",
         "",
-        "## Evaluation", "", facts.evaluation or "No evaluation report was found with this model "
-                                                  "(`python -m eval.run_all --model MODEL_DIR` writes one).",
+        *_training_text(facts),
         "",
-        "## Usage", "", *_usage_lines(export_format, example),
+        "## Configuration",
         "",
-        "## Provenance", "", *_provenance_lines(facts.run),
+        *_config_lines(config),
+        "",
+        "## Evaluation",
+        "",
+        facts.evaluation
+        or "No evaluation report was found with this model (`python -m eval.run_all --model MODEL_DIR` writes one).",
+        "",
+        "## Usage",
+        "",
+        *_usage_lines(export_format, example),
+        "",
+        "## Provenance",
+        "",
+        *_provenance_lines(facts.run),
     ]
     return "\n".join(sections) + "\n"
 
 
-def write_model_card(model_dir: str | Path, facts: ModelFacts, export_format: str = "ems",
-                     default_language: str | None = None) -> Path:
+def write_model_card(
+    model_dir: str | Path, facts: ModelFacts, export_format: str = "ems", default_language: str | None = None
+) -> Path:
     """Write render_model_card(...) as `model_dir`/README.md; returns its path."""
     path = Path(model_dir) / CARD_FILE
     path.write_text(render_model_card(facts, export_format, default_language))

@@ -26,10 +26,15 @@ def git_state(directory: Path = REPO_ROOT) -> dict | None:
     """{"commit": HEAD's hash, "dirty": whether tracked files differ from it} of the git checkout
     holding `directory`; None outside a checkout (an installed wheel) or without git."""
     try:
-        commit = subprocess.run(["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        changes = subprocess.run(["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, check=True).stdout
+        commit = subprocess.run(
+            ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     return {"commit": commit, "dirty": bool(changes.strip())}
@@ -53,7 +58,7 @@ def run_metadata(argv: list[str]) -> dict:
         "versions": versions,
         "command": list(argv),
         "host": socket.gethostname(),
-        "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -82,15 +82,20 @@ class PairShards:
         the same languages and the same SentencePiece model file (index.json's vocab_sha1)."""
         made_with = self.index.get("vocab_sha1")
         if self.languages != tokenizer.languages or self.index.get("vocab_size") != tokenizer.vocab_size:
-            raise ValueError(f"shards in {self.directory} were not made with the vocabulary in {vocab} "
-                             f"(languages or size differ)")
+            raise ValueError(
+                f"shards in {self.directory} were not made with the vocabulary in {vocab} (languages or size differ)"
+            )
         if made_with is None:
-            raise ValueError(f"{self.directory / INDEX_FILE} does not record which vocabulary made it (no vocab_sha1): "
-                             f"binarize again with {vocab}")
+            raise ValueError(
+                f"{self.directory / INDEX_FILE} does not record which vocabulary made it (no vocab_sha1): "
+                f"binarize again with {vocab}"
+            )
         if made_with != tokenizer.sha1:
-            raise ValueError(f"shards in {self.directory} were made with another vocabulary than {vocab}: same languages "
-                             f"and size, other pieces (vocab_sha1 {made_with[:12]} vs {tokenizer.sha1[:12]}); "
-                             f"binarize again with {vocab} or train with the vocabulary that made them")
+            raise ValueError(
+                f"shards in {self.directory} were made with another vocabulary than {vocab}: same languages "
+                f"and size, other pieces (vocab_sha1 {made_with[:12]} vs {tokenizer.sha1[:12]}); "
+                f"binarize again with {vocab} or train with the vocabulary that made them"
+            )
 
     def sentence(self, k: int) -> np.ndarray:
         return self.tokens[self.offsets[k] : self.offsets[k + 1]]
@@ -132,11 +137,13 @@ def _load_array(path: Path) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as error:
-        raise ValueError(f"{path} cannot be read as an array ({' '.join(str(error).split())}): "
-                         f"it is truncated or damaged; binarize again") from None
+        raise ValueError(
+            f"{path} cannot be read as an array ({' '.join(str(error).split())}): "
+            f"it is truncated or damaged; binarize again"
+        ) from None
 
 
-def check_index(directory: Path, shards: "PairShards") -> None:
+def check_index(directory: Path, shards: PairShards) -> None:
     """index.json against the arrays it describes: counts, dtypes, languages and the per-file
     [start, end) ranges (contiguous from 0 to the number of pairs, each file's n_pairs its length).
     A mismatch (an index edited by hand, arrays from another binarize) is one error naming the
@@ -145,16 +152,26 @@ def check_index(directory: Path, shards: "PairShards") -> None:
     n_pairs = len(shards.langs)
 
     def wrong(field: str, found, expected) -> ValueError:
-        return ValueError(f"{where}: {field} is {found!r} but the arrays say {expected!r}; the index does not "
-                          f"describe these shards (binarize again)")
+        return ValueError(
+            f"{where}: {field} is {found!r} but the arrays say {expected!r}; the index does not "
+            f"describe these shards (binarize again)"
+        )
 
-    for name, array in (("offsets.npy", shards.offsets), ("content_ids.npy", shards.content_ids), ("lengths.npy", shards.lengths)):
+    for name, array in (
+        ("offsets.npy", shards.offsets),
+        ("content_ids.npy", shards.content_ids),
+        ("lengths.npy", shards.lengths),
+    ):
         expected = 2 * n_pairs + 1 if name == "offsets.npy" else (n_pairs, 2)
         found = len(array) if name == "offsets.npy" else (None if array is None else array.shape)
         if array is not None and found != expected:
-            raise ValueError(f"{directory}: {name} and langs.npy disagree on the number of pairs ({found} vs {expected})")
+            raise ValueError(
+                f"{directory}: {name} and langs.npy disagree on the number of pairs ({found} vs {expected})"
+            )
     if len(shards.offsets) and int(shards.offsets[-1]) != shards.tokens.size:
-        raise ValueError(f"{directory}: offsets.npy ends at {int(shards.offsets[-1])} but tokens.npy holds {shards.tokens.size} tokens")
+        raise ValueError(
+            f"{directory}: offsets.npy ends at {int(shards.offsets[-1])} but tokens.npy holds {shards.tokens.size} tokens"
+        )
     for field in ("languages", "files"):
         if field not in index:
             raise ValueError(f"{where} has no {field!r}: it was not written by data_prep binarize")
@@ -169,8 +186,11 @@ def check_index(directory: Path, shards: "PairShards") -> None:
     for k, entry in enumerate(index["files"]):
         start, end = entry.get("start"), entry.get("end")
         if start != position or not isinstance(end, int) or not start <= end <= n_pairs:
-            raise wrong(f"files[{k}] ({entry.get('name')}) range", [start, end],
-                        f"a range starting at {position} and ending by {n_pairs}")
+            raise wrong(
+                f"files[{k}] ({entry.get('name')}) range",
+                [start, end],
+                f"a range starting at {position} and ending by {n_pairs}",
+            )
         if "n_pairs" in entry and entry["n_pairs"] != end - start:
             raise wrong(f"files[{k}] ({entry.get('name')}) n_pairs", entry["n_pairs"], end - start)
         position = end

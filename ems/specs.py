@@ -19,8 +19,9 @@ ValueError naming the spec, what is wrong and what is allowed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 _OPTION = re.compile(r"\s*(?P<key>[a-z_]+)(?:\.(?P<qualifier>[\w-]+))?\s*=(?P<value>.*)", re.DOTALL)
 
@@ -40,9 +41,13 @@ class SpecKind:
     path_hint: str = "PATH"
 
 
-def parse_spec(text: str, what: str, kinds: Mapping[str, Kind],
-               common: Mapping[str, Callable[[str], object]] | None = None,
-               qualified: Mapping[str, str] | None = None) -> tuple[str, str | None, dict[str, object]]:
+def parse_spec(
+    text: str,
+    what: str,
+    kinds: Mapping[str, Kind],
+    common: Mapping[str, Callable[[str], object]] | None = None,
+    qualified: Mapping[str, str] | None = None,
+) -> tuple[str, str | None, dict[str, object]]:
     """(kind, path or None, options) of spec `text` (see the module docstring). `common` options
     are taken by every kind; `qualified` ({key: what its qualifier names}) lists the keys that
     also take `key.<qualifier>=value`."""

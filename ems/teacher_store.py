@@ -76,7 +76,9 @@ def teacher_identity(spec: str) -> str:
         try:
             return f"{kind}-{metadata.version(PACKAGES[kind])}{options}"
         except metadata.PackageNotFoundError:
-            raise TeacherStoreError(f"teacher {kind!r} needs the package {PACKAGES[kind]}: pip install {PACKAGES[kind]}") from None
+            raise TeacherStoreError(
+                f"teacher {kind!r} needs the package {PACKAGES[kind]}: pip install {PACKAGES[kind]}"
+            ) from None
     if not path or not Path(path).is_dir():
         raise TeacherStoreError(f"teacher {spec!r}: {path or '(no path)'} is not a directory")
     return f"{kind}-{directory_hash(Path(path))}{options}"
@@ -95,7 +97,9 @@ def source_ids(shards, teacher_lang_ids: np.ndarray) -> tuple[np.ndarray, int]:
     """(sorted unique content ids of the source sentences of `shards`, pairs without a source
     side), reading the shards in steps of CHECK_ROWS pairs."""
     if shards.content_ids is None:
-        raise TeacherStoreError("the shards have no content_ids.npy (binarized by an older version): binarize them again")
+        raise TeacherStoreError(
+            "the shards have no content_ids.npy (binarized by an older version): binarize them again"
+        )
     parts, without = [], 0
     for start in range(0, len(shards), CHECK_ROWS):
         sides = source_sides(shards.langs[start : start + CHECK_ROWS], teacher_lang_ids)
@@ -119,7 +123,9 @@ class TeacherStore:
         self.ids = np.load(generation / "ids.npy", mmap_mode="r", allow_pickle=False)
         self.vectors = np.load(generation / "vectors.npy", mmap_mode="r", allow_pickle=False)
         if not (len(self.ids) == len(self.vectors) == self.meta["n"] and self.vectors.shape[1] == self.meta["dim"]):
-            raise TeacherStoreError(f"{generation}: ids.npy, vectors.npy and {STORE_FILE} disagree; run data_prep teacher again")
+            raise TeacherStoreError(
+                f"{generation}: ids.npy, vectors.npy and {STORE_FILE} disagree; run data_prep teacher again"
+            )
 
     @property
     def dim(self) -> int:
@@ -179,5 +185,6 @@ class TeacherTargets:
         if missing:
             raise TeacherStoreError(
                 f"the teacher store {self.store.directory} lacks the vectors of {missing} of the {len(needed)} source "
-                f"sentences of {what}; run `python -m data_prep teacher` on those shards again")
+                f"sentences of {what}; run `python -m data_prep teacher` on those shards again"
+            )
         return without

@@ -24,7 +24,7 @@ import json
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import sentencepiece as spm
@@ -44,7 +44,7 @@ def lang_token(lang: str) -> str:
     return f"<2{lang}>"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _moses(lang: str) -> MosesTokenizer:
     return MosesTokenizer(lang=lang)
 
@@ -54,7 +54,7 @@ def moses_words(text: str, lang: str) -> str:
     return _moses(lang).tokenize(text, escape=False, return_str=True)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _jieba():
     import jieba
 
@@ -68,7 +68,7 @@ def chinese_words(text: str, lang: str = "zh") -> str:
     return " ".join(word for word in _jieba().cut(text) if not word.isspace())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _mecab():
     import fugashi
 
@@ -80,7 +80,7 @@ def japanese_words(text: str, lang: str = "ja") -> str:
     return _mecab().parse(text).strip()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _opencc():
     import opencc
 
@@ -163,8 +163,10 @@ def checked_sentences(sentences: list[str]) -> list[str]:
         if not isinstance(sentence, str):
             raise TypeError(f"sentence {i} is {type(sentence).__name__}, not str: {sentence!r:.60}")
         if _SURROGATE.search(sentence):  # not encodable as UTF-8: SentencePiece would fail without saying where
-            raise ValueError(f"sentence {i} holds a lone surrogate (text decoded with errors='surrogateescape' "
-                             f"or a broken UTF-16 pair): {sentence!r:.60}")
+            raise ValueError(
+                f"sentence {i} holds a lone surrogate (text decoded with errors='surrogateescape' "
+                f"or a broken UTF-16 pair): {sentence!r:.60}"
+            )
     return sentences
 
 
@@ -229,11 +231,12 @@ class Tokenizer:
         (directory / TOKENIZER_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Tokenizer":
+    def load(cls, directory: str | Path) -> Tokenizer:
         """The tokenizer saved in `directory` (TOKENIZER_FILE, or LEGACY_TOKENIZER_FILE from older runs)."""
         directory = Path(directory)
-        meta_path = next((directory / name for name in (TOKENIZER_FILE, LEGACY_TOKENIZER_FILE)
-                          if (directory / name).is_file()), None)
+        meta_path = next(
+            (directory / name for name in (TOKENIZER_FILE, LEGACY_TOKENIZER_FILE) if (directory / name).is_file()), None
+        )
         if meta_path is None or not (directory / SPM_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {SPM_FILE} + {TOKENIZER_FILE}: not a vocabulary directory")
         meta = json.loads(meta_path.read_text())

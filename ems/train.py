@@ -141,7 +141,13 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
         if state.step != run.checkpointer.last_saved:
             run.checkpointer.save(state)
         run.stopping.honoured(state.step)
-        return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": None, "preempted": True}
+        return {
+            "steps": state.step,
+            "max_steps": state.max_steps,
+            "history": history,
+            "model_dir": None,
+            "preempted": True,
+        }
     history += evaluate(run, state.step)
     if state.step != run.checkpointer.last_saved:
         run.checkpointer.save(state)
@@ -152,7 +158,13 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
             shutil.copyfile(run.out / RUN_METADATA_FILE, staging / RUN_METADATA_FILE)
             write_model_card(staging, model_facts(staging, run.out, steps=state.step))
     dist.barrier()
-    return {"steps": state.step, "max_steps": state.max_steps, "history": history, "model_dir": str(model_dir), "preempted": False}
+    return {
+        "steps": state.step,
+        "max_steps": state.max_steps,
+        "history": history,
+        "model_dir": str(model_dir),
+        "preempted": False,
+    }
 
 
 def train_loop(run: Run) -> dict:
@@ -162,7 +174,9 @@ def train_loop(run: Run) -> dict:
     state, started, stop = run.state, time.time(), None
     history = evaluate(run, 0) if state.step == 0 else []
     # closed on any exit, so that an error's one line is not written after a half-drawn bar
-    with tqdm(total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0) as bar:
+    with tqdm(
+        total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0
+    ) as bar:
         while state.step < run.stopping.last_step(state.max_steps):
             if stop := run.stopping.requested(state.step, started):
                 break
@@ -171,7 +185,9 @@ def train_loop(run: Run) -> dict:
             run.metrics.add(values, run.batches.wait_seconds)
             state.step, state.position = state.step + 1, (epoch, batch + 1)
             if diverged(run, values):
-                run.checkpointer.stop_diverged(state.step, values, micro_batches, (epoch, batch), run.tokenizer.languages)
+                run.checkpointer.stop_diverged(
+                    state.step, values, micro_batches, (epoch, batch), run.tokenizer.languages
+                )
             bar.update(1)
             if (fitted := run.budget.fitted_end(state.step, state.max_steps, state.budget_fitted, started)) is not None:
                 state.max_steps = run.schedule.max_steps = bar.total = fitted
@@ -209,7 +225,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML file of TrainConfig keys")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config keys")
-    parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # the deepspeed launcher adds it
+    parser.add_argument(
+        "--local_rank", type=int, default=None, help=argparse.SUPPRESS
+    )  # the deepspeed launcher adds it
     add_debug_option(parser)
     args = parser.parse_args(argv)
     cfg = load_config(TrainConfig, args.config, args.set)

@@ -56,13 +56,17 @@ def write_comparison_chart(results_by_model: dict[str, dict[str, TaskResult]], p
     every model ({model name: {task: TaskResult}}), one group of bars per language (one bar per
     model, the task's headline score) and an average group; returns the path, or None if no task ran."""
     names = list(results_by_model)
-    tasks = [task for task in results_by_model[names[0]]
-             if all(task in r and _charted(r[task]) for r in results_by_model.values())]
+    tasks = [
+        task
+        for task in results_by_model[names[0]]
+        if all(task in r and _charted(r[task]) for r in results_by_model.values())
+    ]
     if not tasks:
         return None
     widest = max(len(results_by_model[names[0]][task].languages) for task in tasks)
-    fig, axes = plt.subplots(len(tasks), 1, figsize=(max(7.0, 0.5 * (widest + 1) * len(names) + 2), 3.0 * len(tasks)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(tasks), 1, figsize=(max(7.0, 0.5 * (widest + 1) * len(names) + 2), 3.0 * len(tasks)), squeeze=False
+    )
     width = 0.8 / len(names)
     for ax, task in zip(axes[:, 0], tasks):
         kind = task_type(results_by_model[names[0]][task].type)
@@ -73,8 +77,12 @@ def write_comparison_chart(results_by_model: dict[str, dict[str, TaskResult]], p
             values = [score(rows[lang]) if lang in rows else 0.0 for lang in langs]
             values.append(sum(values) / len(values))
             ax.bar([i + k * width for i in range(len(langs) + 1)], values, width, label=name)
-        ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(langs) + 1)], langs + ["average"],
-                      rotation=90 if len(langs) > 16 else 0, fontsize=7)
+        ax.set_xticks(
+            [i + width * (len(names) - 1) / 2 for i in range(len(langs) + 1)],
+            langs + ["average"],
+            rotation=90 if len(langs) > 16 else 0,
+            fontsize=7,
+        )
         ax.set_ylim(0, 100)
         ax.set_title(task, fontsize=10)
         ax.set_ylabel(label, fontsize=8)

@@ -43,7 +43,9 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[dict]]:
             raise ValueError(f"{path}:{number} is not a JSON record") from None
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise ValueError(f"{path}:{number} is not a metrics record (a JSON object with an integer step)")
-        kind = "valid" if "valid_loss" in record else "probe" if any(k.startswith("probe_") for k in record) else "train"
+        kind = (
+            "valid" if "valid_loss" in record else "probe" if any(k.startswith("probe_") for k in record) else "train"
+        )
         kinds[kind].append(record)
     return {kind: sorted(records, key=lambda r: r["step"]) for kind, records in kinds.items()}
 
@@ -66,12 +68,23 @@ def plot_curves(runs: dict[str, dict[str, list[dict]]], path: str | Path) -> Pat
             _plot(train_ax, metrics["train"], key, f"{label} {key}", color=color, linestyle=dash, alpha=0.7)
         _plot(valid_ax, metrics["valid"], "valid_loss", f"{label} total", color=color, marker="o")
         for key, dash in (("valid_xtr", "--"), ("valid_contrastive", ":")):
-            _plot(valid_ax, metrics["valid"], key, f"{label} {key.removeprefix('valid_')}", color=color, linestyle=dash, alpha=0.7)
+            _plot(
+                valid_ax,
+                metrics["valid"],
+                key,
+                f"{label} {key.removeprefix('valid_')}",
+                color=color,
+                linestyle=dash,
+                alpha=0.7,
+            )
         _plot(probe_ax, metrics["probe"], "probe_tatoeba", f"{label} Tatoeba", color=color, marker="o")
-        _plot(probe_ax, metrics["probe"], "probe_flores", f"{label} FLORES-200", color=color, marker="s", linestyle="--")
+        _plot(
+            probe_ax, metrics["probe"], "probe_flores", f"{label} FLORES-200", color=color, marker="s", linestyle="--"
+        )
         _plot(duplicate_ax, metrics["train"], "duplicate_rows", label, color=color)
     for ax, title, ylabel in (
-        (train_ax, "training loss", "loss"), (valid_ax, "validation loss (stratified held-out sample)", "loss"),
+        (train_ax, "training loss", "loss"),
+        (valid_ax, "validation loss (stratified held-out sample)", "loss"),
         (probe_ax, "probe: average P@1 (%), both directions", "P@1 (%)"),
         (duplicate_ax, "rows with an in-batch duplicate", "share of rows"),
     ):

@@ -14,7 +14,8 @@ an unreadable file).
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ems.cli import USAGE_EXIT_CODE, one_line
 

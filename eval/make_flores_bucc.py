@@ -25,7 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError, add_debug_option, run_main
-from ems.languages import ENGLISH, FLORES_FILES, TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, flores_file, lang_to_tatoeba_code
+from ems.languages import (
+    ENGLISH,
+    FLORES_FILES,
+    TATOEBA_ENGLISH_CODE,
+    TATOEBA_TEST_CODES,
+    flores_file,
+    lang_to_tatoeba_code,
+)
 from eval.evaluators.bucc import split_paths
 from eval.evaluators.retrieval import read_lines
 
@@ -38,8 +45,10 @@ def devtest_file(flores_dir: Path, lang: str) -> Path:
     MissingDataError naming the file expected."""
     path = flores_file(flores_dir, lang, "devtest")
     if path is None:
-        raise MissingDataError(f"no FLORES-200 devtest file for {lang!r}: expected "
-                               f"{flores_dir / f'{FLORES_FILES.get(lang, lang)}.devtest'} in {flores_dir}")  # fmt: skip
+        raise MissingDataError(
+            f"no FLORES-200 devtest file for {lang!r}: expected "
+            f"{flores_dir / f'{FLORES_FILES.get(lang, lang)}.devtest'} in {flores_dir}"
+        )
     return path
 
 
@@ -65,23 +74,31 @@ def build_language(data_dir: Path, out: Path, lang: str, gold: int, tatoeba_dist
     flores_dir, tatoeba_dir = data_dir / "flores200" / "devtest", data_dir / "tatoeba"
     xx_lines, en_lines = read_lines(devtest_file(flores_dir, lang)), read_lines(devtest_file(flores_dir, ENGLISH))
     if len(xx_lines) != FLORES_LINES or len(en_lines) != FLORES_LINES:
-        raise ValueError(f"FLORES devtest files must have {FLORES_LINES} lines, got {len(xx_lines)} and {len(en_lines)}")
+        raise ValueError(
+            f"FLORES devtest files must have {FLORES_LINES} lines, got {len(xx_lines)} and {len(en_lines)}"
+        )
     code = lang_to_tatoeba_code(lang)
     if code not in TATOEBA_TEST_CODES:
         raise MissingDataError(f"{lang!r} has no Tatoeba test set to draw distractors from")
     own_english = set(tatoeba_sentences(tatoeba_dir, code, TATOEBA_ENGLISH_CODE))
     gold_english = set(en_lines)
     xx_pool = [s for s in tatoeba_sentences(tatoeba_dir, code, code) if s not in set(xx_lines)]
-    en_pool = list(dict.fromkeys(
-        s for other in TATOEBA_TEST_CODES if other != code
-        for s in tatoeba_sentences(tatoeba_dir, other, TATOEBA_ENGLISH_CODE)
-        if s not in own_english and s not in gold_english
-    ))  # fmt: skip
+    en_pool = list(
+        dict.fromkeys(
+            s
+            for other in TATOEBA_TEST_CODES
+            if other != code
+            for s in tatoeba_sentences(tatoeba_dir, other, TATOEBA_ENGLISH_CODE)
+            if s not in own_english and s not in gold_english
+        )
+    )
     rng = np.random.default_rng(seed)
     xx_pool = [xx_pool[i] for i in rng.permutation(len(xx_pool))]
     en_pool = [en_pool[i] for i in rng.permutation(len(en_pool))]
     if len(xx_pool) < 2 * tatoeba_distractors or len(en_pool) < 2 * tatoeba_distractors:
-        raise ValueError(f"{lang}: not enough Tatoeba sentences for {tatoeba_distractors} distractors per side and split")
+        raise ValueError(
+            f"{lang}: not enough Tatoeba sentences for {tatoeba_distractors} distractors per side and split"
+        )
     counts = {}
     for split_number, (split, lines) in enumerate(SPLITS.items()):
         if not 0 < gold <= len(lines):
@@ -109,8 +126,14 @@ def build_flores_bucc(
     data_dir, out = Path(data_dir), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {lang: build_language(data_dir, out, lang, gold, tatoeba_distractors, seed) for lang in languages}
-    record = {"data_dir": str(data_dir), "gold": gold, "tatoeba_distractors": tatoeba_distractors,
-              "seed": seed, "splits": {name: [r.start, r.stop] for name, r in SPLITS.items()}, "counts": counts}  # fmt: skip
+    record = {
+        "data_dir": str(data_dir),
+        "gold": gold,
+        "tatoeba_distractors": tatoeba_distractors,
+        "seed": seed,
+        "splits": {name: [r.start, r.stop] for name, r in SPLITS.items()},
+        "counts": counts,
+    }
     (out / "build.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 
@@ -122,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="output directory (BUCC layout)")
     parser.add_argument("--languages", nargs="+", default=["de", "fr", "ru", "zh"])
     parser.add_argument("--gold", type=int, default=100, help="hidden FLORES pairs per split")
-    parser.add_argument("--tatoeba-distractors", type=int, default=200, help="extra Tatoeba sentences per side and split")
+    parser.add_argument(
+        "--tatoeba-distractors", type=int, default=200, help="extra Tatoeba sentences per side and split"
+    )
     parser.add_argument("--seed", type=int, default=0)
     add_debug_option(parser)
     args = parser.parse_args(argv)

@@ -36,11 +36,26 @@ from ems.locks import exclusive
 from ems.mining.index import INDEX_TYPES, IndexSpec, parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.evaluators.retrieval import encoder_languages
-from eval.streaming import DEFAULT_CHUNK_LINES, DistinctLines, chunk_embeddings, line_at, scan_distinct, text_chunks, write_npy
+from eval.streaming import (
+    DEFAULT_CHUNK_LINES,
+    DistinctLines,
+    chunk_embeddings,
+    line_at,
+    scan_distinct,
+    text_chunks,
+    write_npy,
+)
 
 
-def _embeddings(encoder, distinct: DistinctLines, lang: str, precomputed: Path | None, out: Path,
-                chunk_lines: int, tokenizer_workers: int) -> np.ndarray:
+def _embeddings(
+    encoder,
+    distinct: DistinctLines,
+    lang: str,
+    precomputed: Path | None,
+    out: Path,
+    chunk_lines: int,
+    tokenizer_workers: int,
+) -> np.ndarray:
     """(distinct lines, d) float32 embeddings of `distinct`'s lines, written chunk by chunk to
     `out` and returned memory-mapped: encoded, or the rows of a precomputed .npy (one per line)."""
     if precomputed is None:
@@ -79,19 +94,70 @@ def mine_files(
     byte offset. Returns counts: lines, distinct, empty per side, written."""
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="ems-mine-") as temporary:
-            return mine_files(encoder, src_path, src_lang, tgt_path, tgt_lang, out_path, threshold, k, margin, mode,
-                              index, src_embeddings, tgt_embeddings, Path(temporary), chunk_lines, tokenizer_workers)  # fmt: skip
+            return mine_files(
+                encoder,
+                src_path,
+                src_lang,
+                tgt_path,
+                tgt_lang,
+                out_path,
+                threshold,
+                k,
+                margin,
+                mode,
+                index,
+                src_embeddings,
+                tgt_embeddings,
+                Path(temporary),
+                chunk_lines,
+                tokenizer_workers,
+            )
     src, tgt = scan_distinct(src_path), scan_distinct(tgt_path)
     if not len(src) or not len(tgt):
         raise ValueError(f"nothing to mine: {src_path} has {len(src)} and {tgt_path} has {len(tgt)} non-empty lines")
     with exclusive(Path(work_dir), "mining run"):  # one miner per work dir (ems.locks)
-        return _mine_in(encoder, src, src_path, src_lang, tgt, tgt_path, tgt_lang, Path(out_path), threshold, k, margin,
-                        mode, index, src_embeddings, tgt_embeddings, Path(work_dir), chunk_lines, tokenizer_workers)
+        return _mine_in(
+            encoder,
+            src,
+            src_path,
+            src_lang,
+            tgt,
+            tgt_path,
+            tgt_lang,
+            Path(out_path),
+            threshold,
+            k,
+            margin,
+            mode,
+            index,
+            src_embeddings,
+            tgt_embeddings,
+            Path(work_dir),
+            chunk_lines,
+            tokenizer_workers,
+        )
 
 
-def _mine_in(encoder, src: DistinctLines, src_path, src_lang, tgt: DistinctLines, tgt_path, tgt_lang, out_path: Path,
-             threshold, k, margin, mode, index, src_embeddings, tgt_embeddings, work_dir: Path, chunk_lines: int,
-             tokenizer_workers: int) -> dict:
+def _mine_in(
+    encoder,
+    src: DistinctLines,
+    src_path,
+    src_lang,
+    tgt: DistinctLines,
+    tgt_path,
+    tgt_lang,
+    out_path: Path,
+    threshold,
+    k,
+    margin,
+    mode,
+    index,
+    src_embeddings,
+    tgt_embeddings,
+    work_dir: Path,
+    chunk_lines: int,
+    tokenizer_workers: int,
+) -> dict:
     x = _embeddings(encoder, src, src_lang, src_embeddings, work_dir / "src.npy", chunk_lines, tokenizer_workers)
     y = _embeddings(encoder, tgt, tgt_lang, tgt_embeddings, work_dir / "tgt.npy", chunk_lines, tokenizer_workers)
     pairs = mine(x, y, k, margin, mode, index, progress=True)
@@ -100,8 +166,11 @@ def _mine_in(encoder, src: DistinctLines, src_path, src_lang, tgt: DistinctLines
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_name(out_path.name + ".partial")  # renamed when complete: the TSV is whole or absent
     try:
-        with open(src_path, "rb") as src_file, open(tgt_path, "rb") as tgt_file, \
-                open(partial, "w", encoding="utf-8", newline="\n") as f:  # fmt: skip
+        with (
+            open(src_path, "rb") as src_file,
+            open(tgt_path, "rb") as tgt_file,
+            open(partial, "w", encoding="utf-8", newline="\n") as f,
+        ):
             for s, t, score in zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist()):
                 if threshold is not None and score < threshold:
                     break  # pairs are sorted best first
@@ -111,8 +180,15 @@ def _mine_in(encoder, src: DistinctLines, src_path, src_lang, tgt: DistinctLines
         partial.unlink(missing_ok=True)
         raise
     partial.replace(out_path)
-    return {"src_lines": src.lines, "src_distinct": len(src), "src_empty": src.empty,
-            "tgt_lines": tgt.lines, "tgt_distinct": len(tgt), "tgt_empty": tgt.empty, "written": written}  # fmt: skip
+    return {
+        "src_lines": src.lines,
+        "src_distinct": len(src),
+        "src_empty": src.empty,
+        "tgt_lines": tgt.lines,
+        "tgt_distinct": len(tgt),
+        "tgt_empty": tgt.empty,
+        "written": written,
+    }
 
 
 def checked_language(lang: str, encoder, option: str) -> str:
@@ -140,16 +216,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=DEFAULT_K)
     parser.add_argument("--margin", choices=list(MARGINS), default="ratio")
     parser.add_argument("--mode", choices=list(RETRIEVAL), default="max")
-    parser.add_argument("--index", default="auto", help=f"KIND[:key=value,...], KIND one of {', '.join(INDEX_TYPES)}, "
-                        "e.g. ivf-pq:nprobe=32,m=32 (see ems.mining.index.IndexSpec; auto: exact below 1M rows)")
+    parser.add_argument(
+        "--index",
+        default="auto",
+        help=f"KIND[:key=value,...], KIND one of {', '.join(INDEX_TYPES)}, "
+        "e.g. ivf-pq:nprobe=32,m=32 (see ems.mining.index.IndexSpec; auto: exact below 1M rows)",
+    )
     parser.add_argument("--cache-dir", type=Path, help="cache embeddings here")
-    parser.add_argument("--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)")
+    parser.add_argument(
+        "--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)"
+    )
     parser.add_argument("--src-embeddings", type=Path, help="precomputed .npy, one row per line of --src")
     parser.add_argument("--tgt-embeddings", type=Path, help="precomputed .npy, one row per line of --tgt")
-    parser.add_argument("--work-dir", type=Path, help="keep the embeddings here (src.npy, tgt.npy); default: a temporary directory")
+    parser.add_argument(
+        "--work-dir", type=Path, help="keep the embeddings here (src.npy, tgt.npy); default: a temporary directory"
+    )
     parser.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES, help="lines read and encoded at a time")
-    parser.add_argument("--tokenizer-workers", type=int, default=0,
-                        help="ems: encoders: tokenise in this many processes while the model runs (0: in this process)")
+    parser.add_argument(
+        "--tokenizer-workers",
+        type=int,
+        default=0,
+        help="ems: encoders: tokenise in this many processes while the model runs (0: in this process)",
+    )
     add_debug_option(parser)
     args = parser.parse_args(argv)
     index = parse_index_spec(args.index)
@@ -161,9 +249,24 @@ def main(argv: list[str] | None = None) -> int:
     encoder = None if args.encoder is None else load_encoder(args.encoder, args.cache_dir, args.device)
     src_lang = checked_language(args.src_lang, encoder, "--src-lang")
     tgt_lang = checked_language(args.tgt_lang, encoder, "--tgt-lang")
-    counts = mine_files(encoder, args.src, src_lang, args.tgt, tgt_lang, args.out, args.threshold, args.k, args.margin,
-                        args.mode, index, args.src_embeddings, args.tgt_embeddings, args.work_dir, args.chunk_lines,
-                        args.tokenizer_workers)  # fmt: skip
+    counts = mine_files(
+        encoder,
+        args.src,
+        src_lang,
+        args.tgt,
+        tgt_lang,
+        args.out,
+        args.threshold,
+        args.k,
+        args.margin,
+        args.mode,
+        index,
+        args.src_embeddings,
+        args.tgt_embeddings,
+        args.work_dir,
+        args.chunk_lines,
+        args.tokenizer_workers,
+    )
     print(f"wrote {counts['written']} pairs to {args.out}; {counts}")
     return 0
 

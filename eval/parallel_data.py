@@ -74,7 +74,9 @@ def moses_pairs(root: Path, languages: list[str] | None = None) -> list[Sentence
         pairs = list(read_parallel(files.path_l1, files.path_l2, report))
         pair_sets.append(_pair_set(files.l1, files.l2, pairs, f"{files.l1}-{files.l2}/{files.name}", report))
     if not pair_sets:
-        raise MissingDataError(f"no aligned file pairs{'' if languages is None else ' for ' + ','.join(languages)} under {root}")
+        raise MissingDataError(
+            f"no aligned file pairs{'' if languages is None else ' for ' + ','.join(languages)} under {root}"
+        )
     return pair_sets
 
 
@@ -95,7 +97,9 @@ def pivot_pairs(root: Path, languages: list[str]) -> list[SentencePairs]:
             english += pairs.y if flipped else pairs.x
             other += pairs.x if flipped else pairs.y
         sources = ", ".join(pairs.source for pairs in files)
-        pair_sets.append(SentencePairs(PIVOT, lang, english, other, sources, {pairs.source: pairs.read for pairs in files}))
+        pair_sets.append(
+            SentencePairs(PIVOT, lang, english, other, sources, {pairs.source: pairs.read for pairs in files})
+        )
     if missing:
         raise MissingDataError(f"corpus {root} has no {PIVOT}-X pair files for: {', '.join(missing)}")
     return pair_sets
@@ -122,8 +126,16 @@ def capped(pair_sets: list[SentencePairs], max_pairs: int | None, seed: int = 0)
         if keep is None:
             out.append(pairs)
             continue
-        out.append(SentencePairs(pairs.x_lang, pairs.y_lang, [pairs.x[i] for i in keep], [pairs.y[i] for i in keep],
-                                 f"{pairs.source} ({max_pairs} of {len(pairs.x)}, seed {seed})", pairs.read))  # fmt: skip
+        out.append(
+            SentencePairs(
+                pairs.x_lang,
+                pairs.y_lang,
+                [pairs.x[i] for i in keep],
+                [pairs.y[i] for i in keep],
+                f"{pairs.source} ({max_pairs} of {len(pairs.x)}, seed {seed})",
+                pairs.read,
+            )
+        )
     return out
 
 
@@ -150,6 +162,8 @@ def encode_pairs(encoder, pair_sets: list[SentencePairs], rows: slice | None = N
     for pairs in pair_sets:
         keep = slice(None) if rows is None else rows
         x, y = encode(pairs.x, pairs.x_lang)[keep], encode(pairs.y, pairs.y_lang)[keep]
-        parts.append((x, y, np.full(len(x), languages.index(pairs.x_lang)), np.full(len(y), languages.index(pairs.y_lang))))
+        parts.append(
+            (x, y, np.full(len(x), languages.index(pairs.x_lang)), np.full(len(y), languages.index(pairs.y_lang)))
+        )
     x, y, x_lang, y_lang = (np.concatenate([part[i] for part in parts]) for i in range(4))
     return ParallelEmbeddings(x, y, x_lang.astype(np.int64), y_lang.astype(np.int64), languages)

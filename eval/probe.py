@@ -72,8 +72,16 @@ class RetrievalProbe:
                 xx_ids, en_ids = tokenizer.encode(xx, lang), tokenizer.encode(en, ENGLISH)
                 keep = [i for i in range(len(xx)) if xx_ids[i] and en_ids[i]]
                 self.dropped_pairs += len(xx) - len(keep)
-                self.sets.append(ProbeSet(task, lang, [xx[i] for i in keep], [en[i] for i in keep],
-                                          [xx_ids[i] for i in keep], [en_ids[i] for i in keep]))
+                self.sets.append(
+                    ProbeSet(
+                        task,
+                        lang,
+                        [xx[i] for i in keep],
+                        [en[i] for i in keep],
+                        [xx_ids[i] for i in keep],
+                        [en_ids[i] for i in keep],
+                    )
+                )
 
     def __bool__(self) -> bool:
         return bool(self.sets)
@@ -93,4 +101,7 @@ class RetrievalProbe:
                 scores.setdefault(probe.task, {})[probe.lang] = p_at_1
         finally:
             encoder.train(training)
-        return {task: {"average": float(np.mean(list(langs.values()))), "languages": langs} for task, langs in scores.items()}
+        return {
+            task: {"average": float(np.mean(list(langs.values()))), "languages": langs}
+            for task, langs in scores.items()
+        }

@@ -22,9 +22,17 @@ from eval.faults import DATA_ERRORS
 SCHEMA_VERSION = 2
 RESULTS_FILE = "results.json"
 # Version 1 results carry no task type; each metric had one table, so it names a type that draws it.
-METRIC_TYPES_V1 = {"p_at_1": "tatoeba", "bitext_p_at_1": "bitext", "xsim_error": "xsim", "mining_f1": "bucc",
-                   "retrieval_p_at_1": "large_retrieval", "accuracy": "classification", "qe_pearson": "qe",
-                   "sts_correlation": "sts", "lid_accuracy": "language_id"}  # fmt: skip
+METRIC_TYPES_V1 = {
+    "p_at_1": "tatoeba",
+    "bitext_p_at_1": "bitext",
+    "xsim_error": "xsim",
+    "mining_f1": "bucc",
+    "retrieval_p_at_1": "large_retrieval",
+    "accuracy": "classification",
+    "qe_pearson": "qe",
+    "sts_correlation": "sts",
+    "lid_accuracy": "language_id",
+}
 
 
 @dataclass(eq=True)
@@ -50,7 +58,7 @@ class TaskResult(Mapping):
     COMMON = ("task", "type", "metric", "languages", "average", "skipped", DATA_ERRORS, "error", "truncated_sentences")
 
     @classmethod
-    def from_dict(cls, type_name: str, result: dict, metric: str | None = None) -> "TaskResult":
+    def from_dict(cls, type_name: str, result: dict, metric: str | None = None) -> TaskResult:
         """From a runner's mapping (or a results.json entry): its common keys become fields
         (`metric` fills a missing metric), every other key goes to `details`."""
         common = {key: result[key] for key in cls.COMMON if key in result and key != "type"}
@@ -63,7 +71,7 @@ class TaskResult(Mapping):
         return cls(type=result.get("type", type_name), **common, details=details)
 
     @classmethod
-    def not_run(cls, task: str, type_name: str, error: str) -> "TaskResult":
+    def not_run(cls, task: str, type_name: str, error: str) -> TaskResult:
         return cls(task=task, type=type_name, error=error)
 
     @property
@@ -86,8 +94,12 @@ class TaskResult(Mapping):
         out = {"task": self.task, "type": self.type}
         never_ran = self.error is not None and self.metric is None and self.languages is None
         if not never_ran:
-            out.update(metric=self.metric, **({} if self.languages is None else {"languages": self.languages}),
-                       average=self.average, skipped=self.skipped)  # fmt: skip
+            out.update(
+                metric=self.metric,
+                **({} if self.languages is None else {"languages": self.languages}),
+                average=self.average,
+                skipped=self.skipped,
+            )
         if self.error is not None:
             out["error"] = self.error
         if self.data_errors:
@@ -117,10 +129,17 @@ def read_results(path: Path) -> dict[str, TaskResult]:
         raise ValueError(f"{path}: not a results file (expected a JSON object)")
     version = document.get("schema_version", 1)
     if version > SCHEMA_VERSION:
-        raise ValueError(f"{path}: results schema version {version} is newer than this code's {SCHEMA_VERSION}; update ems")
+        raise ValueError(
+            f"{path}: results schema version {version} is newer than this code's {SCHEMA_VERSION}; update ems"
+        )
     if version >= 2:
         return {name: TaskResult.from_dict(entry["type"], entry) for name, entry in document["tasks"].items()}
     # Version 1: a Tatoeba or held-out result had no metric key; a task that did not run only task and error.
-    return {name: TaskResult.from_dict(METRIC_TYPES_V1.get(entry.get("metric", "p_at_1"), "tatoeba"), entry,
-                                       None if "error" in entry and "languages" not in entry else "p_at_1")
-            for name, entry in document.items()}  # fmt: skip
+    return {
+        name: TaskResult.from_dict(
+            METRIC_TYPES_V1.get(entry.get("metric", "p_at_1"), "tatoeba"),
+            entry,
+            None if "error" in entry and "languages" not in entry else "p_at_1",
+        )
+        for name, entry in document.items()
+    }

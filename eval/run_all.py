@@ -49,7 +49,9 @@ def split_language_filter(codes: list[str]) -> tuple[list[str], list[str], list[
     """Codes in any form of the one language table (`deu`, `de`, `arb`, `zho_Hans`, `fra-CA`) ->
     (canonical codes, their Tatoeba codes, canonical codes that have no Tatoeba test set).
     UnknownLanguageError (naming the closest known codes) for a code that is no language."""
-    canonical = [tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else canonical_language(code) for code in codes]
+    canonical = [
+        tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else canonical_language(code) for code in codes
+    ]
     tatoeba = [lang_to_tatoeba_code(lang) for lang in canonical]
     without_set = [lang for lang, code in zip(canonical, tatoeba) if code not in TATOEBA_TEST_CODES]
     return canonical, [code for code in tatoeba if code in TATOEBA_TEST_CODES], without_set
@@ -102,7 +104,11 @@ def _run_task(results: dict[str, TaskResult], kind: TaskType, encoder, task: Tas
                 warnings.showwarning(other.message, other.category, other.filename, other.lineno)
     if truncated:
         results[name].truncated_sentences = truncated
-        print(f"{name}: {truncated} sentence(s) longer than the model's max_len tokens were cut", file=sys.stderr, flush=True)
+        print(
+            f"{name}: {truncated} sentence(s) longer than the model's max_len tokens were cut",
+            file=sys.stderr,
+            flush=True,
+        )
     if results[name].ran:
         for line in not_run_lines(name, results[name]):
             print(line, file=sys.stderr, flush=True)
@@ -120,7 +126,9 @@ def _fail_if_nothing_evaluated(result: TaskResult, filtered: bool) -> None:
         return
     if filtered and not any(reason in result.skipped for reason in COVERAGE_REASONS):
         return
-    reasons = "; ".join(f"{reason}: {', '.join(map(str, codes))}" for reason, codes in result.skipped.items()) or "no data"
+    reasons = (
+        "; ".join(f"{reason}: {', '.join(map(str, codes))}" for reason, codes in result.skipped.items()) or "no data"
+    )
     result.error = f"no language evaluated ({reasons})"
     print(*not_run_lines(result.task, result), file=sys.stderr, flush=True)
 
@@ -169,7 +177,9 @@ def run_all(
             _fail_if_nothing_evaluated(results[config.name], filtered=options.canonical is not None)
         if heldout_dir is not None:
             heldout = TaskConfig(type="heldout", name="heldout", data_subdir=str(heldout_dir))
-            _run_task(results, task_type("heldout"), encoder, TaskRun(heldout, Path(heldout_dir), Path(heldout_dir), options))
+            _run_task(
+                results, task_type("heldout"), encoder, TaskRun(heldout, Path(heldout_dir), Path(heldout_dir), options)
+            )
     finally:
         if print_tables:
             for name, task_result in results.items():
@@ -201,16 +211,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.run_all", description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=Path, help="model directory saved by this project (same as --encoder ems:DIR)")
-    which.add_argument("--encoder", help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)} (see ems.encoder_kinds)")
-    parser.add_argument("--data-dir", type=Path, default=os.environ.get("EMS_DATA_DIR"),
-                        help="data root holding tatoeba/, flores200/, ... (default: $EMS_DATA_DIR)")
+    which.add_argument(
+        "--encoder", help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)} (see ems.encoder_kinds)"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=os.environ.get("EMS_DATA_DIR"),
+        help="data root holding tatoeba/, flores200/, ... (default: $EMS_DATA_DIR)",
+    )
     parser.add_argument("--suite", type=Path, help=f"suite config listing task configs (e.g. {DEFAULT_SUITE.name})")
     parser.add_argument("--heldout", type=Path, help="directory of <l1>-<l2>/<name>.<l1|l2> aligned test files")
-    parser.add_argument("--out", type=Path, help="where to write the results (default: MODEL/eval; required with --encoder)")
+    parser.add_argument(
+        "--out", type=Path, help="where to write the results (default: MODEL/eval; required with --encoder)"
+    )
     parser.add_argument("--cache-dir", type=Path, help="cache embeddings here, keyed by model and sentences")
-    parser.add_argument("--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)")
-    parser.add_argument("--task-dir", type=task_dir_option, action="append", default=[], metavar="NAME=DIR",
-                        help="read task NAME's data from DIR instead of DATA_DIR/<data_subdir>")  # fmt: skip
+    parser.add_argument(
+        "--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)"
+    )
+    parser.add_argument(
+        "--task-dir",
+        type=task_dir_option,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="read task NAME's data from DIR instead of DATA_DIR/<data_subdir>",
+    )
     parser.add_argument("--languages", help="comma-separated Tatoeba or canonical codes, e.g. deu,fra (default: all)")
     parser.add_argument("--max-sentences", type=positive_int, help="evaluate only the first N sentences per language")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="Tatoeba task config, when no --suite")
@@ -248,8 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     failed = not_run(results)
     if failed:
         named = ", ".join(failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
-        print(f"error: could not run {named}; the reasons are above and in {Path(out) / RESULTS_FILE}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"error: could not run {named}; the reasons are above and in {Path(out) / RESULTS_FILE}",
+            file=sys.stderr,
+            flush=True,
+        )
         return NOT_RUN_EXIT_CODE
     return 0
 

@@ -16,10 +16,10 @@ import multiprocessing
 import sys
 from array import array
 from collections import deque
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -83,7 +83,9 @@ def scan_distinct(path: Path) -> DistinctLines:
                 seen.add(digest)
                 offsets.append(offset)
                 numbers.append(lines - 1)
-    return DistinctLines(Path(path), np.frombuffer(offsets, dtype=np.int64), np.frombuffer(numbers, dtype=np.int64), lines, empty)
+    return DistinctLines(
+        Path(path), np.frombuffer(offsets, dtype=np.int64), np.frombuffer(numbers, dtype=np.int64), lines, empty
+    )
 
 
 def text_chunks(distinct: DistinctLines, chunk_lines: int = DEFAULT_CHUNK_LINES) -> Iterator[list[str]]:
@@ -125,8 +127,11 @@ def write_npy(path: Path, n_rows: int, chunks: Iterable[np.ndarray]) -> np.ndarr
             chunk = np.ascontiguousarray(chunk, dtype=np.float32)
             if dim is None:
                 dim = chunk.shape[1]
-                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-                          "shape": (n_rows, dim)}  # fmt: skip
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                    "fortran_order": False,
+                    "shape": (n_rows, dim),
+                }
                 np.lib.format.write_array_header_1_0(f, header)
             if chunk.ndim != 2 or chunk.shape[1] != dim:
                 raise ValueError(f"embedding chunk of shape {chunk.shape} after chunks of width {dim}")
@@ -195,7 +200,9 @@ def _tokenized_ahead(pool, chunks: Iterable[list[str]], lang: str, ahead: int) -
         yield texts, result.get()
 
 
-def chunk_embeddings(encoder, chunks: Iterable[list[str]], lang: str, tokenizer_workers: int = 0) -> Iterator[np.ndarray]:
+def chunk_embeddings(
+    encoder, chunks: Iterable[list[str]], lang: str, tokenizer_workers: int = 0
+) -> Iterator[np.ndarray]:
     """Embeddings (len(texts), d) of each chunk of texts, in order. With tokenizer_workers > 0 and
     an `ems:` encoder, chunks are tokenised (preprocessing + SentencePiece) in that many worker
     processes, ahead of the model, which runs here on the ids; the vectors are those of
@@ -203,15 +210,20 @@ def chunk_embeddings(encoder, chunks: Iterable[list[str]], lang: str, tokenizer_
     and they run as without workers."""
     model = ems_model(encoder)
     if tokenizer_workers and model is None:
-        print(f"note: --tokenizer-workers applies to ems: encoders only; {type(encoder).__name__} tokenises in "
-              "its own encode, in this process", file=sys.stderr)  # fmt: skip
+        print(
+            f"note: --tokenizer-workers applies to ems: encoders only; {type(encoder).__name__} tokenises in "
+            "its own encode, in this process",
+            file=sys.stderr,
+        )
     if not tokenizer_workers or model is None:
         for texts in chunks:
             yield encode_checked(encoder, texts, lang)
         return
     tokenizer = model.tokenizer
     context = multiprocessing.get_context("spawn")  # no fork of a process that runs torch threads
-    with context.Pool(tokenizer_workers, _start_worker, (tokenizer.spm_path, tokenizer.languages, tokenizer.preprocessing)) as pool:
+    with context.Pool(
+        tokenizer_workers, _start_worker, (tokenizer.spm_path, tokenizer.languages, tokenizer.preprocessing)
+    ) as pool:
         for texts, ids in _tokenized_ahead(pool, chunks, lang, tokenizer_workers):
             with _pretokenized(model, texts, ids):
                 vectors = encode_checked(encoder, texts, lang)

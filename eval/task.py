@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from ems.cli import MissingDataError
 from ems.configs import ConfigError, load_config, read_yaml
@@ -134,8 +134,10 @@ def task_type(name: str) -> TaskType:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if "." not in name and error.name == module_name:
-            raise ValueError(f"unknown task type {name!r}; expected one of {', '.join(builtin_task_types())} "
-                             "or an importable module that defines TASK") from None
+            raise ValueError(
+                f"unknown task type {name!r}; expected one of {', '.join(builtin_task_types())} "
+                "or an importable module that defines TASK"
+            ) from None
         raise ValueError(f"task type {name!r}: cannot import {module_name} ({error})") from None
     task = getattr(module, "TASK", None)
     if not isinstance(task, TaskType):
@@ -159,7 +161,11 @@ def pair_in_filter(languages: list[str], options: RunOptions) -> bool:
 
 def codes_in_filter(codes: list[str], options: RunOptions) -> list[str]:
     """Codes in any form (deu, cmn_Hans, fra-CA) whose canonical code the language filter keeps."""
-    return codes if options.canonical is None else [code for code in codes if canonical_language(code) in options.canonical]
+    return (
+        codes
+        if options.canonical is None
+        else [code for code in codes if canonical_language(code) in options.canonical]
+    )
 
 
 def read_task_config(path: Path) -> tuple[TaskConfig, TaskType]:

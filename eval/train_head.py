@@ -31,8 +31,13 @@ from eval.parallel_data import SentencePairs, encode_pairs, flores_pairs, moses_
 TRAINING_LOG = "training_log.json"
 
 
-def train_head(name: str, data: ParallelEmbeddings, valid_fraction: float = 0.1, seed: int = 0,
-               hyperparameters: HeadHyperparameters | None = None):
+def train_head(
+    name: str,
+    data: ParallelEmbeddings,
+    valid_fraction: float = 0.1,
+    seed: int = 0,
+    hyperparameters: HeadHyperparameters | None = None,
+):
     """A fresh head `name` (a key of ems.heads.HEADS) fit on a random (1 - valid_fraction) of
     `data`, early-stopped on the rest, with `hyperparameters` (a trained head's; None: the head's
     defaults). Returns (head, training log with the split sizes and seconds)."""
@@ -48,7 +53,9 @@ def train_head(name: str, data: ParallelEmbeddings, valid_fraction: float = 0.1,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.train_head", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--encoder", required=True, help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)}")
+    parser.add_argument(
+        "--encoder", required=True, help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)}"
+    )
     parser.add_argument("--head", required=True, choices=sorted(HEADS))
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--flores", type=Path, help="FLORES-200 split directory (e.g. DATA/flores200/devtest)")
@@ -56,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--languages", help="comma-separated canonical codes (required with --flores)")
     parser.add_argument("--out", type=Path, help="output directory (default for ems:DIR: DIR/head)")
     parser.add_argument("--cache-dir", type=Path, help="cache embeddings here")
-    parser.add_argument("--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)")
+    parser.add_argument(
+        "--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)"
+    )
     parser.add_argument("--valid-fraction", type=float, default=0.1, help="held-out share for early stopping")
     parser.add_argument("--seed", type=int, default=0)
     add_debug_option(parser)
@@ -81,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train_heads(encoder, names: list[str], pair_sets: list[SentencePairs], valid_fraction: float = 0.1,
-                seed: int = 0) -> tuple[dict, dict, dict]:
+def train_heads(
+    encoder, names: list[str], pair_sets: list[SentencePairs], valid_fraction: float = 0.1, seed: int = 0
+) -> tuple[dict, dict, dict]:
     """Heads `names` trained on `pair_sets` (eval.parallel_data). A name missing from
     ems.heads.HEADS, or a head whose training fails with ValueError, is skipped with the reason.
     Returns ({name: head}, {name: training log}, {reason: [descriptions]})."""

@@ -32,7 +32,9 @@ def tiny_pipeline(tmp_path_factory):
     from data_prep.vocab import train_vocab
 
     root = tmp_path_factory.mktemp("pipeline")
-    build_gettext_corpus(root / "corpus", packages=("django",), languages=["de", "fr", "ja"], min_pairs=100, heldout_size=50)
+    build_gettext_corpus(
+        root / "corpus", packages=("django",), languages=["de", "fr", "ja"], min_pairs=100, heldout_size=50
+    )
     train_vocab(root / "corpus" / "train", root / "vocab", vocab_size=1000)
     binarize(root / "corpus" / "train", root / "vocab", root / "shards")
     binarize(root / "corpus" / "heldout", root / "vocab", root / "valid_shards")

@@ -59,4 +59,3 @@ def replace_in_mirror(root: Path, url: str, data: bytes) -> None:
     target = mirror_path(root, url)
     target.unlink()
     target.write_bytes(data)
-

@@ -25,8 +25,16 @@ def flores_text(data_dir: Path, langs, lines: slice = slice(0, 300)) -> dict[str
     return {lang: flores_lines(data_dir, lang)[lines] for lang in langs}
 
 
-def build_mirror(root: Path, corpus: str, release: str, data_dir: Path, pairs: list[tuple[str, str]],
-                 lines: slice = slice(0, 300), docs: int = 3, text: dict[str, list[str]] | None = None) -> None:
+def build_mirror(
+    root: Path,
+    corpus: str,
+    release: str,
+    data_dir: Path,
+    pairs: list[tuple[str, str]],
+    lines: slice = slice(0, 300),
+    docs: int = 3,
+    text: dict[str, list[str]] | None = None,
+) -> None:
     """Write `corpus` for `pairs` under `root`: FLORES lines `lines`, or the given aligned `text` per language."""
     base = root / corpus / release
     (base / "xml").mkdir(parents=True, exist_ok=True)
@@ -36,19 +44,28 @@ def build_mirror(root: Path, corpus: str, release: str, data_dir: Path, pairs: l
     for lang, sentences in text.items():
         with zipfile.ZipFile(base / "raw" / f"{lang}.zip", "w") as archive:
             for d in range(docs):
-                body = "".join(f'<s id="{i + 1}">{escape(s)}</s>\n' for i, s in enumerate(sentences[d * per_doc:(d + 1) * per_doc]))
-                archive.writestr(f"{corpus}/raw/{lang}/doc{d}.xml",
-                                 f'<?xml version="1.0" encoding="utf-8"?>\n<document id="doc{d}">\n{body}</document>\n')
+                body = "".join(
+                    f'<s id="{i + 1}">{escape(s)}</s>\n'
+                    for i, s in enumerate(sentences[d * per_doc : (d + 1) * per_doc])
+                )
+                archive.writestr(
+                    f"{corpus}/raw/{lang}/doc{d}.xml",
+                    f'<?xml version="1.0" encoding="utf-8"?>\n<document id="doc{d}">\n{body}</document>\n',
+                )
     for pair in pairs:
         a, b = sorted(pair)
         groups = []
         for d in range(docs):
-            n = len(text[a][d * per_doc:(d + 1) * per_doc])
+            n = len(text[a][d * per_doc : (d + 1) * per_doc])
             links = "".join(f'<link xtargets="{i + 1};{i + 1}" id="SL{i}"/>\n' for i in range(n))
-            groups.append(f'<linkGrp targType="s" fromDoc={quoteattr(f"{a}/doc{d}.xml.gz")} '
-                          f'toDoc={quoteattr(f"{b}/doc{d}.xml.gz")}>\n{links}</linkGrp>\n')
+            groups.append(
+                f'<linkGrp targType="s" fromDoc={quoteattr(f"{a}/doc{d}.xml.gz")} '
+                f"toDoc={quoteattr(f'{b}/doc{d}.xml.gz')}>\n{links}</linkGrp>\n"
+            )
         with gzip.open(base / "xml" / f"{a}-{b}.xml.gz", "wt", encoding="utf-8") as out:
-            out.write('<?xml version="1.0" encoding="utf-8"?>\n<cesAlign version="1.0">\n' + "".join(groups) + "</cesAlign>\n")
+            out.write(
+                '<?xml version="1.0" encoding="utf-8"?>\n<cesAlign version="1.0">\n' + "".join(groups) + "</cesAlign>\n"
+            )
 
 
 def edit_sentence_archive(root: Path, corpus: str, release: str, lang: str, edit) -> None:

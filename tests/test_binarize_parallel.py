@@ -31,8 +31,19 @@ def prepared(data_dir, tmp_path_factory):
         "clean:\n  eval_sets: [tatoeba, sts]\n"
         "vocab:\n  vocab_size: 2000\n  temperature: 0.5\n  max_sentences: 100000\n  character_coverage: 0.98\n"
     )
-    args = ["all", "--config", str(root / "config.yaml"), "--mirror", str(root / "opus"), "--out", str(root / "run"),
-            "--data-dir", str(data_dir), "--workers", "2"]
+    args = [
+        "all",
+        "--config",
+        str(root / "config.yaml"),
+        "--mirror",
+        str(root / "opus"),
+        "--out",
+        str(root / "run"),
+        "--data-dir",
+        str(data_dir),
+        "--workers",
+        "2",
+    ]
     assert main(args) == 0
     return root / "run"
 
@@ -44,7 +55,10 @@ def digest(directory):
 def test_end_to_end_reports_every_stage(prepared):
     fetched = json.loads((prepared / "raw" / "fetch_report.json").read_text())
     assert [(e["pair"], e["pairs"], e["capped"]) for e in fetched["fetched"]] == [
-        ("de-en", 280, True), ("en-ja", 280, True), ("en-zh", 280, True)]
+        ("de-en", 280, True),
+        ("en-ja", 280, True),
+        ("en-zh", 280, True),
+    ]
     cleaned = json.loads((prepared / "clean" / "clean_report.json").read_text())
     assert cleaned["eval_sets"]["tatoeba"]["sentences"] > 100_000
     for pair in cleaned["pairs"]:
@@ -74,7 +88,9 @@ def test_shards_hold_the_pretokenized_corpus_with_per_pair_ranges(prepared):
             assert shards.sentence(2 * i + 1).tolist() == tokenizer.sp.encode(second)
             assert shards.langs[i].tolist() == [tokenizer.lang_index(lang) for lang in entry["sides"]]
     # the shards equal what the encoder computes from the raw, uncleaned-case text
-    raw_ja = next(read_parallel(prepared / "raw" / "en-ja" / "TED2020.en", prepared / "raw" / "en-ja" / "TED2020.ja"))[1]
+    raw_ja = next(read_parallel(prepared / "raw" / "en-ja" / "TED2020.en", prepared / "raw" / "en-ja" / "TED2020.ja"))[
+        1
+    ]
     start = index["files"][1]["start"]
     assert shards.sentence(2 * start).tolist() == tokenizer.encode([raw_ja], "ja")[0]
 
@@ -140,17 +156,40 @@ def test_slurm_array_tasks_and_join_give_the_same_shards(prepared, data_dir, tmp
 
     config, mirror, out = prepared.parent / "config.yaml", prepared.parent / "opus", tmp_path / "run"
     out.mkdir()
-    pairs = subprocess.run([sys.executable, "-m", "data_prep", "pairs", "--config", str(config)],
-                           cwd=REPO_ROOT, check=True, capture_output=True, text=True).stdout
+    pairs = subprocess.run(
+        [sys.executable, "-m", "data_prep", "pairs", "--config", str(config)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     (out / "pairs.txt").write_text(pairs)
-    env = {**os.environ, "CONFIG": str(config), "OUT": str(out), "MIRROR": str(mirror), "DATA_DIR": str(data_dir),
-           "PYTHON": sys.executable, "SLURM_JOB_ID": "1", "SLURM_CPUS_PER_TASK": "1"}
+    env = {
+        **os.environ,
+        "CONFIG": str(config),
+        "OUT": str(out),
+        "MIRROR": str(mirror),
+        "DATA_DIR": str(data_dir),
+        "PYTHON": sys.executable,
+        "SLURM_JOB_ID": "1",
+        "SLURM_CPUS_PER_TASK": "1",
+    }
     for task in (2, 0, 1):
-        subprocess.run(["bash", "slurm/prep.sh"], cwd=REPO_ROOT, check=True, capture_output=True,
-                       env={**env, "STAGE": "pair", "SLURM_ARRAY_TASK_ID": str(task)})
-    subprocess.run(["bash", "slurm/prep.sh"], cwd=REPO_ROOT, check=True, capture_output=True, env={**env, "STAGE": "join"})
+        subprocess.run(
+            ["bash", "slurm/prep.sh"],
+            cwd=REPO_ROOT,
+            check=True,
+            capture_output=True,
+            env={**env, "STAGE": "pair", "SLURM_ARRAY_TASK_ID": str(task)},
+        )
+    subprocess.run(
+        ["bash", "slurm/prep.sh"], cwd=REPO_ROOT, check=True, capture_output=True, env={**env, "STAGE": "join"}
+    )
 
     assert sorted(p.name for p in (out / "raw").glob("fetch_report.*.json")) == [
-        "fetch_report.de-en.json", "fetch_report.en-ja.json", "fetch_report.en-zh.json"]
+        "fetch_report.de-en.json",
+        "fetch_report.en-ja.json",
+        "fetch_report.en-zh.json",
+    ]
     for name in ("tokens.npy", "offsets.npy", "langs.npy"):
         assert (out / "shards" / name).read_bytes() == (prepared / "shards" / name).read_bytes()

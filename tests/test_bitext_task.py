@@ -2,7 +2,6 @@
 newstest2019-ref.<code>.txt / newstest2019-src.eng.txt), run by `python -m eval.run_all`; margin
 scoring and LASER's duplicate rule on hand-built vectors."""
 
-
 import numpy as np
 import pytest
 
@@ -23,15 +22,23 @@ def write_ntrex_like(data_dir, root):
     flores = data_dir / "flores200" / "devtest"
     for code, stem in {"eng": "eng", **NTREX_FROM_FLORES}.items():
         name = "newstest2019-src.eng.txt" if code == "eng" else f"newstest2019-ref.{code}.txt"
-        (corpus / name).write_text("".join(f"{line}\n" for line in read_lines(flores / f"{stem}.devtest")[:N]), encoding="utf-8")
+        (corpus / name).write_text(
+            "".join(f"{line}\n" for line in read_lines(flores / f"{stem}.devtest")[:N]), encoding="utf-8"
+        )
     (corpus / f"newstest2019-ref.{'cmn_Hant'}.txt").write_text(  # a FLORES code in a file name works too
-        "".join(f"{line}\n" for line in read_lines(flores / "cmn_Hant.devtest")[:N]), encoding="utf-8")
+        "".join(f"{line}\n" for line in read_lines(flores / "cmn_Hant.devtest")[:N]), encoding="utf-8"
+    )
 
 
 def write_config(path, languages, **extra):
-    lines = ["type: bitext", "name: ntrex", "data_subdir: ntrex/NTREX-128",
-             'source: {pattern: "newstest2019-src.{lang}.txt", lang: eng}',
-             'targets: {pattern: "newstest2019-ref.{lang}.txt"}', f"languages: [{', '.join(languages)}]"]  # fmt: skip
+    lines = [
+        "type: bitext",
+        "name: ntrex",
+        "data_subdir: ntrex/NTREX-128",
+        'source: {pattern: "newstest2019-src.{lang}.txt", lang: eng}',
+        'targets: {pattern: "newstest2019-ref.{lang}.txt"}',
+        f"languages: [{', '.join(languages)}]",
+    ]
     lines += [f"{key}: {value}" for key, value in extra.items()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (path.parent / "suite.yaml").write_text(f"tasks: [{path.name}]\n", encoding="utf-8")
@@ -42,8 +49,18 @@ def test_ems_eval_runs_the_generic_task_on_an_ntrex_layout(data_dir, tmp_path, m
     codes = [*NTREX_FROM_FLORES, "cmn_Hant", "spa"]  # spa: no file, a data error that costs only spa
     write_config(tmp_path / "ntrex.yaml", codes)
     monkeypatch.setattr("eval.run_all.load_encoder", lambda spec, cache_dir, device: TrigramEncoder())
-    status = run_all_main(["--encoder", "trigram", "--data-dir", str(tmp_path / "data"), "--suite",
-                           str(tmp_path / "suite.yaml"), "--out", str(tmp_path / "out")])  # fmt: skip
+    status = run_all_main(
+        [
+            "--encoder",
+            "trigram",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--suite",
+            str(tmp_path / "suite.yaml"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     result = stored_results(tmp_path / "out")["ntrex"]
     assert status == 2 and list(result["data_errors"]) == ["spa"]
     assert list(result["languages"]) == ["deu", "fra-CA", "zho-CN", "srp-Cyrl", "cmn_Hant"]
@@ -57,19 +74,35 @@ def test_a_misspelled_code_is_one_error_line(data_dir, tmp_path, monkeypatch, ca
     write_ntrex_like(data_dir, tmp_path / "data")
     write_config(tmp_path / "ntrex.yaml", ["deu", "frnch"])
     monkeypatch.setattr("eval.run_all.load_encoder", lambda spec, cache_dir, device: TrigramEncoder())
-    status = run_all_main(["--encoder", "trigram", "--data-dir", str(tmp_path / "data"), "--suite",
-                           str(tmp_path / "suite.yaml"), "--out", str(tmp_path / "out")])  # fmt: skip
+    status = run_all_main(
+        [
+            "--encoder",
+            "trigram",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--suite",
+            str(tmp_path / "suite.yaml"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and "ntrex: not run:" in err and "frnch" in err
 
 
 def test_languages_the_encoder_lacks_are_listed_and_codes_map_to_its_own(data_dir, tmp_path):
     write_ntrex_like(data_dir, tmp_path)
-    task = BitextTask(tmp_path / "ntrex" / "NTREX-128", {"pattern": "newstest2019-src.{lang}.txt", "lang": "eng"},
-                      {"pattern": "newstest2019-ref.{lang}.txt"}, ["deu", "zho-CN", "srp-Cyrl"])  # fmt: skip
+    task = BitextTask(
+        tmp_path / "ntrex" / "NTREX-128",
+        {"pattern": "newstest2019-src.{lang}.txt", "lang": "eng"},
+        {"pattern": "newstest2019-ref.{lang}.txt"},
+        ["deu", "zho-CN", "srp-Cyrl"],
+    )
     encoder = TrigramEncoder(languages=["en", "de", "zh"])
     result = evaluate_bitext(encoder, task, progress=False)
-    assert list(result["languages"]) == ["deu", "zho-CN"] and result["skipped"] == {"not covered by the encoder": ["srp-Cyrl"]}
+    assert list(result["languages"]) == ["deu", "zho-CN"] and result["skipped"] == {
+        "not covered by the encoder": ["srp-Cyrl"]
+    }
     assert sorted(set(encoder.calls)) == [("de", N), ("en", N), ("zh", N)]  # English encoded once, codes as the model's
 
 
@@ -89,8 +122,13 @@ def test_margin_scoring_and_laser_duplicates_on_hand_built_vectors(tmp_path):
     (tmp_path / "src.eng").write_text("A\nB\nC\n", encoding="utf-8")
     (tmp_path / "ref.deu").write_text("a\nb\nc\n", encoding="utf-8")
     (tmp_path / "ref.fra").write_text("a\nb\nc\n", encoding="utf-8")
-    encoder = TableEncoder({**{("de", s): v for s, v in x.items()}, **{("fr", s): v for s, v in x.items()},
-                            **{("en", s): v for s, v in y.items()}})  # fmt: skip
+    encoder = TableEncoder(
+        {
+            **{("de", s): v for s, v in x.items()},
+            **{("fr", s): v for s, v in x.items()},
+            **{("en", s): v for s, v in y.items()},
+        }
+    )
     sides = ({"pattern": "src.{lang}", "lang": "eng"}, {"pattern": "ref.{lang}"})
     cosine = evaluate_bitext(encoder, BitextTask(tmp_path, *sides, ["deu"]), progress=False)["languages"]["deu"]
     assert cosine["xx2en"] == pytest.approx(100 / 3) and cosine["en2xx"] == 100.0
@@ -100,7 +138,9 @@ def test_margin_scoring_and_laser_duplicates_on_hand_built_vectors(tmp_path):
     (tmp_path / "src.eng").write_text("A\nB\nB\n", encoding="utf-8")
     encoder.vectors[("en", "B")] = [0, 1, 0]
     y_dup = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32)
-    encoder.encode = lambda sentences, lang: (y_dup if lang == "en" else np.array([x[s] for s in sentences], dtype=np.float32))
+    encoder.encode = lambda sentences, lang: (
+        y_dup if lang == "en" else np.array([x[s] for s in sentences], dtype=np.float32)
+    )
     off = evaluate_bitext(encoder, BitextTask(tmp_path, *sides, ["deu"]), progress=False)["languages"]["deu"]
     on = evaluate_bitext(encoder, BitextTask(tmp_path, *sides, ["deu"], laser_duplicates=True), progress=False)
     assert off["xx2en"] == pytest.approx(100 / 3) and off["duplicate_hits"] == 0

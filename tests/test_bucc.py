@@ -146,44 +146,73 @@ def test_threshold_and_f1_by_hand():
 
 def write_split(directory: Path, lang: str, split: str, xx: dict, en: dict, gold: list | None):
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{lang}-en.{split}.{lang}").write_text("".join(f"{i}\t{s}\n" for i, s in xx.items()), encoding="utf-8")
+    (directory / f"{lang}-en.{split}.{lang}").write_text(
+        "".join(f"{i}\t{s}\n" for i, s in xx.items()), encoding="utf-8"
+    )
     (directory / f"{lang}-en.{split}.en").write_text("".join(f"{i}\t{s}\n" for i, s in en.items()), encoding="utf-8")
     if gold is not None:
         (directory / f"{lang}-en.{split}.gold").write_text("".join(f"{a}\t{b}\n" for a, b in gold), encoding="utf-8")
 
 
 VECTORS = {
-    ("de", "Hund"): [1, 0, 0], ("de", "Katze"): [0, 1, 0], ("de", "Baum"): [0, 0, 1], ("de", "Haus"): [1, 0, 0],
-    ("en", "dog"): [1, 0.1, 0], ("en", "cat"): [0.1, 1, 0], ("en", "car"): [0, 0.3, 1],
-    ("en", "house"): [1, 0, 0.2], ("en", "tree"): [0, 0.5, 1],
-}  # fmt: skip
+    ("de", "Hund"): [1, 0, 0],
+    ("de", "Katze"): [0, 1, 0],
+    ("de", "Baum"): [0, 0, 1],
+    ("de", "Haus"): [1, 0, 0],
+    ("en", "dog"): [1, 0.1, 0],
+    ("en", "cat"): [0.1, 1, 0],
+    ("en", "car"): [0, 0.3, 1],
+    ("en", "house"): [1, 0, 0.2],
+    ("en", "tree"): [0, 0.5, 1],
+}
 
 
 def test_bucc_end_to_end_with_duplicates_threshold_and_test_f1(tmp_path):
     # Training: a3 repeats a1's text. Absolute margin, k = 1: text pairs Hund-dog (cos 1/√1.01 = .995),
     # Katze-cat (.995), Baum-car (1/√1.09 = .958). Hund-dog stands for (a1, b1) and (a3, b1), so
     # the best threshold (.995 + .958) / 2 keeps 3 id pairs, 2 of them gold: P 66.7, R 100, F1 80.
-    write_split(tmp_path, "de", "training", {"a1": "Hund", "a2": "Katze", "a3": "Hund", "a4": "Baum"},
-                {"b1": "dog", "b2": "cat", "b3": "car"}, [("a1", "b1"), ("a2", "b2")])  # fmt: skip
+    write_split(
+        tmp_path,
+        "de",
+        "training",
+        {"a1": "Hund", "a2": "Katze", "a3": "Hund", "a4": "Baum"},
+        {"b1": "dog", "b2": "cat", "b3": "car"},
+        [("a1", "b1"), ("a2", "b2")],
+    )
     # Test: Haus-house (1/√1.04 = .981) passes; Baum prefers car (.958) to tree (1/√1.25 = .894) and
     # car's pair is below the threshold: 1 of 2 gold found, P 100, R 50, F1 66.7.
-    write_split(tmp_path, "de", "test", {"c1": "Haus", "c2": "Baum"}, {"d1": "house", "d2": "tree", "d3": "car"},
-                [("c1", "d1"), ("c2", "d2")])  # fmt: skip
+    write_split(
+        tmp_path,
+        "de",
+        "test",
+        {"c1": "Haus", "c2": "Baum"},
+        {"d1": "house", "d2": "tree", "d3": "car"},
+        [("c1", "d1"), ("c2", "d2")],
+    )
     task = BuccTask(tmp_path, ["de", "fr"], k=1, margin="absolute", mode="max")
     result = evaluate_bucc(TableEncoder(VECTORS), task, progress=False)
     de = result["languages"]["de"]
     assert de["threshold"] == pytest.approx((1 / np.sqrt(1.01) + 1 / np.sqrt(1.09)) / 2, abs=1e-6)
     assert de["train"]["n_predicted"] == 3 and de["train"]["precision"] == pytest.approx(200 / 3)
     assert de["train"]["recall"] == 100.0 and de["train"]["f1"] == pytest.approx(80.0)
-    assert de["test"] == {"precision": 100.0, "recall": 50.0, "f1": pytest.approx(200 / 3), "n_predicted": 1, "n_gold": 2}
+    assert de["test"] == {
+        "precision": 100.0,
+        "recall": 50.0,
+        "f1": pytest.approx(200 / 3),
+        "n_predicted": 1,
+        "n_gold": 2,
+    }
     assert result["average"] == {"train_f1": pytest.approx(80.0), "test_f1": pytest.approx(200 / 3), "n_languages": 1}
-    assert result["skipped"] == {} and list(result["data_errors"]) == ["fr"] and "fr-en.training.fr" in result["data_errors"]["fr"]
+    assert (
+        result["skipped"] == {}
+        and list(result["data_errors"]) == ["fr"]
+        and "fr-en.training.fr" in result["data_errors"]["fr"]
+    )
 
     only_fr = evaluate_bucc(TableEncoder(VECTORS, languages=["en", "fr"]), task, progress=False)
     assert only_fr["skipped"]["not covered by the encoder"] == ["de"]
     with pytest.raises(MissingDataError, match=r"nowhere.*de-en\.training\.de"):
         evaluate_bucc(TableEncoder(VECTORS), BuccTask(tmp_path / "nowhere", ["de"]), progress=False)
-
 
 
 def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
@@ -192,8 +221,14 @@ def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
     from eval.run_all import run_all
 
     data = tmp_path / "data"
-    write_split(data / "mining", "de", "training", {"a1": "Hund", "a2": "Katze", "a3": "Baum"},
-                {"b1": "dog", "b2": "cat", "b3": "car"}, [("a1", "b1"), ("a2", "b2")])  # fmt: skip
+    write_split(
+        data / "mining",
+        "de",
+        "training",
+        {"a1": "Hund", "a2": "Katze", "a3": "Baum"},
+        {"b1": "dog", "b2": "cat", "b3": "car"},
+        [("a1", "b1"), ("a2", "b2")],
+    )
     configs = tmp_path / "configs"
     configs.mkdir()
     task = "type: bucc\nname: {name}\ndata_subdir: mining\nlanguages: [de]\nk: 1\nmargin: absolute\nindex: {index}\n"
@@ -208,12 +243,17 @@ def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
     assert results["bad"].error == "index 'ivf-sq8:nprobe=x': option 'nprobe=x': must be an integer, got 'x'"
     assert BuccTask(tmp_path, ["de"], index="hnsw:ef_search=128").index == "hnsw:ef_search=128"
 
+
 def test_bucc_reader_on_the_official_layout(data_dir):
     fixture = data_dir / "fixtures" / "bucc_format"
     training = load_bucc_split(fixture, "fr", "training")
     assert len(training.xx) == 3 and len(training.en) == 9  # fr ends with an empty line, en without a newline
     assert training.xx_ids[0] == "fr-000000001" and training.en[0].startswith("Whether Pygmalion")
-    expected_gold = {("fr-000000001", "en-000000009"), ("fr-000000002", "en-000000001"), ("fr-000000003", "en-000000005")}
+    expected_gold = {
+        ("fr-000000001", "en-000000009"),
+        ("fr-000000002", "en-000000001"),
+        ("fr-000000003", "en-000000005"),
+    }
     assert training.gold == expected_gold
     sample = load_bucc_split(fixture, "fr", "sample")
     assert sample.xx_ids == ["fr-000000002"] and sample.gold == {("fr-000000002", "en-000014960")}
@@ -230,7 +270,10 @@ def test_bucc_reader_rejects_bad_files(tmp_path):
     with pytest.raises(ValueError, match=r"gold:1: id pair \['a1', 'b9'\]"):
         load_bucc_split(tmp_path, "de", "training")
     write_split(tmp_path, "de", "training", {"a1": "Hund"}, {"b1": "dog"}, [])
-    assert "non-empty gold" in evaluate_bucc(TableEncoder(VECTORS), BuccTask(tmp_path, ["de"]), progress=False)["data_errors"]["de"]
+    assert (
+        "non-empty gold"
+        in evaluate_bucc(TableEncoder(VECTORS), BuccTask(tmp_path, ["de"]), progress=False)["data_errors"]["de"]
+    )
     assert unique_texts(["a", "b", "c"], ["x", "y", "x"]) == (["x", "y"], [["a", "c"], ["b"]])
 
 

@@ -30,8 +30,8 @@ from eval.evaluators.classification_data import (
     sib200_languages,
     split_sentences,
 )
-from eval.run_all import run_all
 from eval.results import read_results as stored_results
+from eval.run_all import run_all
 from eval.tasks.classification import ClassificationConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -107,7 +107,10 @@ def test_mlp_is_perfect_in_language_and_fooled_by_a_rotation():
     assert result["in_language"] == {"n": 30, "accuracy": 100.0, "std": 0.0, "per_seed": [100.0] * 3}
     assert result["languages"]["ja"]["accuracy"] == 100.0
     assert result["languages"]["fr"]["accuracy"] <= 5.0  # every test point sits on the next class's centroid
-    assert result["average"] == {"n_languages": 2, "accuracy": pytest.approx((100 + result["languages"]["fr"]["accuracy"]) / 2)}
+    assert result["average"] == {
+        "n_languages": 2,
+        "accuracy": pytest.approx((100 + result["languages"]["fr"]["accuracy"]) / 2),
+    }
     assert result["dev"]["accuracy"] == 100.0 and len(result["dev"]["best_epoch"]) == 3
     # one encode call per split and language: train, dev, then the three test sets
     assert encoder.calls == [("de", 60), ("de", 15), ("de", 30), ("fr", 30), ("ja", 30)]
@@ -119,21 +122,40 @@ def test_mlp_std_over_seeds_and_uncovered_languages():
     task, vectors = _synthetic_task()
     for doc in task.test["fr"][:10]:  # make fr's accuracy depend on the seed: some points halfway
         vectors[("fr", doc.sentences[0])] = np.full(8, 0.3)
-    result = evaluate_classification(TableEncoder(vectors, languages=["de", "fr"]), task, seeds=[0, 1], settings=FAST,
-                                     progress=False)  # fmt: skip
+    result = evaluate_classification(
+        TableEncoder(vectors, languages=["de", "fr"]), task, seeds=[0, 1], settings=FAST, progress=False
+    )
     row = result["languages"]["fr"]
-    assert row["accuracy"] == pytest.approx(np.mean(row["per_seed"])) and row["std"] == pytest.approx(np.std(row["per_seed"]))
+    assert row["accuracy"] == pytest.approx(np.mean(row["per_seed"])) and row["std"] == pytest.approx(
+        np.std(row["per_seed"])
+    )
     assert result["skipped"]["not covered by the encoder"] == ["ja"]
-    none = evaluate_classification(TableEncoder(vectors, languages=["fr"]), task, seeds=[0], settings=FAST, progress=False)
+    none = evaluate_classification(
+        TableEncoder(vectors, languages=["fr"]), task, seeds=[0], settings=FAST, progress=False
+    )
     assert none["languages"] == {} and none["average"] is None
     assert none["skipped"]["not covered by the encoder"] == ["de (the train language: nothing evaluated)"]
-    with pytest.raises(ConfigError, match=re.escape(
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
             "ClassificationConfig: mlp: unknown key(s) ['layers']; known (MlpConfig fields): ['batch_size', 'dropout', "
-            "'epochs', 'hidden', 'learning_rate', 'preset', 'weight_decay']")):  # fmt: skip
-        load_config(ClassificationConfig, values={"name": "c", "data_subdir": "c", "format": "mldoc", "languages": "all",
-                                                  "mlp": {"hidden": 8, "layers": 2}})  # fmt: skip
-    one_layer = load_config(ClassificationConfig, values={"name": "c", "data_subdir": "c", "format": "mldoc",
-                                                          "languages": "all", "mlp": {"hidden": 8}})  # fmt: skip
+            "'epochs', 'hidden', 'learning_rate', 'preset', 'weight_decay']"
+        ),
+    ):
+        load_config(
+            ClassificationConfig,
+            values={
+                "name": "c",
+                "data_subdir": "c",
+                "format": "mldoc",
+                "languages": "all",
+                "mlp": {"hidden": 8, "layers": 2},
+            },
+        )
+    one_layer = load_config(
+        ClassificationConfig,
+        values={"name": "c", "data_subdir": "c", "format": "mldoc", "languages": "all", "mlp": {"hidden": 8}},
+    )
     assert one_layer.mlp == MlpSettings(hidden=(8,))
     with pytest.raises(ValueError, match="dropout"):
         MlpSettings(dropout=1.5)
@@ -150,8 +172,9 @@ def test_mldoc_reader_on_fixture():
     task = read_mldoc(FIXTURES / "mldoc", ["de", "fr", "zh", "pt"])
     assert (task.name, task.labels, task.train_language) == ("mldoc", ["CCAT", "ECAT", "GCAT", "MCAT"], "en")
     assert len(task.train) == 8 and len(task.dev) == 4
-    assert task.train[0] == Document(["Acme Corp said on Monday it would buy a rival toolmaker.",
-                                      "The deal needs approval from regulators."], "CCAT")  # fmt: skip
+    assert task.train[0] == Document(
+        ["Acme Corp said on Monday it would buy a rival toolmaker.", "The deal needs approval from regulators."], "CCAT"
+    )
     assert list(task.test) == ["en", "de", "zh"]
     assert [d.label for d in task.test["de"]] == ["CCAT", "ECAT", "MCAT"]
     assert task.test["zh"][0].sentences == ["选举于周日举行。", "新议会将于下月开会！"]
@@ -161,9 +184,13 @@ def test_mldoc_reader_on_fixture():
         UNKNOWN_LABEL: ["german.test: 1 of 6"],
         EMPTY_TEXT: ["german.test: 1 of 6"],
     }
-    assert task.data_errors == {"fr": f"missing MLDoc file {FIXTURES / 'mldoc' / 'french.test'}; build it from {MLDOC_SOURCE}"}
+    assert task.data_errors == {
+        "fr": f"missing MLDoc file {FIXTURES / 'mldoc' / 'french.test'}; build it from {MLDOC_SOURCE}"
+    }
     whole = read_mldoc(FIXTURES / "mldoc", ["de"], max_documents=2, split=False)
-    assert whole.train[0].sentences == ["Acme Corp said on Monday it would buy a rival toolmaker. The deal needs approval from regulators."]
+    assert whole.train[0].sentences == [
+        "Acme Corp said on Monday it would buy a rival toolmaker. The deal needs approval from regulators."
+    ]
     assert len(whole.train) == 2 and len(whole.test["de"]) == 2
 
 
@@ -184,13 +211,19 @@ def test_webis_cls10_reader_on_fixture():
     task = read_webis_cls10(FIXTURES / "webis_cls10", ["de", "fr", "ja"], dev_fraction=0.2)
     assert task.labels == ["negative", "positive"] and task.name == "amazon"
     assert len(task.train) == 8 and len(task.dev) == 2
-    assert {d.sentences[0] for d in task.train + task.dev} >= {"A wonderful story.", "The plot drags & the ending is silly."}
+    assert {d.sentences[0] for d in task.train + task.dev} >= {
+        "A wonderful story.",
+        "The plot drags & the ending is silly.",
+    }
     assert [d.label for d in task.test["en"]] == ["positive", "negative"]
     assert task.test["de"] == [
         Document(["Ein wunderbares Buch.", "Sehr empfehlenswert!"], "positive"),
         Document(['Langweilig "und" zu lang.'], "negative"),
     ]
-    assert task.test["ja"] == [Document(["とても面白い本です。", "また読みたい！"], "positive"), Document(["退屈でした。"], "negative")]
+    assert task.test["ja"] == [
+        Document(["とても面白い本です。", "また読みたい！"], "positive"),
+        Document(["退屈でした。"], "negative"),
+    ]
     webis = FIXTURES / "webis_cls10"
     assert task.skipped == {
         BAD_RECORD: ["de/books/test.review: 2 of 6"],
@@ -217,7 +250,9 @@ def test_webis_cls10_reader_bad_input(tmp_path):
 
 def test_sib200_language_codes():
     assert sib200_language_code("deu_Latn") == "de"
-    assert sib200_language_code("npi_Deva") == "ne"  # individual language -> its macrolanguage, as ems.languages.FLORES_FILES
+    assert (
+        sib200_language_code("npi_Deva") == "ne"
+    )  # individual language -> its macrolanguage, as ems.languages.FLORES_FILES
     assert sib200_language_code("yor_Latn") == "yo"
     assert sib200_language_code("arb_Arab", 2) == "ar" and sib200_language_code("arb_Latn", 2) == "ar-latn"
     assert sib200_language_code("zho_Hans", 2) == "zh" and sib200_language_code("zho_Hant", 2) == "zh-hant"
@@ -228,8 +263,10 @@ def test_sib200_language_codes():
 
 def _sib_fixture(root: Path) -> Path:
     header = "index_id\tcategory\ttext"
-    for name, rows in {"eng_Latn": ["1\tsports\tA goal.", "2\tbogus\tHuh.", "3\tsports", "4\ttravel\t  "],
-                       "deu_Latn": ["1\tsports\tEin Tor."]}.items():  # fmt: skip
+    for name, rows in {
+        "eng_Latn": ["1\tsports\tA goal.", "2\tbogus\tHuh.", "3\tsports", "4\ttravel\t  "],
+        "deu_Latn": ["1\tsports\tEin Tor."],
+    }.items():
         (root / name).mkdir(parents=True)
         (root / name / "labels.txt").write_text("sports\ntravel\n", encoding="utf-8")
         for split in ("train", "dev", "test"):
@@ -247,7 +284,9 @@ def test_sib200_reader_skips_and_missing_files(tmp_path):
     assert task.skipped[EMPTY_TEXT][0] == "eng_Latn/train.tsv: 1 of 4"
     (root / "deu_Latn" / "test.tsv").unlink()
     missing_test = read_sib200(root, ["de"])  # costs de only
-    assert list(missing_test.test) == ["en"] and re.search(r"deu_Latn/test\.tsv.*sib-200", missing_test.data_errors["de"])
+    assert list(missing_test.test) == ["en"] and re.search(
+        r"deu_Latn/test\.tsv.*sib-200", missing_test.data_errors["de"]
+    )
     with pytest.raises(MissingDataError, match="train language 'fr'"):
         read_sib200(root, None, train_language="fr")
     with pytest.raises(MissingDataError, match="missing SIB-200 directory"):
@@ -283,11 +322,21 @@ def test_run_all_with_classification_tasks(tmp_path, data_dir):
     suite = tmp_path / "suite.yaml"
     (tmp_path / "mldoc.yaml").write_text(
         "type: classification\nname: mldoc\ndata_subdir: mldoc\nformat: mldoc\nlanguages: [en, de, fr, zh]\n"
-        "seeds: 2\nmlp: {hidden: 8, epochs: 5}\n", encoding="utf-8")  # fmt: skip
+        "seeds: 2\nmlp: {hidden: 8, epochs: 5}\n",
+        encoding="utf-8",
+    )
     suite.write_text(f"tasks:\n  - {REPO_CONFIGS / 'sib200.yaml'}\n  - mldoc.yaml\n", encoding="utf-8")
     out = tmp_path / "out"
-    results = run_all(HashEncoder(), data_dir, out_dir=out, languages=["de", "fra", "ko"], max_sentences=60,
-                      progress=False, suite_path=suite, task_dirs={"mldoc": FIXTURES / "mldoc"})  # fmt: skip
+    results = run_all(
+        HashEncoder(),
+        data_dir,
+        out_dir=out,
+        languages=["de", "fra", "ko"],
+        max_sentences=60,
+        progress=False,
+        suite_path=suite,
+        task_dirs={"mldoc": FIXTURES / "mldoc"},
+    )
     sib = results["sib200"]
     assert sib["metric"] == "accuracy" and list(sib["languages"]) == ["de", "fr", "ko"]
     assert sib["in_language"]["n"] == 60 and sib["settings"]["seeds"] == [0, 1, 2, 3, 4]
@@ -306,7 +355,10 @@ def test_run_all_with_classification_tasks(tmp_path, data_dir):
 def test_run_all_rejects_bad_classification_config(tmp_path):
     (tmp_path / "bad.yaml").write_text(
         "type: classification\nname: bad\ndata_subdir: mldoc\nformat: mldoc\nlanguages: all\nmlp: {layers: 3}\n",
-        encoding="utf-8")  # fmt: skip
+        encoding="utf-8",
+    )
     (tmp_path / "suite.yaml").write_text("tasks: [bad.yaml]\n", encoding="utf-8")
     results = run_all(HashEncoder(), FIXTURES, progress=False, suite_path=tmp_path / "suite.yaml")
-    assert "bad.yaml: mlp: unknown key(s) ['layers']" in results["bad"]["error"]  # the task is not run, the suite goes on
+    assert (
+        "bad.yaml: mlp: unknown key(s) ['layers']" in results["bad"]["error"]
+    )  # the task is not run, the suite goes on

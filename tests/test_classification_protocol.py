@@ -17,7 +17,14 @@ TINY = MlpSettings(hidden=(8, 6), epochs=20, batch_size=6, learning_rate=0.01)
 
 
 def test_laser_settings_are_the_default():
-    laser = {"hidden": (10, 8), "dropout": 0.2, "learning_rate": 1e-3, "weight_decay": 0.0, "epochs": 500, "batch_size": 12}
+    laser = {
+        "hidden": (10, 8),
+        "dropout": 0.2,
+        "learning_rate": 1e-3,
+        "weight_decay": 0.0,
+        "epochs": 500,
+        "batch_size": 12,
+    }
     assert dataclasses.asdict(MlpSettings()) == laser
     assert mlp_settings({}) == MlpSettings() == mlp_settings({"preset": "laser"})
     assert mlp_settings({"preset": "small_64"}) == MlpSettings(hidden=64, epochs=100, batch_size=64)
@@ -47,8 +54,12 @@ def _two_way_task():
     wrong -- unless fr's embedding of en is what it trains on, which would show training on en."""
     rng = np.random.default_rng(0)
     vectors = {}
-    data = {lang: {split: _documents(vectors, lang, split, n, rng) for split, n in (("train", 24), ("dev", 12), ("test", 20))}
-            for lang in ("en", "de", "fr")}  # fmt: skip
+    data = {
+        lang: {
+            split: _documents(vectors, lang, split, n, rng) for split, n in (("train", 24), ("dev", 12), ("test", 20))
+        }
+        for lang in ("en", "de", "fr")
+    }
     for (lang, text), vector in list(vectors.items()):
         if lang == "fr":
             vectors[(lang, text)] = vector[[1, 0, 2, 3]]
@@ -79,8 +90,15 @@ def test_xx2en_trains_on_x_and_tests_on_english():
         reads.append(lang)
         return task(lang, ["en"])
 
-    result = evaluate_classification(encoder, task("en", ["de", "fr"]), seeds=[0, 1], settings=TINY, progress=False,
-                                     directions=["en2xx", "xx2en"], read_train_task=read_train_task)  # fmt: skip
+    result = evaluate_classification(
+        encoder,
+        task("en", ["de", "fr"]),
+        seeds=[0, 1],
+        settings=TINY,
+        progress=False,
+        directions=["en2xx", "xx2en"],
+        read_train_task=read_train_task,
+    )
     assert reads == ["de", "fr"]
     forward, reverse = result["directions"]["en2xx"], result["directions"]["xx2en"]
     assert forward["languages"] is result["languages"] and forward["average"] == result["average"]
@@ -96,16 +114,30 @@ def test_xx2en_trains_on_x_and_tests_on_english():
     assert "| fr→en | 100.0 | 0.0 ± 0.0 |" in report and "**average** (2, X→en)" in report
     assert "| de | 20 | 100.0 ± 0.0 |" in report
 
-    only = evaluate_classification(TableEncoder(vectors), task("en", ["de"]), seeds=[0], settings=TINY, progress=False,
-                                   directions=["xx2en"], read_train_task=lambda lang: task(lang, ["en"]))  # fmt: skip
+    only = evaluate_classification(
+        TableEncoder(vectors),
+        task("en", ["de"]),
+        seeds=[0],
+        settings=TINY,
+        progress=False,
+        directions=["xx2en"],
+        read_train_task=lambda lang: task(lang, ["en"]),
+    )
     assert only["languages"] == {} and list(only["directions"]) == ["xx2en"]
     assert "No language was evaluated." not in classification_table(only, "only")
 
     def broken(lang):
         raise FileNotFoundError(f"no {lang} train file")
 
-    missing = evaluate_classification(TableEncoder(vectors), task("en", ["de"]), seeds=[0], settings=TINY, progress=False,
-                                      directions=["xx2en"], read_train_task=broken)  # fmt: skip
+    missing = evaluate_classification(
+        TableEncoder(vectors),
+        task("en", ["de"]),
+        seeds=[0],
+        settings=TINY,
+        progress=False,
+        directions=["xx2en"],
+        read_train_task=broken,
+    )
     assert missing["data_errors"] == {"de (xx2en training data)": "no de train file"}
     assert missing["directions"]["xx2en"] == {"languages": {}, "average": None}
     with pytest.raises(ValueError, match="read_train_task"):
@@ -135,7 +167,9 @@ def test_poisoned_test_labels_change_no_choice():
     assert clean["dev"] == dirty["dev"]  # same epochs kept, same dev accuracies
     assert len(set(clean["dev"]["best_epoch"])) > 1 or clean["dev"]["best_epoch"][0] < 30
     for lang in ("de",):
-        assert clean["languages"][lang]["per_seed"] == pytest.approx([100 - a for a in dirty["languages"][lang]["per_seed"]])
+        assert clean["languages"][lang]["per_seed"] == pytest.approx(
+            [100 - a for a in dirty["languages"][lang]["per_seed"]]
+        )
     assert clean["in_language"]["per_seed"] == pytest.approx([100 - a for a in dirty["in_language"]["per_seed"]])
 
 
@@ -172,9 +206,13 @@ def test_run_all_runs_both_directions(tmp_path):
     shutil.copy(data / "english.dev", data / "german.dev")
     (tmp_path / "mldoc.yaml").write_text(
         "type: classification\nname: mldoc\ndata_subdir: mldoc\nformat: mldoc\nlanguages: [en, de, zh]\nseeds: 2\n"
-        "directions: [en2xx, xx2en]\nmlp: {hidden: [6, 4], epochs: 3, batch_size: 4}\n", encoding="utf-8")  # fmt: skip
+        "directions: [en2xx, xx2en]\nmlp: {hidden: [6, 4], epochs: 3, batch_size: 4}\n",
+        encoding="utf-8",
+    )
     (tmp_path / "suite.yaml").write_text("tasks: [mldoc.yaml]\n", encoding="utf-8")
-    results = run_all(HashEncoder(), tmp_path, out_dir=tmp_path / "out", progress=False, suite_path=tmp_path / "suite.yaml")
+    results = run_all(
+        HashEncoder(), tmp_path, out_dir=tmp_path / "out", progress=False, suite_path=tmp_path / "suite.yaml"
+    )
     mldoc = results["mldoc"]
     assert list(mldoc["languages"]) == ["de", "zh"] and mldoc["settings"]["directions"] == ["en2xx", "xx2en"]
     reverse = mldoc["directions"]["xx2en"]

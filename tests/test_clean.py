@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from data_prep.__main__ import main
+from data_prep.clean import (
+    CleanSettings,
+    EvalSetError,
+    HashSet,
+    clean_corpus,
+    load_eval_sentences,
+    normalize,
+    text_hash,
+)
 from ems.cli import run_main
-from data_prep.clean import CleanSettings, EvalSetError, HashSet, clean_corpus, load_eval_sentences, normalize, text_hash
 from ems.corpus import read_parallel, write_parallel
 from tests.opus_mirror import flores_lines
 
@@ -31,7 +39,14 @@ def test_hash_set_finds_members_and_new_values_across_merges():
     assert members.add_new(np.array([9, 1, 1, 7], dtype=np.uint64)).tolist() == [False, True, False, True]
     assert members.add_new(np.array([2, 3, 7], dtype=np.uint64)).tolist() == [True, True, False]
     assert len(members) == 6 and len(members.small) == 0  # merged into the large array
-    assert members.contains(np.array([1, 2, 3, 4, 5, 9], dtype=np.uint64)).tolist() == [True, True, True, False, True, True]
+    assert members.contains(np.array([1, 2, 3, 4, 5, 9], dtype=np.uint64)).tolist() == [
+        True,
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]
 
 
 def test_normalize_is_nfkc_collapsed_lowercase():
@@ -42,8 +57,8 @@ def test_normalize_is_nfkc_collapsed_lowercase():
 def test_each_filter_drops_and_counts_its_pairs(tmp_path):
     good = [(f"Das ist Satz Nummer {i}.", f"This is sentence number {i}.") for i in range(20)]
     bad = [
-        ("Kontroll\x07zeichen", "control character"),   # control_characters
-        ("x" * 300, "y" * 300),                          # too_long (max_chars 200)
+        ("Kontroll\x07zeichen", "control character"),  # control_characters
+        ("x" * 300, "y" * 300),  # too_long (max_chars 200)
         ("Ein sehr langer deutscher Satz mit vielen Wörtern darin.", "No."),  # length_ratio
         ("Das ist Satz Nummer 3.", "This is sentence number 3."),  # duplicate (after lowercase too)
         ("DAS IST SATZ NUMMER 4.", "this is sentence number 4."),  # duplicate after normalization
@@ -69,9 +84,12 @@ def test_duplicates_are_removed_across_the_corpora_of_a_language_pair(tmp_path):
 
 def test_bad_bytes_are_counted_by_reason(tmp_path):
     huge = b"a" * 5000
-    write_bytes(tmp_path / "raw", "toy",
-                b"gut\n\xff\xfe kaputt\n\nlang " + huge + b"\nnoch gut\n",
-                b"good\nbroken\nempty\nlong\nstill good\n")
+    write_bytes(
+        tmp_path / "raw",
+        "toy",
+        b"gut\n\xff\xfe kaputt\n\nlang " + huge + b"\nnoch gut\n",
+        b"good\nbroken\nempty\nlong\nstill good\n",
+    )
     report = clean_corpus(tmp_path / "raw", tmp_path / "clean", CleanSettings(max_line_bytes=1000), NO_EVAL)
     entry = report["pairs"][0]["files"][0]
     assert entry["read"] == 5 and entry["kept"] == 2
@@ -90,8 +108,17 @@ def test_unequal_line_counts_fail_that_file_with_a_clear_message(tmp_path, capsy
 
     config = tmp_path / "c.yaml"
     config.write_text("languages: [de, en]\npivot: en\n")
-    args = ["clean", "--config", str(config), "--in", str(tmp_path / "raw"), "--out", str(tmp_path / "c2"),
-            "--data-dir", str(tmp_path)]
+    args = [
+        "clean",
+        "--config",
+        str(config),
+        "--in",
+        str(tmp_path / "raw"),
+        "--out",
+        str(tmp_path / "c2"),
+        "--data-dir",
+        str(tmp_path),
+    ]
     assert run_main(main, args) == 2
     assert "could not clean: de-en/toy:" in capsys.readouterr().err
 
@@ -100,13 +127,19 @@ def test_every_pair_with_a_side_in_an_evaluation_set_is_removed(data_dir, tmp_pa
     de, en = flores_lines(data_dir, "de"), flores_lines(data_dir, "en")
     fresh = [("Dieser Satz steht in keinem Testset.", "This sentence is in no test set.")]
     # one side from FLORES is enough to drop a pair; case and spacing do not hide it
-    pairs = [(de[0], "unrelated english text"), ("unverwandter deutscher text", en[1].upper() + "  "), *zip(de[2:10], en[2:10])]
+    pairs = [
+        (de[0], "unrelated english text"),
+        ("unverwandter deutscher text", en[1].upper() + "  "),
+        *zip(de[2:10], en[2:10]),
+    ]
     write_parallel(tmp_path / "raw", "toy", "de", "en", pairs + fresh)
     eval_hashes, counts = load_eval_sentences(data_dir, ["flores"])
     assert counts["flores"]["files"] >= 200 and counts["flores"]["sentences"] >= 200 * 1012
     assert eval_hashes.contains(np.array([text_hash(normalize(en[5]))], dtype=np.uint64)).all()
 
-    report = clean_corpus(tmp_path / "raw", tmp_path / "clean", CleanSettings(max_length_ratio=100), eval_hashes, counts)
+    report = clean_corpus(
+        tmp_path / "raw", tmp_path / "clean", CleanSettings(max_length_ratio=100), eval_hashes, counts
+    )
     entry = report["pairs"][0]["files"][0]
     assert entry["dropped"] == {"in_eval_set": 10} and entry["kept"] == 1
     assert cleaned(tmp_path / "clean") == [tuple(s.lower() for s in fresh[0])]

@@ -30,24 +30,33 @@ CONFIG_CLASSES = {
 def test_numbers_yaml_reads_as_strings_get_the_field_type(tmp_path):
     # YAML 1.1 reads 3e-4 (no dot) as a string: a float field must still get a float
     (tmp_path / "run.yaml").write_text("lr: 3e-4\nwarmup_steps: 1e3\nmax_epochs: 3\n")
-    cfg = load_config(TrainConfig, tmp_path / "run.yaml", ["temperature=5", "out=123", "max_minutes=null",
-                                                           "model_overrides.d_model=64"])
+    cfg = load_config(
+        TrainConfig,
+        tmp_path / "run.yaml",
+        ["temperature=5", "out=123", "max_minutes=null", "model_overrides.d_model=64"],
+    )
     assert (cfg.lr, cfg.warmup_steps, cfg.max_epochs, cfg.temperature) == (3e-4, 1000, 3.0, 5.0)
     assert [type(v) for v in (cfg.lr, cfg.warmup_steps, cfg.max_epochs, cfg.temperature)] == [float, int, float, float]
     assert cfg.out == "123" and cfg.max_minutes is None and cfg.model_overrides == {"d_model": 64}
 
 
-@pytest.mark.parametrize("override, message", [
-    ("max_steps=abc", "TrainConfig: max_steps must be an integer, got 'abc'"),
-    ("max_steps=1.5", "TrainConfig: max_steps must be an integer, got 1.5"),
-    ("lr=fast", "TrainConfig: lr must be a number, got 'fast'"),
-    ("export_init=3", "TrainConfig: export_init must be true or false, got 3"),
-    ("lr=null", "TrainConfig: lr must be a number, got null"),
-    ("max_minutes=soon", "TrainConfig: max_minutes must be a number or null, got 'soon'"),
-    ("learning_rate=1", "TrainConfig: unknown key(s) ['learning_rate']; known: ['autocast', "),
-    ("max_steps", "TrainConfig: --set 'max_steps' is not of the form key=value"),
-    ("lr=[1, 2", "TrainConfig: --set 'lr=[1, 2': not a YAML value: line 1, column 6: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at line 1, column 1)"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("max_steps=abc", "TrainConfig: max_steps must be an integer, got 'abc'"),
+        ("max_steps=1.5", "TrainConfig: max_steps must be an integer, got 1.5"),
+        ("lr=fast", "TrainConfig: lr must be a number, got 'fast'"),
+        ("export_init=3", "TrainConfig: export_init must be true or false, got 3"),
+        ("lr=null", "TrainConfig: lr must be a number, got null"),
+        ("max_minutes=soon", "TrainConfig: max_minutes must be a number or null, got 'soon'"),
+        ("learning_rate=1", "TrainConfig: unknown key(s) ['learning_rate']; known: ['autocast', "),
+        ("max_steps", "TrainConfig: --set 'max_steps' is not of the form key=value"),
+        (
+            "lr=[1, 2",
+            "TrainConfig: --set 'lr=[1, 2': not a YAML value: line 1, column 6: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at line 1, column 1)",
+        ),
+    ],
+)
 def test_a_value_of_the_wrong_type_names_the_field(override, message):
     with pytest.raises(ConfigError) as error:
         load_config(TrainConfig, None, [override])
@@ -60,10 +69,15 @@ def test_every_problem_is_in_one_error_before_the_range_checks(tmp_path):
         load_config(TrainConfig, tmp_path / "run.yaml", ["max_steps=many", "seed=1"])
     assert error.value.where == str(tmp_path / "run.yaml")
     assert [problem.split(";")[0] for problem in error.value.problems] == [
-        "unknown key(s) ['learning_rate']", "lr must be a number, got 'fast'",
-        "model_overrides: dropout must be a number, got 'high'", "max_steps must be an integer, got 'many'"]
+        "unknown key(s) ['learning_rate']",
+        "lr must be a number, got 'fast'",
+        "model_overrides: dropout must be a number, got 'high'",
+        "max_steps must be an integer, got 'many'",
+    ]
     # the types right, every range problem at once (TrainConfig's own checks)
-    with pytest.raises(ConfigError, match=r"^TrainConfig: batch_size must be at least 1, got 0; save_every must be at least 1"):
+    with pytest.raises(
+        ConfigError, match=r"^TrainConfig: batch_size must be at least 1, got 0; save_every must be at least 1"
+    ):
         load_config(TrainConfig, None, ["batch_size=0", "save_every=0"])
 
 
@@ -73,22 +87,40 @@ def test_model_overrides_are_emsconfig_fields_checked_at_load():
     known = sorted(f for f in EMSConfig.__dataclass_fields__ if f not in ("vocab_size", "n_languages"))
     assert str(error.value) == (
         f"TrainConfig: model_overrides: unknown key(s) ['d_modle']; known (EMSConfig fields, not vocab_size, not "
-        f"n_languages): {known}; model_overrides: n_heads must be an integer, got 'four'")
+        f"n_languages): {known}; model_overrides: n_heads must be an integer, got 'four'"
+    )
     # typed as EMSConfig types them: a string stays verbatim (YAML would read `no` as false), a number is one
-    cfg = load_config(TrainConfig, None, ["model_overrides.duplicate_negatives=keep", "model_overrides.dropout=0",
-                                          "model_overrides.d_output=null"])
+    cfg = load_config(
+        TrainConfig,
+        None,
+        ["model_overrides.duplicate_negatives=keep", "model_overrides.dropout=0", "model_overrides.d_output=null"],
+    )
     assert cfg.model_overrides == {"duplicate_negatives": "keep", "dropout": 0.0, "d_output": None}
     assert type(cfg.model_overrides["dropout"]) is float
 
 
 def test_set_reads_a_value_as_the_type_of_the_key_it_names(tmp_path):
     (tmp_path / "data.yaml").write_text("languages: [de, en]\npivot: en\nclean: {max_chars: 300}\n")
-    cfg = load_config(PrepConfig, tmp_path / "data.yaml", ["clean.eval_sets=[tatoeba]", "vocab.temperature=1e-1",
-                                                             "corpora=[{name: A, release: '1.10'}]"])
+    cfg = load_config(
+        PrepConfig,
+        tmp_path / "data.yaml",
+        ["clean.eval_sets=[tatoeba]", "vocab.temperature=1e-1", "corpora=[{name: A, release: '1.10'}]"],
+    )
     assert cfg.clean.max_chars == 300 and cfg.clean.eval_sets == ("tatoeba",) and cfg.vocab.temperature == 0.1
     assert cfg.corpora[0].release == "1.10"
-    train = load_config(TrainConfig, None, ["teacher=null", "valid_data=", "out=1.10", "deepspeed_overrides.gradient_clipping=0.5",
-                                            "init_from=st:a: b, [c", 'data="/x y/shards"', "vocab='no'"])
+    train = load_config(
+        TrainConfig,
+        None,
+        [
+            "teacher=null",
+            "valid_data=",
+            "out=1.10",
+            "deepspeed_overrides.gradient_clipping=0.5",
+            "init_from=st:a: b, [c",
+            'data="/x y/shards"',
+            "vocab='no'",
+        ],
+    )
     assert (train.teacher, train.valid_data, train.out, train.init_from) == (None, None, "1.10", "st:a: b, [c")
     assert (train.data, train.vocab) == ("/x y/shards", "no")  # YAML-quoted: unquoted
     assert train.deepspeed_overrides == {"gradient_clipping": 0.5}
@@ -113,8 +145,10 @@ def test_a_malformed_yaml_file_is_one_line_naming_file_and_position(tmp_path):
     path.write_text("lr: 0.1\nmax_steps 100\nseed: 1\n")
     with pytest.raises(ConfigError) as error:
         load_config(TrainConfig, path)
-    assert str(error.value) == (f"{path}: not a readable YAML file: line 3, column 1: could not find expected ':' "
-                                "(while scanning a simple key at line 2, column 1)")
+    assert str(error.value) == (
+        f"{path}: not a readable YAML file: line 3, column 1: could not find expected ':' "
+        "(while scanning a simple key at line 2, column 1)"
+    )
     path.write_text("- lr\n")
     with pytest.raises(ConfigError, match=r"run.yaml: expected a mapping of config keys, got \['lr'\]"):
         load_config(TrainConfig, path)
@@ -139,18 +173,38 @@ def test_nested_sections_lists_and_partial_sections():
         by_name: dict[str, float] = field(default_factory=dict)
         some: Annotated[dict, FieldsOf(Inner)] = field(default_factory=dict)
 
-    cfg = load_config(Outer, values={"inner": {"size": 2}, "items": [{"size": 3, "name": "y"}], "pair": [1, 2],
-                                     "by_name": {"a": 1}, "some": {"name": "z"}})
+    cfg = load_config(
+        Outer,
+        values={
+            "inner": {"size": 2},
+            "items": [{"size": 3, "name": "y"}],
+            "pair": [1, 2],
+            "by_name": {"a": 1},
+            "some": {"name": "z"},
+        },
+    )
     assert cfg == Outer(Inner(2), [Inner(3, "y")], (1, 2), {"a": 1.0}, {"name": "z"})
     assert load_config(Outer, values={"items": None, "by_name": None, "some": None}) == Outer()  # an empty YAML key
     with pytest.raises(ConfigError) as error:
-        load_config(Outer, values={"inner": {"name": "n"}, "items": [{"size": "big"}], "pair": [1], "by_name": {1: "a"},
-                                   "some": {"size": "s", "other": 1}})
+        load_config(
+            Outer,
+            values={
+                "inner": {"name": "n"},
+                "items": [{"size": "big"}],
+                "pair": [1],
+                "by_name": {1: "a"},
+                "some": {"size": "s", "other": 1},
+            },
+        )
     assert error.value.problems == [
-        "inner: missing required key(s) ['size']", "items[0]: size must be an integer, got 'big'",
-        "pair must be a list of 2 values, got [1]", "by_name has key(s) [1] that are not strings (quote them in YAML)",
-        "by_name.1 must be a number, got 'a'", "some: unknown key(s) ['other']; known (Inner fields): ['name', 'size']",
-        "some: size must be an integer, got 's'"]
+        "inner: missing required key(s) ['size']",
+        "items[0]: size must be an integer, got 'big'",
+        "pair must be a list of 2 values, got [1]",
+        "by_name has key(s) [1] that are not strings (quote them in YAML)",
+        "by_name.1 must be a number, got 'a'",
+        "some: unknown key(s) ['other']; known (Inner fields): ['name', 'size']",
+        "some: size must be an integer, got 's'",
+    ]
 
 
 def test_unions_and_literals_take_the_first_member_a_value_fits():
@@ -161,51 +215,73 @@ def test_unions_and_literals_take_the_first_member_a_value_fits():
         mode: Literal["max", "ratio"] = "ratio"
         pool: int | Literal["all"] | None = None
 
-    assert load_config(Task, values={"languages": ["de", "en"], "seeds": [0, 2], "mode": "max", "pool": "all"}) == \
-        Task(["de", "en"], [0, 2], "max", "all")
+    assert load_config(Task, values={"languages": ["de", "en"], "seeds": [0, 2], "mode": "max", "pool": "all"}) == Task(
+        ["de", "en"], [0, 2], "max", "all"
+    )
     assert load_config(Task, values={"seeds": "3", "pool": 7}) == Task("all", 3, "ratio", 7)  # YAML 1.1's strings
-    assert load_config(Task, None, ["languages=[de, fr]", "seeds=[1]", "mode=max", "pool=null"]) == \
-        Task(["de", "fr"], [1], "max", None)
+    assert load_config(Task, None, ["languages=[de, fr]", "seeds=[1]", "mode=max", "pool=null"]) == Task(
+        ["de", "fr"], [1], "max", None
+    )
     assert load_config(Task, None, ["languages=all", "seeds=2"]) == Task("all", 2)
     with pytest.raises(ConfigError) as error:
         load_config(Task, values={"languages": "some", "seeds": [0, "one"], "mode": "min", "pool": True})
     assert error.value.problems == [  # inside a list: that member's own problem; else every member named
-        "languages must be a list of strings or 'all', got 'some'", "seeds[1] must be an integer, got 'one'",
-        "mode must be 'max' or 'ratio', got 'min'", "pool must be an integer or 'all' or null, got True"]
-    with pytest.raises(ConfigError, match=r"^Task: languages\[1\] must be a string, got 1 \(quote it in YAML\); "
-                                          r"seeds must be an integer or a list of integers, got 'x'$"):
+        "languages must be a list of strings or 'all', got 'some'",
+        "seeds[1] must be an integer, got 'one'",
+        "mode must be 'max' or 'ratio', got 'min'",
+        "pool must be an integer or 'all' or null, got True",
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"^Task: languages\[1\] must be a string, got 1 \(quote it in YAML\); "
+        r"seeds must be an integer or a list of integers, got 'x'$",
+    ):
         load_config(Task, values={"languages": ["de", 1], "seeds": "x"})
 
 
 def test_a_bad_eval_task_config_is_one_line_naming_the_file_once(tmp_path):
     path = tmp_path / "task.yaml"
-    path.write_text("type: classification\nname: c\nlanguages: [de, 5]\nseeds: [0, x]\nmlp: {preset: laser, layers: 3}\n")
+    path.write_text(
+        "type: classification\nname: c\nlanguages: [de, 5]\nseeds: [0, x]\nmlp: {preset: laser, layers: 3}\n"
+    )
     with pytest.raises(ConfigError) as error:
         read_task_config(path)
     assert str(error.value) == (
         f"{path}: missing required key(s) ['data_subdir', 'format']; languages[1] must be a string, got 5 (quote it "
         "in YAML); seeds[1] must be an integer, got 'x'; mlp: unknown key(s) ['layers']; known (MlpConfig fields): "
-        "['batch_size', 'dropout', 'epochs', 'hidden', 'learning_rate', 'preset', 'weight_decay']")
-    path.write_text("type: classification\nname: c\ndata_subdir: c\nformat: mldoc\nlanguages: [de, deuu]\n"
-                    "train_language: xx\nmlp: {preset: big}\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: unknown MLP preset 'big'; expected one of laser, small_64$"):
+        "['batch_size', 'dropout', 'epochs', 'hidden', 'learning_rate', 'preset', 'weight_decay']"
+    )
+    path.write_text(
+        "type: classification\nname: c\ndata_subdir: c\nformat: mldoc\nlanguages: [de, deuu]\n"
+        "train_language: xx\nmlp: {preset: big}\n"
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(path))}: unknown MLP preset 'big'; expected one of laser, small_64$"
+    ):
         read_task_config(path)
-    path.write_text("type: classification\nname: c\ndata_subdir: c\nformat: mldoc\nlanguages: [de, deuu]\n"
-                    "train_language: xx\nseeds: 2\n")
+    path.write_text(
+        "type: classification\nname: c\ndata_subdir: c\nformat: mldoc\nlanguages: [de, deuu]\n"
+        "train_language: xx\nseeds: 2\n"
+    )
     with pytest.raises(ConfigError) as error:  # the codes are checked once the types are right, every one at once
         read_task_config(path)
-    assert error.value.where == str(path) and [problem.split(" does not")[0] for problem in error.value.problems] == \
-        ["'deuu'", "'xx'"]
+    assert error.value.where == str(path) and [problem.split(" does not")[0] for problem in error.value.problems] == [
+        "'deuu'",
+        "'xx'",
+    ]
     path.write_text("type: qee\nname: c\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: unknown task type 'qee'; expected one of bitext, bucc, "):
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(path))}: unknown task type 'qee'; expected one of bitext, bucc, "
+    ):
         read_task_config(path)
     path.write_text("name: [c\n")
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: not a readable YAML file: line 2, column 1: "):
         read_task_config(path)
 
 
-@pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").rglob("*.yaml")),
-                         ids=lambda p: str(p.relative_to(REPO_ROOT / "configs")))
+@pytest.mark.parametrize(
+    "path", sorted((REPO_ROOT / "configs").rglob("*.yaml")), ids=lambda p: str(p.relative_to(REPO_ROOT / "configs"))
+)
 def test_every_config_under_configs_loads_with_its_dataclass(path):
     cls = CONFIG_CLASSES[path.parent.name](path.name)
     if cls is None:  # an evaluation task config: its `type` names its dataclass

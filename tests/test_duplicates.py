@@ -76,7 +76,9 @@ def test_in_batch_loss_with_duplicates_matches_brute_force(handling):
 def test_masking_every_candidate_leaves_nothing_to_learn():
     # Two pairs translating the same English sentence: masked, each row's softmax holds only its gold.
     u = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
-    loss = contrastive_loss(u, u.detach().flip(0), 1.0, duplicate_mask(torch.tensor([[1, 9], [2, 9]]), torch.tensor([[1, 9], [2, 9]])))
+    loss = contrastive_loss(
+        u, u.detach().flip(0), 1.0, duplicate_mask(torch.tensor([[1, 9], [2, 9]]), torch.tensor([[1, 9], [2, 9]]))
+    )
     assert loss.tolist() == [0.0, 0.0]
     loss.sum().backward()
     assert torch.all(u.grad == 0) and torch.isfinite(u.grad).all()
@@ -107,7 +109,9 @@ def test_all_rank_negatives_with_duplicates_match_brute_force_on_two_processes(t
     mp.start_processes(_rank, args=(str(tmp_path / "init"), str(tmp_path), handling), nprocs=2, start_method="spawn")
     u, v, ids = _global_batch()
     expected = brute_force_info_nce(u.numpy(), v.numpy(), ids.numpy(), TEMPERATURE, handling)
-    np.testing.assert_allclose(np.concatenate([np.load(tmp_path / f"loss{r}.npy") for r in range(2)]), expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.concatenate([np.load(tmp_path / f"loss{r}.npy") for r in range(2)]), expected, rtol=1e-5
+    )
     # gradients: each rank's .grad is 2 x d(global mean loss)/d(its rows) (see test_train_global_negatives)
     u_all = u.clone().requires_grad_()
     contrastive_loss(u_all, v, TEMPERATURE, duplicate_mask(ids, ids), handling).mean().backward()
@@ -118,8 +122,18 @@ def test_all_rank_negatives_with_duplicates_match_brute_force_on_two_processes(t
 @torch.no_grad()
 def test_model_masks_duplicates_and_reports_their_share():
     torch.manual_seed(0)
-    cfg = config_from_preset("tiny", vocab_size=40, n_languages=3, d_model=16, n_heads=2, d_ffn=32, n_layers=1,
-                             d_lang=4, d_contrastive=8, dropout=0.0)
+    cfg = config_from_preset(
+        "tiny",
+        vocab_size=40,
+        n_languages=3,
+        d_model=16,
+        n_heads=2,
+        d_ffn=32,
+        n_layers=1,
+        d_lang=4,
+        d_contrastive=8,
+        dropout=0.0,
+    )
     model = EMSModel(cfg).eval()
     src = torch.randint(3, 40, (7, 5))
     tgt = torch.randint(3, 40, (7, 4))
@@ -190,9 +204,20 @@ def test_batch_order_benchmark_prints_rates_for_real_shards(tiny_pipeline, capsy
 
     from tests.conftest import REPO_ROOT
 
-    spec = importlib.util.spec_from_file_location("batch_order_benchmark", REPO_ROOT / "benchmarks" / "batch_order_benchmark.py")
+    spec = importlib.util.spec_from_file_location(
+        "batch_order_benchmark", REPO_ROOT / "benchmarks" / "batch_order_benchmark.py"
+    )
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
-    assert benchmark.main([str(tiny_pipeline / "shards"), "--batch", "32", "--bucket-batches", "50", "--padding-budgets", "0"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| random") or line.startswith("| bucketed")]
+    assert (
+        benchmark.main(
+            [str(tiny_pipeline / "shards"), "--batch", "32", "--bucket-batches", "50", "--padding-budgets", "0"]
+        )
+        == 0
+    )
+    rows = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| random") or line.startswith("| bucketed")
+    ]
     assert len(rows) == 3 and all("%" in row for row in rows)

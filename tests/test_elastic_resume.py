@@ -11,12 +11,26 @@ from ems.training.resume import resumed_position
 from ems.training.runtime import BatchLayout, gradient_accumulation, optimizer_layout
 from tests.conftest import SMALL_MODEL
 from tests.test_train_scale import (  # noqa: F401 (one_thread_like_the_subprocesses: an autouse fixture)
-    assert_same_parameters, finish, launch, logged_losses, one_thread_like_the_subprocesses, parameters, settings,
+    assert_same_parameters,
+    finish,
+    launch,
+    logged_losses,
+    one_thread_like_the_subprocesses,
+    parameters,
+    settings,
 )
 
 NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0)  # with dropout, 2 ranks draw other masks than 1 (see resume)
-ELASTIC = dict(lr=2.0e-3, warmup_steps=2, max_steps=6, log_every=1, save_every=1000, batch_size=16, global_batch_size=32,
-               model_overrides=NO_DROPOUT)
+ELASTIC = dict(
+    lr=2.0e-3,
+    warmup_steps=2,
+    max_steps=6,
+    log_every=1,
+    save_every=1000,
+    batch_size=16,
+    global_batch_size=32,
+    model_overrides=NO_DROPOUT,
+)
 STOP, STEPS = 3, 6
 
 
@@ -24,7 +38,9 @@ STOP, STEPS = 3, 6
 def one_process(tiny_pipeline, tmp_path_factory):
     """The uninterrupted run: 1 process accumulating 2 x 16 pairs (= 2 processes x 16, local negatives)."""
     out = tmp_path_factory.mktemp("straight")
-    result = train(TrainConfig(**settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json")))
+    result = train(
+        TrainConfig(**settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"))
+    )
     return {"losses": logged_losses(out), "params": parameters(result["model_dir"])}
 
 
@@ -39,15 +55,23 @@ def assert_equals_uninterrupted(out, straight) -> None:
 def test_two_processes_with_zero1_resumed_on_one_equal_an_uninterrupted_run(tiny_pipeline, tmp_path, one_process):
     """ZeRO-1 splits Adam's state over the 2 ranks: the resume goes through DeepSpeed's universal checkpoint."""
     out = tmp_path / "run"
-    status, output = finish(launch(settings(tiny_pipeline, out, **ELASTIC, stop_at_step=STOP,
-                                            deepspeed_config="configs/deepspeed/zero1.json"), nproc=2))
+    status, output = finish(
+        launch(
+            settings(tiny_pipeline, out, **ELASTIC, stop_at_step=STOP, deepspeed_config="configs/deepspeed/zero1.json"),
+            nproc=2,
+        )
+    )
     assert status == 0, output[-3000:]
     assert len(list((out / "checkpoints" / f"step{STOP}").glob("zero_pp_rank_*_optim_states.pt"))) == 2
-    status, output = finish(launch(settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json")))
+    status, output = finish(
+        launch(settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"))
+    )
     assert status == 0, output[-3000:]
     assert "holds optimizer partitions of 2 ranks; this run has 1" in output
-    assert ("elastic resume: 2 processes x 1 accumulation x 16 pairs -> 1 process x 2 accumulation x 16 pairs, "
-            "the same global batch of 32 pairs") in output
+    assert (
+        "elastic resume: 2 processes x 1 accumulation x 16 pairs -> 1 process x 2 accumulation x 16 pairs, "
+        "the same global batch of 32 pairs"
+    ) in output
     assert f"resumed from {out / 'checkpoints' / f'step{STOP}'} (through its universal copy) at step {STOP}" in output
     assert not list((out / "checkpoints").glob("universal-*"))  # the converted copy is gone
     assert_equals_uninterrupted(out, one_process)
@@ -56,8 +80,16 @@ def test_two_processes_with_zero1_resumed_on_one_equal_an_uninterrupted_run(tiny
 def test_one_process_resumed_on_two_equals_an_uninterrupted_run(tiny_pipeline, tmp_path, one_process):
     """ZeRO-1 on 1 rank: one partition, re-split over 2 ranks on resume."""
     out = tmp_path / "run"
-    train(TrainConfig(**settings(tiny_pipeline, out, **ELASTIC, stop_at_step=STOP, deepspeed_config="configs/deepspeed/zero1.json")))
-    status, output = finish(launch(settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"), nproc=2))
+    train(
+        TrainConfig(
+            **settings(
+                tiny_pipeline, out, **ELASTIC, stop_at_step=STOP, deepspeed_config="configs/deepspeed/zero1.json"
+            )
+        )
+    )
+    status, output = finish(
+        launch(settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"), nproc=2)
+    )
     assert status == 0, output[-3000:]
     assert "1 process x 2 accumulation x 16 pairs -> 2 processes x 1 accumulation x 16 pairs" in output
     assert_equals_uninterrupted(out, one_process)
@@ -69,8 +101,10 @@ def test_another_global_batch_goes_on_after_the_pairs_consumed_and_says_so(tiny_
     capsys.readouterr()
     train(TrainConfig(**settings(tiny_pipeline, out, **{**ELASTIC, "global_batch_size": 64}, stop_at_step=STOP + 1)))
     said = capsys.readouterr().out
-    assert ("the global batch changed from 32 to 64 pairs (1 process x 2 accumulation x 16 pairs -> 1 process x 4 "
-            "accumulation x 16 pairs): going on after the 96 pairs consumed in epoch 0, at batch 1 of the new order") in said
+    assert (
+        "the global batch changed from 32 to 64 pairs (1 process x 2 accumulation x 16 pairs -> 1 process x 4 "
+        "accumulation x 16 pairs): going on after the 96 pairs consumed in epoch 0, at batch 1 of the new order"
+    ) in said
     state = load_tensor_file(out / "checkpoints" / f"step{STOP + 1}" / "mp_rank_00_model_states.pt")
     assert state["data_position"] == [0, 2] and state["global_batch"] == 64 and state["accumulation"] == 4
 
@@ -102,6 +136,10 @@ def test_gradient_accumulation_follows_the_global_batch():
 
 
 def test_the_batch_layout_is_not_part_of_the_optimizer_layout():
-    ds = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
-          "zero_optimization": {"stage": 1}}
+    ds = {
+        "train_micro_batch_size_per_gpu": 16,
+        "gradient_accumulation_steps": 2,
+        "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": 1},
+    }
     assert optimizer_layout(ds) == {"gradient_clipping": 1.0, "zero_optimization": {"stage": 1}}

@@ -10,15 +10,25 @@ from ems.model import EMSModel, config_from_preset
 from ems.text import Tokenizer
 from tests.conftest import SMALL_MODEL
 
-SENTENCES = ["Enter a valid date.", "This field is required.", "Save", "Delete the selected objects?",
-             "Change password", "Enter a whole number.", "Log out", "Add another item"]
+SENTENCES = [
+    "Enter a valid date.",
+    "This field is required.",
+    "Save",
+    "Delete the selected objects?",
+    "Change password",
+    "Enter a whole number.",
+    "Log out",
+    "Add another item",
+]
 
 
 @pytest.fixture(scope="module")
 def model_dir(tiny_pipeline, tmp_path_factory):
     tok = Tokenizer.load(tiny_pipeline / "vocab")
     torch.manual_seed(0)
-    model = EMSModel(config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL))
+    model = EMSModel(
+        config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL)
+    )
     return export_encoder(model.encoder, tok, tmp_path_factory.mktemp("model"))
 
 

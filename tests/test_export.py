@@ -5,7 +5,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,8 +78,15 @@ def test_transformers_automodel_loads_the_export_and_matches_ems_load(model_dir,
     assert config["model_type"] == "ems" and config["ems"] == json.loads((model_dir / "config.json").read_text())
     for ref in config["auto_map"].values():  # the trust_remote_code files the Hub repo must hold
         assert (hf_dir / f"{ref.split('.')[0]}.py").is_file()
-    assert {p.name for p in hf_dir.iterdir()} == {"README.md", "config.json", "model.safetensors", "modeling_ems.py",
-                                                  CORE_FILE, "spm.model", TOKENIZER_FILE}
+    assert {p.name for p in hf_dir.iterdir()} == {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "modeling_ems.py",
+        CORE_FILE,
+        "spm.model",
+        TOKENIZER_FILE,
+    }
     card = ModelCard.load(hf_dir / "README.md")
     assert card.data.library_name == "transformers" and card.data.language == ["de", "en", "fr", "ja"]
 
@@ -125,24 +131,29 @@ print(json.dumps(ems_core.Preprocessing()("我們在學習漢語。", "zh")))
     assert json.loads(result.stdout.strip().splitlines()[-1]) == Preprocessing()("我們在學習漢語。", "zh")
 
 
-def test_model_and_vocabulary_directories_with_the_old_tokenizer_json_still_load(model_dir, tiny_pipeline, sentences,
-                                                                                 tmp_path):
+def test_model_and_vocabulary_directories_with_the_old_tokenizer_json_still_load(
+    model_dir, tiny_pipeline, sentences, tmp_path
+):
     old_model = tmp_path / "old-model"
     shutil.copytree(model_dir, old_model)
     (old_model / TOKENIZER_FILE).rename(old_model / LEGACY_TOKENIZER_FILE)
-    np.testing.assert_array_equal(ems.load(old_model).encode(sentences["ja"], "ja"),
-                                  ems.load(model_dir).encode(sentences["ja"], "ja"))
+    np.testing.assert_array_equal(
+        ems.load(old_model).encode(sentences["ja"], "ja"), ems.load(model_dir).encode(sentences["ja"], "ja")
+    )
     old_vocab = tmp_path / "old-vocab"
     shutil.copytree(tiny_pipeline / "vocab", old_vocab)
     (old_vocab / TOKENIZER_FILE).rename(old_vocab / LEGACY_TOKENIZER_FILE)
     assert Tokenizer.load(old_vocab).encode(sentences["de"], "de") == Tokenizer.load(tiny_pipeline / "vocab").encode(
-        sentences["de"], "de")
+        sentences["de"], "de"
+    )
     # exporting an old directory writes the new name only (a Hub repo's tokenizer.json is transformers')
     out = export_hf(old_model, tmp_path / "ems-hf-old")
     assert (out / TOKENIZER_FILE).is_file() and not (out / LEGACY_TOKENIZER_FILE).exists()
     # a fresh save writes the new name
     Tokenizer.load(old_vocab).save(tmp_path / "resaved")
-    assert (tmp_path / "resaved" / TOKENIZER_FILE).is_file() and not (tmp_path / "resaved" / LEGACY_TOKENIZER_FILE).exists()
+    assert (tmp_path / "resaved" / TOKENIZER_FILE).is_file() and not (
+        tmp_path / "resaved" / LEGACY_TOKENIZER_FILE
+    ).exists()
 
 
 def test_cli_writes_the_export_and_reports_bad_input_in_one_line(model_dir, tmp_path, capsys):
@@ -150,9 +161,24 @@ def test_cli_writes_the_export_and_reports_bad_input_in_one_line(model_dir, tmp_
     assert "wrote" in capsys.readouterr().out and (tmp_path / "out" / "modeling_ems.py").is_file()
     cases = {
         "is not a directory": [str(tmp_path / "missing"), str(tmp_path / "a"), "--format", "hf"],
-        "is not an EMS model directory: model.safetensors is missing": [str(tmp_path), str(tmp_path / "b"), "--format", "hf"],
-        "unknown format 'onnx'; expected one of sentence-transformers, hf": [str(model_dir), str(tmp_path / "c"), "--format", "onnx"],
-        "exists and is not an empty directory": [str(model_dir), str(tmp_path / "out"), "--format", "sentence-transformers"],
+        "is not an EMS model directory: model.safetensors is missing": [
+            str(tmp_path),
+            str(tmp_path / "b"),
+            "--format",
+            "hf",
+        ],
+        "unknown format 'onnx'; expected one of sentence-transformers, hf": [
+            str(model_dir),
+            str(tmp_path / "c"),
+            "--format",
+            "onnx",
+        ],
+        "exists and is not an empty directory": [
+            str(model_dir),
+            str(tmp_path / "out"),
+            "--format",
+            "sentence-transformers",
+        ],
         "is the model directory": [str(model_dir), str(model_dir), "--format", "hf"],
         "xx": [str(model_dir), str(tmp_path / "d"), "--format", "hf", "--language", "xx"],
     }
@@ -173,7 +199,7 @@ def test_exported_code_is_generated_from_the_package_source(st_dir):
     core = (st_dir / CORE_FILE).read_text()
     source = (REPO_ROOT / "ems" / "model.py").read_text()
     start = source.index("class EncoderNetwork")
-    assert source[start:source.index("\nclass XTRHead")].strip() in core
+    assert source[start : source.index("\nclass XTRHead")].strip() in core
     assert "import ems" not in core and "from ems" not in core
     compile(core, CORE_FILE, "exec")
 
@@ -185,4 +211,6 @@ def test_the_evaluation_loads_the_export_as_an_st_encoder_with_its_languages(mod
     reference = ems.load(model_dir)
     assert encoder.languages == reference.languages  # so tasks skip what the model lacks, with the reason
     for lang in ("ja", "de"):  # each call's language reaches the model's preprocessing
-        assert row_cosines(encoder.encode(sentences[lang], lang), reference.encode(sentences[lang], lang)).min() >= 0.9999
+        assert (
+            row_cosines(encoder.encode(sentences[lang], lang), reference.encode(sentences[lang], lang)).min() >= 0.9999
+        )

@@ -58,12 +58,18 @@ def fetched_entry(out: Path) -> dict:
 
 # --- OPUS fetch -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("alignment", [
-    "<html><body>503 Service Unavailable</body></html>\n",  # XML that names no pair: was "fetched 0", rc 0
-    "503 Service Unavailable\nplease retry\n",  # not XML at all: was opustools' traceback
-], ids=["xml_naming_no_pair", "not_xml"])
+
+@pytest.mark.parametrize(
+    "alignment",
+    [
+        "<html><body>503 Service Unavailable</body></html>\n",  # XML that names no pair: was "fetched 0", rc 0
+        "503 Service Unavailable\nplease retry\n",  # not XML at all: was opustools' traceback
+    ],
+    ids=["xml_naming_no_pair", "not_xml"],
+)
 def test_alignment_file_that_is_not_xml_fails_leaves_no_file_and_is_fetched_after_the_fix(
-        alignment, mirror, data_dir, tmp_path, capsys):
+    alignment, mirror, data_dir, tmp_path, capsys
+):
     alignment_file = mirror / "TED2020" / "v1" / "xml" / "de-en.xml.gz"
     good = alignment_file.read_bytes()
     with gzip.open(alignment_file, "wt", encoding="utf-8") as file:
@@ -139,6 +145,7 @@ def test_a_download_that_is_not_a_zip_is_removed_and_downloaded_again(tmp_path, 
 
 # --- gettext ----------------------------------------------------------------------------------------
 
+
 def test_po_catalogs_are_read_as_their_compiled_mo(tmp_path, capsys):
     po, mo = (DJANGO_DE / "django.po").read_bytes(), (DJANGO_DE / "django.mo").read_bytes()
     entries, warnings = parse_po(po, "django.po")
@@ -147,23 +154,35 @@ def test_po_catalogs_are_read_as_their_compiled_mo(tmp_path, capsys):
     wheel = tmp_path / "pkg.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("pkg/locale/de/LC_MESSAGES/django.po", po)  # no .mo: read
-        archive.writestr("pkg/locale/fr/LC_MESSAGES/django.po", b'msgid ""\nmsgstr ""\n"Content-Type: text/plain; '
-                                                                  b'charset=UTF-8\\n"\n\nmsgid "Yes"\nmsgstr "\xff\xfe"\n')
+        archive.writestr(
+            "pkg/locale/fr/LC_MESSAGES/django.po",
+            b'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\nmsgid "Yes"\nmsgstr "\xff\xfe"\n',
+        )
         archive.writestr("pkg/locale/ja/LC_MESSAGES/django.mo", mo)
         archive.writestr("pkg/locale/ja/LC_MESSAGES/django.po", b"never read: its .mo is")
-    assert run_main(gettext_main, [str(tmp_path / "out"), "--packages", "--wheels", str(wheel), "--min-pairs", "100",
-                                   "--heldout-size", "20"]) == 0
+    assert (
+        run_main(
+            gettext_main,
+            [str(tmp_path / "out"), "--packages", "--wheels", str(wheel), "--min-pairs", "100", "--heldout-size", "20"],
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "out" / "corpus_report.json").read_text(encoding="utf-8"))
     assert report["catalog_files"] == {"mo_read": 1, "po_read": 1, "po_left_for_mo": 1}
     assert sorted(report["languages"]) == ["de", "ja"] and report["languages"]["de"]["entries_read"] == len(entries)
     [skipped] = report["skipped_catalogs"]
-    assert skipped["catalog"] == "pkg.whl:pkg/locale/fr/LC_MESSAGES/django.po" and "not a readable .po" in skipped["error"]
+    assert (
+        skipped["catalog"] == "pkg.whl:pkg/locale/fr/LC_MESSAGES/django.po" and "not a readable .po" in skipped["error"]
+    )
     assert "catalog files: 1 .mo and 1 .po read, 1 .po left for the .mo beside them" in capsys.readouterr().out
 
 
 def test_gettext_command_line_errors_are_one_line_with_status_2(tmp_path, capsys):
     assert run_main(gettext_main, [str(tmp_path / "out"), "--min-pairs", "10", "--heldout-size", "10"]) == 2
-    assert one_error_line(capsys) == "error: min_pairs (10) must exceed heldout_size (10), or a language could end up with no training pairs"
+    assert (
+        one_error_line(capsys)
+        == "error: min_pairs (10) must exceed heldout_size (10), or a language could end up with no training pairs"
+    )
     assert run_main(gettext_main, [str(tmp_path / "out"), "--packages", "no_such_package_ems"]) == 2
     assert "is not installed" in one_error_line(capsys)
 
@@ -178,6 +197,7 @@ def test_gettext_builds_from_a_wheel_with_only_po_files(tmp_path):
 
 # --- language folders and configs --------------------------------------------------------------------
 
+
 def test_a_pair_folder_outside_the_config_is_an_error_at_clean_and_vocab(data_dir, tmp_path, capsys):
     raw = tmp_path / "raw"
     en, de, fr = (flores_lines(data_dir, lang)[:50] for lang in ("en", "de", "fr"))
@@ -186,34 +206,89 @@ def test_a_pair_folder_outside_the_config_is_an_error_at_clean_and_vocab(data_di
     config = tmp_path / "data.yaml"
     config.write_text(CONFIG, encoding="utf-8")
 
-    assert run_main(main, ["clean", "--config", str(config), "--in", str(raw), "--out", str(tmp_path / "clean"),
-                           "--data-dir", str(tmp_path)]) == 2
+    assert (
+        run_main(
+            main,
+            [
+                "clean",
+                "--config",
+                str(config),
+                "--in",
+                str(raw),
+                "--out",
+                str(tmp_path / "clean"),
+                "--data-dir",
+                str(tmp_path),
+            ],
+        )
+        == 2
+    )
     line = one_error_line(capsys)
     assert "en-xx (xx)" in line and str(config) in line and "de-en" not in line
     assert not (tmp_path / "clean").exists()
     assert run_main(main, ["vocab", "--config", str(config), "--in", str(raw), "--out", str(tmp_path / "vocab")]) == 2
     assert "en-xx (xx)" in one_error_line(capsys)
-    assert run_main(main, ["clean", "--config", str(config), "--in", str(raw), "--out", str(tmp_path / "clean"),
-                           "--data-dir", str(tmp_path), "--pair", "de-en"]) == 0  # the pairs it reads are fine
+    assert (
+        run_main(
+            main,
+            [
+                "clean",
+                "--config",
+                str(config),
+                "--in",
+                str(raw),
+                "--out",
+                str(tmp_path / "clean"),
+                "--data-dir",
+                str(tmp_path),
+                "--pair",
+                "de-en",
+            ],
+        )
+        == 0
+    )  # the pairs it reads are fine
 
 
-@pytest.mark.parametrize("text, message", [
-    (CONFIG + "clean: {max_chars: abc}\n", "clean: max_chars must be an integer, got 'abc'"),
-    (CONFIG + "clean: {max_chars: 0}\n", "clean: max_chars must be an integer >= 1, got 0"),
-    (CONFIG + "clean: {max_length_ratio: 0.5}\n", "clean: max_length_ratio must be a finite number >= 1, got 0.5"),
-    (CONFIG + "clean: {eval_sets: tatoeba}\n", "clean: eval_sets must be a list of strings, got 'tatoeba'"),
-    (CONFIG + "clean: {eval_sets: [xnli]}\n", "clean: eval_sets names unknown evaluation set(s) ['xnli']"),
-    (CONFIG + "vocab: {temperature: 2}\n", "vocab: temperature must be a finite number from 0 to 1, got 2"),
-    (CONFIG + "vocab: {character_coverage: 0.5}\n", "vocab: character_coverage must be a finite number from 0.98 to 1"),
-    (CONFIG + "vocab: {vocab_size: 3}\n", "vocab: vocab_size 3 leaves no room for pieces"),
-    ("languages: [de, en]\npivot: en\ncorpora: [{name: TED2020, release: 2020}]\n",
-     "corpora[0]: release must be a string, got 2020 (quote it in YAML)"),
-    ("languages: de en\npivot: en\n", "languages must be a list of strings, got 'de en'"),
-    ("languages: [nb, en]\npivot: en\nopus_codes: {nb: [nb, no]}\n",
-     "opus_codes.nb[1] must be a string, got False (YAML reads no, yes, off, on as false or true: quote it)"),
-    (CONFIG + "clean: {max_chars: [1, 2}\n", "not a readable YAML file"),
-], ids=["max_chars_abc", "max_chars_0", "ratio_below_1", "eval_sets_string", "eval_set_unknown", "temperature", "coverage",
-        "vocab_size", "release_number", "languages_string", "opus_code_boolean", "bad_yaml"])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (CONFIG + "clean: {max_chars: abc}\n", "clean: max_chars must be an integer, got 'abc'"),
+        (CONFIG + "clean: {max_chars: 0}\n", "clean: max_chars must be an integer >= 1, got 0"),
+        (CONFIG + "clean: {max_length_ratio: 0.5}\n", "clean: max_length_ratio must be a finite number >= 1, got 0.5"),
+        (CONFIG + "clean: {eval_sets: tatoeba}\n", "clean: eval_sets must be a list of strings, got 'tatoeba'"),
+        (CONFIG + "clean: {eval_sets: [xnli]}\n", "clean: eval_sets names unknown evaluation set(s) ['xnli']"),
+        (CONFIG + "vocab: {temperature: 2}\n", "vocab: temperature must be a finite number from 0 to 1, got 2"),
+        (
+            CONFIG + "vocab: {character_coverage: 0.5}\n",
+            "vocab: character_coverage must be a finite number from 0.98 to 1",
+        ),
+        (CONFIG + "vocab: {vocab_size: 3}\n", "vocab: vocab_size 3 leaves no room for pieces"),
+        (
+            "languages: [de, en]\npivot: en\ncorpora: [{name: TED2020, release: 2020}]\n",
+            "corpora[0]: release must be a string, got 2020 (quote it in YAML)",
+        ),
+        ("languages: de en\npivot: en\n", "languages must be a list of strings, got 'de en'"),
+        (
+            "languages: [nb, en]\npivot: en\nopus_codes: {nb: [nb, no]}\n",
+            "opus_codes.nb[1] must be a string, got False (YAML reads no, yes, off, on as false or true: quote it)",
+        ),
+        (CONFIG + "clean: {max_chars: [1, 2}\n", "not a readable YAML file"),
+    ],
+    ids=[
+        "max_chars_abc",
+        "max_chars_0",
+        "ratio_below_1",
+        "eval_sets_string",
+        "eval_set_unknown",
+        "temperature",
+        "coverage",
+        "vocab_size",
+        "release_number",
+        "languages_string",
+        "opus_code_boolean",
+        "bad_yaml",
+    ],
+)
 def test_bad_config_values_are_one_line_naming_file_and_key(text, message, tmp_path, capsys):
     config = tmp_path / "data.yaml"
     config.write_text(text, encoding="utf-8")
@@ -225,8 +300,24 @@ def test_bad_config_values_are_one_line_naming_file_and_key(text, message, tmp_p
 def test_every_problem_of_a_config_and_its_overrides_is_in_the_one_line(tmp_path, capsys):
     config = tmp_path / "data.yaml"
     config.write_text(CONFIG + "clean: {max_chars: abc, lowercase: 1}\nvocab: {size: 8000}\n", encoding="utf-8")
-    assert run_main(main, ["clean", "--config", str(config), "--in", str(tmp_path), "--out", str(tmp_path / "o"),
-                           "--set", "vocab.temperature=warm", "clean.eval_sets=tatoeba"]) == 2
+    assert (
+        run_main(
+            main,
+            [
+                "clean",
+                "--config",
+                str(config),
+                "--in",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "o"),
+                "--set",
+                "vocab.temperature=warm",
+                "clean.eval_sets=tatoeba",
+            ],
+        )
+        == 2
+    )
     assert one_error_line(capsys) == (
         f"error: {config}: clean: max_chars must be an integer, got 'abc'; clean: lowercase must be true or false, got 1; "
         "clean: eval_sets must be a list of strings, got 'tatoeba'; vocab: unknown key(s) ['size']; known: "
@@ -240,7 +331,10 @@ def test_set_overrides_the_config_on_the_command_line(tmp_path, capsys):
     assert run_main(main, ["pairs", "--config", str(config), "--set", "languages=[de, en, fr]", "pivot=fr"]) == 0
     assert capsys.readouterr().out.split() == ["de-fr", "en-fr"]
     assert run_main(main, ["pairs", "--config", str(config), "--set", "vocab.vocab_size=3"]) == 2
-    assert one_error_line(capsys) == f"error: {config}: vocab: vocab_size 3 leaves no room for pieces: it counts pad, unk and 2 language tokens too"
+    assert (
+        one_error_line(capsys)
+        == f"error: {config}: vocab: vocab_size 3 leaves no room for pieces: it counts pad, unk and 2 language tokens too"
+    )
 
 
 def test_debug_shows_the_traceback_in_process_and_from_the_command_line(tmp_path, monkeypatch):
@@ -255,9 +349,12 @@ def test_debug_shows_the_traceback_in_process_and_from_the_command_line(tmp_path
     monkeypatch.delenv("EMS_DEBUG")
 
     env = {key: value for key, value in os.environ.items() if key != "EMS_DEBUG"}
-    plain = subprocess.run([sys.executable, "-m", "data_prep", *argv], capture_output=True, text=True, cwd=REPO_ROOT, env=env)
+    plain = subprocess.run(
+        [sys.executable, "-m", "data_prep", *argv], capture_output=True, text=True, cwd=REPO_ROOT, env=env
+    )
     assert plain.returncode == 2 and plain.stdout == ""
     assert plain.stderr == f"error: {config}: clean: max_chars must be an integer, got 'abc'\n"
-    debug = subprocess.run([sys.executable, "-m", "data_prep", *argv, "--debug"], capture_output=True, text=True,
-                           cwd=REPO_ROOT, env=env)
+    debug = subprocess.run(
+        [sys.executable, "-m", "data_prep", *argv, "--debug"], capture_output=True, text=True, cwd=REPO_ROOT, env=env
+    )
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr

@@ -17,15 +17,41 @@ from ems.model import EMSModel, config_from_preset
 from tests.conftest import SMALL_MODEL
 
 MAX_LEN = 64
-ENGLISH = ["Enter a valid date.", "This field is required.", "Save changes", "Delete the selected objects?",
-           "Change password", "Enter a whole number.", "Log out", "Add another item", "Mr. Smith saved it."]
-GERMAN = ["Geben Sie ein gültiges Datum ein.", "Dieses Feld ist erforderlich.", "Änderungen speichern",
-          "Ausgewählte Objekte löschen?", "Passwort ändern", "Geben Sie eine ganze Zahl ein.", "Abmelden",
-          "Weiteres Element hinzufügen", "Herr Schmidt hat es gespeichert."]
+ENGLISH = [
+    "Enter a valid date.",
+    "This field is required.",
+    "Save changes",
+    "Delete the selected objects?",
+    "Change password",
+    "Enter a whole number.",
+    "Log out",
+    "Add another item",
+    "Mr. Smith saved it.",
+]
+GERMAN = [
+    "Geben Sie ein gültiges Datum ein.",
+    "Dieses Feld ist erforderlich.",
+    "Änderungen speichern",
+    "Ausgewählte Objekte löschen?",
+    "Passwort ändern",
+    "Geben Sie eine ganze Zahl ein.",
+    "Abmelden",
+    "Weiteres Element hinzufügen",
+    "Herr Schmidt hat es gespeichert.",
+]
 # Traditional characters on purpose: `zh` converts them to simplified and segments with jieba,
 # which a language code the model does not know (`cmn` before the fix) skipped.
-CHINESE = ["請輸入有效的日期。", "這個欄位是必填的。", "儲存變更", "刪除所選的物件？", "變更密碼",
-           "請輸入一個整數。", "登出", "新增另一個項目", "史密斯先生儲存了它。"]
+CHINESE = [
+    "請輸入有效的日期。",
+    "這個欄位是必填的。",
+    "儲存變更",
+    "刪除所選的物件？",
+    "變更密碼",
+    "請輸入一個整數。",
+    "登出",
+    "新增另一個項目",
+    "史密斯先生儲存了它。",
+]
 LONG = " ".join(["save the selected objects"] * 10)  # well over MAX_LEN tokens
 
 
@@ -37,8 +63,9 @@ def model(tmp_path_factory):
     write_parallel(root / "corpus", "tiny", "en", "zh", zip(ENGLISH, CHINESE))
     tok = train_vocab(root / "corpus", root / "vocab", vocab_size=120, character_coverage=1.0)
     torch.manual_seed(0)
-    cfg = config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages),
-                             max_len=MAX_LEN, **SMALL_MODEL)
+    cfg = config_from_preset(
+        "tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), max_len=MAX_LEN, **SMALL_MODEL
+    )
     return ems.load(export_encoder(EMSModel(cfg).encoder, tok, root / "model"))
 
 
@@ -65,9 +92,15 @@ def test_encode_none_is_a_type_error(model):
         model.encode(None, "en")
 
 
-@pytest.mark.parametrize("sentences, index, kind", [
-    ([None], 0, "NoneType"), ([123], 0, "int"), (["fine", b"bytes"], 1, "bytes"), (["fine", "ok", 4.5], 2, "float"),
-])
+@pytest.mark.parametrize(
+    "sentences, index, kind",
+    [
+        ([None], 0, "NoneType"),
+        ([123], 0, "int"),
+        (["fine", b"bytes"], 1, "bytes"),
+        (["fine", "ok", 4.5], 2, "float"),
+    ],
+)
 def test_an_item_that_is_not_str_is_a_type_error_naming_its_index(model, sentences, index, kind):
     # before: "normalize() argument 2 must be str, not int", with no index
     with pytest.raises(TypeError, match=f"sentence {index} is {kind}, not str"):
@@ -92,11 +125,24 @@ def test_a_language_that_is_no_str_is_a_type_error(model):
         model.encode(ENGLISH, None)
 
 
-@pytest.mark.parametrize("alias, code", [
-    ("EN", "en"), ("eng", "en"), ("en-US", "en"),
-    ("cmn", "zh"), ("zho", "zh"), ("chi", "zh"), ("cmn_Hans", "zh"), ("zh-Hant", "zh"), ("ZH", "zh"),
-    ("deu_Latn", "de"), ("deu", "de"), ("ger", "de"), ("De", "de"),
-])
+@pytest.mark.parametrize(
+    "alias, code",
+    [
+        ("EN", "en"),
+        ("eng", "en"),
+        ("en-US", "en"),
+        ("cmn", "zh"),
+        ("zho", "zh"),
+        ("chi", "zh"),
+        ("cmn_Hans", "zh"),
+        ("zh-Hant", "zh"),
+        ("ZH", "zh"),
+        ("deu_Latn", "de"),
+        ("deu", "de"),
+        ("ger", "de"),
+        ("De", "de"),
+    ],
+)
 def test_an_alias_gives_the_canonical_codes_vectors(model, alias, code):
     # before: cmn, zho, cmn_Hans, zh-Hant gave other vectors than zh (no simplification, no jieba)
     sentences = {"en": ENGLISH, "de": GERMAN, "zh": CHINESE}[code]
@@ -139,7 +185,9 @@ def test_truncation_warns_once_per_call_with_the_count_and_is_counted(model):
         vectors = model.encode([LONG, *short, LONG + " again"], "en")
     truncations = [w for w in caught if issubclass(w.category, TruncationWarning)]
     assert len(truncations) == 1
-    assert f"2 of 5 en sentence(s) are longer than the model's max_len of {MAX_LEN} tokens" in str(truncations[0].message)
+    assert f"2 of 5 en sentence(s) are longer than the model's max_len of {MAX_LEN} tokens" in str(
+        truncations[0].message
+    )
     assert truncations[0].filename == __file__  # points at the caller's line
     assert model.truncated_sentences == 2
     assert vectors.shape == (5, SMALL_MODEL["d_model"]) and np.isfinite(vectors).all()
@@ -169,17 +217,36 @@ def test_an_evaluation_task_reports_its_truncations_once_as_a_count(model, capsy
     results = {}
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
-        _run_task(results, TaskType("t", "p_at_1", run, markdown_table), model,
-                  TaskRun({"type": "t", "name": "t"}, Path("t.yaml"), Path("."), RunOptions()))
+        _run_task(
+            results,
+            TaskType("t", "p_at_1", run, markdown_table),
+            model,
+            TaskRun({"type": "t", "name": "t"}, Path("t.yaml"), Path("."), RunOptions()),
+        )
     assert results["t"].truncated_sentences == 3 and results["t"]["truncated_sentences"] == 3
     assert not [w for w in shown if issubclass(w.category, TruncationWarning)]
     assert "t: 3 sentence(s) longer than the model's max_len tokens were cut" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("tag, code", [
-    ("de", "de"), ("DE", "de"), ("deu", "de"), ("ger", "de"), ("deu_Latn", "de"), ("cmn", "zh"), ("zho", "zh"),
-    ("zh-Hans", "zh"), ("cmn_Hans", "zh"), ("EN", "en"), ("sh", "hbs"), ("hbs", "hbs"), ("lvs", "lv"), ("swh", "sw"),
-])
+@pytest.mark.parametrize(
+    "tag, code",
+    [
+        ("de", "de"),
+        ("DE", "de"),
+        ("deu", "de"),
+        ("ger", "de"),
+        ("deu_Latn", "de"),
+        ("cmn", "zh"),
+        ("zho", "zh"),
+        ("zh-Hans", "zh"),
+        ("cmn_Hans", "zh"),
+        ("EN", "en"),
+        ("sh", "hbs"),
+        ("hbs", "hbs"),
+        ("lvs", "lv"),
+        ("swh", "sw"),
+    ],
+)
 def test_canonical_language(tag, code):
     assert canonical_language(tag) == code
 

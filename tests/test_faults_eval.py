@@ -24,26 +24,38 @@ from eval.curves import main as curves_main
 from eval.faults import NOT_RUN_EXIT_CODE, not_run
 from eval.make_flores_bucc import main as make_flores_bucc_main
 from eval.mine import main as mine_main
+from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
 from eval.train_head import main as train_head_main
 from tests.conftest import REPO_ROOT
 from tests.test_eval_tatoeba import TrigramEncoder, write_pair, write_tatoeba
-from eval.results import read_results as stored_results
 
 PAIRS = {
-    "deu": [("Ich habe Hunger.", "I am hungry."), ("Guten Tag!", "Good day!"), ("Wo ist der Bahnhof?", "Where is the station?")],
+    "deu": [
+        ("Ich habe Hunger.", "I am hungry."),
+        ("Guten Tag!", "Good day!"),
+        ("Wo ist der Bahnhof?", "Where is the station?"),
+    ],
     "fra": [("J'ai faim.", "I am hungry."), ("Bonjour !", "Good day!"), ("Où est la gare ?", "Where is the station?")],
-    "spa": [("Tengo hambre.", "I am hungry."), ("¡Buenos días!", "Good day!"), ("¿Dónde está la estación?", "Where is the station?")],
-}  # fmt: skip
+    "spa": [
+        ("Tengo hambre.", "I am hungry."),
+        ("¡Buenos días!", "Good day!"),
+        ("¿Dónde está la estación?", "Where is the station?"),
+    ],
+}
 
 
 @pytest.fixture
 def trigram_kind(monkeypatch):
     """`--encoder trigram` (any language) and `--encoder bilingual` (languages de, en; returned) for the CLIs."""
     bilingual = TrigramEncoder(languages=["de", "en"])
-    monkeypatch.setitem(ems.encoder_kinds.ENCODER_KINDS, "trigram", EncoderKind(lambda path, device: TrigramEncoder(), "none", {}))
-    monkeypatch.setitem(ems.encoder_kinds.ENCODER_KINDS, "bilingual", EncoderKind(lambda path, device: bilingual, "none", {}))
+    monkeypatch.setitem(
+        ems.encoder_kinds.ENCODER_KINDS, "trigram", EncoderKind(lambda path, device: TrigramEncoder(), "none", {})
+    )
+    monkeypatch.setitem(
+        ems.encoder_kinds.ENCODER_KINDS, "bilingual", EncoderKind(lambda path, device: bilingual, "none", {})
+    )
     monkeypatch.delenv("EMS_DEBUG", raising=False)
     return bilingual
 
@@ -113,7 +125,9 @@ def test_tatoeba_999_vs_1000_lines_costs_only_that_language(data_dir, tmp_path, 
     assert_one_error_line(err, "could not run tatoeba/fr", str(out / "results.json"))
     tatoeba_result = results["tatoeba"]
     assert list(tatoeba_result["data_errors"]) == ["fr"]
-    assert "has 1000 lines but" in tatoeba_result["data_errors"]["fr"] and "has 999" in tatoeba_result["data_errors"]["fr"]
+    assert (
+        "has 1000 lines but" in tatoeba_result["data_errors"]["fr"] and "has 999" in tatoeba_result["data_errors"]["fr"]
+    )
     assert_scored(tatoeba_result, "de")
     assert tatoeba_result["languages"]["de"]["n"] == 1000 and "fr" not in tatoeba_result["languages"]
     assert "- fr: " in (out / "report.md").read_text(encoding="utf-8")
@@ -180,12 +194,17 @@ def _one_file_unreadable(data: Path, heldout: Path) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize(
     "break_input, not_run_item, still_scored",
-    [(_no_data_dir, "tatoeba", ("heldout", "de")), (_no_heldout_dir, "heldout", ("tatoeba", "de")),
-     (_one_file_missing, "tatoeba/de", ("tatoeba", "fr")), (_one_file_unreadable, "heldout/de", ("tatoeba", "de"))],
+    [
+        (_no_data_dir, "tatoeba", ("heldout", "de")),
+        (_no_heldout_dir, "heldout", ("tatoeba", "de")),
+        (_one_file_missing, "tatoeba/de", ("tatoeba", "fr")),
+        (_one_file_unreadable, "heldout/de", ("tatoeba", "de")),
+    ],
     ids=["data-dir", "heldout-dir", "one-file", "unreadable-file"],
-)  # fmt: skip
-def test_every_kind_of_missing_input_exits_2_and_writes_results(tmp_path, capsys, trigram_kind, break_input,
-                                                                  not_run_item, still_scored):  # fmt: skip
+)
+def test_every_kind_of_missing_input_exits_2_and_writes_results(
+    tmp_path, capsys, trigram_kind, break_input, not_run_item, still_scored
+):
     """Missing --data-dir -> before: exit 1; missing --heldout -> before: exit 0 (the task silently
     in results.json); one missing or unreadable file -> before: traceback. Now all: exit status 2,
     one error line naming what could not run, results.json written with the rest scored."""
@@ -235,12 +254,19 @@ def _suite_with_one_bad_item_per_task(tmp_path: Path) -> Path:
     (configs / "bucc.yaml").write_text("type: bucc\nname: bucc\ndata_subdir: bucc\nlanguages: [de, fr]\nk: 1\n")
     (configs / "retrieval.yaml").write_text(
         "type: large_retrieval\nname: retrieval\ndata_subdir: retrieval\nn_queries: 2\nn_candidates: 3\nk: 1\npairs:\n"
-        "  - {src: q.de, tgt: c.en, src_lang: de}\n  - {src: q.fr, tgt: c.en, src_lang: fr}\n")  # fmt: skip
-    (configs / "sts.yaml").write_text("type: sts\nname: sts\ndata_subdir: sts\ntracks:\n"
-                                      "  - {name: good, file: good.tsv, langs: [es, en]}\n"
-                                      "  - {name: bad, file: bad.tsv, langs: [ar, en]}\n")  # fmt: skip
-    (configs / "mlqe.yaml").write_text("type: qe\nname: mlqe\ndata_subdir: mlqe\nsplit: test20\npairs: [en-de, en-zh]\n")
-    (configs / "suite.yaml").write_text("tasks: [flores.yaml, bucc.yaml, retrieval.yaml, sts.yaml, mlqe.yaml, gone.yaml]\n")
+        "  - {src: q.de, tgt: c.en, src_lang: de}\n  - {src: q.fr, tgt: c.en, src_lang: fr}\n"
+    )
+    (configs / "sts.yaml").write_text(
+        "type: sts\nname: sts\ndata_subdir: sts\ntracks:\n"
+        "  - {name: good, file: good.tsv, langs: [es, en]}\n"
+        "  - {name: bad, file: bad.tsv, langs: [ar, en]}\n"
+    )
+    (configs / "mlqe.yaml").write_text(
+        "type: qe\nname: mlqe\ndata_subdir: mlqe\nsplit: test20\npairs: [en-de, en-zh]\n"
+    )
+    (configs / "suite.yaml").write_text(
+        "tasks: [flores.yaml, bucc.yaml, retrieval.yaml, sts.yaml, mlqe.yaml, gone.yaml]\n"
+    )
     return configs / "suite.yaml"
 
 
@@ -251,17 +277,30 @@ def test_every_task_with_per_language_files_skips_only_the_bad_one(tmp_path, cap
     listed with its reason in results.json and report.md, every good item scored."""
     suite = _suite_with_one_bad_item_per_task(tmp_path)
     out = tmp_path / "out"
-    results = run_all(TrigramEncoder(), tmp_path / "data", out_dir=out, suite_path=suite, progress=False, print_tables=False)
+    results = run_all(
+        TrigramEncoder(), tmp_path / "data", out_dir=out, suite_path=suite, progress=False, print_tables=False
+    )
     assert not_run(results) == ["flores/fr", "bucc/fr", "retrieval/fr-en", "sts/bad", "mlqe/en-zh", "gone"]
     saved = read_results(out)
     assert "has 3 lines but" in saved["flores"]["data_errors"]["fr"] and "de" in saved["flores"]["languages"]
-    assert "fr-en.training.fr is not valid UTF-8" in saved["bucc"]["data_errors"]["fr"] and "de" in saved["bucc"]["languages"]
+    assert (
+        "fr-en.training.fr is not valid UTF-8" in saved["bucc"]["data_errors"]["fr"]
+        and "de" in saved["bucc"]["languages"]
+    )
     assert "q.fr" in saved["retrieval"]["data_errors"]["fr-en"] and "de-en" in saved["retrieval"]["languages"]
-    assert "bad.tsv is not valid UTF-8" in saved["sts"]["data_errors"]["bad"] and saved["sts"]["languages"]["good"]["n"] == 6
-    assert "lacks column(s) translation" in saved["mlqe"]["data_errors"]["en-zh"] and saved["mlqe"]["languages"]["en-de"]["n"] == 6
+    assert (
+        "bad.tsv is not valid UTF-8" in saved["sts"]["data_errors"]["bad"]
+        and saved["sts"]["languages"]["good"]["n"] == 6
+    )
+    assert (
+        "lacks column(s) translation" in saved["mlqe"]["data_errors"]["en-zh"]
+        and saved["mlqe"]["languages"]["en-de"]["n"] == 6
+    )
     assert "missing task config" in saved["gone"]["error"]
     report = (out / "report.md").read_text(encoding="utf-8")
-    assert report.count("Not run, bad or missing data (1):") == 5 and "### gone\n\nNot run: missing task config" in report
+    assert (
+        report.count("Not run, bad or missing data (1):") == 5 and "### gone\n\nNot run: missing task config" in report
+    )
     err = capsys.readouterr().err
     assert "flores/fr: not run: " in err and "mlqe/en-zh: not run: " in err and "Traceback" not in err
 
@@ -279,16 +318,31 @@ def test_results_json_is_written_even_when_a_task_crashes(tmp_path):
     write_pair(heldout, "de-en", "gettext", {"de": ["Datei"], "en": ["File"]})
     with pytest.raises(RuntimeError, match="exploded"):
         run_all(Broken(), data, heldout, tmp_path / "out", progress=False, print_tables=False)
-    assert read_results(tmp_path / "out") == {"tatoeba": {"task": "tatoeba", "type": "tatoeba",
-                                                          "error": "crashed: RuntimeError: encoder exploded"}}
+    assert read_results(tmp_path / "out") == {
+        "tatoeba": {"task": "tatoeba", "type": "tatoeba", "error": "crashed: RuntimeError: encoder exploded"}
+    }
 
 
 # --- eval.mine --src-lang / --tgt-lang (item 4) -----------------------------------------------
 
 
 def _mine_argv(tmp_path: Path, encoder: str, src_lang: str, tgt_lang: str = "en") -> list:
-    return ["--encoder", encoder, "--src", tmp_path / "src.txt", "--src-lang", src_lang, "--tgt", tmp_path / "tgt.txt",
-            "--tgt-lang", tgt_lang, "--out", tmp_path / "mined" / "pairs.tsv", "--k", "1"]  # fmt: skip
+    return [
+        "--encoder",
+        encoder,
+        "--src",
+        tmp_path / "src.txt",
+        "--src-lang",
+        src_lang,
+        "--tgt",
+        tmp_path / "tgt.txt",
+        "--tgt-lang",
+        tgt_lang,
+        "--out",
+        tmp_path / "mined" / "pairs.tsv",
+        "--k",
+        "1",
+    ]
 
 
 def test_mine_rejects_an_unknown_language_before_reading_files(tmp_path, capsys, trigram_kind):
@@ -322,23 +376,81 @@ def _cli_cases(tmp_path: Path) -> dict:
     """{command: (main, argv with one user error, a fragment of the message, the exception type)}."""
     missing = tmp_path / "missing"
     return {
-        "eval.run_all --suite": (run_all_main, ["--encoder", "trigram", "--data-dir", tmp_path, "--suite", missing / "suite.yaml",
-                                                "--out", tmp_path / "out"], "missing suite config", FileNotFoundError),
-        "eval.run_all --model": (run_all_main, ["--model", missing, "--data-dir", tmp_path], "does not exist", Exception),
-        "eval.run_all --encoder": (run_all_main, ["--encoder", "laser", "--data-dir", tmp_path, "--out", tmp_path / "o"],
-                                   "encoder 'laser': unknown kind 'laser'", ValueError),
-        "eval.mine": (mine_main, _mine_argv(tmp_path, "trigram", "xx"), "'xx' does not name a registered language", ValueError),
-        "eval.train_head": (train_head_main, ["--encoder", "trigram", "--head", "centering", "--flores", missing,
-                                              "--languages", "de", "--out", tmp_path / "head"], "lacks the files of", OSError),
+        "eval.run_all --suite": (
+            run_all_main,
+            [
+                "--encoder",
+                "trigram",
+                "--data-dir",
+                tmp_path,
+                "--suite",
+                missing / "suite.yaml",
+                "--out",
+                tmp_path / "out",
+            ],
+            "missing suite config",
+            FileNotFoundError,
+        ),
+        "eval.run_all --model": (
+            run_all_main,
+            ["--model", missing, "--data-dir", tmp_path],
+            "does not exist",
+            Exception,
+        ),
+        "eval.run_all --encoder": (
+            run_all_main,
+            ["--encoder", "laser", "--data-dir", tmp_path, "--out", tmp_path / "o"],
+            "encoder 'laser': unknown kind 'laser'",
+            ValueError,
+        ),
+        "eval.mine": (
+            mine_main,
+            _mine_argv(tmp_path, "trigram", "xx"),
+            "'xx' does not name a registered language",
+            ValueError,
+        ),
+        "eval.train_head": (
+            train_head_main,
+            [
+                "--encoder",
+                "trigram",
+                "--head",
+                "centering",
+                "--flores",
+                missing,
+                "--languages",
+                "de",
+                "--out",
+                tmp_path / "head",
+            ],
+            "lacks the files of",
+            OSError,
+        ),
         "eval.curves": (curves_main, [missing], "metrics.jsonl not found", FileNotFoundError),
-        "eval.make_flores_bucc": (make_flores_bucc_main, ["--data-dir", missing, "--out", tmp_path / "bucc", "--languages", "de"],
-                                  "no FLORES-200 devtest file for 'de'", OSError),
-    }  # fmt: skip
+        "eval.make_flores_bucc": (
+            make_flores_bucc_main,
+            ["--data-dir", missing, "--out", tmp_path / "bucc", "--languages", "de"],
+            "no FLORES-200 devtest file for 'de'",
+            OSError,
+        ),
+    }
 
 
-@pytest.mark.parametrize("command", ["eval.run_all --suite", "eval.run_all --model", "eval.run_all --encoder", "eval.mine",
-                                     "eval.train_head", "eval.curves", "eval.make_flores_bucc"])  # fmt: skip
-def test_every_eval_command_line_gives_one_error_line_and_status_2(command, tmp_path, capsys, monkeypatch, trigram_kind):
+@pytest.mark.parametrize(
+    "command",
+    [
+        "eval.run_all --suite",
+        "eval.run_all --model",
+        "eval.run_all --encoder",
+        "eval.mine",
+        "eval.train_head",
+        "eval.curves",
+        "eval.make_flores_bucc",
+    ],
+)
+def test_every_eval_command_line_gives_one_error_line_and_status_2(
+    command, tmp_path, capsys, monkeypatch, trigram_kind
+):
     """A user error in each eval command line -> before: tracebacks (a missing --suite), exit 1
     (mine, curves, make_flores_bucc) or usage text (train_head, run_all) -> now: one `error: ...`
     line, exit status 2; --debug or EMS_DEBUG=1 shows the traceback (the exception propagates)."""
@@ -369,8 +481,9 @@ def _precomputed(directory: Path, data: Path) -> None:
 
 def _python_m(*argv) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "EMS_DEBUG"}
-    return subprocess.run([sys.executable, "-m", *map(str, argv)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", *map(str, argv)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_real_cli_misaligned_tatoeba_pair_and_missing_suite(tmp_path):
@@ -387,7 +500,16 @@ def test_real_cli_misaligned_tatoeba_pair_and_missing_suite(tmp_path):
     results = read_results(out)
     assert results["tatoeba"]["languages"]["de"]["n"] == 3 and "has 3 lines" in results["tatoeba"]["data_errors"]["fr"]
 
-    done = _python_m("eval.run_all", "--encoder", f"npy:{tmp_path / 'npy'}", "--data-dir", data, "--suite",
-                     tmp_path / "nope.yaml", "--out", tmp_path / "out2")  # fmt: skip
+    done = _python_m(
+        "eval.run_all",
+        "--encoder",
+        f"npy:{tmp_path / 'npy'}",
+        "--data-dir",
+        data,
+        "--suite",
+        tmp_path / "nope.yaml",
+        "--out",
+        tmp_path / "out2",
+    )
     assert done.returncode == 2 and done.stderr == f"error: missing suite config {tmp_path / 'nope.yaml'}\n"
     assert not (tmp_path / "out2").exists()

@@ -24,7 +24,6 @@ from tests.conftest import REPO_ROOT, SMALL_MODEL
 from tests.test_faults_train import cli_args, one_error_line
 
 
-
 def copy_shards(pipeline: Path, tmp_path: Path) -> Path:
     shards = tmp_path / "shards"
     shutil.copytree(pipeline / "shards", shards)
@@ -33,8 +32,10 @@ def copy_shards(pipeline: Path, tmp_path: Path) -> Path:
 
 def no_deepspeed(monkeypatch):
     """Fails the test if training gets as far as starting DeepSpeed (the slow part of start-up)."""
+
     def refuse():
         raise AssertionError("DeepSpeed was started before the inputs were checked")
+
     monkeypatch.setattr("ems.train.init_distributed", refuse)
 
 
@@ -45,13 +46,18 @@ def untrained_model(pipeline: Path, out: Path) -> tuple[Path, int]:
     from ems.text import Tokenizer
 
     tokenizer = Tokenizer.load(pipeline / "vocab")
-    cfg = config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL)
+    cfg = config_from_preset(
+        "tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL
+    )
     return export_encoder(EMSModel(cfg).encoder, tokenizer, out), cfg.d_model
 
 
 # --- 1. two trainers on one run directory -----------------------------------------------------
 
-def test_a_second_trainer_on_a_held_run_directory_is_refused_naming_the_holder(tiny_pipeline, tmp_path, capsys, monkeypatch):
+
+def test_a_second_trainer_on_a_held_run_directory_is_refused_naming_the_holder(
+    tiny_pipeline, tmp_path, capsys, monkeypatch
+):
     out = tmp_path / "run"
     with exclusive(out, "training run"):
         assert run_main(main, cli_args(tiny_pipeline, out)) == 2
@@ -63,15 +69,25 @@ def test_a_second_trainer_on_a_held_run_directory_is_refused_naming_the_holder(t
 @pytest.mark.slow
 def test_two_concurrent_trainers_exactly_one_runs(tiny_pipeline, tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "ems.train", *cli_args(tiny_pipeline, out, "max_steps=60", "log_every=5",
-                                                            "save_every=30")]
+    command = [
+        sys.executable,
+        "-m",
+        "ems.train",
+        *cli_args(tiny_pipeline, out, "max_steps=60", "log_every=5", "save_every=30"),
+    ]
     first = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     while f'"pid": {first.pid}' not in ((out / LOCK_FILE).read_text() if (out / LOCK_FILE).is_file() else ""):
-        assert first.poll() is None and time.time() < deadline, first.stdout.read() if first.poll() is not None else "timeout"
+        assert first.poll() is None and time.time() < deadline, (
+            first.stdout.read() if first.poll() is not None else "timeout"
+        )
         time.sleep(0.2)
-    second = subprocess.run([sys.executable, "-m", "ems.train", *cli_args(tiny_pipeline, out, "seed=4")], cwd=REPO_ROOT,
-                            capture_output=True, text=True)
+    second = subprocess.run(
+        [sys.executable, "-m", "ems.train", *cli_args(tiny_pipeline, out, "seed=4")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert first.wait(timeout=300) == 0, first.stdout.read()
     assert second.returncode == 2 and f"pid {first.pid}" in second.stderr and "Traceback" not in second.stderr
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
@@ -81,9 +97,17 @@ def test_two_concurrent_trainers_exactly_one_runs(tiny_pipeline, tmp_path):
 
 def test_the_lock_is_released_when_its_holder_dies(tmp_path):
     out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ems.locks import exclusive\n"
-                               f"with exclusive({str(out)!r}, 'test'):\n    print('held', flush=True); time.sleep(60)"],
-                              cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from ems.locks import exclusive\n"
+            f"with exclusive({str(out)!r}, 'test'):\n    print('held', flush=True); time.sleep(60)",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(DirectoryInUse, match=f"pid {holder.pid}"):
         with exclusive(out, "test"):
@@ -102,21 +126,29 @@ def test_a_data_prep_stage_refuses_an_output_directory_in_use(tmp_path, capsys):
     (corpus / "x.de").write_text("Hallo\n")
     (corpus / "x.en").write_text("Hello\n")
     with exclusive(tmp_path / "pretok", "data_prep pretokenize", inside=False):
-        assert run_main(prep_main, ["pretokenize", "--in", str(tmp_path / "corpus"), "--out", str(tmp_path / "pretok")]) == 2
+        assert (
+            run_main(prep_main, ["pretokenize", "--in", str(tmp_path / "corpus"), "--out", str(tmp_path / "pretok")])
+            == 2
+        )
     assert "is in use by another data_prep pretokenize" in capsys.readouterr().err
     assert not (tmp_path / "pretok" / "de-en").exists()
 
 
 # --- 2. shards of another vocabulary of the same size -------------------------------------------
 
+
 def test_shards_made_with_another_vocabulary_of_the_same_size_are_refused(tiny_pipeline, tmp_path, capsys, monkeypatch):
     from data_prep.vocab import train_vocab
     from ems.text import Tokenizer
 
-    other = train_vocab(tiny_pipeline / "corpus" / "train", tmp_path / "vocab_b", vocab_size=1000, character_coverage=0.98)
+    other = train_vocab(
+        tiny_pipeline / "corpus" / "train", tmp_path / "vocab_b", vocab_size=1000, character_coverage=0.98
+    )
     original = Tokenizer.load(tiny_pipeline / "vocab")
     assert other.vocab_size == original.vocab_size and other.languages == original.languages
-    assert [other.sp.id_to_piece(i) for i in range(other.vocab_size)] != [original.sp.id_to_piece(i) for i in range(original.vocab_size)]
+    assert [other.sp.id_to_piece(i) for i in range(other.vocab_size)] != [
+        original.sp.id_to_piece(i) for i in range(original.vocab_size)
+    ]
     no_deepspeed(monkeypatch)
     assert run_main(main, cli_args(tiny_pipeline, tmp_path / "run", f"vocab={tmp_path / 'vocab_b'}")) == 2
     assert "were made with another vocabulary than" in one_error_line(capsys)
@@ -124,15 +156,20 @@ def test_shards_made_with_another_vocabulary_of_the_same_size_are_refused(tiny_p
 
 # --- 3. index.json is checked against the arrays ----------------------------------------------
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda index: index.update(n_pairs=index["n_pairs"] + 7), "n_pairs"),
-    (lambda index: index.update(n_tokens=index["n_tokens"] - 1), "n_tokens"),
-    (lambda index: index["files"][0].update(end=index["files"][0]["end"] - 5), "files[0]"),
-    (lambda index: index["files"][-1].update(end=index["files"][-1]["end"] + 300), "files[2]"),
-    (lambda index: index.update(token_dtype="int32"), "token_dtype"),
-])
-def test_an_index_that_does_not_describe_its_arrays_is_one_line_naming_the_field(tiny_pipeline, tmp_path, capsys, monkeypatch,
-                                                                                 edit, field):
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda index: index.update(n_pairs=index["n_pairs"] + 7), "n_pairs"),
+        (lambda index: index.update(n_tokens=index["n_tokens"] - 1), "n_tokens"),
+        (lambda index: index["files"][0].update(end=index["files"][0]["end"] - 5), "files[0]"),
+        (lambda index: index["files"][-1].update(end=index["files"][-1]["end"] + 300), "files[2]"),
+        (lambda index: index.update(token_dtype="int32"), "token_dtype"),
+    ],
+)
+def test_an_index_that_does_not_describe_its_arrays_is_one_line_naming_the_field(
+    tiny_pipeline, tmp_path, capsys, monkeypatch, edit, field
+):
     shards = copy_shards(tiny_pipeline, tmp_path)
     index = json.loads((shards / "index.json").read_text())
     edit(index)
@@ -154,6 +191,7 @@ def test_a_truncated_array_is_one_line_naming_the_file(tiny_pipeline, tmp_path, 
 
 # --- 4. a hostile OPUS zip ------------------------------------------------------------------------
 
+
 def test_a_zip_with_members_named_outside_it_reads_nothing_outside(tmp_path):
     downloads, outside = tmp_path / "downloads", tmp_path / "outside"
     downloads.mkdir()
@@ -168,8 +206,9 @@ def test_a_zip_with_members_named_outside_it_reads_nothing_outside(tmp_path):
     from data_prep.config import PrepConfig
     from ems.configs import load_config
 
-    config = load_config(PrepConfig, values={"languages": ["de", "en"], "pivot": "en",
-                                             "corpora": [{"name": "TED2020", "release": "v1"}]})
+    config = load_config(
+        PrepConfig, values={"languages": ["de", "en"], "pivot": "en", "corpora": [{"name": "TED2020", "release": "v1"}]}
+    )
     with pytest.raises(FetchError, match="names a path outside the archive"):
         fetch(config, OnlineSource(downloads, catalog="local"), tmp_path / "out")
     assert not list((tmp_path / "out").rglob("TED2020.*"))
@@ -185,8 +224,9 @@ def test_a_zip_whose_language_files_are_not_the_expected_two_is_refused(tmp_path
     from data_prep.config import PrepConfig
     from ems.configs import load_config
 
-    config = load_config(PrepConfig, values={"languages": ["de", "en"], "pivot": "en",
-                                             "corpora": [{"name": "TED2020", "release": "v1"}]})
+    config = load_config(
+        PrepConfig, values={"languages": ["de", "en"], "pivot": "en", "corpora": [{"name": "TED2020", "release": "v1"}]}
+    )
     with pytest.raises(FetchError, match=r"unexpected: other/extra.en"):
         fetch(config, OnlineSource(downloads, catalog="local"), tmp_path / "out")
 
@@ -205,6 +245,7 @@ def test_fetch_archives_refuse_member_names_outside_them(tmp_path):
 
 # --- 5. export is whole or absent -------------------------------------------------------------
 
+
 def test_an_export_killed_half_way_leaves_nothing_loadable_and_a_rerun_works(tiny_pipeline, tmp_path, monkeypatch):
     import ems
     from ems import export
@@ -214,6 +255,7 @@ def test_an_export_killed_half_way_leaves_nothing_loadable_and_a_rerun_works(tin
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # what a kill between two files looks like from inside
+
     monkeypatch.setattr(export, "write_model_card", killed)
     with pytest.raises(KeyboardInterrupt):
         export.export_sentence_transformers(model, out)
@@ -244,8 +286,10 @@ def test_an_incomplete_export_of_an_older_version_is_named(tiny_pipeline, tmp_pa
 
 # --- 6. disk full while saving a checkpoint ----------------------------------------------------
 
-def test_disk_full_during_a_checkpoint_is_one_line_and_the_last_checkpoint_stays_latest(tiny_pipeline, tmp_path, capsys,
-                                                                                       monkeypatch):
+
+def test_disk_full_during_a_checkpoint_is_one_line_and_the_last_checkpoint_stays_latest(
+    tiny_pipeline, tmp_path, capsys, monkeypatch
+):
     out = tmp_path / "run"
     real_save = torch.save
 
@@ -253,6 +297,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_the_last_checkpoint_stays
         if "step8" in str(f):
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
         return real_save(obj, f, *args, **kwargs)
+
     monkeypatch.setattr(torch, "save", full_disk)
     assert run_main(main, cli_args(tiny_pipeline, out, "max_steps=12", "save_every=4")) == 2
     line = one_error_line(capsys)
@@ -260,10 +305,13 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_the_last_checkpoint_stays
     assert (out / "checkpoints" / "latest").read_text().strip() == "step4"
     assert not [p for p in (out / "checkpoints").iterdir() if "partial" in p.name]
     monkeypatch.undo()
-    assert run_main(main, cli_args(tiny_pipeline, out, "max_steps=12", "save_every=4")) == 0  # resumes after space is freed
+    assert (
+        run_main(main, cli_args(tiny_pipeline, out, "max_steps=12", "save_every=4")) == 0
+    )  # resumes after space is freed
 
 
 # --- 7. user errors found before slow work, as one line ----------------------------------------
+
 
 def test_probes_without_probe_data_are_one_line_before_deepspeed(tiny_pipeline, tmp_path, capsys, monkeypatch):
     no_deepspeed(monkeypatch)
@@ -287,7 +335,13 @@ def test_a_vocabulary_larger_than_the_corpus_allows_is_one_line(tmp_path, capsys
     (corpus / "x.en").write_text("Hello world\nGood morning\n")
     config = tmp_path / "data.yaml"
     config.write_text("languages: [de, en]\npivot: en\nvocab:\n  vocab_size: 5000\n")
-    assert run_main(prep_main, ["vocab", "--config", str(config), "--in", str(tmp_path / "corpus"), "--out", str(tmp_path / "vocab")]) == 2
+    assert (
+        run_main(
+            prep_main,
+            ["vocab", "--config", str(config), "--in", str(tmp_path / "corpus"), "--out", str(tmp_path / "vocab")],
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "SentencePiece cannot train a 5000-piece vocabulary" in err and "Traceback" not in err
     assert not (tmp_path / "vocab").exists()  # whole or absent
@@ -309,7 +363,9 @@ def test_encode_without_a_language_lists_the_models_languages(tiny_pipeline, tmp
     import ems
 
     model = ems.load(untrained_model(tiny_pipeline, tmp_path / "model")[0])
-    with pytest.raises(TypeError, match=r"a language code must be a str, got None; this model's languages: de en fr ja"):
+    with pytest.raises(
+        TypeError, match=r"a language code must be a str, got None; this model's languages: de en fr ja"
+    ):
         model.encode(["Hallo"], lang=None)
     with pytest.raises(ValueError, match=r"sentence 1 holds a lone surrogate"):
         model.encode(["Hallo", "bad \udcff byte"], lang="de")
@@ -317,22 +373,42 @@ def test_encode_without_a_language_lists_the_models_languages(tiny_pipeline, tmp
 
 # --- 8. a failed clean blocks the stages after it -----------------------------------------------
 
+
 def test_binarize_refuses_a_corpus_the_clean_stage_failed_on_unless_told_to_go_on(tiny_pipeline, tmp_path, capsys):
     from data_prep.__main__ import main as prep_main
 
     clean = tmp_path / "clean"
     shutil.copytree(tiny_pipeline / "corpus" / "train", clean)
-    (clean / "clean_report.json").write_text(json.dumps({"pairs": [
-        {"pair": "de-en", "files": [{"name": "django", "read": 1, "kept": 1}]},
-        {"pair": "en-fr", "files": [{"name": "django", "failed": "bad UTF-8 at line 3"}]}]}))
-    args = ["binarize", "--in", str(clean), "--vocab", str(tiny_pipeline / "vocab"), "--out", str(tmp_path / "shards"), "--workers", "1"]
+    (clean / "clean_report.json").write_text(
+        json.dumps(
+            {
+                "pairs": [
+                    {"pair": "de-en", "files": [{"name": "django", "read": 1, "kept": 1}]},
+                    {"pair": "en-fr", "files": [{"name": "django", "failed": "bad UTF-8 at line 3"}]},
+                ]
+            }
+        )
+    )
+    args = [
+        "binarize",
+        "--in",
+        str(clean),
+        "--vocab",
+        str(tiny_pipeline / "vocab"),
+        "--out",
+        str(tmp_path / "shards"),
+        "--workers",
+        "1",
+    ]
     assert run_main(prep_main, args) == 2
     err = capsys.readouterr().err
     assert "the clean stage failed on en-fr/django: bad UTF-8 at line 3" in err and "--allow-failed" in err
     assert not (tmp_path / "shards" / "index.json").exists()
     # a later clean of that pair supersedes the failure
     time.sleep(0.01)
-    (clean / "clean_report.en-fr.json").write_text(json.dumps({"pairs": [{"pair": "en-fr", "files": [{"name": "django"}]}]}))
+    (clean / "clean_report.en-fr.json").write_text(
+        json.dumps({"pairs": [{"pair": "en-fr", "files": [{"name": "django"}]}]})
+    )
     assert run_main(prep_main, args) == 0
     (clean / "clean_report.en-fr.json").unlink()
     shutil.rmtree(tmp_path / "shards")
@@ -341,6 +417,7 @@ def test_binarize_refuses_a_corpus_the_clean_stage_failed_on_unless_told_to_go_o
 
 
 # --- mining: one miner per work dir, the TSV whole or absent -------------------------------------
+
 
 def test_a_mining_work_dir_in_use_is_refused_and_a_failed_write_leaves_no_tsv(tmp_path, monkeypatch):
     import eval.mine
@@ -359,6 +436,7 @@ def test_a_mining_work_dir_in_use_is_refused_and_a_failed_write_leaves_no_tsv(tm
         if len(calls) > 4:
             raise OSError(28, "No space left on device")
         return real_line_at(f, offset)
+
     monkeypatch.setattr(eval.mine, "line_at", disk_full_after_two_lines)
     with pytest.raises(OSError):
         mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work")

@@ -28,16 +28,37 @@ MODEL_STATES = "mp_rank_00_model_states.pt"
 
 
 def config(pipeline, out, **overrides) -> TrainConfig:
-    values = dict(data=str(pipeline / "shards"), vocab=str(pipeline / "vocab"), out=str(out), model_overrides=SMALL_MODEL,
-                  batch_size=32, lr=2e-3, warmup_steps=5, max_steps=12, log_every=4, save_every=4, seed=3,
-                  bucket_batches=50)
+    values = dict(
+        data=str(pipeline / "shards"),
+        vocab=str(pipeline / "vocab"),
+        out=str(out),
+        model_overrides=SMALL_MODEL,
+        batch_size=32,
+        lr=2e-3,
+        warmup_steps=5,
+        max_steps=12,
+        log_every=4,
+        save_every=4,
+        seed=3,
+        bucket_batches=50,
+    )
     return TrainConfig(**{**values, **overrides})
 
 
 def cli_args(pipeline, out, *settings: str) -> list[str]:
-    return ["--set", f"data={pipeline / 'shards'}", f"vocab={pipeline / 'vocab'}", f"out={out}", "batch_size=32",
-            "max_steps=4", "warmup_steps=2", "bucket_batches=50", "seed=3",
-            *(f"model_overrides.{key}={value}" for key, value in SMALL_MODEL.items()), *settings]
+    return [
+        "--set",
+        f"data={pipeline / 'shards'}",
+        f"vocab={pipeline / 'vocab'}",
+        f"out={out}",
+        "batch_size=32",
+        "max_steps=4",
+        "warmup_steps=2",
+        "bucket_batches=50",
+        "seed=3",
+        *(f"model_overrides.{key}={value}" for key, value in SMALL_MODEL.items()),
+        *settings,
+    ]
 
 
 def one_error_line(capsys) -> str:
@@ -73,11 +94,14 @@ class Payload:
 
 # --- 1. no code runs from a run directory ---------------------------------------------------
 
+
 def test_malicious_checkpoint_is_refused_and_its_payload_never_runs(tiny_pipeline, tmp_path, capsys):
     out, marker = tmp_path / "run", tmp_path / "PWNED"
     train(config(tiny_pipeline, out, stop_at_step=4))
     rewrite_model_states(out / "checkpoints" / "step4", lambda states: states.update(extra=Payload(marker)))
-    with pytest.raises(UnsafeCheckpointError, match=r"refusing to load .*step4/mp_rank_00_model_states.pt.*GLOBAL posix.system"):
+    with pytest.raises(
+        UnsafeCheckpointError, match=r"refusing to load .*step4/mp_rank_00_model_states.pt.*GLOBAL posix.system"
+    ):
         train(config(tiny_pipeline, out))
     assert not marker.exists()
     capsys.readouterr()
@@ -92,13 +116,19 @@ def test_no_project_code_unpickles():
     offenders = []
     for path in [*REPO_ROOT.glob("ems/**/*.py"), *REPO_ROOT.glob("eval/**/*.py"), *REPO_ROOT.glob("data_prep/**/*.py")]:
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            if ("torch.load(" in line and "weights_only=True" not in line) or "allow_pickle=True" in line \
-                    or "pickle.load" in line or "yaml.load(" in line or "yaml.unsafe_load" in line:
+            if (
+                ("torch.load(" in line and "weights_only=True" not in line)
+                or "allow_pickle=True" in line
+                or "pickle.load" in line
+                or "yaml.load(" in line
+                or "yaml.unsafe_load" in line
+            ):
                 offenders.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}")
     assert offenders == []
 
 
 # --- 2. no NaN reaches a checkpoint -------------------------------------------------------------
+
 
 def assert_all_checkpoints_finite(out: Path) -> list[str]:
     tags = sorted(t.name for t in (out / "checkpoints").glob("step*"))
@@ -115,7 +145,10 @@ def test_divergence_stops_at_its_step_with_a_diagnostic_and_no_non_finite_checkp
     assert run_main(main, cli_args(tiny_pipeline, out, *args)) == DIVERGED_EXIT_CODE
     message = one_error_line(capsys)
     assert message.startswith("error: training diverged at step 2 (epoch 0, batch 1): loss nan")
-    assert "gradient norm nan, lr 1e+06; rank 0's batch: de-en " in message and "Nothing non-finite was checkpointed" in message
+    assert (
+        "gradient norm nan, lr 1e+06; rank 0's batch: de-en " in message
+        and "Nothing non-finite was checkpointed" in message
+    )
     assert assert_all_checkpoints_finite(out) == []
     result = train(config(tiny_pipeline, out, lr=2e-3, warmup_steps=1, max_steps=30, log_every=20, save_every=5))
     assert result["steps"] == 30 and all(math.isfinite(h["loss"]) for h in result["history"] if "loss" in h)
@@ -127,8 +160,11 @@ def test_after_divergence_a_sane_lr_resumes_from_the_last_good_checkpoint(tiny_p
     # lr=1e6 from step 4: an update explodes the weights (finite, saved), a later step is NaN
     with pytest.raises(TrainingDiverged) as diverged:
         train(config(tiny_pipeline, out, lr=1e6, save_every=1, log_every=20, max_steps=30))
-    found = re.search(r"diverged at step (\d+) .* Checkpoint step(\d+), whose weights this step started from, was moved "
-                      r"aside to rejected-step\2\. The last checkpoint: step(\d+)", str(diverged.value))
+    found = re.search(
+        r"diverged at step (\d+) .* Checkpoint step(\d+), whose weights this step started from, was moved "
+        r"aside to rejected-step\2\. The last checkpoint: step(\d+)",
+        str(diverged.value),
+    )
     assert found, str(diverged.value)
     step, rejected, last = map(int, found.groups())
     assert step >= 6 and rejected == step - 1 and last == step - 2
@@ -171,57 +207,83 @@ def test_divergence_at_a_new_runs_first_step_is_the_one_line_diagnostic(tmp_path
     from ems.training.metrics import StepValues
     from ems.training.runtime import BatchLayout
 
-    checkpointer = Checkpointer(tmp_path / "checkpoints", engine=None, rank=0, layout=BatchLayout(1, 1, 2), cfg=TrainConfig(),
-                                fixed={})
+    checkpointer = Checkpointer(
+        tmp_path / "checkpoints", engine=None, rank=0, layout=BatchLayout(1, 1, 2), cfg=TrainConfig(), fixed={}
+    )
     values = StepValues(dict(loss=math.nan, xtr=math.nan, contrastive=1.0, distill=0.0), grad_norm=math.nan, lr=1e-3)
     batch = {"src_lang": torch.tensor([0, 0]), "tgt_lang": torch.tensor([1, 1])}
-    with pytest.raises(TrainingDiverged, match=r"^training diverged at step 1 \(epoch 0, batch 0\): loss nan \(xtr nan, "
-                       r"contrastive 1, distill 0\), gradient norm nan, lr 0.001; rank 0's batch: de-en 2\. Nothing non-finite "
-                       r"was checkpointed\. The last checkpoint: none;"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"^training diverged at step 1 \(epoch 0, batch 0\): loss nan \(xtr nan, "
+        r"contrastive 1, distill 0\), gradient norm nan, lr 0.001; rank 0's batch: de-en 2\. Nothing non-finite "
+        r"was checkpointed\. The last checkpoint: none;",
+    ):
         checkpointer.stop_diverged(1, values, [batch], (0, 0), ["de", "en"])
 
 
 # --- 3. a changed config on resume ---------------------------------------------------------------
+
 
 def test_a_changed_lr_takes_effect_on_resume_and_is_recorded(tiny_pipeline, tmp_path):
     out = tmp_path / "run"
     train(config(tiny_pipeline, out, stop_at_step=4, log_every=1))
     resumed = train(config(tiny_pipeline, out, lr=5e-4, log_every=1, save_every=6))
     schedule = LinearSchedule(5, 12)
-    assert [h["lr"] for h in resumed["history"] if "lr" in h] == pytest.approx([5e-4 * schedule(s) for s in range(5, 13)], rel=1e-6)
+    assert [h["lr"] for h in resumed["history"] if "lr" in h] == pytest.approx(
+        [5e-4 * schedule(s) for s in range(5, 13)], rel=1e-6
+    )
     assert yaml.safe_load((out / "train_config.yaml").read_text())["lr"] == 5e-4
     history = yaml.safe_load((out / CONFIG_HISTORY_FILE).read_text())
     assert [segment["from_step"] for segment in history] == [0, 4]
-    assert history[1]["changed"] == {"lr": {"from": 2e-3, "to": 5e-4}, "stop_at_step": {"from": 4, "to": None},
-                                     "save_every": {"from": 4, "to": 6}}
+    assert history[1]["changed"] == {
+        "lr": {"from": 2e-3, "to": 5e-4},
+        "stop_at_step": {"from": 4, "to": None},
+        "save_every": {"from": 4, "to": 6},
+    }
     assert history[0]["config"]["lr"] == 2e-3
 
 
-@pytest.mark.parametrize("change", [{"bucket_batches": 7}, {"model_overrides": {**SMALL_MODEL, "n_layers": 1}},
-                                    {"seed": 4}, {"deepspeed_overrides": {"gradient_clipping": 0.5}}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"bucket_batches": 7},
+        {"model_overrides": {**SMALL_MODEL, "n_layers": 1}},
+        {"seed": 4},
+        {"deepspeed_overrides": {"gradient_clipping": 0.5}},
+    ],
+)
 def test_a_change_that_fixes_model_or_data_order_is_refused_on_resume(tiny_pipeline, tmp_path, change):
     out = tmp_path / "run"
     train(config(tiny_pipeline, out, stop_at_step=4))
     key = next(iter(change))
-    with pytest.raises(ResumeConfigError, match=rf"{key if key != 'deepspeed_overrides' else 'deepspeed'} .*->.*new out="):
+    with pytest.raises(
+        ResumeConfigError, match=rf"{key if key != 'deepspeed_overrides' else 'deepspeed'} .*->.*new out="
+    ):
         train(config(tiny_pipeline, out, **change))
 
 
 # --- 4. one line and status 2 for every user error -------------------------------------------------
 
-@pytest.mark.parametrize("settings, expected", [
-    (["lr=abc"], "TrainConfig: lr must be a number, got 'abc'"),
-    (["no_such_key=1"], "TrainConfig: unknown key(s) ['no_such_key']; known: "),
-    (["model_overrides.d_modle=64"], "TrainConfig: model_overrides: unknown key(s) ['d_modle']; known (EMSConfig fields"),
-    (["save_every=0"], "save_every must be at least 1, got 0"),
-    (["batch_size=0"], "batch_size must be at least 1, got 0"),
-    (["lr=-1"], "lr must be a positive number"),
-    (["autocast=fp8"], "autocast must be one of none, bf16, auto"),
-    (["deepspeed_overrides.gradient_accumulation_steps=0"], "DeepSpeed rejects the config"),
-    (["data=/nonexistent/shards"], "/nonexistent/shards"),
-    (["vocab=/nonexistent/vocab"], "/nonexistent/vocab"),
-    (["deepspeed_config=/nonexistent.json"], "/nonexistent.json"),
-])
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        (["lr=abc"], "TrainConfig: lr must be a number, got 'abc'"),
+        (["no_such_key=1"], "TrainConfig: unknown key(s) ['no_such_key']; known: "),
+        (
+            ["model_overrides.d_modle=64"],
+            "TrainConfig: model_overrides: unknown key(s) ['d_modle']; known (EMSConfig fields",
+        ),
+        (["save_every=0"], "save_every must be at least 1, got 0"),
+        (["batch_size=0"], "batch_size must be at least 1, got 0"),
+        (["lr=-1"], "lr must be a positive number"),
+        (["autocast=fp8"], "autocast must be one of none, bf16, auto"),
+        (["deepspeed_overrides.gradient_accumulation_steps=0"], "DeepSpeed rejects the config"),
+        (["data=/nonexistent/shards"], "/nonexistent/shards"),
+        (["vocab=/nonexistent/vocab"], "/nonexistent/vocab"),
+        (["deepspeed_config=/nonexistent.json"], "/nonexistent.json"),
+    ],
+)
 def test_bad_settings_are_one_line_and_status_2(tiny_pipeline, tmp_path, capsys, settings, expected):
     assert run_main(main, cli_args(tiny_pipeline, tmp_path / "run", *settings)) == 2
     assert expected in one_error_line(capsys)
@@ -257,12 +319,15 @@ def test_debug_shows_the_traceback(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     command = [sys.executable, "-m", "ems.train", "--set", "lr=abc", f"out={tmp_path}"]
     plain = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert plain.returncode == 2 and plain.stderr.strip().splitlines() == ["error: TrainConfig: lr must be a number, got 'abc'"]
+    assert plain.returncode == 2 and plain.stderr.strip().splitlines() == [
+        "error: TrainConfig: lr must be a number, got 'abc'"
+    ]
     debug = subprocess.run([*command, "--debug"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
 
 
 # --- 8. a stop signal at start-up --------------------------------------------------------------------
+
 
 def _catches(pid: int, signum: int) -> bool:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -280,8 +345,9 @@ def test_sigterm_during_start_up_exits_99_to_be_requeued(tiny_pipeline, tmp_path
     out = tmp_path / "run"
     script = Path(sys.executable).parent / "ems-train"  # the console script pip installed beside python
     program = [sys.executable, "-m", "ems.train"] if command.startswith("python") else [str(script)]
-    process = subprocess.Popen([*program, *cli_args(tiny_pipeline, out)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*program, *cli_args(tiny_pipeline, out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.time() + 30
     while not _catches(process.pid, signal.SIGTERM) and time.time() < deadline and process.poll() is None:
         time.sleep(0.005)

@@ -28,17 +28,23 @@ def fetch(capsys, *args):
 
 
 def layout(root, folders):
-    return sorted(p.relative_to(root).as_posix() for folder in folders for p in (root / folder).rglob("*") if p.is_file())
+    return sorted(
+        p.relative_to(root).as_posix() for folder in folders for p in (root / folder).rglob("*") if p.is_file()
+    )
 
 
 def eval_suite(tmp_path):
     """A small suite over five fetched sets: Tatoeba, FLORES-200, STS2017, WMT20 QE (no heads), SIB-200."""
     mlqe = yaml.safe_load((CONFIGS / "mlqe.yaml").read_text(encoding="utf-8"))
-    (tmp_path / "mlqe.yaml").write_text(yaml.safe_dump({**mlqe, "heads": [], "pairs": ["en-de", "et-en"]}), encoding="utf-8")
+    (tmp_path / "mlqe.yaml").write_text(
+        yaml.safe_dump({**mlqe, "heads": [], "pairs": ["en-de", "et-en"]}), encoding="utf-8"
+    )
     sib = yaml.safe_load((CONFIGS / "sib200.yaml").read_text(encoding="utf-8"))
     (tmp_path / "sib200.yaml").write_text(yaml.safe_dump({**sib, "seeds": 1}), encoding="utf-8")
     tasks = [str(CONFIGS / name) for name in ("tatoeba.yaml", "flores_bitext.yaml", "sts2017_raw.yaml")]
-    (tmp_path / "suite.yaml").write_text(yaml.safe_dump({"tasks": [*tasks, "mlqe.yaml", "sib200.yaml"]}), encoding="utf-8")
+    (tmp_path / "suite.yaml").write_text(
+        yaml.safe_dump({"tasks": [*tasks, "mlqe.yaml", "sib200.yaml"]}), encoding="utf-8"
+    )
     return tmp_path / "suite.yaml"
 
 
@@ -54,14 +60,24 @@ def test_every_set_fetched_into_an_empty_directory_is_the_shared_copy_and_evalua
     folders = [d.folder for d in DATASETS.values()]
     assert layout(out, folders) == layout(data_dir, folders)
     assert not (out / ".downloads").exists()
-    mismatched = [path for path in layout(data_dir, folders) if not filecmp.cmp(out / path, data_dir / path, shallow=False)]
+    mismatched = [
+        path for path in layout(data_dir, folders) if not filecmp.cmp(out / path, data_dir / path, shallow=False)
+    ]
     assert mismatched == []
     for dataset in DATASETS.values():
         assert f"licence {dataset.licence}" in printed
     assert f"fetched {sum(map(len, read_manifest().values()))} files" in printed
 
-    results = run_all(load_encoder("muse"), out, out_dir=tmp_path / "eval", languages=["de", "es", "ar", "et"],
-                      max_sentences=20, suite_path=eval_suite(tmp_path), progress=False, print_tables=False)
+    results = run_all(
+        load_encoder("muse"),
+        out,
+        out_dir=tmp_path / "eval",
+        languages=["de", "es", "ar", "et"],
+        max_sentences=20,
+        suite_path=eval_suite(tmp_path),
+        progress=False,
+        print_tables=False,
+    )
     assert set(results) == {"tatoeba", "flores200", "sts2017", "mlqe", "sib200"}
     assert all("error" not in result for result in results.values()), results
     assert set(results["tatoeba"]["languages"]) == {"de", "es", "ar", "et"}
@@ -70,7 +86,9 @@ def test_every_set_fetched_into_an_empty_directory_is_the_shared_copy_and_evalua
     assert (tmp_path / "eval" / "results.json").is_file()
 
 
-def test_a_second_run_skips_intact_files_and_fetches_damaged_ones_again(mirror, data_dir, tmp_path, capsys, monkeypatch):
+def test_a_second_run_skips_intact_files_and_fetches_damaged_ones_again(
+    mirror, data_dir, tmp_path, capsys, monkeypatch
+):
     out = tmp_path / "data"
     monkeypatch.setenv(MIRROR_ENV, mirror)
     assert fetch(capsys, "mlqe", "sts2017", "--out", out)[0] == 0
@@ -85,7 +103,11 @@ def test_a_second_run_skips_intact_files_and_fetches_damaged_ones_again(mirror, 
     (out / ("mlqe/LICENSE" + PARTIAL)).write_bytes(b"half a file")
     status, printed, _ = fetch(capsys, "mlqe", "sts2017", "--out", out)
     assert status == 0 and "fetched 3 files" in printed and "skipped 33" in printed
-    for path in ("mlqe/en-de/test20.ende.df.short.tsv", "sts2017/STS2017.track6.tr-en.sent1-sent2-gold.tsv", "mlqe/LICENSE"):
+    for path in (
+        "mlqe/en-de/test20.ende.df.short.tsv",
+        "sts2017/STS2017.track6.tr-en.sent1-sent2-gold.tsv",
+        "mlqe/LICENSE",
+    ):
         assert (out / path).read_bytes() == (data_dir / path).read_bytes()
     assert not list(out.rglob("*" + PARTIAL))
 

@@ -100,14 +100,14 @@ def test_truncated_or_foreign_mo_raises_a_clear_error():
         ("Value: %.2f", "Value:"),
         ("Hello {0}, welcome to {site_name}{}", "Hello, welcome to"),
         ("Edit {{ page.title }} now", "Edit now"),
-        ("<b>Bold</b> and <a href=\"/x\">link</a><br/>next", "Bold and link next"),
+        ('<b>Bold</b> and <a href="/x">link</a><br/>next', "Bold and link next"),
         ("Tom &amp; Jerry&#39;s &lt;show&gt;", "Tom & Jerry's"),
         ("Located in %s, line %d.", "Located in, line."),
         ("Delete %s?", "Delete?"),
         ("Supprimer %s ?", "Supprimer?"),
         ("Added “%(object)s”.", "Added."),
         ("Deleted %(count)d %(items)s.", "Deleted."),
-        ("Why not <a href=\"%(url)s\">add some</a>?", "Why not add some?"),
+        ('Why not <a href="%(url)s">add some</a>?', "Why not add some?"),
         ("Enter a new password for <strong>%(username)s</strong>.", "Enter a new password for."),
         ("(in %s)", "(in)"),
         ("選択された%sを削除", "選択されたを削除"),
@@ -185,9 +185,7 @@ def test_split_heldout_is_unique_on_both_sides_and_leak_free():
     assert len(train) + len(heldout) + removed == len(pairs)
 
 
-def read_en_x(
-    split_dir: Path, language: str, read_report: ReadReport | None = None
-) -> list[tuple[str, str]]:
+def read_en_x(split_dir: Path, language: str, read_report: ReadReport | None = None) -> list[tuple[str, str]]:
     pair_dir = split_dir / "-".join(sorted(("en", language)))
     en_path, x_path = pair_dir / "gettext.en", pair_dir / f"gettext.{language}"
     return list(read_parallel(en_path, x_path, read_report))
@@ -248,9 +246,7 @@ def test_build_report_counts_add_up(small_corpus):
     _, report = small_corpus
     for language, stats in report["languages"].items():
         assert stats["catalogs"] > 0
-        assert stats["entries_read"] == (
-            stats["kept"] + sum(stats["dropped"].values()) + stats["duplicates"]
-        ), language
+        assert stats["entries_read"] == (stats["kept"] + sum(stats["dropped"].values()) + stats["duplicates"]), language
         assert stats["kept"] == (
             stats["train_pairs"] + stats["heldout_pairs"] + stats["removed_overlapping_heldout"]
         ), language
@@ -271,9 +267,7 @@ def test_build_is_deterministic_and_refuses_to_overwrite(small_corpus, tmp_path)
 
 def test_build_raises_when_no_requested_language_exists(tmp_path):
     with pytest.raises(GettextCorpusError, match="none of the requested languages"):
-        build_gettext_corpus(
-            tmp_path, packages=("django",), languages=["xx"], min_pairs=10, heldout_size=5
-        )
+        build_gettext_corpus(tmp_path, packages=("django",), languages=["xx"], min_pairs=10, heldout_size=5)
 
 
 def make_wheel(path: Path, members: dict[str, bytes]) -> Path:
@@ -314,9 +308,7 @@ def test_build_from_wheel_reports_corrupt_catalogs(tmp_path):
         },
     )
 
-    report = build_gettext_corpus(
-        tmp_path / "out", packages=(), wheels=[wheel], min_pairs=100, heldout_size=20
-    )
+    report = build_gettext_corpus(tmp_path / "out", packages=(), wheels=[wheel], min_pairs=100, heldout_size=20)
 
     assert list(report["languages"]) == ["de"]
     assert report["languages"]["de"]["heldout_pairs"] == 20

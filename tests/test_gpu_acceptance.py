@@ -99,7 +99,10 @@ def test_a_cut_run_resumes_without_redoing_finished_stages(smoke_run, data_dir, 
     assert last["stages"]["data"] == second["stages"]["data"]
     assert last["stages"]["train"]["runs"] == 2
     pieces = last["stages"]["train"]["output"]["pieces"]
-    assert [(p["from_step"], p["to_step"], p["stopped_by"]) for p in pieces] == [(0, 5, "stop_at_step=5"), (5, 10, "schedule's end")]
+    assert [(p["from_step"], p["to_step"], p["stopped_by"]) for p in pieces] == [
+        (0, 5, "stop_at_step=5"),
+        (5, 10, "schedule's end"),
+    ]
     report = json.loads((work / "report.json").read_text())
     assert report["stages"]["mfu"] == first["stages"]["mfu"]["output"]
     # the resumed training is the uninterrupted one: every step logged once, the same validation
@@ -111,7 +114,10 @@ def test_a_cut_run_resumes_without_redoing_finished_stages(smoke_run, data_dir, 
     expected = {row["step"]: row["valid_loss"] for row in reference["learning_curve"] if "valid_loss" in row}
     assert validation == pytest.approx(expected, rel=1e-5)
     for task, summary in report["stages"]["evaluate"]["tasks"].items():
-        assert summary["per_language"] == pytest.approx(reference["stages"]["evaluate"]["tasks"][task]["per_language"], abs=1e-6)
+        assert summary["per_language"] == pytest.approx(
+            reference["stages"]["evaluate"]["tasks"][task]["per_language"], abs=1e-6
+        )
+
 
 def test_without_smoke_and_without_a_gpu_it_is_one_line_and_status_2(data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -132,6 +138,11 @@ def test_a_missing_data_directory_is_one_line_before_anything_runs(tmp_path, cap
 
 def test_a_work_directory_of_other_settings_is_refused(smoke_run, data_dir, capsys):
     work, _, _ = smoke_run
-    assert run_main(gpu_acceptance.main, ["--work", str(work), "--data-dir", str(data_dir), "--smoke", "--min-pairs", "5000"]) == 2
+    assert (
+        run_main(
+            gpu_acceptance.main, ["--work", str(work), "--data-dir", str(data_dir), "--smoke", "--min-pairs", "5000"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith(f"error: {work} holds a run started with other settings (min_pairs: 2000 -> 5000)")

@@ -129,7 +129,10 @@ def test_parallel_data_from_moses_and_flores(tmp_path):
 
 
 def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
-    for lang, words in {"en": "one two three four five six seven eight", "de": "eins zwei drei vier fünf sechs sieben acht"}.items():
+    for lang, words in {
+        "en": "one two three four five six seven eight",
+        "de": "eins zwei drei vier fünf sechs sieben acht",
+    }.items():
         write_lines(tmp_path / "corpus" / "de-en" / f"x.{lang}", words.split())
     data = encode_pairs(OffsetEncoder(), moses_pairs(tmp_path / "corpus"))
     head, log = train_head("centering", data, valid_fraction=0.25, seed=0)
@@ -137,21 +140,48 @@ def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
     view = HeadEncoder(OffsetEncoder(), head, "meaning")
     raw = OffsetEncoder().encode(["eins"], "de")
     np.testing.assert_allclose(view.encode(["eins"], "de"), raw - head.means["de"])
-    np.testing.assert_allclose(HeadEncoder(OffsetEncoder(), head, "language").encode(["eins"], "de") + view.encode(["eins"], "de"), raw, rtol=1e-6)
+    np.testing.assert_allclose(
+        HeadEncoder(OffsetEncoder(), head, "language").encode(["eins"], "de") + view.encode(["eins"], "de"),
+        raw,
+        rtol=1e-6,
+    )
     with pytest.raises(ValueError, match="unknown view"):
         HeadEncoder(OffsetEncoder(), head, "syntax")
     with pytest.raises(ValueError, match="unknown head 'nope'"):
         train_head("nope", data)
 
     # the CLI with an encoder plug-in: same head as train_head above
-    monkeypatch.setitem(ems.encoder_kinds.ENCODER_KINDS, "offset", ems.encoder_kinds.EncoderKind(lambda path, device: OffsetEncoder(), "none", {}))
-    assert train_head_main(["--encoder", "offset", "--head", "centering", "--pairs", str(tmp_path / "corpus"),
-                            "--valid-fraction", "0.25", "--out", str(tmp_path / "head")]) == 0  # fmt: skip
+    monkeypatch.setitem(
+        ems.encoder_kinds.ENCODER_KINDS,
+        "offset",
+        ems.encoder_kinds.EncoderKind(lambda path, device: OffsetEncoder(), "none", {}),
+    )
+    assert (
+        train_head_main(
+            [
+                "--encoder",
+                "offset",
+                "--head",
+                "centering",
+                "--pairs",
+                str(tmp_path / "corpus"),
+                "--valid-fraction",
+                "0.25",
+                "--out",
+                str(tmp_path / "head"),
+            ]
+        )
+        == 0
+    )
     saved = load_head(tmp_path / "head")
-    np.testing.assert_array_equal(HeadEncoder(OffsetEncoder(), saved, "meaning").encode(["eins"], "de"), view.encode(["eins"], "de"))
+    np.testing.assert_array_equal(
+        HeadEncoder(OffsetEncoder(), saved, "meaning").encode(["eins"], "de"), view.encode(["eins"], "de")
+    )
     assert json.loads((tmp_path / "head" / "training_log.json").read_text())["data"][0]["pair"] == "de-en"
     with pytest.raises(SystemExit):
-        train_head_main(["--encoder", "offset", "--head", "centering", "--flores", str(tmp_path)])  # --languages missing
+        train_head_main(
+            ["--encoder", "offset", "--head", "centering", "--flores", str(tmp_path)]
+        )  # --languages missing
 
 
 def test_heads_registry_has_the_closed_form_heads():
@@ -162,7 +192,9 @@ def test_heads_registry_has_the_closed_form_heads():
 def model_dir(tiny_pipeline, tmp_path_factory):
     tok = Tokenizer.load(tiny_pipeline / "vocab")
     torch.manual_seed(0)
-    model = EMSModel(config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL))
+    model = EMSModel(
+        config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL)
+    )
     return export_encoder(model.encoder, tok, tmp_path_factory.mktemp("model"))
 
 
@@ -180,7 +212,9 @@ def test_ems_encode_views_with_a_saved_head(model_dir, tmp_path):
     loaded = ems.load(model_dir)
     meaning = raw["de"] @ head.maps["de"]
     np.testing.assert_allclose(loaded.encode(sentences["de"], "de", view="meaning"), meaning, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(loaded.encode(sentences["de"], "de", view="language"), raw["de"] - meaning, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        loaded.encode(sentences["de"], "de", view="language"), raw["de"] - meaning, rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_array_equal(loaded.encode(sentences["de"], "de", view="raw"), raw["de"])
     with pytest.raises(ValueError, match="unknown view"):
         loaded.encode(sentences["de"], "de", view="both")

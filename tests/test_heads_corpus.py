@@ -35,8 +35,10 @@ def test_pivot_pairs_put_english_first_and_the_cap_is_a_seeded_sample(spanish_co
 def test_a_correlation_task_trains_its_heads_on_a_corpus(spanish_corpus, tmp_path):
     data, suite = tiny_suite(tmp_path)
     sts = suite.parent / "sts.yaml"
-    sts.write_text(sts.read_text().split("heads:")[0] + "heads: [centering]\n"
-                   f"head_training: {{pairs_dir: {spanish_corpus}, max_pairs: 40, valid_fraction: 0.25}}\n")  # fmt: skip
+    sts.write_text(
+        sts.read_text().split("heads:")[0] + "heads: [centering]\n"
+        f"head_training: {{pairs_dir: {spanish_corpus}, max_pairs: 40, valid_fraction: 0.25}}\n"
+    )
     suite.write_text("tasks: [sts.yaml]\n")
     result = run_all(HashEncoder(), data, suite_path=suite, progress=False, print_tables=False)["sts"]
     assert result["views"] == ["raw", "centering"] and "error" not in result
@@ -49,4 +51,7 @@ def test_head_training_takes_one_source():
         HeadTrainingConfig(flores_subdir="f", pairs_dir="p").training(["centering"], "root")
     with pytest.raises(ValueError, match="one of flores_subdir and pairs_dir"):
         HeadTrainingConfig(max_pairs=5).training(["centering"], "root")
-    assert HeadTrainingConfig(pairs_dir="/abs/corpus").training(["centering"], "root").pairs_dir.as_posix() == "/abs/corpus"
+    assert (
+        HeadTrainingConfig(pairs_dir="/abs/corpus").training(["centering"], "root").pairs_dir.as_posix()
+        == "/abs/corpus"
+    )

@@ -60,7 +60,9 @@ def test_held_out_choice_is_positive_and_beats_least_squares_on_fresh_pairs():
 def as_pairs(de, en):
     """de (index 1) -> en (index 0) pairs, English on the y side."""
     n = len(de)
-    return ParallelEmbeddings(de.astype(np.float32), en.astype(np.float32), np.ones(n, np.int64), np.zeros(n, np.int64), ["en", "de"])
+    return ParallelEmbeddings(
+        de.astype(np.float32), en.astype(np.float32), np.ones(n, np.int64), np.zeros(n, np.int64), ["en", "de"]
+    )
 
 
 def test_head_selects_only_on_train_and_valid_and_records_the_curve(tmp_path, monkeypatch):
@@ -97,13 +99,21 @@ def test_language_without_held_out_pairs_takes_the_pooled_choice_and_old_heads_l
     de, en, w = noisy_linear_pairs(60, seed=8)
     fr, en_fr, _ = noisy_linear_pairs(30, seed=9, w=w)
     languages = ["en", "de", "fr"]
-    train = ParallelEmbeddings(np.concatenate([de[:40], fr]).astype(np.float32), np.concatenate([en[:40], en_fr]).astype(np.float32),
-                               np.array([1] * 40 + [2] * 30), np.zeros(70, np.int64), languages)  # fmt: skip
+    train = ParallelEmbeddings(
+        np.concatenate([de[:40], fr]).astype(np.float32),
+        np.concatenate([en[:40], en_fr]).astype(np.float32),
+        np.array([1] * 40 + [2] * 30),
+        np.zeros(70, np.int64),
+        languages,
+    )
     valid = as_pairs(de[40:], en[40:])  # no fr pair held out
     valid = ParallelEmbeddings(valid.x, valid.y, valid.x_lang, valid.y_lang, languages)
     head = ProjectionHead()
     log = head.fit(train, valid)
-    assert log["ridge"]["fr"]["valid_mse"] is None and log["ridge"]["fr"]["selected_on"] == "other languages' held-out pairs"
+    assert (
+        log["ridge"]["fr"]["valid_mse"] is None
+        and log["ridge"]["fr"]["selected_on"] == "other languages' held-out pairs"
+    )
     assert log["ridge"]["fr"]["alpha"] == log["ridge"]["de"]["alpha"]  # the only curve is de's
     # a head saved before ridge selection: head.json without "ridge" still loads, unregularised
     head.save(tmp_path)

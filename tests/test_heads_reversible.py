@@ -32,7 +32,19 @@ W = np.array(
 )
 B = np.array([0.1, -0.2, 0.0, 0.3])
 
-TERMS = ("translation", "push_s", "push_t", "lang_s", "lang_t", "orth_s", "orth_t", "swap_lang_s", "swap_lang_t", "swap_meaning_s", "swap_meaning_t")
+TERMS = (
+    "translation",
+    "push_s",
+    "push_t",
+    "lang_s",
+    "lang_t",
+    "orth_s",
+    "orth_t",
+    "swap_lang_s",
+    "swap_lang_t",
+    "swap_meaning_s",
+    "swap_meaning_t",
+)
 
 
 def cos(a, b):
@@ -84,7 +96,9 @@ def fixed_module(w=W, b=B):
 def batch(s=S, t=T, s_o=S_OTHER, t_o=T_OTHER):
     as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))  # noqa: E731
     langs = torch.zeros(len(s), dtype=torch.int64)
-    return PairBatch(x=as_tensor(s), y=as_tensor(t), x_lang=langs, y_lang=langs + 1, x_other=as_tensor(s_o), y_other=as_tensor(t_o))
+    return PairBatch(
+        x=as_tensor(s), y=as_tensor(t), x_lang=langs, y_lang=langs + 1, x_other=as_tensor(s_o), y_other=as_tensor(t_o)
+    )
 
 
 def head_losses(module, pair_batch):

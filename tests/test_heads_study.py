@@ -16,16 +16,31 @@ spec.loader.exec_module(heads_study)
 
 
 def _row(source, head, rate, dev, test):
-    return {"source": source, "task": "qe", "head": head, "setting": f"{head} lr={rate:g}", "learning_rate": rate,
-            "dev_avg": {"raw": 0.1, head: dev}, "test_avg": {"raw": 0.1, head: test},
-            "test": {"en-de": {"raw": 0.1, head: test}}, **({"test_avg6": {"raw": 0.1, head: test}} if source == "flores" else {})}
+    return {
+        "source": source,
+        "task": "qe",
+        "head": head,
+        "setting": f"{head} lr={rate:g}",
+        "learning_rate": rate,
+        "dev_avg": {"raw": 0.1, head: dev},
+        "test_avg": {"raw": 0.1, head: test},
+        "test": {"en-de": {"raw": 0.1, head: test}},
+        **({"test_avg6": {"raw": 0.1, head: test}} if source == "flores" else {}),
+    }
 
 
 def _rows():
-    return [_row(source, head, rate, dev, test)
-            for source, head, rate, dev, test in [("flores", "dream", 1e-3, 0.30, 0.10), ("flores", "dream", 3e-3, 0.20, 0.50),
-                                                  ("flores", "meat", 1e-4, 0.25, 0.40), ("flores", "meat", 3e-4, 0.35, 0.05),
-                                                  ("corpus@1000", "dream", 1e-3, 0.10, 0.90), ("corpus@1000", "meat", 1e-4, 0.40, 0.0)]]
+    return [
+        _row(source, head, rate, dev, test)
+        for source, head, rate, dev, test in [
+            ("flores", "dream", 1e-3, 0.30, 0.10),
+            ("flores", "dream", 3e-3, 0.20, 0.50),
+            ("flores", "meat", 1e-4, 0.25, 0.40),
+            ("flores", "meat", 3e-4, 0.35, 0.05),
+            ("corpus@1000", "dream", 1e-3, 0.10, 0.90),
+            ("corpus@1000", "meat", 1e-4, 0.40, 0.0),
+        ]
+    ]
 
 
 def test_choices_read_dev_only():
@@ -41,8 +56,11 @@ def test_choices_read_dev_only():
         lines = heads_study.summary(rows).splitlines()
         return [line.split(" | ")[:3] for line in lines if line.startswith(("| dream |", "| meat |"))]
 
-    assert chosen_in_summary(rows) == chosen_in_summary(poisoned) == [["| dream", "dream lr=0.001, flores", "0.300"],
-                                                                      ["| meat", "meat lr=0.0001, corpus@1000", "0.400"]]
+    assert (
+        chosen_in_summary(rows)
+        == chosen_in_summary(poisoned)
+        == [["| dream", "dream lr=0.001, flores", "0.300"], ["| meat", "meat lr=0.0001, corpus@1000", "0.400"]]
+    )
     rows[1]["dev_avg"]["dream"] = 0.31
     assert heads_study.chosen_on_dev(rows, "flores")["dream"] == 3e-3
 

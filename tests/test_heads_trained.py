@@ -63,7 +63,9 @@ def cross_entropy(logits, targets):  # targets: class index per row, or a probab
 
 
 def decomposition(e, m, l):
-    return Decomposition(torch.tensor(e, dtype=torch.float64), torch.tensor(m, dtype=torch.float64), torch.tensor(l, dtype=torch.float64))
+    return Decomposition(
+        torch.tensor(e, dtype=torch.float64), torch.tensor(m, dtype=torch.float64), torch.tensor(l, dtype=torch.float64)
+    )
 
 
 # Two pairs of 2-d embeddings; every number chosen by hand.
@@ -86,7 +88,16 @@ LANG_Y = [1, 2]
 def test_dream_losses_match_hand_computation():
     x, y = decomposition(E_X, M_X, L_X), decomposition(E_Y, M_Y, L_Y)
     x_other, y_other = decomposition(E_X, M_XO, L_XO), decomposition(E_Y, M_YO, L_YO)
-    losses = dream_losses(x, y, x_other, y_other, torch.tensor(LOGITS_X, dtype=torch.float64), torch.tensor(LOGITS_Y, dtype=torch.float64), torch.tensor(LANG_X), torch.tensor(LANG_Y))
+    losses = dream_losses(
+        x,
+        y,
+        x_other,
+        y_other,
+        torch.tensor(LOGITS_X, dtype=torch.float64),
+        torch.tensor(LOGITS_Y, dtype=torch.float64),
+        torch.tensor(LANG_X),
+        torch.tensor(LANG_Y),
+    )
     sum_x = [[M_X[i][j] + L_X[i][j] for j in range(2)] for i in range(2)]
     sum_y = [[M_Y[i][j] + L_Y[i][j] for j in range(2)] for i in range(2)]
     expected = {
@@ -119,9 +130,12 @@ def test_reversible_losses_match_hand_computation():
     expected = {
         "meaning": 2 * pull(M_X, M_Y) + push(M_X, M_XO) + push(M_Y, M_YO),
         "language": pull(lx, lxo) + pull(ly, lyo),
-        "cross_reconstruction": push(M_X, lx) + push(M_Y, ly)
-        + pull(E_X, add(M_X, lxo)) + pull(E_Y, add(M_Y, lyo))
-        + pull(E_X, add(M_Y, lx)) + pull(E_Y, add(M_X, ly)),
+        "cross_reconstruction": push(M_X, lx)
+        + push(M_Y, ly)
+        + pull(E_X, add(M_X, lxo))
+        + pull(E_Y, add(M_Y, lyo))
+        + pull(E_X, add(M_Y, lx))
+        + pull(E_Y, add(M_X, ly)),
     }
     expected["total"] = sum(expected.values())
     assert set(losses) == set(expected)
@@ -132,7 +146,10 @@ def test_reversible_losses_match_hand_computation():
 def test_meat_losses_match_hand_computation():
     x, y = decomposition(E_X, M_X, L_X), decomposition(E_Y, M_Y, L_Y)
     disc_x, disc_y = torch.tensor(LOGITS_X, dtype=torch.float64), torch.tensor(LOGITS_Y, dtype=torch.float64)
-    frozen_x, frozen_y = torch.tensor(LOGITS_Y, dtype=torch.float64), torch.tensor(LOGITS_X, dtype=torch.float64)  # any logits: the loss only reads them
+    frozen_x, frozen_y = (
+        torch.tensor(LOGITS_Y, dtype=torch.float64),
+        torch.tensor(LOGITS_X, dtype=torch.float64),
+    )  # any logits: the loss only reads them
     losses = meat_losses(x, y, disc_x, disc_y, frozen_x, frozen_y, torch.tensor(LANG_X), torch.tensor(LANG_Y))
     plus = lambda a, b: [[a[i][j] + b[i][j] for j in range(2)] for i in range(2)]  # noqa: E731
     uniform = [[1 / 3] * 3] * 2
@@ -176,8 +193,12 @@ def test_meat_adversarial_game_sends_each_gradient_to_one_player():
     assert module.meaning.weight.grad.abs().sum() > 0
 
     meaning = e.clone().requires_grad_(True)
-    adversarial_gradient = torch.autograd.grad(torch.nn.functional.cross_entropy(module.discriminate_frozen(meaning), uniform), meaning)[0]
-    identification_gradient = torch.autograd.grad(torch.nn.functional.cross_entropy(module.discriminator(meaning), lang), meaning)[0]
+    adversarial_gradient = torch.autograd.grad(
+        torch.nn.functional.cross_entropy(module.discriminate_frozen(meaning), uniform), meaning
+    )[0]
+    identification_gradient = torch.autograd.grad(
+        torch.nn.functional.cross_entropy(module.discriminator(meaning), lang), meaning
+    )[0]
     assert torch.all((adversarial_gradient * identification_gradient).sum(dim=1) < 0)
 
 
@@ -203,7 +224,9 @@ def synthetic_pairs(n, dim, seed, offsets, noise=0.05):
     y_lang = rng.choice([LANGUAGES.index("de"), LANGUAGES.index("fr")], size=n)
     x = meanings + offsets[x_lang] + rng.normal(size=(n, dim)) * noise / math.sqrt(dim)
     y = meanings + offsets[y_lang] + rng.normal(size=(n, dim)) * noise / math.sqrt(dim)
-    return ParallelEmbeddings(x.astype(np.float32), y.astype(np.float32), x_lang.astype(np.int64), y_lang.astype(np.int64), list(LANGUAGES))
+    return ParallelEmbeddings(
+        x.astype(np.float32), y.astype(np.float32), x_lang.astype(np.int64), y_lang.astype(np.int64), list(LANGUAGES)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +284,10 @@ def test_training_recovers_meaning_on_synthetic_data(synthetic, trained, name):
     assert raw_cosine < 0.5 and raw_lid > 0.95  # the synthetic data is dominated by language
     assert mean_pair_cosine(mx, my) > raw_cosine + 0.3
     assert meaning_lid < raw_lid - 0.3
-    assert log["best_epoch"] >= 1 and log["history"][log["best_epoch"] - 1]["valid"][head.select_on] == log["best_valid_loss"]
+    assert (
+        log["best_epoch"] >= 1
+        and log["history"][log["best_epoch"] - 1]["valid"][head.select_on] == log["best_valid_loss"]
+    )
 
 
 def test_reversible_parts_add_up_exactly(synthetic, trained):
@@ -292,8 +318,10 @@ def test_save_load_gives_identical_outputs(synthetic, trained, tmp_path, name):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ConfigError) as error:
         load_head(tmp_path / name)
-    assert str(error.value) == (f"{meta_path}: hyperparameters: unknown key(s) ['lr']; known: ['batch_size', 'hidden_dim', "
-                                "'learning_rate', 'max_epochs', 'patience']; hyperparameters: max_epochs must be an integer, got 'many'")
+    assert str(error.value) == (
+        f"{meta_path}: hyperparameters: unknown key(s) ['lr']; known: ['batch_size', 'hidden_dim', "
+        "'learning_rate', 'max_epochs', 'patience']; hyperparameters: max_epochs must be an integer, got 'many'"
+    )
 
 
 @pytest.mark.parametrize("name", [cls.name for cls in TRAINED_HEADS])
@@ -341,7 +369,14 @@ def test_early_stopping_restores_the_best_epoch():
         x = np.full((n, 2), value, dtype=np.float32)
         return ParallelEmbeddings(x, x.copy(), np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64), ["a", "b"])
 
-    log = train_module(module, loss_fn, pairs(10.0, 8), pairs(3.0, 4), HeadHyperparameters(learning_rate=0.5, batch_size=4, max_epochs=100, patience=3), seed=0)
+    log = train_module(
+        module,
+        loss_fn,
+        pairs(10.0, 8),
+        pairs(3.0, 4),
+        HeadHyperparameters(learning_rate=0.5, batch_size=4, max_epochs=100, patience=3),
+        seed=0,
+    )
     valid_curve = [entry["valid"]["total"] for entry in log["history"]]
     assert log["stopped_early"] and log["epochs"] < 100
     assert log["best_epoch"] == int(np.argmin(valid_curve)) + 1

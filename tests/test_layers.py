@@ -19,8 +19,10 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-LINT = ("import sys; from importlinter.cli import lint_imports; "
-        "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
+LINT = (
+    "import sys; from importlinter.cli import lint_imports; "
+    "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))"
+)
 
 
 def test_the_import_contracts_hold():
@@ -35,5 +37,8 @@ def test_every_ems_module_is_in_a_layer():
     named = {name.strip().strip("()") for layer in layers for name in layer.replace("|", ":").split(":")}
     modules = {f"ems.{module.name}" for module in pkgutil.iter_modules([str(REPO_ROOT / "ems")])}
     if modules - named:
-        pytest.fail(f"{', '.join(sorted(modules - named))}: in no layer of the 'layers' contract in pyproject.toml; "
-                    "add each to the core (bottom) or to training and the apps (top)", pytrace=False)
+        pytest.fail(
+            f"{', '.join(sorted(modules - named))}: in no layer of the 'layers' contract in pyproject.toml; "
+            "add each to the core (bottom) or to training and the apps (top)",
+            pytrace=False,
+        )

@@ -39,13 +39,17 @@ def dense_infonce(hu: torch.Tensor, hv: torch.Tensor, t: float) -> torch.Tensor:
 def test_xtr_matches_dense_with_padding_and_repeats():
     torch.manual_seed(0)
     logits = torch.randn(4, 11) * 3
-    targets = torch.tensor([
-        [3, 3, 3, 5, PAD, PAD],  # a token repeated three times
-        [7, 2, 7, 2, 9, 1],      # two repeated tokens, no padding
-        [4, PAD, PAD, PAD, PAD, PAD],
-        [10, 6, 8, 6, PAD, PAD],
-    ])
-    torch.testing.assert_close(xtr_loss(logits, targets, PAD).double(), dense_xtr(logits, targets), rtol=1e-5, atol=1e-6)
+    targets = torch.tensor(
+        [
+            [3, 3, 3, 5, PAD, PAD],  # a token repeated three times
+            [7, 2, 7, 2, 9, 1],  # two repeated tokens, no padding
+            [4, PAD, PAD, PAD, PAD, PAD],
+            [10, 6, 8, 6, PAD, PAD],
+        ]
+    )
+    torch.testing.assert_close(
+        xtr_loss(logits, targets, PAD).double(), dense_xtr(logits, targets), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_xtr_counts_repeated_tokens_not_just_presence():
@@ -82,8 +86,20 @@ def test_contrastive_hand_checked_two_pairs():
 @torch.no_grad()
 def test_model_joint_loss_is_weighted_sum_of_both_directions():
     torch.manual_seed(2)
-    cfg = config_from_preset("tiny", vocab_size=50, n_languages=3, d_model=32, n_heads=4, d_ffn=64, n_layers=2,
-                             d_lang=8, d_contrastive=16, dropout=0.0, xtr_weight=0.5, contrastive_weight=2.0)
+    cfg = config_from_preset(
+        "tiny",
+        vocab_size=50,
+        n_languages=3,
+        d_model=32,
+        n_heads=4,
+        d_ffn=64,
+        n_layers=2,
+        d_lang=8,
+        d_contrastive=16,
+        dropout=0.0,
+        xtr_weight=0.5,
+        contrastive_weight=2.0,
+    )
     model = EMSModel(cfg).eval()
     src = torch.tensor([[5, 6, 6, PAD], [7, 8, 9, 10], [11, 11, PAD, PAD]])
     tgt = torch.tensor([[12, 13, PAD], [14, 14, 15], [16, PAD, PAD]])

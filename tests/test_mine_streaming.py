@@ -35,8 +35,13 @@ def in_memory_mine(encoder, src_path: Path, tgt_path: Path, out: Path, **options
     src = list(dict.fromkeys(line for line in read_lines(src_path) if line.strip()))
     tgt = list(dict.fromkeys(line for line in read_lines(tgt_path) if line.strip()))
     pairs = mine(encoder.encode(src, "de"), encoder.encode(tgt, "en"), **options)
-    out.write_text("".join(f"{score:.6f}\t{src[s]}\t{tgt[t]}\n" for s, t, score in
-                           zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist())), encoding="utf-8")  # fmt: skip
+    out.write_text(
+        "".join(
+            f"{score:.6f}\t{src[s]}\t{tgt[t]}\n"
+            for s, t, score in zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist())
+        ),
+        encoding="utf-8",
+    )
 
 
 @pytest.mark.parametrize("chunk_lines", [1, 2, 1000])
@@ -48,8 +53,15 @@ def test_streaming_output_equals_the_in_memory_path(tmp_path, chunk_lines):
     streamed = (tmp_path / "streamed.tsv").read_text(encoding="utf-8")
     assert streamed == (tmp_path / "whole.tsv").read_text(encoding="utf-8")
     assert "\tDie Katze schläft.\t" in streamed and "\r" not in streamed  # its CRLF line, without the CR
-    assert counts == {"src_lines": 9, "src_distinct": 5, "src_empty": 2, "tgt_lines": 8, "tgt_distinct": 6,
-                      "tgt_empty": 1, "written": counts["written"]}  # fmt: skip
+    assert counts == {
+        "src_lines": 9,
+        "src_distinct": 5,
+        "src_empty": 2,
+        "tgt_lines": 8,
+        "tgt_distinct": 6,
+        "tgt_empty": 1,
+        "written": counts["written"],
+    }
     assert max(n for _, n in encoder.calls[:2]) == min(chunk_lines, 6)  # streamed: a chunk at a time
 
 
@@ -58,9 +70,17 @@ def test_scan_keeps_first_occurrences_by_offset(tmp_path):
     distinct = scan_distinct(src)
     assert distinct.numbers.tolist() == [0, 2, 5, 6, 8]
     assert [SRC.encode("utf-8")[o:].split(b"\n")[0].rstrip(b"\r").decode() for o in distinct.offsets.tolist()] == [
-        "Der Hund bellt.", "Die Katze schläft.", "Ich habe Hunger.", "Wo ist der Bahnhof?", "Guten Tag!"]  # fmt: skip
-    assert list(text_chunks(distinct, 2)) == [["Der Hund bellt.", "Die Katze schläft."],
-                                              ["Ich habe Hunger.", "Wo ist der Bahnhof?"], ["Guten Tag!"]]  # fmt: skip
+        "Der Hund bellt.",
+        "Die Katze schläft.",
+        "Ich habe Hunger.",
+        "Wo ist der Bahnhof?",
+        "Guten Tag!",
+    ]
+    assert list(text_chunks(distinct, 2)) == [
+        ["Der Hund bellt.", "Die Katze schläft."],
+        ["Ich habe Hunger.", "Wo ist der Bahnhof?"],
+        ["Guten Tag!"],
+    ]
 
 
 def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
@@ -70,12 +90,26 @@ def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
         scan_distinct(tmp_path / "bad.de")
     with pytest.raises(MissingDataError, match="missing input file"):
         scan_distinct(tmp_path / "nowhere.de")
-    base = ["--encoder", "trigram", "--src", str(src), "--src-lang", "de", "--tgt", str(tgt), "--tgt-lang", "en",
-            "--out", str(tmp_path / "o.tsv")]  # fmt: skip
+    base = [
+        "--encoder",
+        "trigram",
+        "--src",
+        str(src),
+        "--src-lang",
+        "de",
+        "--tgt",
+        str(tgt),
+        "--tgt-lang",
+        "en",
+        "--out",
+        str(tmp_path / "o.tsv"),
+    ]
     ems.encoder_kinds.ENCODER_KINDS["trigram"] = EncoderKind(lambda path, device: TrigramEncoder(), "none", {})
     try:
-        for extra, message in ((["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
-                               (["--src", str(tmp_path / "bad.de")], "is not valid UTF-8")):  # fmt: skip
+        for extra, message in (
+            (["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
+            (["--src", str(tmp_path / "bad.de")], "is not valid UTF-8"),
+        ):
             capsys.readouterr()
             assert run_main(mine_main, base + extra) == 2
             err = capsys.readouterr().err
@@ -89,8 +123,12 @@ def test_work_dir_keeps_the_embeddings_one_row_per_distinct_line(tmp_path):
     mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work", chunk_lines=2)
     x, y = np.load(tmp_path / "work" / "src.npy"), np.load(tmp_path / "work" / "tgt.npy")
     assert x.shape == (5, 64) and y.shape == (6, 64)
-    np.testing.assert_array_equal(x, TrigramEncoder().encode(["Der Hund bellt.", "Die Katze schläft.", "Ich habe Hunger.",
-                                                              "Wo ist der Bahnhof?", "Guten Tag!"], "de"))  # fmt: skip
+    np.testing.assert_array_equal(
+        x,
+        TrigramEncoder().encode(
+            ["Der Hund bellt.", "Die Katze schläft.", "Ich habe Hunger.", "Wo ist der Bahnhof?", "Guten Tag!"], "de"
+        ),
+    )
 
 
 def test_workers_with_another_encoder_print_a_note_and_encode_as_without(tmp_path, capsys):
@@ -103,8 +141,16 @@ def test_workers_with_another_encoder_print_a_note_and_encode_as_without(tmp_pat
 
 def test_multi_process_tokenising_gives_the_single_process_vectors(model_dir, tmp_path):
     encoder = load_encoder(f"ems:{model_dir}", cache_dir=tmp_path / "cache")
-    lines = ["Enter a valid date.", "This field is required.", "Save", "Delete the selected objects?",
-             "Change password", "Enter a whole number.", "Log out", "Add another item"] * 3  # fmt: skip
+    lines = [
+        "Enter a valid date.",
+        "This field is required.",
+        "Save",
+        "Delete the selected objects?",
+        "Change password",
+        "Enter a whole number.",
+        "Log out",
+        "Add another item",
+    ] * 3
     chunks = [lines[i : i + 5] for i in range(0, len(lines), 5)]
     single = list(chunk_embeddings(load_encoder(f"ems:{model_dir}"), chunks, "en"))
     pooled = list(chunk_embeddings(encoder, chunks, "en", tokenizer_workers=2))
@@ -122,9 +168,26 @@ def test_mine_command_with_tokenizer_workers(model_dir, tmp_path):
     (tmp_path / "b.en").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
     outputs = []
     for workers in ("0", "2"):
-        argv = ["--encoder", f"ems:{model_dir}", "--src", str(tmp_path / "a.en"), "--src-lang", "en", "--tgt",
-                str(tmp_path / "b.en"), "--tgt-lang", "en", "--out", str(tmp_path / f"{workers}.tsv"), "--k", "2",
-                "--chunk-lines", "2", "--tokenizer-workers", workers]  # fmt: skip
+        argv = [
+            "--encoder",
+            f"ems:{model_dir}",
+            "--src",
+            str(tmp_path / "a.en"),
+            "--src-lang",
+            "en",
+            "--tgt",
+            str(tmp_path / "b.en"),
+            "--tgt-lang",
+            "en",
+            "--out",
+            str(tmp_path / f"{workers}.tsv"),
+            "--k",
+            "2",
+            "--chunk-lines",
+            "2",
+            "--tokenizer-workers",
+            workers,
+        ]
         assert mine_main(argv) == 0
         outputs.append((tmp_path / f"{workers}.tsv").read_text(encoding="utf-8"))
     assert outputs[0] == outputs[1] and outputs[0].count("\n") == 5

@@ -77,19 +77,38 @@ def test_spec_strings_and_defaults():
     assert resolve_index(IndexSpec(), 999_999, 8).kind == "flat"
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("ivfpq", "unknown kind 'ivfpq'; expected one of auto, flat, ivf, ivf-sq8, ivf-pq, hnsw"),
-    ("ivf-pq:nprobe=x", "option 'nprobe=x': must be an integer, got 'x'"),
-    ("ivf:m=8", "bad option 'm=8'; ivf takes n_lists, nprobe, train_size"),
-    ("flat:nprobe=4", "bad option 'nprobe=4'; flat takes no options"),
-    ("hnsw:ef_search=0", "ef_search must be an integer >= 1, got 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("ivfpq", "unknown kind 'ivfpq'; expected one of auto, flat, ivf, ivf-sq8, ivf-pq, hnsw"),
+        ("ivf-pq:nprobe=x", "option 'nprobe=x': must be an integer, got 'x'"),
+        ("ivf:m=8", "bad option 'm=8'; ivf takes n_lists, nprobe, train_size"),
+        ("flat:nprobe=4", "bad option 'nprobe=4'; flat takes no options"),
+        ("hnsw:ef_search=0", "ef_search must be an integer >= 1, got 0"),
+    ],
+)
 def test_bad_spec_strings_are_one_clear_error(spec, message, tmp_path, capsys):
     with pytest.raises(ValueError, match="index '") as error:
         parse_index_spec(spec)
     assert message in str(error.value)
-    argv = ["--src", tmp_path / "a", "--src-lang", "de", "--tgt", tmp_path / "b", "--tgt-lang", "en", "--out",
-            tmp_path / "out.tsv", "--src-embeddings", tmp_path / "a.npy", "--tgt-embeddings", tmp_path / "b.npy", "--index", spec]  # fmt: skip
+    argv = [
+        "--src",
+        tmp_path / "a",
+        "--src-lang",
+        "de",
+        "--tgt",
+        tmp_path / "b",
+        "--tgt-lang",
+        "en",
+        "--out",
+        tmp_path / "out.tsv",
+        "--src-embeddings",
+        tmp_path / "a.npy",
+        "--tgt-embeddings",
+        tmp_path / "b.npy",
+        "--index",
+        spec,
+    ]
     capsys.readouterr()
     assert run_main(mine_main, [str(arg) for arg in argv]) == 2
     err = capsys.readouterr().err

@@ -111,7 +111,12 @@ def test_length_groups_give_the_same_vectors_and_gradients_as_one_layout():
     tokens[torch.arange(12)[None, :] >= lengths[:, None]] = PAD
     packed = PackedTokens(tokens != PAD, group_rows=3)
     assert len(packed.groups) == 4
-    assert [group.shape[1] for _, group in packed.groups] == [2, 5, 11, 12]  # lengths sorted 0 1 2 | 3 4 5 | 7 9 11 | 12 12
+    assert [group.shape[1] for _, group in packed.groups] == [
+        2,
+        5,
+        11,
+        12,
+    ]  # lengths sorted 0 1 2 | 3 4 5 | 7 9 11 | 12 12
     for attention in ("sdpa", "matmul"):
         grouped = EncoderNetwork(small_config(attention_group_rows=3, attention=attention, dropout=0.0))
         whole = EncoderNetwork(small_config(attention_group_rows=0, attention=attention, dropout=0.0))

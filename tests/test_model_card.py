@@ -15,7 +15,7 @@ import yaml
 from data_prep.binarize import binarize
 from data_prep.clean import CleanSettings, HashSet, clean_corpus
 from ems.export import export_sentence_transformers
-from ems.model_card import render_model_card, model_facts
+from ems.model_card import model_facts, render_model_card
 from ems.text import Tokenizer
 from ems.train import train
 from tests.conftest import REPO_ROOT
@@ -44,20 +44,26 @@ def front_matter(card: str) -> dict:
 def test_the_trainer_writes_run_metadata_into_the_run_and_the_model(run):
     meta = json.loads((run / "run" / "run_metadata.json").read_text())
     assert json.loads((run / "run" / "model" / "run_metadata.json").read_text()) == meta
-    is_ancestor = subprocess.run(["git", "-C", str(REPO_ROOT), "merge-base", "--is-ancestor", meta["git"]["commit"], "HEAD"])
+    is_ancestor = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "merge-base", "--is-ancestor", meta["git"]["commit"], "HEAD"]
+    )
     assert is_ancestor.returncode == 0 and isinstance(meta["git"]["dirty"], bool)
     assert meta["versions"]["torch"] == torch.__version__ and meta["versions"]["ems"] and meta["versions"]["deepspeed"]
     assert meta["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
     assert meta["command"] == sys.argv and meta["host"] == socket.gethostname()
     started = datetime.datetime.fromisoformat(meta["utc"])
-    assert datetime.timedelta(0) <= datetime.datetime.now(datetime.timezone.utc) - started < datetime.timedelta(hours=1)
+    assert datetime.timedelta(0) <= datetime.datetime.now(datetime.UTC) - started < datetime.timedelta(hours=1)
 
 
 def test_the_trainers_model_card_has_languages_data_config_and_steps(run):
     card = (run / "run" / "model" / "README.md").read_text()
     languages = Tokenizer.load(run / "run" / "model").languages
-    assert front_matter(card) == {"library_name": "ems", "language": languages, "pipeline_tag": "feature-extraction",
-                                  "tags": ["ems", "sentence-embeddings", "multilingual", "feature-extraction"]}
+    assert front_matter(card) == {
+        "library_name": "ems",
+        "language": languages,
+        "pipeline_tag": "feature-extraction",
+        "tags": ["ems", "sentence-embeddings", "multilingual", "feature-extraction"],
+    }
     assert f"{len(languages)} languages: {', '.join(languages)}." in card
     index = json.loads((run / "shards" / "index.json").read_text())
     assert f"Trained for 12 steps on {index['n_pairs']:,} sentence pairs ({index['n_tokens']:,} tokens)" in card
@@ -76,8 +82,12 @@ def test_an_export_after_evaluation_carries_the_evaluation_table(run, data_dir, 
     from eval.run_all import main as evaluate
 
     model = run / "run" / "model"
-    assert evaluate(["--model", str(model), "--data-dir", str(data_dir), "--languages", "deu,fra,jpn",
-                     "--max-sentences", "30"]) == 0
+    assert (
+        evaluate(
+            ["--model", str(model), "--data-dir", str(data_dir), "--languages", "deu,fra,jpn", "--max-sentences", "30"]
+        )
+        == 0
+    )
     report = (model / "eval" / "report.md").read_text().strip()
     out = export_sentence_transformers(model, tmp_path / "st", language="auto", license_id="mit")
     card = (out / "README.md").read_text()
@@ -85,7 +95,7 @@ def test_an_export_after_evaluation_carries_the_evaluation_table(run, data_dir, 
     assert meta["library_name"] == "sentence-transformers" and meta["license"] == "mit"
     assert {"sentence-transformers", "sentence-similarity"} <= set(meta["tags"])
     assert report in card and "| ja | 30 |" in card
-    assert "SentenceTransformer(\"MODEL_DIR\", trust_remote_code=True)" in card and "picks the preprocessing" in card
+    assert 'SentenceTransformer("MODEL_DIR", trust_remote_code=True)' in card and "picks the preprocessing" in card
     assert (out / "run_metadata.json").read_bytes() == (model / "run_metadata.json").read_bytes()
 
 

@@ -9,10 +9,10 @@ import zipfile
 import pytest
 
 from data_prep.__main__ import main
-from ems.cli import run_main
-from ems.configs import ConfigError, load_config
 from data_prep.config import PrepConfig
 from data_prep.opus import FetchError, MirrorSource, OnlineSource, check_opus_codes, download, fetch
+from ems.cli import run_main
+from ems.configs import ConfigError, load_config
 from tests.opus_mirror import build_mirror, flores_lines
 
 
@@ -86,10 +86,20 @@ def test_language_codes_are_checked_against_opus(tmp_path):
     with pytest.raises(ConfigError, match="unknown language code 'deuu'.*closest known codes: deu \\(German\\)"):
         load_config(PrepConfig, values={"languages": ["en", "deuu"], "pivot": "en"})
     # any code of the one table names the same language: folders and OPUS codes use the canonical one
-    assert load_config(PrepConfig, values={"languages": ["EN", "deu", "zho_Hans"], "pivot": "eng"}).languages == ["en", "de", "zh"]
+    assert load_config(PrepConfig, values={"languages": ["EN", "deu", "zho_Hans"], "pivot": "eng"}).languages == [
+        "en",
+        "de",
+        "zh",
+    ]
     with pytest.raises(ConfigError, match=r"^PrepConfig: corpora\[0\]: unknown key\(s\) \['maxpairs'\]"):
-        load_config(PrepConfig, values={"languages": ["en", "de"], "pivot": "en",
-                                        "corpora": [{"name": "A", "release": "v1", "maxpairs": 3}]})
+        load_config(
+            PrepConfig,
+            values={
+                "languages": ["en", "de"],
+                "pivot": "en",
+                "corpora": [{"name": "A", "release": "v1", "maxpairs": 3}],
+            },
+        )
 
 
 def test_online_source_reads_a_downloaded_moses_zip_without_network(data_dir, tmp_path):
@@ -100,8 +110,14 @@ def test_online_source_reads_a_downloaded_moses_zip_without_network(data_dir, tm
         archive.writestr("TED2020.de-en.de", "\n".join(de) + "\n")
         archive.writestr("TED2020.de-en.en", "\n".join(en) + "\n")
         archive.writestr("README", "not a corpus file")
-    config = load_config(PrepConfig, values={"languages": ["de", "en"], "pivot": "en",
-                                             "corpora": [{"name": "TED2020", "release": "v1", "max_pairs": 40}]})
+    config = load_config(
+        PrepConfig,
+        values={
+            "languages": ["de", "en"],
+            "pivot": "en",
+            "corpora": [{"name": "TED2020", "release": "v1", "max_pairs": 40}],
+        },
+    )
     report = fetch(config, OnlineSource(downloads, catalog="local"), tmp_path / "out")
     assert report["fetched"][0]["pairs"] == 40
     assert read_lines(tmp_path / "out" / "de-en" / "TED2020.de") == de[:40]
@@ -109,8 +125,14 @@ def test_online_source_reads_a_downloaded_moses_zip_without_network(data_dir, tm
 
 
 def test_online_dry_run_lists_real_opus_files_from_the_shipped_catalogue(tmp_path, capsys):
-    config = load_config(PrepConfig, values={"languages": ["de", "en"], "pivot": "en", "corpora": [
-        {"name": "Europarl", "release": "v8"}, {"name": "NoSuchCorpus", "release": "v1"}]})
+    config = load_config(
+        PrepConfig,
+        values={
+            "languages": ["de", "en"],
+            "pivot": "en",
+            "corpora": [{"name": "Europarl", "release": "v8"}, {"name": "NoSuchCorpus", "release": "v1"}],
+        },
+    )
     fetch(config, OnlineSource(tmp_path, catalog="local"), tmp_path / "out", dry_run=True)
     printed = capsys.readouterr().out
     assert "https://object.pouta.csc.fi/OPUS-Europarl/v8/moses/de-en.txt.zip" in printed
@@ -130,7 +152,7 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
         self.send_response(206 if start else 200)
         self.send_header("Content-Length", str(len(self.payload) - start))
         self.end_headers()
-        self.wfile.write(self.payload[start:self.cut_at])
+        self.wfile.write(self.payload[start : self.cut_at])
 
     def log_message(self, *args):
         pass
@@ -163,7 +185,12 @@ def test_download_resumes_a_partial_file(tmp_path):
 
 
 def test_cli_fetch_reports_bad_input_without_a_traceback(tmp_path, capsys):
-    assert run_main(main, ["fetch", "--config", str(tmp_path / "none.yaml"), "--mirror", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert (
+        run_main(
+            main, ["fetch", "--config", str(tmp_path / "none.yaml"), "--mirror", str(tmp_path), "--out", str(tmp_path)]
+        )
+        == 2
+    )
     assert "none.yaml does not exist" in capsys.readouterr().err
 
 
@@ -171,7 +198,11 @@ def test_paper_config_plans_62_languages_with_the_papers_caps(capsys):
     from tests.conftest import REPO_ROOT
 
     config = load_config(PrepConfig, REPO_ROOT / "configs" / "data" / "ems62.yaml")
-    assert len(config.languages) == 62 and len(config.pairs) == 61 and all("en" in pair.split("-") for pair in config.pairs)
+    assert (
+        len(config.languages) == 62
+        and len(config.pairs) == 61
+        and all("en" in pair.split("-") for pair in config.pairs)
+    )
     caps = {spec.name: spec for spec in config.corpora}
     assert caps["UNPC"].cap("en-ru") == 5_000_000 and caps["UNPC"].cap("en-zh") == 2_000_000
     assert caps["OpenSubtitles"].cap("de-en") == 2_000_000 and caps["Europarl"].cap("de-en") is None
@@ -184,8 +215,15 @@ def test_paper_config_plans_62_languages_with_the_papers_caps(capsys):
     assert capsys.readouterr().out.split() == config.pair_names()
 
 
-@pytest.mark.parametrize("cap, problem", [(0, "a positive integer or absent, got 0"), (-5, "a positive integer or absent, got -5"),
-                                          ("2M", "an integer or null, got '2M'"), (1.5, "an integer or null, got 1.5")])
+@pytest.mark.parametrize(
+    "cap, problem",
+    [
+        (0, "a positive integer or absent, got 0"),
+        (-5, "a positive integer or absent, got -5"),
+        ("2M", "an integer or null, got '2M'"),
+        (1.5, "an integer or null, got 1.5"),
+    ],
+)
 def test_bad_caps_are_rejected_with_the_corpus_named(cap, problem):
     raw = {"languages": ["en", "de"], "pivot": "en", "corpora": [{"name": "UNPC", "release": "v1.0", "max_pairs": cap}]}
     with pytest.raises(ConfigError) as error:

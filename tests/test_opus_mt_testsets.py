@@ -5,7 +5,6 @@ import json
 import pytest
 
 from data_prep.__main__ import main
-from ems.cli import run_main
 from data_prep.opus_mt_testsets import (
     REPORT_FILE,
     TATOEBA_CHALLENGE_RELEASE,
@@ -13,12 +12,14 @@ from data_prep.opus_mt_testsets import (
     build_tico19_corpus,
     canonical_language,
 )
+from ems.cli import run_main
 from ems.corpus import CorpusError, list_parallel, read_parallel
 from ems.languages import TATOEBA_LANGUAGES, UnknownLanguageError
 
 
-def write_folder(root, folder, code, english_code, pairs, labels=None, english_labels=None,
-                 stem=TATOEBA_CHALLENGE_RELEASE):
+def write_folder(
+    root, folder, code, english_code, pairs, labels=None, english_labels=None, stem=TATOEBA_CHALLENGE_RELEASE
+):
     """A folder of the layout: `pairs` of (English, other) texts (bytes allowed), optional labels."""
     path = root / folder
     path.mkdir(parents=True)
@@ -47,21 +48,52 @@ def linked_root(tmp_path, source, folders):
 
 # --- language codes ---------------------------------------------------------------------------
 
+
 def test_every_laser_tatoeba_code_maps_to_the_projects_code():
     deliberate_exceptions = {}  # none: the override table covers tgl, kzj and mhr
     mismatches = {
-        code: (canonical_language(code), lang) for code, lang, _ in TATOEBA_LANGUAGES if canonical_language(code) != lang
+        code: (canonical_language(code), lang)
+        for code, lang, _ in TATOEBA_LANGUAGES
+        if canonical_language(code) != lang
     }
     assert mismatches == deliberate_exceptions
 
 
-@pytest.mark.parametrize("tag, code", [
-    ("cmn_Hans", "zh"), ("cmn_Hant", "zh"), ("cmn", "zh"), ("zho", "zh"), ("yue_Hant", "yue"), ("wuu_Hani", "wuu"),
-    ("lzh_Hani", "lzh"), ("ber_Latn", "ber"), ("hbs", "hbs"), ("srp_Latn", "sr"), ("bos_Latn", "bs"), ("prs", "prs"),
-    ("pes_Thaa", "fa"), ("nor", "no"), ("nob_Hebr", "nb"), ("nno", "nn"), ("tgl_Latn", "tl"), ("tl", "tl"),
-    ("toki_Latn", "tok"), ("kzj_Latn", "kzj"), ("es_419", "es"), ("es_LA", "es"), ("pt_BR", "pt"), ("ti_er", "ti"),
-    ("ti_ET", "ti"), ("fuv_Latn_NG", "fuv"), ("kmr_Latn", "ku"), ("zsm_Latn", "ms"), ("Eng", "en"), ("en", "en"),
-])
+@pytest.mark.parametrize(
+    "tag, code",
+    [
+        ("cmn_Hans", "zh"),
+        ("cmn_Hant", "zh"),
+        ("cmn", "zh"),
+        ("zho", "zh"),
+        ("yue_Hant", "yue"),
+        ("wuu_Hani", "wuu"),
+        ("lzh_Hani", "lzh"),
+        ("ber_Latn", "ber"),
+        ("hbs", "hbs"),
+        ("srp_Latn", "sr"),
+        ("bos_Latn", "bs"),
+        ("prs", "prs"),
+        ("pes_Thaa", "fa"),
+        ("nor", "no"),
+        ("nob_Hebr", "nb"),
+        ("nno", "nn"),
+        ("tgl_Latn", "tl"),
+        ("tl", "tl"),
+        ("toki_Latn", "tok"),
+        ("kzj_Latn", "kzj"),
+        ("es_419", "es"),
+        ("es_LA", "es"),
+        ("pt_BR", "pt"),
+        ("ti_er", "ti"),
+        ("ti_ET", "ti"),
+        ("fuv_Latn_NG", "fuv"),
+        ("kmr_Latn", "ku"),
+        ("zsm_Latn", "ms"),
+        ("Eng", "en"),
+        ("en", "en"),
+    ],
+)
 def test_canonical_language(tag, code):
     assert canonical_language(tag) == code
 
@@ -73,6 +105,7 @@ def test_canonical_language_rejects_what_is_not_a_language(tag):
 
 
 # --- real data ----------------------------------------------------------------------------------
+
 
 def pairs_with_labels(folder, code, prefix):
     """(English, other) pairs of a real folder whose label starts with `prefix`, read independently."""
@@ -98,10 +131,24 @@ def test_tatoeba_challenge_real_labels_decide_the_language(data_dir, tmp_path, c
     ara = report["folders"]["ara-eng"]
     assert ara["kept"] == {"ar": 9642 + 3}
     assert ara["skipped"]["not_selected"] == {
-        "acm": 3, "afb": 36, "apc": 5, "apc_Latn": 1, "arq": 405, "arq_Latn": 9, "ary": 18, "arz": 183}
+        "acm": 3,
+        "afb": 36,
+        "apc": 5,
+        "apc_Latn": 1,
+        "arq": 405,
+        "arq_Latn": 9,
+        "ary": 18,
+        "arz": 183,
+    }
     assert report["folders"]["eng-jpn"]["kept"] == {"ja": 13862}
     assert report["languages"] == {"ar": 9645, "ja": 13862, "yue": 1132, "zh": 8941 + 4450 + 4476}
-    assert report["merged"]["zh"] == [["cmn", 1], ["cmn_Bopo", 3], ["cmn_Hans", 8900], ["cmn_Hant", 8952], ["cmn_Latn", 11]]
+    assert report["merged"]["zh"] == [
+        ["cmn", 1],
+        ["cmn_Bopo", 3],
+        ["cmn_Hans", 8900],
+        ["cmn_Hant", 8952],
+        ["cmn_Latn", 11],
+    ]
     assert report["merged"]["yue"] == [["yue_Hans", 677], ["yue_Hant", 454], ["yue_Latn", 1]]
     assert json.loads((out / REPORT_FILE).read_text(encoding="utf-8")) == report
 
@@ -109,10 +156,12 @@ def test_tatoeba_challenge_real_labels_decide_the_language(data_dir, tmp_path, c
     assert read_corpus(out, "en-zh", "tatoeba_challenge-zho") == pairs_with_labels(source / "eng-zho", "zho", "cmn")
     assert read_corpus(out, "en-yue", "tatoeba_challenge-zho") == pairs_with_labels(source / "eng-zho", "zho", "yue")
     assert read_corpus(out, "ar-en", "tatoeba_challenge-ara") == [
-        (ar, en) for en, ar in pairs_with_labels(source / "ara-eng", "ara", "ara")]
+        (ar, en) for en, ar in pairs_with_labels(source / "ara-eng", "ara", "ara")
+    ]
     assert len(read_corpus(out, "en-zh", "tatoeba_challenge-cmn_Hans")) == 4450
     assert sorted(p.name for p in (out / "en-zh").iterdir()) == [
-        f"tatoeba_challenge-{name}.{code}" for name in ("cmn_Hans", "cmn_Hant", "zho") for code in ("en", "zh")]
+        f"tatoeba_challenge-{name}.{code}" for name in ("cmn_Hans", "cmn_Hant", "zho") for code in ("en", "zh")
+    ]
 
 
 def test_tico19_real_regional_codes_fold_into_the_language(data_dir, tmp_path):
@@ -135,17 +184,18 @@ def test_tico19_real_regional_codes_fold_into_the_language(data_dir, tmp_path):
 
 # --- hand-built folders -----------------------------------------------------------------------
 
+
 def test_each_line_takes_its_labels_language_past_skipped_lines(tmp_path):
     pairs = [
-        ("Hello", "مرحبا"),          # ara: kept
-        ("", "فارغ"),                # empty English side
-        (b"Bad \xff", "سيء"),        # invalid UTF-8
-        ("Thanks", "شكرا"),          # ara: kept; misaligned labels would make it arz
-        ("How are you?", "إزيك"),    # arz: not selected
-        ("Hi", "Hi"),                # labelled eng: same language
-        ("Salut", "أهلا"),           # English side labelled fra
-        ("What", "ماذا"),            # unknown tag
-        ("Broken", "wyglÄ\x85da"),   # a U+0085 line break inside the text (mojibake)
+        ("Hello", "مرحبا"),  # ara: kept
+        ("", "فارغ"),  # empty English side
+        (b"Bad \xff", "سيء"),  # invalid UTF-8
+        ("Thanks", "شكرا"),  # ara: kept; misaligned labels would make it arz
+        ("How are you?", "إزيك"),  # arz: not selected
+        ("Hi", "Hi"),  # labelled eng: same language
+        ("Salut", "أهلا"),  # English side labelled fra
+        ("What", "ماذا"),  # unknown tag
+        ("Broken", "wyglÄ\x85da"),  # a U+0085 line break inside the text (mojibake)
     ]
     labels = ["ara", "ara", "ara", "ara", "arz", "eng", "ara", "xyz", "ara"]
     english_labels = ["eng"] * 6 + ["fra", "eng", "eng"]
@@ -158,8 +208,13 @@ def test_each_line_takes_its_labels_language_past_skipped_lines(tmp_path):
         "lines_read": 9,
         "kept": {"ar": 2},
         "skipped": {
-            "english_side_not_english": {"fra": 1}, "not_selected": {"arz": 1}, "same_language": {"eng": 1},
-            "unknown_tag": {"xyz": 1}, "empty": 1, "invalid_utf8": 1, "line_break": 1,
+            "english_side_not_english": {"fra": 1},
+            "not_selected": {"arz": 1},
+            "same_language": {"eng": 1},
+            "unknown_tag": {"xyz": 1},
+            "empty": 1,
+            "invalid_utf8": 1,
+            "line_break": 1,
         },
     }
     assert read_corpus(tmp_path / "out", "ar-en", "tatoeba_challenge-ara") == [("مرحبا", "Hello"), ("شكرا", "Thanks")]
@@ -173,14 +228,24 @@ def test_missing_labels_fall_back_to_the_folder_code_and_are_reported(tmp_path):
 
     assert report["folders"]["deu-eng"]["kept"] == {"de": 2}
     assert report["folders"]["deu-eng"]["labels_missing"] == [
-        str(folder / f"{TATOEBA_CHALLENGE_RELEASE}.eng.labels"), str(folder / f"{TATOEBA_CHALLENGE_RELEASE}.deu.labels")]
+        str(folder / f"{TATOEBA_CHALLENGE_RELEASE}.eng.labels"),
+        str(folder / f"{TATOEBA_CHALLENGE_RELEASE}.deu.labels"),
+    ]
     assert report["merged"] == {"de": [["deu", 2]]}
     assert read_corpus(tmp_path / "out", "de-en", "tatoeba_challenge-deu") == [("Ja", "Yes"), ("Nein", "No")]
 
 
 def test_merge_folds_a_variety_into_a_selected_language(tmp_path):
-    write_folder(tmp_path / "in", "en-prs", "prs", "en", [("Water", "آب"), ("Bread", "نان")], ["prs", "prs"], ["en", "en"],
-                 stem="tico19-test")
+    write_folder(
+        tmp_path / "in",
+        "en-prs",
+        "prs",
+        "en",
+        [("Water", "آب"), ("Bread", "نان")],
+        ["prs", "prs"],
+        ["en", "en"],
+        stem="tico19-test",
+    )
     write_folder(tmp_path / "in", "en-fa", "fa", "en", [("Water", "آب")], ["fa"], ["en"], stem="tico19-test")
 
     unmerged = build_tico19_corpus(tmp_path / "in", tmp_path / "plain", languages=["fa"])
@@ -195,7 +260,9 @@ def test_merge_folds_a_variety_into_a_selected_language(tmp_path):
 
 def test_a_labels_file_of_another_length_is_an_error_and_nothing_is_written(tmp_path):
     write_folder(tmp_path / "in", "deu-eng", "deu", "eng", [("Yes", "Ja")], ["deu"], ["eng"])
-    folder = write_folder(tmp_path / "in", "eng-fra", "fra", "eng", [("Yes", "Oui"), ("No", "Non")], ["fra"], ["eng", "eng"])
+    folder = write_folder(
+        tmp_path / "in", "eng-fra", "fra", "eng", [("Yes", "Oui"), ("No", "Non")], ["fra"], ["eng", "eng"]
+    )
 
     with pytest.raises(CorpusError, match=r"differ in line count: .*\.fra has 2, .*\.fra\.labels has 1") as error:
         build_tatoeba_challenge_corpus(tmp_path / "in", tmp_path / "out")
@@ -207,7 +274,9 @@ def test_text_files_of_different_lengths_are_an_error(tmp_path):
     folder = write_folder(tmp_path / "in", "eng-fra", "fra", "eng", [("Yes", "Oui"), ("No", "Non")])
     (folder / f"{TATOEBA_CHALLENGE_RELEASE}.fra").write_text("Oui\n", encoding="utf-8")
 
-    with pytest.raises(CorpusError, match=rf"{TATOEBA_CHALLENGE_RELEASE}\.eng has 2, .*{TATOEBA_CHALLENGE_RELEASE}\.fra has 1"):
+    with pytest.raises(
+        CorpusError, match=rf"{TATOEBA_CHALLENGE_RELEASE}\.eng has 2, .*{TATOEBA_CHALLENGE_RELEASE}\.fra has 1"
+    ):
         build_tatoeba_challenge_corpus(tmp_path / "in", tmp_path / "out")
 
 
@@ -219,7 +288,9 @@ def test_eng_eng_and_foreign_folders_are_skipped_and_reported(tmp_path):
     report = build_tatoeba_challenge_corpus(tmp_path / "in", tmp_path / "out")
 
     assert report["skipped_folders"] == {
-        "deu-fra": "not a folder named eng-<code> or <code>-eng", "eng-eng": "both sides are English"}
+        "deu-fra": "not a folder named eng-<code> or <code>-eng",
+        "eng-eng": "both sides are English",
+    }
     assert list(report["folders"]) == ["eng-fra"]
     assert report["languages"] == {"fr": 1}
 
@@ -240,13 +311,33 @@ def test_an_unknown_requested_language_is_an_error(tmp_path):
 
 # --- command line -----------------------------------------------------------------------------
 
+
 def test_cli_import_prints_pairs_and_a_summary(tmp_path, capsys):
-    write_folder(tmp_path / "in", "eng-zho", "zho", "eng", [("Tea", "茶"), ("Tea", "茶。"), ("Rice", "飯"), ("Hi", "你好")],
-                 ["cmn_Hans", "cmn_Hant", "yue_Hant", "wuu"], ["eng"] * 4)
+    write_folder(
+        tmp_path / "in",
+        "eng-zho",
+        "zho",
+        "eng",
+        [("Tea", "茶"), ("Tea", "茶。"), ("Rice", "飯"), ("Hi", "你好")],
+        ["cmn_Hans", "cmn_Hant", "yue_Hant", "wuu"],
+        ["eng"] * 4,
+    )
     write_folder(tmp_path / "in", "eng-eng", "eng2", "eng1", [("Hi", "Hello")])
 
-    code = main(["import", "--format", "tatoeba-challenge", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-                 "--languages", "zh", "yue"])
+    code = main(
+        [
+            "import",
+            "--format",
+            "tatoeba-challenge",
+            "--in",
+            str(tmp_path / "in"),
+            "--out",
+            str(tmp_path / "out"),
+            "--languages",
+            "zh",
+            "yue",
+        ]
+    )
 
     assert code == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -258,11 +349,29 @@ def test_cli_import_prints_pairs_and_a_summary(tmp_path, capsys):
 
 
 def test_cli_import_bad_input_is_one_error_line(tmp_path, capsys):
-    assert run_main(main, ["import", "--format", "tico19", "--in", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
+    assert (
+        run_main(main, ["import", "--format", "tico19", "--in", str(tmp_path / "none"), "--out", str(tmp_path / "out")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {tmp_path / 'none'} is not a directory")
 
     write_folder(tmp_path / "in", "en-fa", "fa", "en", [("Water", "آب")], stem="tico19-test")
-    assert run_main(main, ["import", "--format", "tico19", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-                 "--merge", "prs:fa"]) == 2
+    assert (
+        run_main(
+            main,
+            [
+                "import",
+                "--format",
+                "tico19",
+                "--in",
+                str(tmp_path / "in"),
+                "--out",
+                str(tmp_path / "out"),
+                "--merge",
+                "prs:fa",
+            ],
+        )
+        == 2
+    )
     assert capsys.readouterr().err == "error: --merge takes FROM=TO language codes (e.g. prs=fa), got 'prs:fa'\n"

@@ -10,7 +10,9 @@ import pytest
 from ems.cli import UserError
 from tests.conftest import REPO_ROOT
 
-spec = importlib.util.spec_from_file_location("peer_sentence_transformers", REPO_ROOT / "benchmarks" / "peer_sentence_transformers.py")
+spec = importlib.util.spec_from_file_location(
+    "peer_sentence_transformers", REPO_ROOT / "benchmarks" / "peer_sentence_transformers.py"
+)
 peer = importlib.util.module_from_spec(spec)
 sys.modules["peer_sentence_transformers"] = peer
 spec.loader.exec_module(peer)
@@ -18,9 +20,12 @@ spec.loader.exec_module(peer)
 
 def test_budget_is_the_demo_training_stage(tmp_path):
     (tmp_path / "run" / "model").mkdir(parents=True)
-    (tmp_path / "demo_stages.json").write_text(json.dumps({"seconds": {"corpus": 17.0, "train": 600.5, "eval": 40.0}, "steps": 1800}))
-    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 20, "tokens_per_s": 1000.0}\n{"step": 40, "tokens_per_s": 3000.0}\n'
-                                                    '{"step": 40, "valid_loss": 1.0}\n')
+    (tmp_path / "demo_stages.json").write_text(
+        json.dumps({"seconds": {"corpus": 17.0, "train": 600.5, "eval": 40.0}, "steps": 1800})
+    )
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        '{"step": 20, "tokens_per_s": 1000.0}\n{"step": 40, "tokens_per_s": 3000.0}\n{"step": 40, "valid_loss": 1.0}\n'
+    )
     assert peer.ems_budget(tmp_path) == {"seconds": 600.5, "steps": 1800, "tokens_per_s": 2000.0}
 
 
@@ -30,10 +35,26 @@ def test_a_directory_that_is_not_a_finished_demo_is_one_clear_error(tmp_path):
 
 
 def test_table_gives_ems_over_peer_ratios():
-    table = peer.report_table({"steps": 1800, "seconds": 600.0, "steps_per_s": 3.0, "tokens_per_s": 20000.0, "Tatoeba": 75.0,
-                               "FLORES-200": 30.0, "held-out": 80.0},
-                              {"steps": 600, "seconds": 600.0, "steps_per_s": 1.0, "tokens_per_s": 10000.0, "Tatoeba": 60.0,
-                               "FLORES-200": 40.0, "held-out": 80.0})
+    table = peer.report_table(
+        {
+            "steps": 1800,
+            "seconds": 600.0,
+            "steps_per_s": 3.0,
+            "tokens_per_s": 20000.0,
+            "Tatoeba": 75.0,
+            "FLORES-200": 30.0,
+            "held-out": 80.0,
+        },
+        {
+            "steps": 600,
+            "seconds": 600.0,
+            "steps_per_s": 1.0,
+            "tokens_per_s": 10000.0,
+            "Tatoeba": 60.0,
+            "FLORES-200": 40.0,
+            "held-out": 80.0,
+        },
+    )
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]] for line in table.splitlines()[2:]}
     assert rows["steps/s"] == ["3.00", "1.00", "3.00"]
     assert rows["Tatoeba P@1"] == ["75.0", "60.0", "1.25"]

@@ -38,20 +38,32 @@ def qe_run(data, tmp_path, name):
         f"head_training: {{flores_subdir: flores200/devtest, valid_fraction: 0.2, seed: 0, max_pairs: {ROWS}}}\n"
     )
     (configs / "suite.yaml").write_text("tasks: [mlqe.yaml]\n")
-    return run_all(TrigramEncoder(), data, out_dir=tmp_path / f"out_{name}", suite_path=configs / "suite.yaml",
-                   max_sentences=ROWS, progress=False, print_tables=False)["mlqe"]  # fmt: skip
+    return run_all(
+        TrigramEncoder(),
+        data,
+        out_dir=tmp_path / f"out_{name}",
+        suite_path=configs / "suite.yaml",
+        max_sentences=ROWS,
+        progress=False,
+        print_tables=False,
+    )["mlqe"]
 
 
 def selections(result):
     """Everything the run chose: per head its training log without wall-clock time."""
-    return {name: {key: value for key, value in log.items() if key != "seconds"} for name, log in result["heads"].items()}
+    return {
+        name: {key: value for key, value in log.items() if key != "seconds"} for name, log in result["heads"].items()
+    }
 
 
 def test_poisoned_test_split_changes_no_choice(data_dir, tmp_path, monkeypatch):
     import ems.heads.dream as dream
 
-    monkeypatch.setattr(dream.DreamHead, "default_hyperparameters",
-                        dream.HeadHyperparameters(learning_rate=3e-3, max_epochs=8, patience=3))  # fmt: skip
+    monkeypatch.setattr(
+        dream.DreamHead,
+        "default_hyperparameters",
+        dream.HeadHyperparameters(learning_rate=3e-3, max_epochs=8, patience=3),
+    )
     clean, poisoned = tmp_path / "clean", tmp_path / "poisoned"
     for data in (clean, poisoned):
         (data / "flores200" / "devtest").mkdir(parents=True)
@@ -60,7 +72,9 @@ def test_poisoned_test_split_changes_no_choice(data_dir, tmp_path, monkeypatch):
         shutil.copytree(data_dir / "mlqe" / "en-de", data / "mlqe" / "en-de")
     test_file = poisoned / "mlqe" / "en-de" / "test20.ende.df.short.tsv"
     poison_scores(test_file)
-    assert not np.array_equal(read_mlqe(test_file, "en-de").gold, read_mlqe(clean / test_file.relative_to(poisoned), "en-de").gold)
+    assert not np.array_equal(
+        read_mlqe(test_file, "en-de").gold, read_mlqe(clean / test_file.relative_to(poisoned), "en-de").gold
+    )
 
     a, b = qe_run(clean, tmp_path, "clean"), qe_run(poisoned, tmp_path, "poisoned")
     assert a["views"] == b["views"] == ["raw", "centering", "projection", "dream"]
@@ -72,5 +86,7 @@ def test_poisoned_test_split_changes_no_choice(data_dir, tmp_path, monkeypatch):
     assert a["dev"]["languages"]["en-de"]["projection"]["pearson"] is not None
     # while what is reported on test20 does move with the poisoned scores
     for view in a["views"]:
-        assert a["languages"]["en-de"][view]["pearson"] != pytest.approx(b["languages"]["en-de"][view]["pearson"], abs=1e-6)
+        assert a["languages"]["en-de"][view]["pearson"] != pytest.approx(
+            b["languages"]["en-de"][view]["pearson"], abs=1e-6
+        )
     assert a["languages"]["en-de"]["n"] == b["languages"]["en-de"]["n"] == ROWS

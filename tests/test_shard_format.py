@@ -19,7 +19,9 @@ def test_new_shards_are_narrow_and_their_lengths_are_the_offsets(tiny_pipeline):
     directory = tiny_pipeline / "shards"
     index = json.loads((directory / "index.json").read_text())
     shards = PairShards(directory)
-    assert index["format"] == SHARD_FORMAT == 2 and index["token_dtype"] == "uint16" and index["length_dtype"] == "uint8"
+    assert (
+        index["format"] == SHARD_FORMAT == 2 and index["token_dtype"] == "uint16" and index["length_dtype"] == "uint8"
+    )
     assert shards.tokens.dtype == np.uint16 and shards.lengths.dtype == np.uint8
     diffs = np.diff(np.asarray(shards.offsets))
     assert np.array_equal(shards.side_lengths(), np.stack([diffs[0::2], diffs[1::2]], axis=1))

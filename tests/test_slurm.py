@@ -24,9 +24,20 @@ PROCS = 2  # trainer processes on the test node
 
 def dry_run(launcher: str, **env) -> list[str]:
     result = subprocess.run(
-        ["bash", str(TRAIN_SH), "--dry-run"], capture_output=True, text=True, check=True, cwd=REPO_ROOT,
-        env={"PATH": os.environ["PATH"], "NODES": "2", "GPUS_PER_NODE": "4", "DATA": "runs/x/shards",
-             "VOCAB": "runs/x/vocab", "LAUNCHER": launcher, **env},
+        ["bash", str(TRAIN_SH), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+        env={
+            "PATH": os.environ["PATH"],
+            "NODES": "2",
+            "GPUS_PER_NODE": "4",
+            "DATA": "runs/x/shards",
+            "VOCAB": "runs/x/vocab",
+            "LAUNCHER": launcher,
+            **env,
+        },
     )
     return result.stdout.splitlines()
 
@@ -54,8 +65,14 @@ def test_dry_run_deepspeed_launch_lines_for_two_nodes_of_four_gpus():
         assert (args.no_ssh, args.node_rank, args.num_gpus, args.master_addr) == (True, rank, 4, "node1")
         assert args.hostfile == "runs/ems-train-12345/hostfile"
         assert (args.module, args.user_script) == (True, "ems.train")
-        assert args.user_args == ["--config", "configs/train/ems-paper.yaml", "--set", "data=runs/x/shards",
-                                  "vocab=runs/x/vocab", "out=runs/ems-train-12345"]
+        assert args.user_args == [
+            "--config",
+            "configs/train/ems-paper.yaml",
+            "--set",
+            "data=runs/x/shards",
+            "vocab=runs/x/vocab",
+            "out=runs/ems-train-12345",
+        ]
     assert len({parse_args(argv[3:]).master_port for argv in nodes.values()}) == 1
 
 
@@ -76,12 +93,17 @@ def test_srun_line_runs_each_nodes_launch_line_with_usr1_ignored(tmp_path):
     """The srun line's `bash -c` command, run as SLURM would on node 1 (SLURM_NODEID=1), execs
     exactly the dry run's node-1 line, with USR1 ignored (so the launcher survives the stop signal)."""
     probe = tmp_path / "probe"
-    probe.write_text("#!/bin/bash\necho \"USR1:$(trap -p USR1)\"\nprintf '%s\\n' \"$@\"\n")
+    probe.write_text('#!/bin/bash\necho "USR1:$(trap -p USR1)"\nprintf \'%s\\n\' "$@"\n')
     probe.chmod(0o755)
     lines = dry_run("deepspeed", PYTHON=str(probe))
     node_command = shlex.split(next(line for line in lines if line.startswith("srun ")))[-1]
-    ran = subprocess.run(["bash", "-c", node_command], capture_output=True, text=True, check=True,
-                         env={"PATH": os.environ["PATH"], "SLURM_NODEID": "1"}).stdout.splitlines()
+    ran = subprocess.run(
+        ["bash", "-c", node_command],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": os.environ["PATH"], "SLURM_NODEID": "1"},
+    ).stdout.splitlines()
     assert ran[0] == "USR1:trap -- '' SIGUSR1"
     assert ran[1:] == node_lines(lines)["node2"][1:]
 
@@ -90,9 +112,13 @@ def test_bad_launcher_missing_data_and_no_processes_are_clear_errors():
     env = {"PATH": os.environ["PATH"], "DRY_RUN": "1", "VOCAB": "v"}
     missing = subprocess.run(["bash", str(TRAIN_SH)], capture_output=True, text=True, env=env)
     assert missing.returncode != 0 and "set DATA to the shard directory" in missing.stderr
-    bad = subprocess.run(["bash", str(TRAIN_SH)], capture_output=True, text=True, env={**env, "DATA": "d", "LAUNCHER": "mpirun"})
+    bad = subprocess.run(
+        ["bash", str(TRAIN_SH)], capture_output=True, text=True, env={**env, "DATA": "d", "LAUNCHER": "mpirun"}
+    )
     assert bad.returncode == 2 and "LAUNCHER must be deepspeed or torchrun, not 'mpirun'" in bad.stderr
-    no_gpus = subprocess.run(["bash", str(TRAIN_SH)], capture_output=True, text=True, env={**env, "DATA": "d", "GPUS_PER_NODE": "0"})
+    no_gpus = subprocess.run(
+        ["bash", str(TRAIN_SH)], capture_output=True, text=True, env={**env, "DATA": "d", "GPUS_PER_NODE": "0"}
+    )
     assert no_gpus.returncode == 2 and "set PROCS_PER_NODE" in no_gpus.stderr
 
 
@@ -106,23 +132,50 @@ def slurm_cluster():
         pytest.skip("the SLURM cluster tests need root to start munged/slurmctld/slurmd (tests/slurm/setup_cluster.sh)")
     setup = subprocess.run(["bash", str(SETUP_CLUSTER)], capture_output=True, text=True, timeout=300)
     if setup.returncode != 0:
-        pytest.skip(f"the test SLURM cluster did not start (tests/slurm/setup_cluster.sh):\n{setup.stdout}{setup.stderr}")
+        pytest.skip(
+            f"the test SLURM cluster did not start (tests/slurm/setup_cluster.sh):\n{setup.stdout}{setup.stderr}"
+        )
 
 
 def submit(pipeline: Path, run: Path, launcher: str, **train) -> str:
     """sbatch slurm/train.sh for PROCS processes on the node; returns the job id."""
     config = run.parent / f"{run.name}.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": "tiny", "model_overrides": SMALL_MODEL, "batch_size": 16, "lr": 2e-3, "warmup_steps": 5, **train,
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "tiny",
+                "model_overrides": SMALL_MODEL,
+                "batch_size": 16,
+                "lr": 2e-3,
+                "warmup_steps": 5,
+                **train,
+            }
+        )
+    )
     env = {
-        **os.environ, "DATA": str(pipeline / "shards"), "VOCAB": str(pipeline / "vocab"), "OUT": str(run),
-        "CONFIG": str(config), "LAUNCHER": launcher, "PYTHON": sys.executable, "PROCS_PER_NODE": str(PROCS),
+        **os.environ,
+        "DATA": str(pipeline / "shards"),
+        "VOCAB": str(pipeline / "vocab"),
+        "OUT": str(run),
+        "CONFIG": str(config),
+        "LAUNCHER": launcher,
+        "PYTHON": sys.executable,
+        "PROCS_PER_NODE": str(PROCS),
     }
     result = subprocess.run(
-        ["sbatch", "--parsable", "--gpus-per-node=0", f"--cpus-per-task={PROCS}", f"--chdir={REPO_ROOT}",
-         f"--output={run.parent}/%x-%j.out", str(TRAIN_SH)],
-        capture_output=True, text=True, env=env, check=True,
+        [
+            "sbatch",
+            "--parsable",
+            "--gpus-per-node=0",
+            f"--cpus-per-task={PROCS}",
+            f"--chdir={REPO_ROOT}",
+            f"--output={run.parent}/%x-%j.out",
+            str(TRAIN_SH),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     return result.stdout.strip().split(";")[0]
 
@@ -146,7 +199,9 @@ JOB_TIMEOUT = 600
 
 def wait_for_job(job: str, log: Path, timeout: float = JOB_TIMEOUT) -> dict[str, str]:
     try:
-        wait_until(lambda: job_info(job)["JobState"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout, f"job {job}")
+        wait_until(
+            lambda: job_info(job)["JobState"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout, f"job {job}"
+        )
     except TimeoutError:
         subprocess.run(["scancel", job])
         raise AssertionError(f"job {job} did not finish; its log:\n{log.read_text() if log.exists() else '(none)'}")

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from data_prep.__main__ import main
-from ems.cli import run_main
-from ems.corpus import list_parallel, read_parallel, write_parallel
 from data_prep.clean import normalize
 from data_prep.opus_mt_testsets import build_tico19_corpus
 from data_prep.split import REPORT_FILE, split_heldout
+from ems.cli import run_main
+from ems.corpus import list_parallel, read_parallel, write_parallel
 
 PER_PAIR = 3
 
@@ -24,8 +24,13 @@ def corpus(tmp_path):
     German side for even i, the English side for odd i), and an empty line; en-fr: 3 pairs."""
     root = tmp_path / "corpus"
     write_parallel(root, "a", "de", "en", [(f"Satz {i}", f"sentence {i}") for i in range(10)])
-    write_parallel(root, "b", "de", "en", [
-        (f"SATZ  {i}", f"other {i}") if i % 2 == 0 else (f"anders {i}", f" Sentence {i}") for i in range(10)])
+    write_parallel(
+        root,
+        "b",
+        "de",
+        "en",
+        [(f"SATZ  {i}", f"other {i}") if i % 2 == 0 else (f"anders {i}", f" Sentence {i}") for i in range(10)],
+    )
     for lang, line in (("de", "\n"), ("en", "empty German side\n")):
         with open(root / "de-en" / f"b.{lang}", "a", encoding="utf-8") as file:
             file.write(line)
@@ -43,10 +48,26 @@ def test_split_counts_per_pair(tmp_path, corpus):
 
     # A held-out pair removes exactly its twin; two twins are never both held out (they share a side).
     assert report["pairs"] == [
-        {"pair": "de-en", "read": 21, "heldout": 3, "train": 14, "removed_overlapping_heldout": 3,
-         "too_small_for_heldout": False, "skipped_empty": 1, "skipped_invalid_utf8": 0},
-        {"pair": "en-fr", "read": 3, "heldout": 0, "train": 3, "removed_overlapping_heldout": 0,
-         "too_small_for_heldout": True, "skipped_empty": 0, "skipped_invalid_utf8": 0},
+        {
+            "pair": "de-en",
+            "read": 21,
+            "heldout": 3,
+            "train": 14,
+            "removed_overlapping_heldout": 3,
+            "too_small_for_heldout": False,
+            "skipped_empty": 1,
+            "skipped_invalid_utf8": 0,
+        },
+        {
+            "pair": "en-fr",
+            "read": 3,
+            "heldout": 0,
+            "train": 3,
+            "removed_overlapping_heldout": 0,
+            "too_small_for_heldout": True,
+            "skipped_empty": 0,
+            "skipped_invalid_utf8": 0,
+        },
     ]
     assert report["too_small_for_heldout"] == ["en-fr"]
     assert json.loads((heldout / REPORT_FILE).read_text(encoding="utf-8")) == report
@@ -72,11 +93,17 @@ def test_a_heldout_sentence_leaves_the_training_pairs_of_every_language_pair(tmp
     # English sentences must not stay in en-fr training (nor, as a side of another pair, anywhere)
     root = tmp_path / "corpus"
     write_parallel(root, "a", "de", "en", [(f"Satz {i}", f"sentence {i}") for i in range(8)])
-    write_parallel(root, "b", "en", "fr", [(f"Sentence  {i}", f"phrase {i}") for i in range(8)] + [("extra", "en plus")])
+    write_parallel(
+        root, "b", "en", "fr", [(f"Sentence  {i}", f"phrase {i}") for i in range(8)] + [("extra", "en plus")]
+    )
     report, train, heldout = run_split(tmp_path, root)
-    held_en = {normalize(en) for _, en in read_all(heldout, "de-en")} | {normalize(en) for en, _ in read_all(heldout, "en-fr")}
+    held_en = {normalize(en) for _, en in read_all(heldout, "de-en")} | {
+        normalize(en) for en, _ in read_all(heldout, "en-fr")
+    }
     assert PER_PAIR <= len(held_en) <= 2 * PER_PAIR  # the two pairs may hold out the same sentence
-    train_en = {normalize(de_en[1]) for de_en in read_all(train, "de-en")} | {normalize(en) for en, _ in read_all(train, "en-fr")}
+    train_en = {normalize(de_en[1]) for de_en in read_all(train, "de-en")} | {
+        normalize(en) for en, _ in read_all(train, "en-fr")
+    }
     assert not held_en & train_en
     entries = {entry["pair"]: entry for entry in report["pairs"]}
     assert entries["de-en"]["train"] + entries["de-en"]["removed_overlapping_heldout"] + PER_PAIR == 8
@@ -113,7 +140,12 @@ def test_cli_split(tmp_path, corpus, capsys):
     ]
     assert run_main(main, args + ["--per-pair", "0"]) == 2
     assert capsys.readouterr().err == "error: per_pair must be at least 1, got 0\n"
-    assert run_main(main, ["split", "--in", str(tmp_path / "none"), "--train-out", "t", "--heldout-out", "h", "--per-pair", "1"]) == 2
+    assert (
+        run_main(
+            main, ["split", "--in", str(tmp_path / "none"), "--train-out", "t", "--heldout-out", "h", "--per-pair", "1"]
+        )
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err
 
 

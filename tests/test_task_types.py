@@ -64,7 +64,9 @@ def test_every_shipped_config_names_a_type_that_takes_its_keys():
         if path.name.startswith("suite"):
             continue
         config, kind = read_task_config(path)
-        assert kind.name == config["type"] and set(yaml.safe_load(path.read_text())) <= set(kind.config.__dataclass_fields__)
+        assert kind.name == config["type"] and set(yaml.safe_load(path.read_text())) <= set(
+            kind.config.__dataclass_fields__
+        )
         types.add(kind.name)
     assert types <= set(builtin_task_types())
     assert {"tatoeba", "qe", "sts", "xsim", "bitext", "classification", "language_id", "bucc"} <= types
@@ -102,13 +104,15 @@ def _toy_setup(tmp_path, monkeypatch, extra=""):
     data.mkdir(parents=True)
     (data / "de.txt").write_text("+a\n-b\n+c\n+d\n", encoding="utf-8")
     (data / "fr.txt").write_text("-a\n-b\n", encoding="utf-8")
-    (tmp_path / "toy.yaml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "toy.yaml").write_text(
+        textwrap.dedent(f"""\
         type: mytasks.toy
         name: toy
         data_subdir: toy
         languages: [de, fr]
         threshold: 0.5
-        {extra}"""))
+        {extra}""")
+    )
     (tmp_path / "suite.yaml").write_text("tasks: [toy.yaml]\n")
     return tmp_path / "data"
 
@@ -133,19 +137,31 @@ def test_a_key_the_type_does_not_take_is_an_error_before_it_runs(tmp_path, monke
     results = run_all(SignEncoder(), data, suite_path=tmp_path / "suite.yaml", progress=False, print_tables=False)
     assert not results["toy"].ran and results["toy"].error == (
         f"{tmp_path / 'toy.yaml'}: unknown key(s) ['thresold']; known: ['data_subdir', 'languages', 'name', 'source', "
-        "'threshold', 'type']")
+        "'threshold', 'type']"
+    )
 
 
 def test_results_round_trip_and_old_or_newer_files(tmp_path):
     results = {
-        "tatoeba": TaskResult("tatoeba", "tatoeba", "p_at_1", {"de": {"n": 3, "mean": 50.0}}, {"mean": 50.0},
-                              {"not covered": ["xx"]}, {"fr": "missing file"}, truncated_sentences=2, details={"groups": {}}),
+        "tatoeba": TaskResult(
+            "tatoeba",
+            "tatoeba",
+            "p_at_1",
+            {"de": {"n": 3, "mean": 50.0}},
+            {"mean": 50.0},
+            {"not covered": ["xx"]},
+            {"fr": "missing file"},
+            truncated_sentences=2,
+            details={"groups": {}},
+        ),
         "gone": TaskResult.not_run("gone", "qe", "missing directory"),
     }
     path = write_results_json(results, tmp_path / "results.json")
     assert read_results(path) == results
-    old = {"tatoeba": {"task": "tatoeba", "metric": "p_at_1", "languages": {}, "average": None, "skipped": {}},
-           "mlqe": {"task": "mlqe", "metric": "qe_pearson", "languages": {}, "average": None, "skipped": {}, "heads": {}}}
+    old = {
+        "tatoeba": {"task": "tatoeba", "metric": "p_at_1", "languages": {}, "average": None, "skipped": {}},
+        "mlqe": {"task": "mlqe", "metric": "qe_pearson", "languages": {}, "average": None, "skipped": {}, "heads": {}},
+    }
     (tmp_path / "old.json").write_text(json.dumps(old))
     read = read_results(tmp_path / "old.json")
     assert read["mlqe"].type == "qe" and read["mlqe"].details == {"heads": {}} and read["tatoeba"].type == "tatoeba"

@@ -13,9 +13,21 @@ from tests.conftest import SMALL_MODEL
 
 def config(pipeline, out, **overrides) -> TrainConfig:
     values = dict(
-        data=str(pipeline / "shards"), vocab=str(pipeline / "vocab"), out=str(out), model="tiny",
-        model_overrides=SMALL_MODEL, batch_size=32, lr=2e-3, warmup_steps=10, max_steps=80,
-        log_every=5, save_every=1000, seed=3, valid_data=str(pipeline / "valid_shards"), valid_every=1000, valid_pairs=128,
+        data=str(pipeline / "shards"),
+        vocab=str(pipeline / "vocab"),
+        out=str(out),
+        model="tiny",
+        model_overrides=SMALL_MODEL,
+        batch_size=32,
+        lr=2e-3,
+        warmup_steps=10,
+        max_steps=80,
+        log_every=5,
+        save_every=1000,
+        seed=3,
+        valid_data=str(pipeline / "valid_shards"),
+        valid_every=1000,
+        valid_pairs=128,
         bucket_batches=50,
     )
     return TrainConfig(**{**values, **overrides})
@@ -63,7 +75,9 @@ def test_export_round_trips_to_identical_outputs(trained, tiny_pipeline):
 def test_training_changed_the_encoder(trained):
     out, result = trained
     sentences = ["Enter a valid date."]
-    assert not np.allclose(ems.load(out / "model-init").encode(sentences, "en"), ems.load(result["model_dir"]).encode(sentences, "en"))
+    assert not np.allclose(
+        ems.load(out / "model-init").encode(sentences, "en"), ems.load(result["model_dir"]).encode(sentences, "en")
+    )
 
 
 def test_resume_from_checkpoint_equals_uninterrupted_run(tiny_pipeline, tmp_path):
@@ -89,23 +103,39 @@ def test_lr_schedule_warms_up_then_decays_to_zero():
 
 def test_time_budget_fits_the_schedule_and_a_resume_keeps_the_fitted_end(tiny_pipeline, tmp_path):
     # the probe (steps 5-10) ends within warm-up, so the lr never depends on the unfitted end
-    budget = dict(max_steps=100_000, warmup_steps=12, time_budget_minutes=0.05, budget_probe_steps=5, log_every=1,
-                  valid_data=None, save_every=100_000)
+    budget = dict(
+        max_steps=100_000,
+        warmup_steps=12,
+        time_budget_minutes=0.05,
+        budget_probe_steps=5,
+        log_every=1,
+        valid_data=None,
+        save_every=100_000,
+    )
     first = train(config(tiny_pipeline, tmp_path / "run", stop_at_step=12, **budget))
     fitted = first["max_steps"]
     assert first["steps"] == 12 and 12 < fitted < 100_000  # timed on steps 5-10, fitted to ~3 s of steps
     second = train(config(tiny_pipeline, tmp_path / "run", **budget))  # resumes at 12: no new timing
     assert second["max_steps"] == fitted and second["steps"] == fitted
     assert second["history"][-1]["lr"] == 0.0  # the decay ended exactly at the fitted end
-    straight = train(config(tiny_pipeline, tmp_path / "plain", **{**budget, "max_steps": fitted, "time_budget_minutes": None}))
+    straight = train(
+        config(tiny_pipeline, tmp_path / "plain", **{**budget, "max_steps": fitted, "time_budget_minutes": None})
+    )
     assert [h["lr"] for h in straight["history"]] == [h["lr"] for h in first["history"] + second["history"]]
 
 
 def test_warmup_in_samples_and_scaled_lr_drive_the_logged_lr_and_survive_a_resume(tiny_pipeline, tmp_path, capsys):
     """Global batch 32 (one process): warmup_samples=160 -> 5 warm-up steps; lr 2e-3 linearly
     scaled from a 64-pair reference -> peak 1e-3. The logged lr is that schedule's, resumed or not."""
-    common = dict(max_steps=20, log_every=1, warmup_samples=160, lr_scaling="linear", reference_global_batch=64,
-                  valid_data=None, save_every=10)
+    common = dict(
+        max_steps=20,
+        log_every=1,
+        warmup_samples=160,
+        lr_scaling="linear",
+        reference_global_batch=64,
+        valid_data=None,
+        save_every=10,
+    )
     first = train(config(tiny_pipeline, tmp_path / "run", stop_at_step=10, **common))
     printed = capsys.readouterr().out
     assert "schedule: global batch 32 pairs (1 ranks x 1 accumulation x 32); peak lr 0.001" in printed

@@ -14,7 +14,9 @@ B, K, TEMPERATURE = 3, 4, 0.1
 
 def global_embeddings() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return torch.randn(2 * B, K, generator=g, dtype=torch.float64), torch.randn(2 * B, K, generator=g, dtype=torch.float64)
+    return torch.randn(2 * B, K, generator=g, dtype=torch.float64), torch.randn(
+        2 * B, K, generator=g, dtype=torch.float64
+    )
 
 
 def _rank(rank: int, init_file: str, out_dir: str) -> None:

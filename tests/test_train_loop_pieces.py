@@ -48,7 +48,9 @@ class RecordedLog:
 
 
 def step_values(loss: float = 1.0) -> StepValues:
-    return StepValues(dict(loss=loss, xtr=0.5, contrastive=0.5, distill=0.0), grad_norm=2.0, lr=1e-3, real_tokens=9, token_slots=10)
+    return StepValues(
+        dict(loss=loss, xtr=0.5, contrastive=0.5, distill=0.0), grad_norm=2.0, lr=1e-3, real_tokens=9, token_slots=10
+    )
 
 
 @pytest.fixture
@@ -58,11 +60,16 @@ def calls(monkeypatch):
     made = []
     monkeypatch.setattr(MetricSums, "summed_over_ranks", lambda sums, device: sums)  # a world of one
     monkeypatch.setattr(Checkpointer, "save", lambda self, state: made.append(("save", state.step)))
-    monkeypatch.setattr(Validator, "run", lambda self, step: made.append(("validate", step)) or {"valid_loss": 1.0, "step": step})
+    monkeypatch.setattr(
+        Validator, "run", lambda self, step: made.append(("validate", step)) or {"valid_loss": 1.0, "step": step}
+    )
     monkeypatch.setattr(Probe, "run", lambda self, step: made.append(("probe", step)) or None if self.every else None)
     monkeypatch.setattr(train_module, "train_step", lambda run, micro_batches: step_values())
-    monkeypatch.setattr(train_module, "finish", lambda run, history, preempted: made.append(("finish", run.state.step, preempted))
-                        or history)
+    monkeypatch.setattr(
+        train_module,
+        "finish",
+        lambda run, history, preempted: made.append(("finish", run.state.step, preempted)) or history,
+    )
     return made
 
 
@@ -71,10 +78,19 @@ def fake_run(tmp_path, calls, step=0, max_steps=6, **settings) -> Run:
     engine, log = FakeEngine(), RecordedLog(calls)
     batches = Prefetcher((((0, b), []) for b in range(step, 1000)), depth=0)
     return Run(
-        cfg=cfg, out=tmp_path, rank=0, layout=BatchLayout(1, 1, cfg.batch_size), engine=engine, autocast=contextlib.nullcontext(),
-        schedule=LinearSchedule(cfg.warmup_steps, max_steps), tokenizer=None, batches=batches,
+        cfg=cfg,
+        out=tmp_path,
+        rank=0,
+        layout=BatchLayout(1, 1, cfg.batch_size),
+        engine=engine,
+        autocast=contextlib.nullcontext(),
+        schedule=LinearSchedule(cfg.warmup_steps, max_steps),
+        tokenizer=None,
+        batches=batches,
         state=RunState(step=step, position=(0, step), max_steps=max_steps),
-        checkpointer=Checkpointer(tmp_path / "checkpoints", engine, 0, BatchLayout(1, 1, cfg.batch_size), cfg, {}, last_saved=step),
+        checkpointer=Checkpointer(
+            tmp_path / "checkpoints", engine, 0, BatchLayout(1, 1, cfg.batch_size), cfg, {}, last_saved=step
+        ),
         metrics=TrainingMetrics(log, cfg.log_every, engine, world_size=1),
         validator=Validator(SimpleNamespace(), cfg.valid_every, engine, cfg.batch_size, contextlib.nullcontext(), log),
         probe=Probe(None, cfg.probe_every, engine, 0, log),
@@ -89,8 +105,17 @@ def test_the_loop_logs_saves_validates_and_probes_on_their_schedules(tmp_path, c
     done = [call[:2] for call in calls]
     # step 0: a new run validates and probes; step 6 is the last: it logs, and leaves validation
     # (valid_every=2) to finish
-    assert done == [("validate", 0), ("probe", 0), ("validate", 2), ("log", 3), ("save", 4), ("validate", 4), ("probe", 5),
-                    ("log", 6), ("finish", 6)]
+    assert done == [
+        ("validate", 0),
+        ("probe", 0),
+        ("validate", 2),
+        ("log", 3),
+        ("save", 4),
+        ("validate", 4),
+        ("probe", 5),
+        ("log", 6),
+        ("finish", 6),
+    ]
     assert calls[-1] == ("finish", 6, False) and run.state.position == (0, 6)
     logged = [call[2] for call in calls if call[0] == "log"]
     assert [record["step"] for record in history] == [0, 2, 3, 4, 6] and logged == [history[2], history[4]]

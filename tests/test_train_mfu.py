@@ -41,7 +41,9 @@ def test_step_flops_match_torch_flop_counter_and_skip_padding():
     heads) see only real tokens, so they match the formula on a padded batch; attention (bmm)
     runs on the padded width."""
     torch.manual_seed(0)
-    cfg = tiny_config(vocab_size=50, n_languages=3, d_model=16, n_heads=2, d_ffn=24, n_layers=2, d_lang=4, d_contrastive=6)
+    cfg = tiny_config(
+        vocab_size=50, n_languages=3, d_model=16, n_heads=2, d_ffn=24, n_layers=2, d_lang=4, d_contrastive=6
+    )
     model = EMSModel(cfg).train()  # dropout > 0: attention takes the bmm path, which the counter sees
     src, tgt = torch.randint(5, 50, (3, 7)), torch.randint(5, 50, (3, 6))
     src[0, 4:] = 0
@@ -84,14 +86,34 @@ def test_quick_run_reports_every_figure(tmp_path, capsys):
     assert result["step_dtype"] == max(("fp32", "bf16"), key=result["matmul_gflops"].get)
     assert 0 < result["batch"]["non_pad_ratio"] <= 1
     assert result["ems_over_reference"] == pytest.approx(result["ems"]["gflops"] / result["reference"]["gflops"])
-    for label in ("matmul peak", "non-pad ratio", "EMS (full step)", "nn.TransformerEncoder ref", f"/ {result['step_dtype']} peak", "tokens/s"):
+    for label in (
+        "matmul peak",
+        "non-pad ratio",
+        "EMS (full step)",
+        "nn.TransformerEncoder ref",
+        f"/ {result['step_dtype']} peak",
+        "tokens/s",
+    ):
         assert label in printed
     assert "MFU against" not in printed and "mfu" not in result["ems"] and "full_run_hours_8gpu" not in result
 
 
 def test_peak_tflops_gives_mfu(tmp_path, capsys):
-    train_mfu.main(["--quick", "--steps", "1", "--warmup", "0", "--matmul-repeats", "1", "--peak-tflops", "0.5",
-                    "--json", str(tmp_path / "r.json")])
+    train_mfu.main(
+        [
+            "--quick",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--matmul-repeats",
+            "1",
+            "--peak-tflops",
+            "0.5",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["ems"]["mfu"] == pytest.approx(result["ems"]["gflops"] / 500.0)
     assert "MFU against a bf16 peak of 0.5 TFLOP/s" in capsys.readouterr().out

@@ -27,8 +27,14 @@ STEPS = 12
 
 
 def settings(pipeline, out, **overrides) -> dict:
-    return {"data": str(pipeline / "shards"), "vocab": str(pipeline / "vocab"), "out": str(out), "model": "tiny",
-            "model_overrides": dict(SMALL_MODEL), **overrides}
+    return {
+        "data": str(pipeline / "shards"),
+        "vocab": str(pipeline / "vocab"),
+        "out": str(out),
+        "model": "tiny",
+        "model_overrides": dict(SMALL_MODEL),
+        **overrides,
+    }
 
 
 def as_args(values: dict) -> list[str]:
@@ -43,11 +49,25 @@ def as_args(values: dict) -> list[str]:
 
 def launch(values: dict, nproc: int = 1) -> subprocess.Popen:
     # without the in-process runs' world-of-one variables (their MASTER_PORT is taken)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)] if nproc > 1 else [sys.executable]
-    return subprocess.Popen([*launcher, "-m", "ems.train", *as_args(values)], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
+        if nproc > 1
+        else [sys.executable]
+    )
+    return subprocess.Popen(
+        [*launcher, "-m", "ems.train", *as_args(values)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
@@ -102,8 +122,10 @@ def wait_for(condition, process: subprocess.Popen, timeout: float = 120) -> None
     deadline = time.time() + timeout
     while not condition():
         if process.poll() is not None:
-            raise AssertionError(f"training ended (status {process.returncode}) before the test could interrupt it:\n"
-                                 + process.communicate()[0][-3000:])
+            raise AssertionError(
+                f"training ended (status {process.returncode}) before the test could interrupt it:\n"
+                + process.communicate()[0][-3000:]
+            )
         assert time.time() < deadline, "timed out waiting for the training subprocess"
         time.sleep(0.05)
 
@@ -125,7 +147,9 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_pipeli
 def test_preemption_signal_checkpoints_exits_99_and_resumes_exactly(tiny_pipeline, tmp_path, straight, stop_signal):
     out = tmp_path / "run"
     process = launch(settings(tiny_pipeline, out, **{**RESUME, "save_every": 1000}))
-    wait_for(lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2, process)
+    wait_for(
+        lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2, process
+    )
     process.send_signal(stop_signal)
     status, output = finish(process)
     assert status == PREEMPTED_EXIT_CODE, output[-3000:]
@@ -166,38 +190,83 @@ SCALE_ATOL = 1e-5
 def test_two_processes_with_global_negatives_and_zero2_equal_one_process_with_the_global_batch(tiny_pipeline, tmp_path):
     """Global negatives make 2 x 16 pairs the same optimisation problem as 1 x 32."""
     no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = settings(tiny_pipeline, tmp_path / "two", **SCALE, batch_size=16, global_negatives=True,
-                   deepspeed_config="configs/deepspeed/zero2.json", model_overrides=no_dropout)
+    two = settings(
+        tiny_pipeline,
+        tmp_path / "two",
+        **SCALE,
+        batch_size=16,
+        global_negatives=True,
+        deepspeed_config="configs/deepspeed/zero2.json",
+        model_overrides=no_dropout,
+    )
     status, output = finish(launch(two, nproc=2))
     assert status == 0, output[-3000:]
-    one = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "one", **SCALE, batch_size=32, model_overrides=no_dropout)))
+    one = train(
+        TrainConfig(**settings(tiny_pipeline, tmp_path / "one", **SCALE, batch_size=32, model_overrides=no_dropout))
+    )
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
     for step, loss in logged_losses(tmp_path / "two").items():
         assert loss == pytest.approx(logged_losses(tmp_path / "one")[step], rel=1e-5)
 
 
-def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumulating_two_micro_batches(tiny_pipeline, tmp_path):
+def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumulating_two_micro_batches(
+    tiny_pipeline, tmp_path
+):
     """Local negatives: rank r's 16 pairs are micro-batch r of one process accumulating 2 x 16."""
     no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = settings(tiny_pipeline, tmp_path / "two", **SCALE, batch_size=16,
-                   deepspeed_config="configs/deepspeed/zero1.json", model_overrides=no_dropout)
+    two = settings(
+        tiny_pipeline,
+        tmp_path / "two",
+        **SCALE,
+        batch_size=16,
+        deepspeed_config="configs/deepspeed/zero1.json",
+        model_overrides=no_dropout,
+    )
     status, output = finish(launch(two, nproc=2))
     assert status == 0, output[-3000:]
-    one = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "one", **SCALE, batch_size=16, model_overrides=no_dropout,
-                                       deepspeed_overrides={"gradient_accumulation_steps": 2})))
+    one = train(
+        TrainConfig(
+            **settings(
+                tiny_pipeline,
+                tmp_path / "one",
+                **SCALE,
+                batch_size=16,
+                model_overrides=no_dropout,
+                deepspeed_overrides={"gradient_accumulation_steps": 2},
+            )
+        )
+    )
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
     # and this differs from one process with in-batch negatives over all 32 pairs
-    whole = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=no_dropout)))
-    assert not torch.allclose(parameters(whole["model_dir"])["layers.0.qkv.weight"], parameters(one["model_dir"])["layers.0.qkv.weight"], atol=1e-5)
+    whole = train(
+        TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=no_dropout))
+    )
+    assert not torch.allclose(
+        parameters(whole["model_dir"])["layers.0.qkv.weight"],
+        parameters(one["model_dir"])["layers.0.qkv.weight"],
+        atol=1e-5,
+    )
 
 
 def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline, tmp_path):
     """XTR is a per-pair mean, so 2 accumulated micro-batches of 16 = one batch of 32 (the
     in-batch contrastive loss is not, hence its weight 0 here)."""
     xtr_only = dict(SMALL_MODEL, dropout=0.0, contrastive_weight=0.0)
-    accumulated = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "acc", **SCALE, batch_size=16, model_overrides=xtr_only,
-                                               deepspeed_overrides={"gradient_accumulation_steps": 2})))
-    whole = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=xtr_only)))
+    accumulated = train(
+        TrainConfig(
+            **settings(
+                tiny_pipeline,
+                tmp_path / "acc",
+                **SCALE,
+                batch_size=16,
+                model_overrides=xtr_only,
+                deepspeed_overrides={"gradient_accumulation_steps": 2},
+            )
+        )
+    )
+    whole = train(
+        TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=xtr_only))
+    )
     assert_same_parameters(parameters(accumulated["model_dir"]), parameters(whole["model_dir"]), atol=SCALE_ATOL)
     a, b = [[h["xtr"] for h in r["history"]] for r in (accumulated, whole)]
     np.testing.assert_allclose(a, b, rtol=1e-5)
@@ -208,6 +277,8 @@ def test_fp16_on_a_cpu_without_fp16_support_is_a_clear_error(tiny_pipeline, tmp_
 
     if get_accelerator().is_fp16_supported():
         pytest.skip("this accelerator supports fp16")
-    cfg = TrainConfig(**settings(tiny_pipeline, tmp_path, **SCALE, deepspeed_config="configs/deepspeed/zero0-fp16.json"))
+    cfg = TrainConfig(
+        **settings(tiny_pipeline, tmp_path, **SCALE, deepspeed_config="configs/deepspeed/zero0-fp16.json")
+    )
     with pytest.raises(ValueError, match="enables fp16, which DeepSpeed's cpu accelerator does not support"):
         train(cfg)

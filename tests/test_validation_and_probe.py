@@ -64,7 +64,9 @@ def test_probe_scores_equal_the_tatoeba_protocol_on_the_same_sentences(tiny_pipe
     torch.manual_seed(0)
     encoder = EncoderNetwork(config_from_preset("tiny", vocab_size=tokenizer.vocab_size, n_languages=3, **SMALL_MODEL))
     probe = RetrievalProbe(data_dir, tokenizer, max_sentences=40)
-    assert {(s.task, s.lang) for s in probe.sets} == {(t, lang) for t in ("tatoeba", "flores") for lang in ("de", "fr", "ja")}
+    assert {(s.task, s.lang) for s in probe.sets} == {
+        (t, lang) for t in ("tatoeba", "flores") for lang in ("de", "fr", "ja")
+    }
     encoder.train()
     scores = probe.run(encoder)
     assert encoder.training  # its mode is restored
@@ -89,10 +91,26 @@ def test_probe_reports_languages_without_a_test_set(tmp_path, data_dir):
 @pytest.fixture(scope="module")
 def probed_run(tiny_pipeline, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("probed")
-    cfg = TrainConfig(data=str(tiny_pipeline / "shards"), vocab=str(tiny_pipeline / "vocab"), out=str(out), model="tiny",
-                      model_overrides=SMALL_MODEL, batch_size=32, lr=2e-3, warmup_steps=5, max_steps=30, log_every=10,
-                      save_every=1000, valid_data=str(tiny_pipeline / "valid_shards"), valid_every=15, valid_pairs=96,
-                      probe_every=15, probe_data=str(data_dir), probe_sentences=50, bucket_batches=50)
+    cfg = TrainConfig(
+        data=str(tiny_pipeline / "shards"),
+        vocab=str(tiny_pipeline / "vocab"),
+        out=str(out),
+        model="tiny",
+        model_overrides=SMALL_MODEL,
+        batch_size=32,
+        lr=2e-3,
+        warmup_steps=5,
+        max_steps=30,
+        log_every=10,
+        save_every=1000,
+        valid_data=str(tiny_pipeline / "valid_shards"),
+        valid_every=15,
+        valid_pairs=96,
+        probe_every=15,
+        probe_data=str(data_dir),
+        probe_sentences=50,
+        bucket_batches=50,
+    )
     return out, train(cfg)
 
 
@@ -133,8 +151,18 @@ def test_shards_without_content_ids_train_with_a_warning(tiny_pipeline, tmp_path
     old = tmp_path / "old_shards"
     binarize(tiny_pipeline / "corpus" / "train", tiny_pipeline / "vocab", old)
     (old / "content_ids.npy").unlink()  # as written before content ids existed
-    cfg = TrainConfig(data=str(old), vocab=str(tiny_pipeline / "vocab"), out=str(tmp_path / "run"), model="tiny",
-                      model_overrides=SMALL_MODEL, batch_size=32, warmup_steps=2, max_steps=4, log_every=2, save_every=100)
+    cfg = TrainConfig(
+        data=str(old),
+        vocab=str(tiny_pipeline / "vocab"),
+        out=str(tmp_path / "run"),
+        model="tiny",
+        model_overrides=SMALL_MODEL,
+        batch_size=32,
+        warmup_steps=2,
+        max_steps=4,
+        log_every=2,
+        save_every=100,
+    )
     result = train(cfg)
     assert "has no content_ids.npy" in capsys.readouterr().out
     assert [r["duplicate_rows"] for r in result["history"]] == [0.0, 0.0]

@@ -66,8 +66,10 @@ def write_xsimpp_fixture(directory):
     eng_Latn_errtype.devtest.json {augmented sentence: {"src": original sentence, "errtype": type}}."""
     directory.mkdir(parents=True)
     (directory / "eng_Latn_augmented.devtest").write_text("Three dogs ran.\nA cat stood.\n", encoding="utf-8")
-    errtypes = {"Three dogs ran.": {"src": "Two dogs ran.", "errtype": "num"},
-                "A cat stood.": {"src": "A cat sat.", "errtype": "verb"}}  # fmt: skip
+    errtypes = {
+        "Three dogs ran.": {"src": "Two dogs ran.", "errtype": "num"},
+        "A cat stood.": {"src": "A cat sat.", "errtype": "verb"},
+    }
     (directory / "eng_Latn_errtype.devtest.json").write_text(json.dumps(errtypes), encoding="utf-8")
 
 
@@ -93,12 +95,22 @@ def test_xsim_task_through_run_all_on_real_flores(data_dir, tmp_path):
     # Three real FLORES languages, first 40 lines after encoding every whole file; a trigram
     # encoder stands in for a model (mUSE needs ~25 s a file on this machine).
     config = tmp_path / "xsim.yaml"
-    config.write_text("type: xsim\nname: xsim_flores\ndata_subdir: flores200/devtest\nmargin: ratio\nk: 4\n"
-                      "languages: [deu, cmn_Hans, srp_Cyrl]\n", encoding="utf-8")  # fmt: skip
+    config.write_text(
+        "type: xsim\nname: xsim_flores\ndata_subdir: flores200/devtest\nmargin: ratio\nk: 4\n"
+        "languages: [deu, cmn_Hans, srp_Cyrl]\n",
+        encoding="utf-8",
+    )
     (tmp_path / "suite.yaml").write_text("tasks: [xsim.yaml]\n", encoding="utf-8")
     encoder = TrigramEncoder()
-    results = run_all(encoder, data_dir, out_dir=tmp_path / "out", max_sentences=40, progress=False,
-                      suite_path=tmp_path / "suite.yaml", print_tables=False)  # fmt: skip
+    results = run_all(
+        encoder,
+        data_dir,
+        out_dir=tmp_path / "out",
+        max_sentences=40,
+        progress=False,
+        suite_path=tmp_path / "suite.yaml",
+        print_tables=False,
+    )
     result = results["xsim_flores"]
     assert list(result["languages"]) == ["deu", "cmn_Hans", "srp_Cyrl"]
     assert [row["lang"] for row in result["languages"].values()] == ["de", "zh", "sr"]

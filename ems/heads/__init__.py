@@ -15,7 +15,13 @@ from ems.heads.meat import MeatHead
 from ems.heads.projection import ProjectionHead
 from ems.heads.reversible import ReversibleHead
 
-HEADS = {"centering": CenteringHead, "projection": ProjectionHead, "dream": DreamHead, "meat": MeatHead, "reversible": ReversibleHead}
+HEADS = {
+    "centering": CenteringHead,
+    "projection": ProjectionHead,
+    "dream": DreamHead,
+    "meat": MeatHead,
+    "reversible": ReversibleHead,
+}
 
 
 def load_head(directory: Path) -> Head:

@@ -34,17 +34,22 @@ class ParallelEmbeddings:
             raise ValueError(f"x and y must both be (n, d); got {self.x.shape} and {self.y.shape}")
         if self.x_lang.shape != (n,) or self.y_lang.shape != (n,):
             raise ValueError(f"x_lang and y_lang must be ({n},); got {self.x_lang.shape} and {self.y_lang.shape}")
-        if n and (min(self.x_lang.min(), self.y_lang.min()) < 0 or max(self.x_lang.max(), self.y_lang.max()) >= len(self.languages)):
+        if n and (
+            min(self.x_lang.min(), self.y_lang.min()) < 0
+            or max(self.x_lang.max(), self.y_lang.max()) >= len(self.languages)
+        ):
             raise ValueError(f"language indices must lie in [0, {len(self.languages)})")
 
     def __len__(self) -> int:
         return len(self.x)
 
-    def subset(self, rows: np.ndarray) -> "ParallelEmbeddings":
+    def subset(self, rows: np.ndarray) -> ParallelEmbeddings:
         """The pairs at `rows` (same language list)."""
-        return ParallelEmbeddings(self.x[rows], self.y[rows], self.x_lang[rows], self.y_lang[rows], list(self.languages))
+        return ParallelEmbeddings(
+            self.x[rows], self.y[rows], self.x_lang[rows], self.y_lang[rows], list(self.languages)
+        )
 
-    def split(self, valid_fraction: float, seed: int) -> tuple["ParallelEmbeddings", "ParallelEmbeddings"]:
+    def split(self, valid_fraction: float, seed: int) -> tuple[ParallelEmbeddings, ParallelEmbeddings]:
         """(train, valid): a random `valid_fraction` of the pairs (at least one, and at least one
         left for training) goes to valid; the same seed gives the same split."""
         if not 0.0 < valid_fraction < 1.0:
@@ -83,7 +88,7 @@ class Head(Protocol):
         ...
 
     @classmethod
-    def load(cls, directory: Path) -> "Head":
+    def load(cls, directory: Path) -> Head:
         """Read a head written by `save`."""
         ...
 

@@ -51,12 +51,14 @@ class CenteringHead:
     def save(self, directory: Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        save_file({lang: np.ascontiguousarray(mean) for lang, mean in self.means.items()}, str(directory / WEIGHTS_FILE))
+        save_file(
+            {lang: np.ascontiguousarray(mean) for lang, mean in self.means.items()}, str(directory / WEIGHTS_FILE)
+        )
         description = {"name": self.name, "languages": self.languages}
         (directory / HEAD_JSON).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: Path) -> "CenteringHead":
+    def load(cls, directory: Path) -> CenteringHead:
         return cls(load_file(str(Path(directory) / WEIGHTS_FILE)))
 
 

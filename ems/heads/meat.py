@@ -64,10 +64,13 @@ def meat_losses(
         "cross_reconstruction": cosine_embedding_loss(x.meaning + y.language, y.embedding, similar=True)
         + cosine_embedding_loss(y.meaning + x.language, x.embedding, similar=True),
         "language_separation": cosine_embedding_loss(x.language, y.language, similar=False),
-        "adversarial": cross_entropy(x_discriminator_logits_frozen, uniform) + cross_entropy(y_discriminator_logits_frozen, uniform),
+        "adversarial": cross_entropy(x_discriminator_logits_frozen, uniform)
+        + cross_entropy(y_discriminator_logits_frozen, uniform),
     }
     losses["extractor"] = sum(losses.values())
-    losses["discriminator"] = cross_entropy(x_discriminator_logits, x_lang) + cross_entropy(y_discriminator_logits, y_lang)
+    losses["discriminator"] = cross_entropy(x_discriminator_logits, x_lang) + cross_entropy(
+        y_discriminator_logits, y_lang
+    )
     losses["total"] = losses["extractor"] + losses["discriminator"]
     return losses
 

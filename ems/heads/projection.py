@@ -67,8 +67,9 @@ def _mean_squared_error(a: np.ndarray, w: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.sum((np.asarray(a, np.float64) @ w - np.asarray(b, np.float64)) ** 2, axis=1)))
 
 
-def select_ridge(train_a: np.ndarray, train_b: np.ndarray, valid_a: np.ndarray, valid_b: np.ndarray,
-                 alphas=ALPHAS) -> dict:  # fmt: skip
+def select_ridge(
+    train_a: np.ndarray, train_b: np.ndarray, valid_a: np.ndarray, valid_b: np.ndarray, alphas=ALPHAS
+) -> dict:
     """Ridge maps A -> B on the training rows for each alpha in `alphas` (lam = alpha * mean
     squared norm of the training rows of A), scored by the mean squared error on the held-out
     rows. Returns {"scale" (the mean squared norm), "alphas", "lambdas", "valid_mse" (None
@@ -80,8 +81,15 @@ def select_ridge(train_a: np.ndarray, train_b: np.ndarray, valid_a: np.ndarray, 
     maps = [w for w, _ in _ridge_path(train_a, train_b, lams)]
     curve = [_mean_squared_error(valid_a, w, valid_b) for w in maps] if len(valid_a) else None
     best = int(np.argmin(curve)) if curve else 0
-    return {"scale": scale, "alphas": [float(x) for x in alphas], "lambdas": lams, "valid_mse": curve,
-            "alpha": float(alphas[best]), "lambda": lams[best], "map": maps[best]}  # fmt: skip
+    return {
+        "scale": scale,
+        "alphas": [float(x) for x in alphas],
+        "lambdas": lams,
+        "valid_mse": curve,
+        "alpha": float(alphas[best]),
+        "lambda": lams[best],
+        "map": maps[best],
+    }
 
 
 def _english_pairs(pairs: ParallelEmbeddings) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -107,7 +115,9 @@ class ProjectionHead:
     def __init__(self, maps: dict[str, np.ndarray] | None = None, alphas=ALPHAS, ridge: dict | None = None):
         self.maps = dict(maps or {})
         self.alphas = tuple(alphas)
-        self.ridge = dict(ridge or {})  # {lang: {"alpha", "lambda", "selected_on", "alphas", "valid_mse"}}; {}: unregularised
+        self.ridge = dict(
+            ridge or {}
+        )  # {lang: {"alpha", "lambda", "selected_on", "alphas", "valid_mse"}}; {}: unregularised
 
     @property
     def languages(self) -> list[str]:
@@ -119,12 +129,16 @@ class ProjectionHead:
         training residual and the ridge selection (alpha, lambda, the validation MSE curve), and
         the mean valid-pair cosine."""
         if PIVOT not in train.languages:
-            raise ValueError(f"the projection head maps into English ({PIVOT!r}); the training pairs have no English side")
+            raise ValueError(
+                f"the projection head maps into English ({PIVOT!r}); the training pairs have no English side"
+            )
         train_pairs, valid_pairs = _english_pairs(train), _english_pairs(valid)
         dim = train.x.shape[1]
         empty = np.zeros((0, dim))
-        selections = {lang: select_ridge(a, b, *valid_pairs.get(lang, (empty, empty)), alphas=self.alphas)
-                      for lang, (a, b) in sorted(train_pairs.items())}  # fmt: skip
+        selections = {
+            lang: select_ridge(a, b, *valid_pairs.get(lang, (empty, empty)), alphas=self.alphas)
+            for lang, (a, b) in sorted(train_pairs.items())
+        }
         curves = [sel["valid_mse"] for sel in selections.values() if sel["valid_mse"] is not None]
         pooled = int(np.argmin(np.sum(curves, axis=0))) if curves else 0
         self.maps = {PIVOT: np.eye(dim, dtype=np.float32)}
@@ -135,7 +149,9 @@ class ProjectionHead:
             if selection["valid_mse"] is None:  # no held-out pair of this language: the pooled choice
                 selection["alpha"], selection["lambda"] = selection["alphas"][pooled], selection["lambdas"][pooled]
                 selection["map"] = ridge_fit(a, b, selection["lambda"])[0]
-                selected_on = "other languages' held-out pairs" if curves else "nothing (no held-out pairs): least squares"
+                selected_on = (
+                    "other languages' held-out pairs" if curves else "nothing (no held-out pairs): least squares"
+                )
             else:
                 selected_on = f"{len(valid_pairs[lang][0])} held-out {lang}-{PIVOT} pairs"
             w = selection.pop("map")
@@ -162,7 +178,7 @@ class ProjectionHead:
         (directory / HEAD_JSON).write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: Path) -> "ProjectionHead":
+    def load(cls, directory: Path) -> ProjectionHead:
         """The maps of `directory`; the ridge record of head.json when there is one (a head saved
         before ridge selection has none: its maps are the unregularised least-squares ones)."""
         directory = Path(directory)

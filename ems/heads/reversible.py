@@ -35,7 +35,9 @@ def _hinge_cos(a: Tensor, b: Tensor) -> Tensor:
     return cosine_embedding_loss(a, b, similar=False)
 
 
-def reversible_losses(s: Decomposition, t: Decomposition, s_other: Decomposition, t_other: Decomposition) -> dict[str, Tensor]:
+def reversible_losses(
+    s: Decomposition, t: Decomposition, s_other: Decomposition, t_other: Decomposition
+) -> dict[str, Tensor]:
     """The paper's objective for translation pairs (s_i, t_i); s_other_i (s') / t_other_i (t')
     are randomly selected other sentences of s_i's / t_i's language ("sentences s' and t',
     randomly selected from the source and target languages, respectively"). Every per-pair term

@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -65,7 +65,7 @@ class PairBatch:
     def __len__(self) -> int:
         return len(self.x)
 
-    def rows(self, index: Tensor) -> "PairBatch":
+    def rows(self, index: Tensor) -> PairBatch:
         return PairBatch(*(getattr(self, f.name)[index] for f in fields(self)))
 
 
@@ -191,7 +191,9 @@ def train_module(
                 train_sums[name] = train_sums.get(name, 0.0) + float(value.detach()) * len(index)
         module.eval()
         valid_losses = mean_losses(loss_fn, valid_batch, hyperparameters.batch_size)
-        history.append({"epoch": epoch, "train": {k: v / len(train_batch) for k, v in train_sums.items()}, "valid": valid_losses})
+        history.append(
+            {"epoch": epoch, "train": {k: v / len(train_batch) for k, v in train_sums.items()}, "valid": valid_losses}
+        )
         if valid_losses[select_on] < best_loss:
             best_loss, best_epoch, best_state = valid_losses[select_on], epoch, copy.deepcopy(module.state_dict())
             epochs_without_improvement = 0
@@ -234,7 +236,9 @@ class TrainedHead:
 
     def fit(self, train: ParallelEmbeddings, valid: ParallelEmbeddings, seed: int = 0) -> dict:
         if train.languages != valid.languages:
-            raise ValueError(f"train and valid must share one language list; got {train.languages} and {valid.languages}")
+            raise ValueError(
+                f"train and valid must share one language list; got {train.languages} and {valid.languages}"
+            )
         self.classifier_languages = list(train.languages)
         seen = set(train.x_lang.tolist()) | set(train.y_lang.tolist())
         self.languages = [lang for index, lang in enumerate(train.languages) if index in seen]
@@ -242,7 +246,9 @@ class TrainedHead:
             torch.manual_seed(seed)
             self.dim = int(train.x.shape[1])
             self.module = self.build_module(self.dim, len(self.classifier_languages))
-            log = train_module(self.module, self.loss_function(self.module), train, valid, self.hyperparameters, seed, self.select_on)
+            log = train_module(
+                self.module, self.loss_function(self.module), train, valid, self.hyperparameters, seed, self.select_on
+            )
         return {"head": self.name, "train_pairs": len(train), "valid_pairs": len(valid), **log}
 
     def _parts(self, embeddings: np.ndarray, lang: str) -> Decomposition:
@@ -277,7 +283,7 @@ class TrainedHead:
         (directory / HEAD_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: Path) -> "TrainedHead":
+    def load(cls, directory: Path) -> TrainedHead:
         directory = Path(directory)
         meta = json.loads((directory / HEAD_JSON).read_text(encoding="utf-8"))
         if meta.get("name") != cls.name:
@@ -287,7 +293,11 @@ class TrainedHead:
         except ConfigError as error:  # named by the file, each problem under its section
             raise ConfigError(str(directory / HEAD_JSON), [f"hyperparameters: {p}" for p in error.problems]) from None
         head = cls(hyperparameters)
-        head.languages, head.classifier_languages, head.dim = meta["languages"], meta["classifier_languages"], meta["dim"]
+        head.languages, head.classifier_languages, head.dim = (
+            meta["languages"],
+            meta["classifier_languages"],
+            meta["dim"],
+        )
         head.module = head.build_module(head.dim, len(head.classifier_languages))
         head.module.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
         head.module.eval()

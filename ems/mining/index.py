@@ -101,7 +101,9 @@ class IndexSpec:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"index setting {name} must be an integer >= 1, got {value!r}")
-        if self.rerank is not None and (isinstance(self.rerank, bool) or not isinstance(self.rerank, int) or self.rerank < 0):
+        if self.rerank is not None and (
+            isinstance(self.rerank, bool) or not isinstance(self.rerank, int) or self.rerank < 0
+        ):
             raise ValueError(f"index setting rerank must be an integer >= 0, got {self.rerank!r}")
 
 
@@ -121,7 +123,7 @@ INDEX_SPEC_KINDS = {kind: SpecKind(options={key: integer for key in SPEC_KEYS[ki
 
 
 def parse_index_spec(text: str) -> IndexSpec:
-    """"KIND[:key=value,...]" (e.g. "ivf-pq:nprobe=32,m=16", "hnsw:ef_search=128") -> IndexSpec,
+    """ "KIND[:key=value,...]" (e.g. "ivf-pq:nprobe=32,m=16", "hnsw:ef_search=128") -> IndexSpec,
     read by ems.specs.parse_spec, the parser of encoder specs too. KIND is one of INDEX_TYPES;
     SPEC_KEYS lists the keys each kind takes; values are integers. One ValueError naming the
     spec, what is wrong and what is allowed."""
@@ -157,8 +159,15 @@ def resolve_index(spec: IndexSpec, n: int, dim: int) -> IndexSpec:
     rerank = spec.rerank if spec.rerank is not None else (DEFAULT_PQ_RERANK if kind == "ivf-pq" else 0)
     if kind == "ivf" and rerank:
         raise ValueError("index setting rerank applies to ivf-sq8 and ivf-pq (ivf stores exact vectors)")
-    return replace(spec, kind=kind, n_lists=n_lists, nprobe=min(n_lists, spec.nprobe or DEFAULT_NPROBE), pq_m=pq_m,
-                   train_size=min(n, spec.train_size or max(64 * n_lists, 10_000)), rerank=rerank)  # fmt: skip
+    return replace(
+        spec,
+        kind=kind,
+        n_lists=n_lists,
+        nprobe=min(n_lists, spec.nprobe or DEFAULT_NPROBE),
+        pq_m=pq_m,
+        train_size=min(n, spec.train_size or max(64 * n_lists, 10_000)),
+        rerank=rerank,
+    )
 
 
 def empty_index(spec: IndexSpec, dim: int):
@@ -174,8 +183,9 @@ def empty_index(spec: IndexSpec, dim: int):
     if spec.kind == "ivf":
         index = faiss.IndexIVFFlat(quantizer, dim, spec.n_lists, faiss.METRIC_INNER_PRODUCT)
     elif spec.kind == "ivf-sq8":
-        index = faiss.IndexIVFScalarQuantizer(quantizer, dim, spec.n_lists, faiss.ScalarQuantizer.QT_8bit,
-                                              faiss.METRIC_INNER_PRODUCT)  # fmt: skip
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer, dim, spec.n_lists, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+        )
     else:
         index = faiss.IndexIVFPQ(quantizer, dim, spec.n_lists, spec.pq_m, 8, faiss.METRIC_INNER_PRODUCT)
     index.nprobe = spec.nprobe

@@ -145,7 +145,9 @@ def _intersect(nb: MarginNeighbours) -> ScoredPairs:
 def _max(nb: MarginNeighbours) -> ScoredPairs:
     # Both directions' best pairs, best score first; a sentence on either side is used once.
     fwd, bwd = _forward(nb), _backward(nb)
-    both = _sorted(*(np.concatenate([a, b]) for a, b in ((fwd.src, bwd.src), (fwd.tgt, bwd.tgt), (fwd.score, bwd.score))))
+    both = _sorted(
+        *(np.concatenate([a, b]) for a, b in ((fwd.src, bwd.src), (fwd.tgt, bwd.tgt), (fwd.score, bwd.score)))
+    )
     used_src, used_tgt, keep = set(), set(), []
     for i, (s, t) in enumerate(zip(both.src.tolist(), both.tgt.tolist())):
         if s not in used_src and t not in used_tgt:

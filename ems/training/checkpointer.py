@@ -68,7 +68,9 @@ def batch_language_pairs(micro_batches: list[dict[str, torch.Tensor]], languages
     """'de-en 12, fr-en 20': the language pairs of this rank's batch and their counts."""
     counts = Counter()
     for batch in micro_batches:
-        counts.update(f"{languages[a]}-{languages[b]}" for a, b in zip(batch["src_lang"].tolist(), batch["tgt_lang"].tolist()))
+        counts.update(
+            f"{languages[a]}-{languages[b]}" for a, b in zip(batch["src_lang"].tolist(), batch["tgt_lang"].tolist())
+        )
     return ", ".join(f"{pair} {n}" for pair, n in sorted(counts.items()))
 
 
@@ -126,7 +128,8 @@ class Checkpointer:
             raise CheckpointSaveFailed(
                 f"checkpoint save failed at step {state.step} ({_first_line(error)}); {free / 2**20:.0f} MiB free on the "
                 f"filesystem of {self.directory}{' (no space left)' if free < 2**26 else ''}; the newest intact "
-                f"checkpoint is {newest}: free space and rerun to resume from it") from None
+                f"checkpoint is {newest}: free space and rerun to resume from it"
+            ) from None
         dist.barrier()
         self.last_saved = state.step
 
@@ -135,9 +138,16 @@ class Checkpointer:
         import torch.distributed as dist
 
         layout = self.layout
-        client_state = {"step": state.step, "data_position": list(state.position), "world_size": layout.world_size,
-                        "accumulation": layout.accumulation, "batch_size": layout.batch_size,
-                        "global_batch": layout.global_batch, "max_steps": state.max_steps, "budget_fitted": state.budget_fitted}
+        client_state = {
+            "step": state.step,
+            "data_position": list(state.position),
+            "world_size": layout.world_size,
+            "accumulation": layout.accumulation,
+            "batch_size": layout.batch_size,
+            "global_batch": layout.global_batch,
+            "max_steps": state.max_steps,
+            "budget_fitted": state.budget_fitted,
+        }
         self.engine.save_checkpoint(str(staging), tag=tag, client_state=client_state, save_latest=False)
         (staging / tag).mkdir(parents=True, exist_ok=True)
         rng_file(staging / tag, self.rank).write_text(json.dumps(rng_state()))
@@ -148,8 +158,14 @@ class Checkpointer:
         if self.rank == 0:
             publish(self.directory, tag, self.cfg.keep_checkpoints)
 
-    def stop_diverged(self, step: int, values: StepValues, micro_batches: list[dict[str, torch.Tensor]],
-                      position: tuple[int, int], languages: list[str]) -> NoReturn:
+    def stop_diverged(
+        self,
+        step: int,
+        values: StepValues,
+        micro_batches: list[dict[str, torch.Tensor]],
+        position: tuple[int, int],
+        languages: list[str],
+    ) -> NoReturn:
         """Stop at `step`, whose loss or gradient norm is not finite (on this or another rank), taken
         on the batch at `position` (epoch, index): raises TrainingDiverged with the diagnostic. When
         the step started from a checkpoint, that checkpoint is moved aside first: finite,
@@ -167,9 +183,11 @@ class Checkpointer:
             remaining = saved_tags(self.directory)
             last_good = int(TAG_PATTERN.fullmatch(remaining[-1]).group(1)) if remaining else 0
         losses = values.losses
-        where = (f"loss {losses['loss']:.4g} ({', '.join(f'{name} {losses[name]:.4g}' for name in OBJECTIVES)}), "
-                 f"gradient norm {values.grad_norm:.4g}, lr {values.lr:.4g}; rank {self.rank}'s batch: "
-                 f"{batch_language_pairs(micro_batches, languages)}")
+        where = (
+            f"loss {losses['loss']:.4g} ({', '.join(f'{name} {losses[name]:.4g}' for name in OBJECTIVES)}), "
+            f"gradient norm {values.grad_norm:.4g}, lr {values.lr:.4g}; rank {self.rank}'s batch: "
+            f"{batch_language_pairs(micro_batches, languages)}"
+        )
         raise TrainingDiverged(
             f"training diverged at step {step} (epoch {position[0]}, batch {position[1]}): {where}. "
             f"Nothing non-finite was checkpointed.{rejected} {_newest_hint(last_good)}"

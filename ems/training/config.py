@@ -26,9 +26,13 @@ class TrainConfig:
     out: str = "runs/train"
     model: str = "tiny"  # preset name in ems.model.PRESETS
     # EMSConfig fields over the preset's, checked at load (vocab_size and n_languages come from the vocabulary)
-    model_overrides: Annotated[dict, FieldsOf(EMSConfig, exclude=("vocab_size", "n_languages"))] = field(default_factory=dict)
+    model_overrides: Annotated[dict, FieldsOf(EMSConfig, exclude=("vocab_size", "n_languages"))] = field(
+        default_factory=dict
+    )
     deepspeed_config: str = "configs/deepspeed/zero0.json"  # ZeRO stage, bf16/fp16, accumulation, clipping
-    deepspeed_overrides: dict = field(default_factory=dict)  # merged into that file, e.g. {"gradient_accumulation_steps": 2}
+    deepspeed_overrides: dict = field(
+        default_factory=dict
+    )  # merged into that file, e.g. {"gradient_accumulation_steps": 2}
     batch_size: int = 152  # pairs per process per micro-step (the paper: 152 per GPU)
     # Pairs per optimizer step. When set, gradient accumulation = global_batch_size / (processes x
     # batch_size), so the run keeps its global batch, and resumes replaying the same samples, on
@@ -104,15 +108,40 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """Every value's range, checked when the config is built: a bad value is one error naming
         the key, not a crash (or a silent misbehaviour) somewhere in a run."""
-        at_least = {"batch_size": 1, "warmup_steps": 0, "reference_global_batch": 1, "max_steps": 1, "budget_probe_steps": 1, "log_every": 1,
-                    "save_every": 1, "keep_checkpoints": 1, "valid_every": 1, "valid_pairs": 1, "probe_every": 0,
-                    "probe_sentences": 1, "bucket_batches": 1, "weight_decay": 0.0, "prefetch_batches": 0}
-        problems = [f"{key} must be at least {low}, got {getattr(self, key)!r}"
-                    for key, low in at_least.items() if not getattr(self, key) >= low]
-        problems += [f"{key} must be positive or null, got {getattr(self, key)!r}"
-                     for key in ("max_epochs", "max_minutes", "time_budget_minutes", "stop_at_step", "temperature",
-                                 "global_batch_size")
-                     if getattr(self, key) is not None and not getattr(self, key) > 0]
+        at_least = {
+            "batch_size": 1,
+            "warmup_steps": 0,
+            "reference_global_batch": 1,
+            "max_steps": 1,
+            "budget_probe_steps": 1,
+            "log_every": 1,
+            "save_every": 1,
+            "keep_checkpoints": 1,
+            "valid_every": 1,
+            "valid_pairs": 1,
+            "probe_every": 0,
+            "probe_sentences": 1,
+            "bucket_batches": 1,
+            "weight_decay": 0.0,
+            "prefetch_batches": 0,
+        }
+        problems = [
+            f"{key} must be at least {low}, got {getattr(self, key)!r}"
+            for key, low in at_least.items()
+            if not getattr(self, key) >= low
+        ]
+        problems += [
+            f"{key} must be positive or null, got {getattr(self, key)!r}"
+            for key in (
+                "max_epochs",
+                "max_minutes",
+                "time_budget_minutes",
+                "stop_at_step",
+                "temperature",
+                "global_batch_size",
+            )
+            if getattr(self, key) is not None and not getattr(self, key) > 0
+        ]
         if not (math.isfinite(self.lr) and self.lr > 0):
             problems.append(f"lr must be a positive number, got {self.lr!r}")
         if not 0 <= self.padding_budget < 1:

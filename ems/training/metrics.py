@@ -73,14 +73,14 @@ class MetricSums:
         self.token_slots += values.token_slots
         self.data_wait_seconds += data_wait_seconds
 
-    def summed_over_ranks(self, device: torch.device) -> "MetricSums":
+    def summed_over_ranks(self, device: torch.device) -> MetricSums:
         import torch.distributed as dist
 
         counts = [getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "losses"]
         values = torch.tensor([*self.losses.values(), *counts], dtype=torch.float64, device=device)
         dist.all_reduce(values)
         summed = values.tolist()
-        return MetricSums(dict(zip(self.losses, summed)), *summed[len(self.losses):])
+        return MetricSums(dict(zip(self.losses, summed)), *summed[len(self.losses) :])
 
 
 def _keep_metrics_up_to(path: Path, step: int) -> None:
@@ -155,17 +155,32 @@ class TrainingMetrics:
         seconds = time.time() - self.opened
         total = self.sums.summed_over_ranks(self.engine.device)
         record = {
-            "step": step, "epoch": epoch, **{key: total.losses[key] / total.steps for key in LOSSES},
+            "step": step,
+            "epoch": epoch,
+            **{key: total.losses[key] / total.steps for key in LOSSES},
             "duplicate_rows": total.duplicate_rows / total.steps,
             "lr": float(self.engine.get_lr()[0]),
             "grad_norm": total.grad_norm / total.finite_norm_steps if total.finite_norm_steps else math.nan,
             "overflow_steps": round(total.overflow_steps / self.world_size),
-            "tokens_per_s": total.real_tokens / max(seconds, 1e-9), "real_token_ratio": total.real_tokens / total.token_slots,
+            "tokens_per_s": total.real_tokens / max(seconds, 1e-9),
+            "real_token_ratio": total.real_tokens / total.token_slots,
             "data_wait_fraction": total.data_wait_seconds / self.world_size / max(seconds, 1e-9),
         }
         scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in LOSSES}
-        scalars.update({key: record[key] for key in ("lr", "grad_norm", "overflow_steps", "tokens_per_s", "real_token_ratio",
-                                                     "duplicate_rows", "data_wait_fraction")})
+        scalars.update(
+            {
+                key: record[key]
+                for key in (
+                    "lr",
+                    "grad_norm",
+                    "overflow_steps",
+                    "tokens_per_s",
+                    "real_token_ratio",
+                    "duplicate_rows",
+                    "data_wait_fraction",
+                )
+            }
+        )
         self.metrics_log.write(record, scalars)
         self.sums, self.opened = MetricSums(), time.time()
         return record

@@ -41,10 +41,19 @@ class Probe:
         record = None
         if self.rank == 0:
             scores = self.retrieval.run(self.engine.module.encoder)
-            record = {"step": step, **{f"probe_{task}": result["average"] for task, result in scores.items()},
-                      "probe_languages": {task: result["languages"] for task, result in scores.items()}}
+            record = {
+                "step": step,
+                **{f"probe_{task}": result["average"] for task, result in scores.items()},
+                "probe_languages": {task: result["languages"] for task, result in scores.items()},
+            }
             scalars = {f"probe/{task}/average": result["average"] for task, result in scores.items()}
-            scalars.update({f"probe/{task}/{lang}": p for task, result in scores.items() for lang, p in result["languages"].items()})
+            scalars.update(
+                {
+                    f"probe/{task}/{lang}": p
+                    for task, result in scores.items()
+                    for lang, p in result["languages"].items()
+                }
+            )
             self.metrics_log.write(record, scalars)
         dist.barrier()
         return record

@@ -24,7 +24,14 @@ import numpy as np
 import yaml
 
 from ems.checkpoint import (
-    LATEST, no_usable_checkpoint, resumable_tags, rng_file, saved_tags, set_rng_state, tensor_files_only, to_universal,
+    LATEST,
+    no_usable_checkpoint,
+    resumable_tags,
+    rng_file,
+    saved_tags,
+    set_rng_state,
+    tensor_files_only,
+    to_universal,
     zero_partitions,
 )
 from ems.cli import UserError
@@ -43,8 +50,18 @@ SCHEDULE_END_KEYS = ("max_steps", "max_epochs", "time_budget_minutes", "budget_p
 # change of the merged DeepSpeed config or of the shards' content (Checkpointer.fixed). All other keys
 # (paths, logging, saving, validation, probes, when to stop) may change. Every change is recorded.
 # The process count, batch_size and accumulation may change (elastic resume, see resumed_position).
-FIXED_KEYS = ("model", "model_overrides", "global_negatives", "temperature", "bucket_batches", "seed",
-              "spread_duplicates", "padding_budget", "autocast", "teacher")
+FIXED_KEYS = (
+    "model",
+    "model_overrides",
+    "global_negatives",
+    "temperature",
+    "bucket_batches",
+    "seed",
+    "spread_duplicates",
+    "padding_budget",
+    "autocast",
+    "teacher",
+)
 
 
 class ResumeConfigError(UserError):
@@ -74,16 +91,22 @@ def resumed_position(client_state: dict, layout: BatchLayout, rank: int) -> tupl
     old_layout = (client_state["world_size"], client_state.get("accumulation"), client_state.get("batch_size"))
     if old_global == layout.global_batch:
         if old_layout != new_layout and rank == 0:
-            print(f"elastic resume: {_layout(*old_layout)} -> {_layout(*new_layout)}, the same global batch of "
-                  f"{old_global} pairs: the same samples in the same order", flush=True)
+            print(
+                f"elastic resume: {_layout(*old_layout)} -> {_layout(*new_layout)}, the same global batch of "
+                f"{old_global} pairs: the same samples in the same order",
+                flush=True,
+            )
         return epoch, batch
     consumed = batch * old_global
     new_batch = consumed // layout.global_batch
     if rank == 0:
-        print(f"the global batch changed from {old_global} to {layout.global_batch} pairs ({_layout(*old_layout)} -> "
-              f"{_layout(*new_layout)}): going on after the {consumed:,} pairs consumed in epoch {epoch}, at batch "
-              f"{new_batch} of the new order; the order is not the old one, so up to one bucketing window of "
-              f"pairs around this point is seen twice or not at all this epoch", flush=True)
+        print(
+            f"the global batch changed from {old_global} to {layout.global_batch} pairs ({_layout(*old_layout)} -> "
+            f"{_layout(*new_layout)}): going on after the {consumed:,} pairs consumed in epoch {epoch}, at batch "
+            f"{new_batch} of the new order; the order is not the old one, so up to one bucketing window of "
+            f"pairs around this point is seen twice or not at all this epoch",
+            flush=True,
+        )
     return epoch, new_batch
 
 
@@ -100,8 +123,11 @@ def load_checkpoint(checkpointer: Checkpointer, tag: str) -> tuple[str | None, d
         return engine.load_checkpoint(str(directory), tag=tag)
     universal = directory / f"universal-{tag}"  # not a step tag: never listed as a checkpoint
     if rank == 0:
-        print(f"{tag} holds optimizer partitions of {partitions} ranks; this run has {world_size}: converting it to "
-              f"DeepSpeed's universal checkpoint in {universal}", flush=True)
+        print(
+            f"{tag} holds optimizer partitions of {partitions} ranks; this run has {world_size}: converting it to "
+            f"DeepSpeed's universal checkpoint in {universal}",
+            flush=True,
+        )
         shutil.rmtree(universal, ignore_errors=True)
         to_universal(directory / tag, universal / tag)
     dist.barrier()
@@ -143,8 +169,9 @@ def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]
     return changes
 
 
-def apply_schedule_on_resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int, client_state: dict,
-                             changes: dict[str, list]) -> dict:
+def apply_schedule_on_resume(
+    checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int, client_state: dict, changes: dict[str, list]
+) -> dict:
     """The schedule, lr and weight decay of this run's config from the resume step on (LambdaLR
     and the optimizer restore the checkpoint's); a schedule fitted to a time budget is kept unless
     its end's settings changed. Returns the RunState fields {"max_steps", "budget_fitted"}."""
@@ -169,9 +196,16 @@ def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int)
     NoUsableCheckpointError if checkpoints exist but none will do."""
     import torch.distributed as dist
 
-    directory, rank, engine, layout = checkpointer.directory, checkpointer.rank, checkpointer.engine, checkpointer.layout
+    directory, rank, engine, layout = (
+        checkpointer.directory,
+        checkpointer.rank,
+        checkpointer.engine,
+        checkpointer.layout,
+    )
     candidates = resumable_tags(directory) if rank == 0 else iter(())
-    had_checkpoints = rank == 0 and directory.is_dir() and (bool(saved_tags(directory)) or (directory / LATEST).is_file())
+    had_checkpoints = (
+        rank == 0 and directory.is_dir() and (bool(saved_tags(directory)) or (directory / LATEST).is_file())
+    )
     while True:
         chosen = [next(candidates, None), had_checkpoints]
         dist.broadcast_object_list(chosen, src=0)
@@ -192,11 +226,17 @@ def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int)
         if not any_rank(layout.world_size, engine.device, bool(bad))[0]:
             break
         if rank == 0:
-            print(f"warning: skipping checkpoint {tag}: non-finite weights in {', '.join(bad[:3])}"
-                  f"{' ...' if len(bad) > 3 else ''}; trying the previous one", flush=True)
+            print(
+                f"warning: skipping checkpoint {tag}: non-finite weights in {', '.join(bad[:3])}"
+                f"{' ...' if len(bad) > 3 else ''}; trying the previous one",
+                flush=True,
+            )
     step = client_state["step"]
-    state = RunState(step=step, position=resumed_position(client_state, layout, rank),
-                     **apply_schedule_on_resume(checkpointer, schedule, max_steps, client_state, changes))
+    state = RunState(
+        step=step,
+        position=resumed_position(client_state, layout, rank),
+        **apply_schedule_on_resume(checkpointer, schedule, max_steps, client_state, changes),
+    )
     if client_state["world_size"] == layout.world_size:
         set_rng_state(json.loads(rng_file(directory / tag, rank).read_text()))
     else:  # rank r's dropout stream has no saved counterpart: a fresh one per rank, seeded by the step
@@ -215,6 +255,11 @@ def record_config(cfg: TrainConfig, out: Path, step: int, changes: dict[str, lis
     history = yaml.safe_load(history_path.read_text()) if step and history_path.is_file() else None
     history = history if isinstance(history, list) else []
     if not history or changes:
-        history.append({"from_step": step, "changed": {key: {"from": old, "to": new} for key, (old, new) in changes.items()},
-                        "config": dataclasses.asdict(cfg)})
+        history.append(
+            {
+                "from_step": step,
+                "changed": {key: {"from": old, "to": new} for key, (old, new) in changes.items()},
+                "config": dataclasses.asdict(cfg),
+            }
+        )
         history_path.write_text(yaml.safe_dump(history, sort_keys=False))

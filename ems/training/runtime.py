@@ -61,9 +61,17 @@ def world_of_one_unless_launched():
     does not inherit a port that this process's group still holds."""
     added = {}
     if "RANK" not in os.environ:
-        added = {key: value for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
-                                               ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(_free_port())))
-                 if key not in os.environ}
+        added = {
+            key: value
+            for key, value in (
+                ("RANK", "0"),
+                ("LOCAL_RANK", "0"),
+                ("WORLD_SIZE", "1"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", str(_free_port())),
+            )
+            if key not in os.environ
+        }
         os.environ.update(added)
     try:
         yield
@@ -106,8 +114,10 @@ def gradient_accumulation(cfg: TrainConfig, ds_config: dict, world_size: int) ->
         return int(ds_config.get("gradient_accumulation_steps", 1))
     per_micro_step = world_size * cfg.batch_size
     if cfg.global_batch_size % per_micro_step:
-        raise ValueError(f"global_batch_size={cfg.global_batch_size} is not a multiple of {world_size} processes x "
-                         f"batch_size {cfg.batch_size} = {per_micro_step} pairs; set a batch_size that divides it")
+        raise ValueError(
+            f"global_batch_size={cfg.global_batch_size} is not a multiple of {world_size} processes x "
+            f"batch_size {cfg.batch_size} = {per_micro_step} pairs; set a batch_size that divides it"
+        )
     return cfg.global_batch_size // per_micro_step
 
 
@@ -124,8 +134,9 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_engine(cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: float,
-                 schedule: Callable[[int], float]) -> DeepSpeedEngine:
+def build_engine(
+    cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: float, schedule: Callable[[int], float]
+) -> DeepSpeedEngine:
     """The DeepSpeed engine of `model`: AdamW at peak `lr` with `schedule` (step -> lr factor, e.g.
     ems.training.schedule.LinearSchedule) as its lr factor, the
     engine's checkpoint loader restricted to tensors (ems.checkpoint.load_only_tensors)."""
@@ -133,12 +144,18 @@ def build_engine(cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: 
 
     # fused: one kernel over all parameters (the default loops over tensors: tiny model on 2 CPU cores,
     # 15 ms against 2.5 ms a step, ~5% of a demo step)
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, cfg.weight_decay), lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     try:
-        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+        engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
+        )
     except AssertionError as error:  # DeepSpeed checks its config with asserts
-        raise ValueError(f"DeepSpeed rejects the config ({cfg.deepspeed_config} with deepspeed_overrides): {error}") from None
+        raise ValueError(
+            f"DeepSpeed rejects the config ({cfg.deepspeed_config} with deepspeed_overrides): {error}"
+        ) from None
     load_only_tensors(engine)
     return engine
 
@@ -172,7 +189,9 @@ def autocast_context(mode: str, device: torch.device, rank: int) -> contextlib.A
     use_bf16 = [mode == "bf16" or (mode == "auto" and rank == 0 and bf16_is_fast(device))]
     dist.broadcast_object_list(use_bf16, src=0)
     if mode == "auto" and rank == 0:
-        print(f"autocast=auto: {'bf16' if use_bf16[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {device}")
+        print(
+            f"autocast=auto: {'bf16' if use_bf16[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {device}"
+        )
     return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
 
 

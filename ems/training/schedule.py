@@ -42,14 +42,23 @@ class EffectiveSchedule:
     def describe(self, cfg: TrainConfig, max_steps: int, world_size: int, accumulation: int) -> str:
         """One line for the start of a run: the global batch, the lr and warm-up and where they come from."""
         ratio = self.global_batch / cfg.reference_global_batch
-        lr_from = (f"lr {cfg.lr:g} x {ratio:g}{'' if cfg.lr_scaling == 'linear' else ' ** 0.5'} ({cfg.lr_scaling} scaling from "
-                   f"{cfg.reference_global_batch} pairs)" if cfg.lr_scaling != "none" else "lr as configured")
-        warm_from = (f"warmup_samples {cfg.warmup_samples:,} / {self.global_batch}" if cfg.warmup_samples is not None
-                     else "warmup_steps as configured")
+        lr_from = (
+            f"lr {cfg.lr:g} x {ratio:g}{'' if cfg.lr_scaling == 'linear' else ' ** 0.5'} ({cfg.lr_scaling} scaling from "
+            f"{cfg.reference_global_batch} pairs)"
+            if cfg.lr_scaling != "none"
+            else "lr as configured"
+        )
+        warm_from = (
+            f"warmup_samples {cfg.warmup_samples:,} / {self.global_batch}"
+            if cfg.warmup_samples is not None
+            else "warmup_steps as configured"
+        )
         share = 100.0 * min(self.warmup_steps, max_steps) / max_steps
-        return (f"schedule: global batch {self.global_batch} pairs ({world_size} ranks x {accumulation} accumulation x "
-                f"{cfg.batch_size}); peak lr {self.lr:.3g} ({lr_from}); warm-up {self.warmup_steps} steps = "
-                f"{self.warmup_steps * self.global_batch:,} pairs ({warm_from}), {share:.1f}% of {max_steps} steps")
+        return (
+            f"schedule: global batch {self.global_batch} pairs ({world_size} ranks x {accumulation} accumulation x "
+            f"{cfg.batch_size}); peak lr {self.lr:.3g} ({lr_from}); warm-up {self.warmup_steps} steps = "
+            f"{self.warmup_steps * self.global_batch:,} pairs ({warm_from}), {share:.1f}% of {max_steps} steps"
+        )
 
 
 def effective_schedule(cfg: TrainConfig, global_batch: int) -> EffectiveSchedule:
@@ -95,8 +104,14 @@ class TimeBudget:
         seconds_per_step = (time.time() - self.started) / self.steps
         elapsed = (time.time() - run_started) / 60
         # 5% more per step: validation and checkpoints take time the probe did not see
-        end = from_rank_0(min(max_steps, steps_within_budget(step, 1.05 * seconds_per_step, elapsed, self.minutes)),
-                          self.world_size, self.device)
+        end = from_rank_0(
+            min(max_steps, steps_within_budget(step, 1.05 * seconds_per_step, elapsed, self.minutes)),
+            self.world_size,
+            self.device,
+        )
         if self.rank == 0:
-            print(f"time budget {self.minutes} min: {seconds_per_step:.3f} s/step, schedule fitted to {end} steps", flush=True)
+            print(
+                f"time budget {self.minutes} min: {seconds_per_step:.3f} s/step, schedule fitted to {end} steps",
+                flush=True,
+            )
         return end

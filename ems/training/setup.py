@@ -33,10 +33,16 @@ from ems.training.metrics import MetricsLog, TrainingMetrics
 from ems.training.probe import Probe
 from ems.training.resume import record_config, resume
 from ems.training.runtime import (
-    BatchLayout, autocast_context, build_engine, deepspeed_config, gradient_accumulation, optimizer_layout, seed_rngs,
+    BatchLayout,
+    autocast_context,
+    build_engine,
+    deepspeed_config,
+    gradient_accumulation,
+    optimizer_layout,
+    seed_rngs,
 )
 from ems.training.schedule import LinearSchedule, TimeBudget, effective_schedule
-from ems.training.stopping import StopRequest, Stopping, planned_steps
+from ems.training.stopping import Stopping, StopRequest, planned_steps
 from ems.training.validator import ValidationSet, Validator, validation_sample
 
 if TYPE_CHECKING:
@@ -83,8 +89,10 @@ def check_inputs(cfg: TrainConfig) -> None:
         PairShards(cfg.valid_data).check_vocabulary(tokenizer, cfg.vocab)
     if cfg.probe_every:
         if not cfg.probe_data:
-            raise ValueError(f"probe_every={cfg.probe_every} needs probe_data (a directory holding tatoeba/ and "
-                             f"flores200/devtest/); set it, or probe_every=0")
+            raise ValueError(
+                f"probe_every={cfg.probe_every} needs probe_data (a directory holding tatoeba/ and "
+                f"flores200/devtest/); set it, or probe_every=0"
+            )
         if not Path(cfg.probe_data).is_dir():
             raise FileNotFoundError(f"probe_data={cfg.probe_data} is not a directory")
     if cfg.init_from and not Path(cfg.init_from).is_dir():
@@ -111,41 +119,56 @@ def run_directory_lock(out: Path):
         yield
 
 
-def teacher_targets(cfg: TrainConfig, model_cfg: EMSConfig, data: str, shards: PairShards, rank: int) -> TeacherTargets | None:
+def teacher_targets(
+    cfg: TrainConfig, model_cfg: EMSConfig, data: str, shards: PairShards, rank: int
+) -> TeacherTargets | None:
     """The teacher vectors of `shards` (data/teacher/<slug>/, written by `data_prep teacher`), checked
     to cover every source sentence; None when the run does not distil. A missing store or a
     distill weight without a teacher (or the reverse) is an error saying what to run or set."""
     if bool(cfg.teacher) != bool(model_cfg.distill_weight):
-        raise ValueError("distillation needs both teacher=<encoder spec> and model_overrides.distill_weight > 0; got "
-                         f"teacher={cfg.teacher!r}, distill_weight={model_cfg.distill_weight}")
+        raise ValueError(
+            "distillation needs both teacher=<encoder spec> and model_overrides.distill_weight > 0; got "
+            f"teacher={cfg.teacher!r}, distill_weight={model_cfg.distill_weight}"
+        )
     if not cfg.teacher:
         return None
     directory = teacher_store_dir(data, cfg.teacher)
     if not (directory / STORE_FILE).is_file():
-        raise FileNotFoundError(f"no vectors of teacher {cfg.teacher} for {data} ({directory}): run "
-                                f"`python -m data_prep teacher --shards {data} --in CORPUS --teacher {cfg.teacher}` first")
+        raise FileNotFoundError(
+            f"no vectors of teacher {cfg.teacher} for {data} ({directory}): run "
+            f"`python -m data_prep teacher --shards {data} --in CORPUS --teacher {cfg.teacher}` first"
+        )
     targets = TeacherTargets(TeacherStore(directory), shards.languages)
     without = targets.check_covers(shards, data)
     if without and rank == 0:
-        print(f"{without} of {len(shards)} pairs of {data} have no side in the teacher's languages "
-              f"({', '.join(targets.store.languages)}): they train without the distillation term", flush=True)
+        print(
+            f"{without} of {len(shards)} pairs of {data} have no side in the teacher's languages "
+            f"({', '.join(targets.store.languages)}): they train without the distillation term",
+            flush=True,
+        )
     return targets
 
 
-def build_model(cfg: TrainConfig, shards: PairShards, tokenizer: Tokenizer, rank: int) -> tuple[EMSModel, TeacherTargets | None]:
+def build_model(
+    cfg: TrainConfig, shards: PairShards, tokenizer: Tokenizer, rank: int
+) -> tuple[EMSModel, TeacherTargets | None]:
     """The model of cfg.model with its overrides, seeded, its output matched to the teacher's
     dimension when distilling, started from cfg.init_from when set; and the teacher's vectors
     of the training shards (None without distillation)."""
     torch.manual_seed(cfg.seed)
     model_cfg = config_from_preset(
-        cfg.model, vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages),
+        cfg.model,
+        vocab_size=tokenizer.vocab_size,
+        n_languages=len(tokenizer.languages),
         **{"global_negatives": cfg.global_negatives, **cfg.model_overrides},
     )
     teacher = teacher_targets(cfg, model_cfg, cfg.data, shards, rank)
     if teacher is not None and model_cfg.d_sentence != teacher.store.dim:
         if "d_output" in cfg.model_overrides:
-            raise ValueError(f"model_overrides.d_output={model_cfg.d_output}, but the teacher {cfg.teacher} gives "
-                             f"{teacher.store.dim}-d vectors")
+            raise ValueError(
+                f"model_overrides.d_output={model_cfg.d_output}, but the teacher {cfg.teacher} gives "
+                f"{teacher.store.dim}-d vectors"
+            )
         model_cfg = dataclasses.replace(model_cfg, d_output=teacher.store.dim)
     model = EMSModel(model_cfg)
     if cfg.init_from:
@@ -164,14 +187,22 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
     """The run's BatchOrder: length bucketing, optional temperature sampling, and duplicates spread
     apart when the shards have content ids (a warning when they have none)."""
     if shards.content_ids is None and rank == 0:
-        print(f"warning: {cfg.data} has no content_ids.npy (binarized by an older version): in-batch duplicates are "
-              "neither masked nor spread apart; binarize again to get them", flush=True)
+        print(
+            f"warning: {cfg.data} has no content_ids.npy (binarized by an older version): in-batch duplicates are "
+            "neither masked nor spread apart; binarize again to get them",
+            flush=True,
+        )
     return BatchOrder(
         # memory-mapped lengths.npy; shards binarized before it existed get lengths from the offsets (in memory)
-        shards.lengths if shards.lengths is not None else shards.side_lengths(), global_batch, seed=cfg.seed,
-        bucket_batches=cfg.bucket_batches, groups=shards.language_pair_ranges() if cfg.temperature is not None else None,
-        temperature=cfg.temperature, content_ids=shards.content_ids if cfg.spread_duplicates else None,
-        padding_budget=cfg.padding_budget, max_len=max_len,
+        shards.lengths if shards.lengths is not None else shards.side_lengths(),
+        global_batch,
+        seed=cfg.seed,
+        bucket_batches=cfg.bucket_batches,
+        groups=shards.language_pair_ranges() if cfg.temperature is not None else None,
+        temperature=cfg.temperature,
+        content_ids=shards.content_ids if cfg.spread_duplicates else None,
+        padding_budget=cfg.padding_budget,
+        max_len=max_len,
     )
 
 
@@ -187,7 +218,9 @@ def validation_set(cfg: TrainConfig, model_cfg: EMSConfig, rank: int) -> Validat
     if rank == 0:
         validation_sample(Path(cfg.out), shards, cfg.valid_pairs, cfg.seed, write=True)
     dist.barrier()
-    return ValidationSet(shards, validation_sample(Path(cfg.out), shards, cfg.valid_pairs, cfg.seed, write=False), teacher)
+    return ValidationSet(
+        shards, validation_sample(Path(cfg.out), shards, cfg.valid_pairs, cfg.seed, write=False), teacher
+    )
 
 
 def retrieval_probe(cfg: TrainConfig, tokenizer: Tokenizer) -> RetrievalProbe:
@@ -196,8 +229,10 @@ def retrieval_probe(cfg: TrainConfig, tokenizer: Tokenizer) -> RetrievalProbe:
 
     retrieval = RetrievalProbe(cfg.probe_data, tokenizer, cfg.probe_sentences)
     if not retrieval:
-        raise ValueError(f"probe_data={cfg.probe_data} has no Tatoeba or FLORES-200 devtest file for the languages "
-                         f"of {cfg.vocab}; set probe_every=0 or point probe_data at the data directory")
+        raise ValueError(
+            f"probe_data={cfg.probe_data} has no Tatoeba or FLORES-200 devtest file for the languages "
+            f"of {cfg.vocab}; set probe_every=0 or point probe_data at the data directory"
+        )
     return retrieval
 
 
@@ -240,18 +275,40 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
     if rank == 0:
         record_config(cfg, out, state.step, changes)
         print(effective.describe(cfg, state.max_steps, world_size, accumulation), flush=True)
-    batches = Prefetcher(iterate_batches(shards, order, model.cfg.max_len, start=state.position, rank=rank, world_size=world_size,
-                                         accumulation=accumulation, teacher=teacher),
-                         cfg.prefetch_batches, pin_memory=engine.device.type == "cuda")
+    batches = Prefetcher(
+        iterate_batches(
+            shards,
+            order,
+            model.cfg.max_len,
+            start=state.position,
+            rank=rank,
+            world_size=world_size,
+            accumulation=accumulation,
+            teacher=teacher,
+        ),
+        cfg.prefetch_batches,
+        pin_memory=engine.device.type == "cuda",
+    )
     valid = validation_set(cfg, model.cfg, rank)
     retrieval = retrieval_probe(cfg, tokenizer) if cfg.probe_every and rank == 0 else None
     metrics_log = MetricsLog(out, rank, state.step)
     return Run(
-        cfg=cfg, out=out, rank=rank, layout=layout, engine=engine, autocast=autocast, schedule=schedule, tokenizer=tokenizer,
-        batches=batches, state=state, checkpointer=checkpointer,
+        cfg=cfg,
+        out=out,
+        rank=rank,
+        layout=layout,
+        engine=engine,
+        autocast=autocast,
+        schedule=schedule,
+        tokenizer=tokenizer,
+        batches=batches,
+        state=state,
+        checkpointer=checkpointer,
         metrics=TrainingMetrics(metrics_log, cfg.log_every, engine, world_size),
         validator=Validator(valid, cfg.valid_every, engine, cfg.batch_size, autocast, metrics_log),
         probe=Probe(retrieval, cfg.probe_every, engine, rank, metrics_log),
-        budget=TimeBudget(cfg.time_budget_minutes, state.step + 5, cfg.budget_probe_steps, rank, world_size, engine.device),
+        budget=TimeBudget(
+            cfg.time_budget_minutes, state.step + 5, cfg.budget_probe_steps, rank, world_size, engine.device
+        ),
         stopping=Stopping(stop_request, out, rank, world_size, engine.device, cfg.stop_at_step, cfg.max_minutes),
     )

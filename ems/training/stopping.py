@@ -41,7 +41,7 @@ class StopRequest:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -80,14 +80,19 @@ class Stopping:
         """Before the step after `step` of an invocation that started its loop at `started`: why to
         stop now, announced on rank 0, or None (one all-reduce: the same answer on every rank)."""
         preempted, out_of_time = any_rank(
-            self.world_size, self.device,
+            self.world_size,
+            self.device,
             self.request.signal is not None or (self.rank == 0 and (self.out / STOP_FILE).exists()),
             self.rank == 0 and self.max_minutes is not None and time.time() - started > 60 * self.max_minutes,
         )
         if not (preempted or out_of_time):
             return None
         if self.rank == 0:
-            reason = f"signal {self.request.signal} or {self.out / STOP_FILE}" if preempted else f"max_minutes={self.max_minutes}"
+            reason = (
+                f"signal {self.request.signal} or {self.out / STOP_FILE}"
+                if preempted
+                else f"max_minutes={self.max_minutes}"
+            )
             print(f"stopping at step {step}: {reason}", flush=True)
         return Stop.PREEMPTED if preempted else Stop.OUT_OF_TIME
 

@@ -70,22 +70,30 @@ def validation_sample(out: Path, shards: PairShards, n: int, seed: int, write: b
     if path.is_file():
         stored = json.loads(path.read_text())
         if stored["n_pairs"] != len(shards) or stored["languages"] != shards.languages:
-            raise ValueError(f"{path} was drawn from {stored['n_pairs']} validation pairs and this run's validation "
-                             f"data has {len(shards)} (or other languages); delete it to draw a new sample")
+            raise ValueError(
+                f"{path} was drawn from {stored['n_pairs']} validation pairs and this run's validation "
+                f"data has {len(shards)} (or other languages); delete it to draw a new sample"
+            )
         return np.asarray(stored["indices"], dtype=np.int64)
     groups = shards.language_pair_groups()
     sample = stratified_sample(groups, n, seed)
     if write:
         counts = {name: int(np.isin(sample, members).sum()) for name, members in groups.items()}
-        record = {"n_pairs": len(shards), "languages": shards.languages, "seed": seed, "pairs_per_language_pair": counts,
-                  "indices": sample.tolist()}
+        record = {
+            "n_pairs": len(shards),
+            "languages": shards.languages,
+            "seed": seed,
+            "pairs_per_language_pair": counts,
+            "indices": sample.tolist(),
+        }
         path.write_text(json.dumps(record) + "\n")
     return sample
 
 
 @torch.no_grad()
-def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size: int, max_len: int, autocast,
-                      teacher=None) -> dict:
+def validation_losses(
+    engine, shards: PairShards, sample: np.ndarray, batch_size: int, max_len: int, autocast, teacher=None
+) -> dict:
     """Mean losses over `sample` cut into global batches of batch_size x world_size pairs (each
     rank scores its share of each, as in training), dropout off; each objective over the rows it
     is defined on (the distillation term, the paper's development score: the MSE on held-out pairs,
@@ -123,13 +131,17 @@ def validation_losses(engine, shards: PairShards, sample: np.ndarray, batch_size
     sums = sums.cpu()
 
     def losses(row: torch.Tensor) -> dict:
-        means = {name: float(row[1 + 2 * i] / row[2 + 2 * i]) if row[2 + 2 * i] > 0 else 0.0
-                 for i, name in enumerate(OBJECTIVES)}
+        means = {
+            name: float(row[1 + 2 * i] / row[2 + 2 * i]) if row[2 + 2 * i] > 0 else 0.0
+            for i, name in enumerate(OBJECTIVES)
+        }
         return {"loss": sum(cfg.weight(name) * means[name] for name in OBJECTIVES), **means}
 
     total = losses(sums.sum(dim=0))
-    return {**{f"valid_{key}": value for key, value in total.items()},
-            "valid_pairs": {name: losses(sums[g]) for g, name in enumerate(names) if sums[g, 0] > 0}}
+    return {
+        **{f"valid_{key}": value for key, value in total.items()},
+        "valid_pairs": {name: losses(sums[g]) for g, name in enumerate(names) if sums[g, 0] > 0},
+    }
 
 
 @dataclass(frozen=True)
@@ -160,9 +172,21 @@ class Validator:
         """Validation losses of the model at `step`, logged (None without validation data)."""
         if self.valid is None:
             return None
-        record = {"step": step, **validation_losses(self.engine, self.valid.shards, self.valid.sample, self.batch_size,
-                                                    self.engine.module.cfg.max_len, self.autocast, self.valid.teacher)}
-        scalars = {f"valid/{'total' if key == 'loss' else key}": record[f"valid_{key}"] for key in ("loss", *OBJECTIVES)}
+        record = {
+            "step": step,
+            **validation_losses(
+                self.engine,
+                self.valid.shards,
+                self.valid.sample,
+                self.batch_size,
+                self.engine.module.cfg.max_len,
+                self.autocast,
+                self.valid.teacher,
+            ),
+        }
+        scalars = {
+            f"valid/{'total' if key == 'loss' else key}": record[f"valid_{key}"] for key in ("loss", *OBJECTIVES)
+        }
         scalars.update({f"valid_pair/{pair}": losses["loss"] for pair, losses in record["valid_pairs"].items()})
         self.metrics_log.write(record, scalars)
         return record

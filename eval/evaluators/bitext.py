@@ -139,10 +139,29 @@ def evaluate_bitext(encoder, task: BitextTask, progress: bool = True) -> dict:
         return Bitext(lang=encoder_lang(code, covered), source=path.name, xx=xx, en=en, name=code)
 
     found = score_items(task.languages, read, skip=uncovered, desc=task.name)
-    result = evaluate_bitexts(encoder, list(found.rows.values()), task.name, found.skipped, progress, found.errors,
-                              task.laser_duplicates, pivot or task.source.lang, _scorer(task))  # fmt: skip
-    settings = {"source": str(source_path.name), "scoring": task.scoring, "directions": task.directions,
-                "max_sentences": task.max_sentences}  # fmt: skip
+    result = evaluate_bitexts(
+        encoder,
+        list(found.rows.values()),
+        task.name,
+        found.skipped,
+        progress,
+        found.errors,
+        task.laser_duplicates,
+        pivot or task.source.lang,
+        _scorer(task),
+    )
+    settings = {
+        "source": str(source_path.name),
+        "scoring": task.scoring,
+        "directions": task.directions,
+        "max_sentences": task.max_sentences,
+    }
     if task.scoring == "margin":
         settings.update(margin=task.margin, k=task.k)
-    return {"task": result.pop("task"), "metric": "bitext_p_at_1", "data_dir": str(task.data_dir), "settings": settings, **result}
+    return {
+        "task": result.pop("task"),
+        "metric": "bitext_p_at_1",
+        "data_dir": str(task.data_dir),
+        "settings": settings,
+        **result,
+    }

@@ -102,7 +102,10 @@ def read_bucc_gold(path: Path, xx_ids: list[str], en_ids: list[str]) -> set[tupl
 def split_paths(data_dir: Path, lang: str, split: str) -> dict[str, Path]:
     """{"xx", "en", "gold"}: the three files of one BUCC split."""
     prefix = f"{lang}-{ENGLISH}.{split}"
-    return {side: Path(data_dir) / f"{prefix}.{suffix}" for side, suffix in (("xx", lang), ("en", ENGLISH), ("gold", "gold"))}
+    return {
+        side: Path(data_dir) / f"{prefix}.{suffix}"
+        for side, suffix in (("xx", lang), ("en", ENGLISH), ("gold", "gold"))
+    }
 
 
 def load_bucc_split(
@@ -263,9 +266,14 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
             f"xx-en.{{training,test}}.{{xx,en,gold}} files (e.g. de-en.training.de) from {task.source}"
         )
     covered = encoder_languages(encoder)
-    scored = score_items(task.languages, lambda lang: load_bucc_language(task, lang),
-                         lambda lang, splits: score_bucc_language(encoder, task, lang, *splits),
-                         skip=lambda lang: not_covered(covered, lang, ENGLISH), desc=task.name, progress=progress)  # fmt: skip
+    scored = score_items(
+        task.languages,
+        lambda lang: load_bucc_language(task, lang),
+        lambda lang, splits: score_bucc_language(encoder, task, lang, *splits),
+        skip=lambda lang: not_covered(covered, lang, ENGLISH),
+        desc=task.name,
+        progress=progress,
+    )
     per_language = scored.rows
     average = None
     if per_language:
@@ -276,7 +284,22 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
             "test_f1": float(np.mean(test_f1)) if len(test_f1) == len(per_language) else None,
             "n_languages": len(per_language),
         }
-    settings = {"k": task.k, "margin": task.margin, "mode": task.mode, "index": task.index,
-                "train_split": task.train_split, "test_split": task.test_split, "max_sentences": task.max_sentences}  # fmt: skip
-    return {"task": task.name, "metric": "mining_f1", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_language, "average": average, "skipped": scored.skipped, DATA_ERRORS: dict(scored.errors)}  # fmt: skip
+    settings = {
+        "k": task.k,
+        "margin": task.margin,
+        "mode": task.mode,
+        "index": task.index,
+        "train_split": task.train_split,
+        "test_split": task.test_split,
+        "max_sentences": task.max_sentences,
+    }
+    return {
+        "task": task.name,
+        "metric": "mining_f1",
+        "data_dir": str(task.data_dir),
+        "settings": settings,
+        "languages": per_language,
+        "average": average,
+        "skipped": scored.skipped,
+        DATA_ERRORS: dict(scored.errors),
+    }

@@ -29,8 +29,8 @@ states), which is about twice as fast on CPU as one seed after the other.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -67,12 +67,25 @@ class MlpSettings:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
-
 # "laser": tasks/mldoc/mldoc.sh of facebookresearch/LASER (nhid "10 8", drop 0.2, bsize 12, N 500,
 # lr 0.001, wd 0.0); "small_64": this project's earlier classifier.
 PRESETS = {
-    "laser": {"hidden": (10, 8), "dropout": 0.2, "learning_rate": 1e-3, "weight_decay": 0.0, "epochs": 500, "batch_size": 12},
-    "small_64": {"hidden": (64,), "dropout": 0.2, "learning_rate": 1e-3, "weight_decay": 0.0, "epochs": 100, "batch_size": 64},
+    "laser": {
+        "hidden": (10, 8),
+        "dropout": 0.2,
+        "learning_rate": 1e-3,
+        "weight_decay": 0.0,
+        "epochs": 500,
+        "batch_size": 12,
+    },
+    "small_64": {
+        "hidden": (64,),
+        "dropout": 0.2,
+        "learning_rate": 1e-3,
+        "weight_decay": 0.0,
+        "epochs": 100,
+        "batch_size": 64,
+    },
 }
 
 
@@ -144,14 +157,22 @@ class SeedMlps:
         return 100.0 * (self.predict(x) == y[None, :]).mean(axis=1)
 
 
-def train_mlps(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray, n_labels: int,
-               seeds: list[int], settings: MlpSettings) -> tuple[SeedMlps, list[float], list[int]]:  # fmt: skip
+def train_mlps(
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    dev_x: np.ndarray,
+    dev_y: np.ndarray,
+    n_labels: int,
+    seeds: list[int],
+    settings: MlpSettings,
+) -> tuple[SeedMlps, list[float], list[int]]:
     """One MLP per seed, each at its epoch with the best dev accuracy (the latest on ties); those
     accuracies (%) and epochs (1-based). Nothing but train and dev data enters."""
     seeds = list(seeds)
     model = SeedMlps(train_x.shape[1], n_labels, seeds, settings)
-    optimizer = torch.optim.Adam(model.params, lr=settings.learning_rate, betas=(0.9, 0.999), eps=1e-8,
-                                 weight_decay=settings.weight_decay)  # fmt: skip
+    optimizer = torch.optim.Adam(
+        model.params, lr=settings.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=settings.weight_decay
+    )
     x, y = torch.from_numpy(np.ascontiguousarray(train_x, dtype=np.float32)), torch.from_numpy(train_y).long()
     best = [p.detach().clone() for p in model.params]
     best_dev, best_epoch = np.full(len(seeds), -1.0), np.zeros(len(seeds), dtype=int)
@@ -159,7 +180,9 @@ def train_mlps(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_
         order = torch.stack([torch.randperm(len(x), generator=g) for g in model.generators])
         for batch in order.split(settings.batch_size, dim=1):  # (seeds, b) indices
             logits = model.logits(x[batch], train=True)
-            losses = torch.nn.functional.cross_entropy(logits.reshape(-1, n_labels), y[batch].reshape(-1), reduction="none")
+            losses = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, n_labels), y[batch].reshape(-1), reduction="none"
+            )
             optimizer.zero_grad()
             losses.view(len(seeds), -1).mean(dim=1).sum().backward()  # seeds share no weight: independent gradients
             optimizer.step()
@@ -196,9 +219,15 @@ def _fit(encoder, task: ClassificationTask, seeds: list[int], settings: MlpSetti
     return models, {"n": len(task.dev), **_mean_std(dev_scores), "best_epoch": epochs}
 
 
-def evaluate_classification(encoder, task: ClassificationTask, seeds=DEFAULT_SEEDS, settings: MlpSettings | None = None,
-                            progress: bool = True, directions=(EN2XX,),
-                            read_train_task: Callable[[str], ClassificationTask] | None = None) -> dict:  # fmt: skip
+def evaluate_classification(
+    encoder,
+    task: ClassificationTask,
+    seeds=DEFAULT_SEEDS,
+    settings: MlpSettings | None = None,
+    progress: bool = True,
+    directions=(EN2XX,),
+    read_train_task: Callable[[str], ClassificationTask] | None = None,
+) -> dict:
     """{"task", "metric": "accuracy", "train_language", "languages": {lang: {"n", "accuracy", "std",
     "per_seed"}} (en2xx: non-train languages), "in_language": that row for the train language or
     None, "average": {"n_languages", "accuracy"} or None, "dev": {"n", "accuracy", "std",
@@ -220,10 +249,19 @@ def evaluate_classification(encoder, task: ClassificationTask, seeds=DEFAULT_SEE
     covered = encoder_languages(encoder)
     skipped = {reason: list(items) for reason, items in task.skipped.items()}
     pivot = task.train_language
-    result = {"task": task.name, "metric": "accuracy", "train_language": pivot, "languages": {},
-              "in_language": None, "average": None, "dev": None, "directions": {},
-              "settings": {"seeds": seeds, "labels": task.labels, "directions": directions, **asdict(settings)},
-              "skipped": skipped, DATA_ERRORS: dict(task.data_errors)}  # fmt: skip
+    result = {
+        "task": task.name,
+        "metric": "accuracy",
+        "train_language": pivot,
+        "languages": {},
+        "in_language": None,
+        "average": None,
+        "dev": None,
+        "directions": {},
+        "settings": {"seeds": seeds, "labels": task.labels, "directions": directions, **asdict(settings)},
+        "skipped": skipped,
+        DATA_ERRORS: dict(task.data_errors),
+    }
     result["settings"]["hidden"] = list(settings.hidden)
     if covered_language(pivot, covered) is None:
         skipped.setdefault(NOT_COVERED, []).append(f"{pivot} (the train language: nothing evaluated)")
@@ -259,8 +297,9 @@ def evaluate_classification(encoder, task: ClassificationTask, seeds=DEFAULT_SEE
         if pivot not in task.test:
             skipped.setdefault("xx2en: no test split in the train language", []).append(pivot)
         else:
-            for lang in tqdm([lang for lang in test_languages if lang != pivot], desc=f"{task.name} xx2en",
-                             disable=not progress):  # fmt: skip
+            for lang in tqdm(
+                [lang for lang in test_languages if lang != pivot], desc=f"{task.name} xx2en", disable=not progress
+            ):
                 try:
                     source = read_train_task(lang)
                 except DATA_FAULTS as error:
@@ -270,6 +309,10 @@ def evaluate_classification(encoder, task: ClassificationTask, seeds=DEFAULT_SEE
                     raise ValueError(f"{task.name}: {lang}'s labels {source.labels} differ from {task.labels}")
                 models, dev = _fit(encoder, source, seeds, settings)
                 rows[lang] = {"n": len(task.test[pivot]), **_mean_std(models.accuracies(*test_set(pivot))), "dev": dev}
-        average = {"n_languages": len(rows), "accuracy": float(np.mean([r["accuracy"] for r in rows.values()]))} if rows else None
+        average = (
+            {"n_languages": len(rows), "accuracy": float(np.mean([r["accuracy"] for r in rows.values()]))}
+            if rows
+            else None
+        )
         result["directions"][XX2EN] = {"languages": rows, "average": average}
     return result

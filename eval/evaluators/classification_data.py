@@ -107,31 +107,141 @@ def _nonempty(documents: list[Document], where: str) -> list[Document]:
 
 # ISO 639-3 -> ISO 639-1 for the SIB-200 languages that have one (checked against pycountry's ISO 639-3 table).
 ISO639_1 = {
-    "afr": "af", "aka": "ak", "amh": "am", "asm": "as", "bak": "ba", "bam": "bm", "bel": "be", "ben": "bn",
-    "bod": "bo", "bos": "bs", "bul": "bg", "cat": "ca", "ces": "cs", "cym": "cy", "dan": "da", "deu": "de",
-    "dzo": "dz", "ell": "el", "eng": "en", "epo": "eo", "est": "et", "eus": "eu", "ewe": "ee", "fao": "fo",
-    "fij": "fj", "fin": "fi", "fra": "fr", "gla": "gd", "gle": "ga", "glg": "gl", "grn": "gn", "guj": "gu",
-    "hat": "ht", "hau": "ha", "heb": "he", "hin": "hi", "hrv": "hr", "hun": "hu", "hye": "hy", "ibo": "ig",
-    "ind": "id", "isl": "is", "ita": "it", "jav": "jv", "jpn": "ja", "kan": "kn", "kas": "ks", "kat": "ka",
-    "kaz": "kk", "khm": "km", "kik": "ki", "kin": "rw", "kir": "ky", "kon": "kg", "kor": "ko", "lao": "lo",
-    "lim": "li", "lin": "ln", "lit": "lt", "ltz": "lb", "lug": "lg", "mal": "ml", "mar": "mr", "mkd": "mk",
-    "mlt": "mt", "mri": "mi", "mya": "my", "nld": "nl", "nno": "nn", "nob": "nb", "nya": "ny", "oci": "oc",
-    "pan": "pa", "pol": "pl", "por": "pt", "ron": "ro", "run": "rn", "rus": "ru", "sag": "sg", "san": "sa",
-    "sin": "si", "slk": "sk", "slv": "sl", "smo": "sm", "sna": "sn", "snd": "sd", "som": "so", "sot": "st",
-    "spa": "es", "srd": "sc", "srp": "sr", "ssw": "ss", "sun": "su", "swe": "sv", "tam": "ta", "tat": "tt",
-    "tel": "te", "tgk": "tg", "tgl": "tl", "tha": "th", "tir": "ti", "tsn": "tn", "tso": "ts", "tuk": "tk",
-    "tur": "tr", "twi": "tw", "uig": "ug", "ukr": "uk", "urd": "ur", "vie": "vi", "wol": "wo", "xho": "xh",
-    "yor": "yo", "zho": "zh", "zul": "zu",
-}  # fmt: skip
+    "afr": "af",
+    "aka": "ak",
+    "amh": "am",
+    "asm": "as",
+    "bak": "ba",
+    "bam": "bm",
+    "bel": "be",
+    "ben": "bn",
+    "bod": "bo",
+    "bos": "bs",
+    "bul": "bg",
+    "cat": "ca",
+    "ces": "cs",
+    "cym": "cy",
+    "dan": "da",
+    "deu": "de",
+    "dzo": "dz",
+    "ell": "el",
+    "eng": "en",
+    "epo": "eo",
+    "est": "et",
+    "eus": "eu",
+    "ewe": "ee",
+    "fao": "fo",
+    "fij": "fj",
+    "fin": "fi",
+    "fra": "fr",
+    "gla": "gd",
+    "gle": "ga",
+    "glg": "gl",
+    "grn": "gn",
+    "guj": "gu",
+    "hat": "ht",
+    "hau": "ha",
+    "heb": "he",
+    "hin": "hi",
+    "hrv": "hr",
+    "hun": "hu",
+    "hye": "hy",
+    "ibo": "ig",
+    "ind": "id",
+    "isl": "is",
+    "ita": "it",
+    "jav": "jv",
+    "jpn": "ja",
+    "kan": "kn",
+    "kas": "ks",
+    "kat": "ka",
+    "kaz": "kk",
+    "khm": "km",
+    "kik": "ki",
+    "kin": "rw",
+    "kir": "ky",
+    "kon": "kg",
+    "kor": "ko",
+    "lao": "lo",
+    "lim": "li",
+    "lin": "ln",
+    "lit": "lt",
+    "ltz": "lb",
+    "lug": "lg",
+    "mal": "ml",
+    "mar": "mr",
+    "mkd": "mk",
+    "mlt": "mt",
+    "mri": "mi",
+    "mya": "my",
+    "nld": "nl",
+    "nno": "nn",
+    "nob": "nb",
+    "nya": "ny",
+    "oci": "oc",
+    "pan": "pa",
+    "pol": "pl",
+    "por": "pt",
+    "ron": "ro",
+    "run": "rn",
+    "rus": "ru",
+    "sag": "sg",
+    "san": "sa",
+    "sin": "si",
+    "slk": "sk",
+    "slv": "sl",
+    "smo": "sm",
+    "sna": "sn",
+    "snd": "sd",
+    "som": "so",
+    "sot": "st",
+    "spa": "es",
+    "srd": "sc",
+    "srp": "sr",
+    "ssw": "ss",
+    "sun": "su",
+    "swe": "sv",
+    "tam": "ta",
+    "tat": "tt",
+    "tel": "te",
+    "tgk": "tg",
+    "tgl": "tl",
+    "tha": "th",
+    "tir": "ti",
+    "tsn": "tn",
+    "tso": "ts",
+    "tuk": "tk",
+    "tur": "tr",
+    "twi": "tw",
+    "uig": "ug",
+    "ukr": "uk",
+    "urd": "ur",
+    "vie": "vi",
+    "wol": "wo",
+    "xho": "xh",
+    "yor": "yo",
+    "zho": "zh",
+    "zul": "zu",
+}
 
 # Individual languages that FLORES/SIB uses for a macrolanguage with an ISO 639-1 code (as in
 # ems.languages, `swh` -> `sw`): those FLORES_FILES already maps (als, azj, khk, lvs, npi, pes,
 # swh, zsm), plus the rest of SIB's. Other members (prs, azb, the Arabic dialects) keep their own code.
 MACROLANGUAGE_MEMBERS = {
     **{stem: lang for lang, stem in FLORES_FILES.items() if len(stem) == 3 and stem not in ISO639_1},
-    "arb": "ar", "ayr": "ay", "fuv": "ff", "gaz": "om", "kmr": "ku", "knc": "kr", "ory": "or", "pbt": "ps",
-    "plt": "mg", "quy": "qu", "uzn": "uz", "ydd": "yi",
-}  # fmt: skip
+    "arb": "ar",
+    "ayr": "ay",
+    "fuv": "ff",
+    "gaz": "om",
+    "kmr": "ku",
+    "knc": "kr",
+    "ory": "or",
+    "pbt": "ps",
+    "plt": "mg",
+    "quy": "qu",
+    "uzn": "uz",
+    "ydd": "yi",
+}
 
 # A language SIB has in several scripts keeps the plain code for this script; the others (and
 # every variant of a language not listed) get "<code>-<script>" in lowercase, e.g. zh-hant, ks-deva.
@@ -223,8 +333,16 @@ def read_sib200(
 # ---------------------------------------------------------------- MLDoc
 
 MLDOC_LABELS = ["CCAT", "ECAT", "GCAT", "MCAT"]
-MLDOC_LANGUAGES = {"en": "english", "de": "german", "fr": "french", "es": "spanish", "it": "italian",
-                   "ru": "russian", "ja": "japanese", "zh": "chinese"}  # fmt: skip
+MLDOC_LANGUAGES = {
+    "en": "english",
+    "de": "german",
+    "fr": "french",
+    "es": "spanish",
+    "it": "italian",
+    "ru": "russian",
+    "ja": "japanese",
+    "zh": "chinese",
+}
 
 
 def _read_labelled_lines(path: Path, labels: list[str], split: bool, skipped: dict) -> list[Document]:
@@ -333,7 +451,9 @@ def read_webis_cls10(
     dev part drawn with a fixed seed), test from each language's test.review."""
     directory = Path(directory)
     if train_language not in WEBIS_LANGUAGES:
-        raise ValueError(f"webis-cls-10 has no language {train_language!r}; expected one of {', '.join(WEBIS_LANGUAGES)}")
+        raise ValueError(
+            f"webis-cls-10 has no language {train_language!r}; expected one of {', '.join(WEBIS_LANGUAGES)}"
+        )
     if not 0 < dev_fraction < 1:
         raise ValueError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
     wanted = list(WEBIS_LANGUAGES) if languages is None else list(dict.fromkeys(languages))
@@ -349,22 +469,41 @@ def read_webis_cls10(
     dev = [reviews[i] for i in sorted(order[:n_dev])]
     train = [reviews[i] for i in sorted(order[n_dev:])]
     test_languages = [train_language] + [lang for lang in wanted if lang in WEBIS_LANGUAGES and lang != train_language]
-    test = score_items(test_languages, lambda lang: _cap(read_webis_reviews(path(lang, "test"), split, skipped), max_documents))
-    return ClassificationTask(name, WEBIS_LABELS, train_language, _cap(train, max_documents),
-                              _cap(dev, max_documents), test.rows, skipped, test.errors)  # fmt: skip
+    test = score_items(
+        test_languages, lambda lang: _cap(read_webis_reviews(path(lang, "test"), split, skipped), max_documents)
+    )
+    return ClassificationTask(
+        name,
+        WEBIS_LABELS,
+        train_language,
+        _cap(train, max_documents),
+        _cap(dev, max_documents),
+        test.rows,
+        skipped,
+        test.errors,
+    )
 
 
 READERS = {"sib200": read_sib200, "mldoc": read_mldoc, "webis_cls10": read_webis_cls10}
 
 
-def read_task(format: str, directory: Path, languages: list[str] | None, train_language: str = ENGLISH,
-              max_documents: int | None = None, name: str | None = None, **reader_settings) -> ClassificationTask:  # fmt: skip
+def read_task(
+    format: str,
+    directory: Path,
+    languages: list[str] | None,
+    train_language: str = ENGLISH,
+    max_documents: int | None = None,
+    name: str | None = None,
+    **reader_settings,
+) -> ClassificationTask:
     """The task in `directory` read by READERS[format] (format-specific settings as keywords)."""
     if format not in READERS:
         raise ValueError(f"unknown classification data format {format!r}; expected one of {', '.join(READERS)}")
     reader = READERS[format]
     accepted = set(list(inspect.signature(reader).parameters)[5:])
     if set(reader_settings) - accepted:
-        raise ValueError(f"unknown reader settings {sorted(set(reader_settings) - accepted)} for format "
-                         f"{format!r}; expected some of {sorted(accepted)}")  # fmt: skip
+        raise ValueError(
+            f"unknown reader settings {sorted(set(reader_settings) - accepted)} for format "
+            f"{format!r}; expected some of {sorted(accepted)}"
+        )
     return reader(directory, languages, train_language, max_documents, name or format, **reader_settings)

@@ -47,11 +47,13 @@ class RatedPairs:
     gold: np.ndarray
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def head(self, n: int | None) -> "RatedPairs":
+    def head(self, n: int | None) -> RatedPairs:
         """The first n pairs (all when n is None)."""
         if n is None:
             return self
-        return RatedPairs(self.name, self.lang1, self.lang2, self.sent1[:n], self.sent2[:n], self.gold[:n], dict(self.skipped))
+        return RatedPairs(
+            self.name, self.lang1, self.lang2, self.sent1[:n], self.sent2[:n], self.gold[:n], dict(self.skipped)
+        )
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -71,8 +73,10 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict:
         raise ValueError(f"a correlation needs at least 3 scored pairs, got {len(gold)}")
     if np.ptp(predicted) == 0 or np.ptp(gold) == 0:
         return {"pearson": None, "spearman": None}
-    return {"pearson": float(stats.pearsonr(predicted, gold).statistic),
-            "spearman": float(stats.spearmanr(predicted, gold).statistic)}  # fmt: skip
+    return {
+        "pearson": float(stats.pearsonr(predicted, gold).statistic),
+        "spearman": float(stats.spearmanr(predicted, gold).statistic),
+    }
 
 
 def evaluate_rated_pairs(encoder, pair_sets: list[RatedPairs], heads: dict) -> tuple[dict, dict]:
@@ -83,12 +87,18 @@ def evaluate_rated_pairs(encoder, pair_sets: list[RatedPairs], heads: dict) -> t
     for pairs in pair_sets:
         e1 = np.asarray(encoder.encode(pairs.sent1, pairs.lang1), dtype=np.float32)
         e2 = np.asarray(encoder.encode(pairs.sent2, pairs.lang2), dtype=np.float32)
-        row = {"n": len(pairs.gold), "skipped_rows": dict(pairs.skipped), RAW: correlations(cosine_rows(e1, e2), pairs.gold)}
+        row = {
+            "n": len(pairs.gold),
+            "skipped_rows": dict(pairs.skipped),
+            RAW: correlations(cosine_rows(e1, e2), pairs.gold),
+        }
         for name, head in heads.items():
             try:
                 m1, m2 = head.meaning(e1, pairs.lang1), head.meaning(e2, pairs.lang2)
             except UnknownLanguageError as exc:
-                skipped.setdefault("head not trained on a language of the pair", []).append(f"{name} on {pairs.name}: {exc}")
+                skipped.setdefault("head not trained on a language of the pair", []).append(
+                    f"{name} on {pairs.name}: {exc}"
+                )
                 row[name] = None
                 continue
             row[name] = correlations(cosine_rows(m1, m2), pairs.gold)
@@ -133,7 +143,11 @@ class HeadTraining:
     def pair_sets(self, languages: list[str]) -> list[SentencePairs]:
         """The English-X training pairs for every X in `languages` (MissingDataError naming the
         languages without any)."""
-        pairs = flores_pairs(self.flores_dir, languages) if self.pairs_dir is None else pivot_pairs(self.pairs_dir, languages)
+        pairs = (
+            flores_pairs(self.flores_dir, languages)
+            if self.pairs_dir is None
+            else pivot_pairs(self.pairs_dir, languages)
+        )
         return capped(pairs, self.max_pairs, self.seed)
 
 
@@ -142,16 +156,29 @@ def _with_head_data(pair_sets: list[RatedPairs], training: HeadTraining, errors:
     data errors. (Without FLORES's English file no head trains: the training says so.)"""
     if not training.heads or (training.pairs_dir is None and flores_file(training.flores_dir, PIVOT) is None):
         return pair_sets
-    found = score_items(pair_sets, lambda pairs: training.pair_sets([pairs.lang1, pairs.lang2]), lambda pairs, _: pairs,
-                        key=lambda pairs: pairs.name, errors=errors)  # fmt: skip
+    found = score_items(
+        pair_sets,
+        lambda pairs: training.pair_sets([pairs.lang1, pairs.lang2]),
+        lambda pairs, _: pairs,
+        key=lambda pairs: pairs.name,
+        errors=errors,
+    )
     return list(found.rows.values())
 
 
-def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[RatedPairs], training: HeadTraining,
-                              skipped: dict | None = None, progress: bool = True,
-                              data_errors: dict | None = None, dev_split: str | None = None,
-                              dev_pair_sets: list[RatedPairs] | None = None,
-                              dev_data_errors: dict | None = None) -> dict:  # fmt: skip
+def evaluate_correlation_task(
+    encoder,
+    name: str,
+    metric: str,
+    pair_sets: list[RatedPairs],
+    training: HeadTraining,
+    skipped: dict | None = None,
+    progress: bool = True,
+    data_errors: dict | None = None,
+    dev_split: str | None = None,
+    dev_pair_sets: list[RatedPairs] | None = None,
+    dev_data_errors: dict | None = None,
+) -> dict:
     """Train the heads on `training`'s pairs for the languages of `pair_sets`, then correlations
     per set and view. A pair set with a language that has no training pairs for the heads joins
     `data_errors` ({set name: reason}, eval.faults) instead. Result: {"task", "metric", "views",
@@ -167,9 +194,12 @@ def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[R
     heads, logs = {}, {}
     if training.heads and pair_sets:
         if progress:
-            print(f"{name}: training heads {', '.join(training.heads)} on en-X pairs of {training.source} for {', '.join(languages)}")
-        heads, logs, head_skips = train_heads(encoder, training.heads, training.pair_sets(languages), training.valid_fraction,
-                                              training.seed)  # fmt: skip
+            print(
+                f"{name}: training heads {', '.join(training.heads)} on en-X pairs of {training.source} for {', '.join(languages)}"
+            )
+        heads, logs, head_skips = train_heads(
+            encoder, training.heads, training.pair_sets(languages), training.valid_fraction, training.seed
+        )
         for reason, items in head_skips.items():
             skipped.setdefault(reason, []).extend(items)
     per_set, view_skips = evaluate_rated_pairs(encoder, pair_sets, heads)
@@ -181,11 +211,17 @@ def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[R
         dev_errors = DataErrors(dev_data_errors or {})
         for pairs in dev_pair_sets or []:
             if not {pairs.lang1, pairs.lang2} <= set(languages):
-                dev_errors[pairs.name] = f"no {name} {pairs.name} pairs in the scored split: the heads were not trained for it"
+                dev_errors[pairs.name] = (
+                    f"no {name} {pairs.name} pairs in the scored split: the heads were not trained for it"
+                )
         usable = [pairs for pairs in dev_pair_sets or [] if pairs.name not in dev_errors]
         dev_per_set, _ = evaluate_rated_pairs(encoder, usable, heads)
-        dev = {"split": dev_split, "languages": dev_per_set,
-               "average": average_correlations(dev_per_set, views) if dev_per_set else None, DATA_ERRORS: dict(dev_errors)}  # fmt: skip
+        dev = {
+            "split": dev_split,
+            "languages": dev_per_set,
+            "average": average_correlations(dev_per_set, views) if dev_per_set else None,
+            DATA_ERRORS: dict(dev_errors),
+        }
     result = {
         "task": name,
         "metric": metric,
@@ -193,8 +229,13 @@ def evaluate_correlation_task(encoder, name: str, metric: str, pair_sets: list[R
         "languages": per_set,
         "average": average_correlations(per_set, views) if per_set else None,
         "heads": logs,
-        "head_training": {"source": training.source, "languages": languages, "valid_fraction": training.valid_fraction,
-                          "seed": training.seed, "max_pairs": training.max_pairs},  # fmt: skip
+        "head_training": {
+            "source": training.source,
+            "languages": languages,
+            "valid_fraction": training.valid_fraction,
+            "seed": training.seed,
+            "max_pairs": training.max_pairs,
+        },
         "skipped": skipped,
         DATA_ERRORS: dict(errors),
     }

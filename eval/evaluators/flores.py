@@ -38,7 +38,9 @@ class FloresTask:
         check_max_sentences(self.max_sentences)
 
 
-def load_flores_pair(data_dir: Path, lang: str, split: str = "devtest", max_sentences: int | None = None) -> tuple[list[str], list[str]]:
+def load_flores_pair(
+    data_dir: Path, lang: str, split: str = "devtest", max_sentences: int | None = None
+) -> tuple[list[str], list[str]]:
     """(xx sentences, English sentences) of one FLORES language, line-aligned (files found by
     ems.languages.flores_file); MissingDataError naming the expected file when it is not there."""
     paths = []
@@ -48,8 +50,10 @@ def load_flores_pair(data_dir: Path, lang: str, split: str = "devtest", max_sent
             stem = FLORES_FILES.get(code)
             if stem is None:
                 raise MissingDataError(f"{NOT_IN_FLORES}: {code!r} (known: {', '.join(sorted(FLORES_FILES))})")
-            raise MissingDataError(f"missing FLORES-200 file {Path(data_dir) / f'{stem}.{split}'}; "
-                                   f"get the {split} split from {FLORES_SOURCE}")  # fmt: skip
+            raise MissingDataError(
+                f"missing FLORES-200 file {Path(data_dir) / f'{stem}.{split}'}; "
+                f"get the {split} split from {FLORES_SOURCE}"
+            )
         paths.append(path)
     return read_aligned_files(*paths, max_sentences)
 
@@ -61,8 +65,10 @@ def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
     A language FLORES-200 does not have is skipped, and with `languages` None so is one whose
     file is absent; a requested language whose file is missing or unreadable is a data error."""
     if flores_file(task.data_dir, ENGLISH, task.split) is None:
-        raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing "
-                               f"{FLORES_FILES[ENGLISH]}.{task.split}); get it from {FLORES_SOURCE}")  # fmt: skip
+        raise MissingDataError(
+            f"no FLORES-200 {task.split} split in {task.data_dir} (missing "
+            f"{FLORES_FILES[ENGLISH]}.{task.split}); get it from {FLORES_SOURCE}"
+        )
     requested = task.languages if task.languages is not None else sorted(set(FLORES_FILES) - {ENGLISH})
 
     def absent(lang: str) -> str | None:  # a requested FLORES language without its file is a data error naming it

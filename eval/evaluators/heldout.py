@@ -53,9 +53,14 @@ def find_heldout_bitexts(
         return bitext
 
     pair_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    found = score_items(pair_dirs, lambda pair_dir: _read_pair_directory(pair_dir, _language(pair_dir)), cap,
-                        key=lambda pair_dir: pair_dir.name if _not_a_test_set(pair_dir) else _language(pair_dir),
-                        skip=_not_a_test_set, desc=str(root))  # fmt: skip
+    found = score_items(
+        pair_dirs,
+        lambda pair_dir: _read_pair_directory(pair_dir, _language(pair_dir)),
+        cap,
+        key=lambda pair_dir: pair_dir.name if _not_a_test_set(pair_dir) else _language(pair_dir),
+        skip=_not_a_test_set,
+        desc=str(root),
+    )
     return list(found.rows.values()), found.skipped, found.errors
 
 

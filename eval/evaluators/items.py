@@ -8,8 +8,9 @@ errors (eval.faults) of those whose data could not be read; the other items stil
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Generic, TypeVar
 
 from tqdm import tqdm
 
@@ -49,7 +50,9 @@ def score_items(
     instead (eval.faults.DataErrors.read); `score(item, data)` -> its row, None for no row (the
     scorer said why in `skipped` or `errors`, which it may share by passing them in). Without a
     scorer the row is the data. ValueError when two items' rows have one key."""
-    result = ItemScores(skipped=skipped if skipped is not None else {}, errors=errors if errors is not None else DataErrors())
+    result = ItemScores(
+        skipped=skipped if skipped is not None else {}, errors=errors if errors is not None else DataErrors()
+    )
     for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
         name = key(item)
         reason = skip(item) if skip is not None else None

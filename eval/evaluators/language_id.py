@@ -190,5 +190,7 @@ def _pca_plot(views: dict, pair: str, path: Path) -> Path:
         raise ValueError(f"pca_pair {pair!r} must name two probed languages, e.g. de-en")
     heads = [view.split("/")[0] for view in views if view.endswith("/meaning")]
     rows = [["raw", f"{head}/meaning", f"{head}/language"] for head in heads] or [["raw"]]
-    panels = [(f"{view} ({pair})", {lang: views[view][lang][1] for lang in pair_languages}) for row in rows for view in row]
+    panels = [
+        (f"{view} ({pair})", {lang: views[view][lang][1] for lang in pair_languages}) for row in rows for view in row
+    ]
     return write_pca_plot(panels, path, columns=len(rows[0]))

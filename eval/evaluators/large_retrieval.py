@@ -66,8 +66,14 @@ class LargeRetrievalTask:
         parse_index_spec(self.index)
 
 
-def margin_p_at_1(queries: np.ndarray, candidates: np.ndarray, candidate_texts: list[str], k: int,
-                  margin: str = "ratio", index: str = "auto") -> float:  # fmt: skip
+def margin_p_at_1(
+    queries: np.ndarray,
+    candidates: np.ndarray,
+    candidate_texts: list[str],
+    k: int,
+    margin: str = "ratio",
+    index: str = "auto",
+) -> float:
     """P@1 (%) of queries (n, d) against candidates (m >= n, d), query i's gold being candidate i:
     each query takes its best-margin candidate among its k nearest."""
     nb = margin_neighbours(queries, candidates, k, margin, index)
@@ -107,17 +113,41 @@ def evaluate_large_retrieval(encoder, task: LargeRetrievalTask, progress: bool =
             skipped.setdefault(SHORTER_THAN_ASKED, []).append(f"{pair.name} ({len(tgt)} of {task.n_candidates})")
         queries = encode_checked(encoder, src[: task.n_queries], covered_language(pair.src_lang, covered))
         candidates = encode_checked(encoder, tgt, covered_language(pair.tgt_lang, covered))
-        return {"n_queries": len(queries), "n_candidates": len(candidates),
-                "p_at_1": margin_p_at_1(queries, candidates, tgt, task.k, task.margin, task.index)}  # fmt: skip
+        return {
+            "n_queries": len(queries),
+            "n_candidates": len(candidates),
+            "p_at_1": margin_p_at_1(queries, candidates, tgt, task.k, task.margin, task.index),
+        }
 
-    scored = score_items(task.pairs, lambda pair: read_retrieval_pair(task, pair), score, key=lambda pair: pair.name,
-                         skip=lambda pair: not_covered(covered, pair.src_lang, pair.tgt_lang), skipped=skipped,
-                         desc=task.name, unit="pair", progress=progress)  # fmt: skip
+    scored = score_items(
+        task.pairs,
+        lambda pair: read_retrieval_pair(task, pair),
+        score,
+        key=lambda pair: pair.name,
+        skip=lambda pair: not_covered(covered, pair.src_lang, pair.tgt_lang),
+        skipped=skipped,
+        desc=task.name,
+        unit="pair",
+        progress=progress,
+    )
     per_pair = scored.rows
     average = None
     if per_pair:
         average = {"p_at_1": float(np.mean([r["p_at_1"] for r in per_pair.values()])), "n_languages": len(per_pair)}
-    settings = {"k": task.k, "margin": task.margin, "index": task.index,
-                "n_queries": task.n_queries, "n_candidates": task.n_candidates}  # fmt: skip
-    return {"task": task.name, "metric": "retrieval_p_at_1", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_pair, "average": average, "skipped": skipped, DATA_ERRORS: dict(scored.errors)}  # fmt: skip
+    settings = {
+        "k": task.k,
+        "margin": task.margin,
+        "index": task.index,
+        "n_queries": task.n_queries,
+        "n_candidates": task.n_candidates,
+    }
+    return {
+        "task": task.name,
+        "metric": "retrieval_p_at_1",
+        "data_dir": str(task.data_dir),
+        "settings": settings,
+        "languages": per_pair,
+        "average": average,
+        "skipped": skipped,
+        DATA_ERRORS: dict(scored.errors),
+    }

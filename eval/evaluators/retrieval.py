@@ -6,9 +6,9 @@ Scores follow the EMS paper's Table 4: P@1 in both directions (xx->en, en->xx) a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -59,7 +59,9 @@ def _l2_normalise(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, np.finfo(np.float32).tiny)
 
 
-def _nearest_hits(src: np.ndarray, tgt: np.ndarray, chunk_rows: int, tgt_texts: list[str] | None = None) -> tuple[int, int]:
+def _nearest_hits(
+    src: np.ndarray, tgt: np.ndarray, chunk_rows: int, tgt_texts: list[str] | None = None
+) -> tuple[int, int]:
     """(hits, how many of them only LASER's duplicate rule made hits: 0 without `tgt_texts`)."""
     src = _as_embeddings("src", src)
     tgt = _as_embeddings("tgt", tgt)
@@ -135,9 +137,7 @@ def read_lines(path: Path) -> list[str]:
     return [line.rstrip("\r") for line in lines]
 
 
-def read_aligned_files(
-    xx_path: Path, en_path: Path, max_sentences: int | None = None
-) -> tuple[list[str], list[str]]:
+def read_aligned_files(xx_path: Path, en_path: Path, max_sentences: int | None = None) -> tuple[list[str], list[str]]:
     """Line-aligned sentences of two files, the first `max_sentences` pairs if given.
 
     Raises MissingDataError for a missing file and ValueError if the line counts differ.
@@ -251,16 +251,30 @@ def evaluate_bitexts(
         texts = (bitext.xx, bitext.en) if laser_duplicates else (None, None)
         return {"source": bitext.source, "n": len(bitext.xx), **scorer(xx, pivot_embeddings, *texts)}
 
-    scored = score_items(bitexts, lambda bitext: _without_empty_pairs(bitext, skipped), score, key=lambda bitext: bitext.key,
-                         skip=uncovered, skipped=skipped, desc=task, progress=progress)  # fmt: skip
+    scored = score_items(
+        bitexts,
+        lambda bitext: _without_empty_pairs(bitext, skipped),
+        score,
+        key=lambda bitext: bitext.key,
+        skip=uncovered,
+        skipped=skipped,
+        desc=task,
+        progress=progress,
+    )
     per_language = scored.rows
     average = None
     if per_language:
         rows = per_language.values()
         average = {key: float(np.mean([row[key] for row in rows])) for key in ("xx2en", "en2xx", "mean")}
         average.update(n_languages=len(per_language), n=sum(row["n"] for row in rows))
-    return {"task": task, "laser_duplicates": laser_duplicates, "languages": per_language, "average": average,
-            "skipped": skipped, DATA_ERRORS: dict(data_errors or {})}  # fmt: skip
+    return {
+        "task": task,
+        "laser_duplicates": laser_duplicates,
+        "languages": per_language,
+        "average": average,
+        "skipped": skipped,
+        DATA_ERRORS: dict(data_errors or {}),
+    }
 
 
 def group_averages(per_language: dict, groups: dict[str, list[str]]) -> dict:
@@ -270,7 +284,9 @@ def group_averages(per_language: dict, groups: dict[str, list[str]]) -> dict:
     averages = {}
     for group, codes in groups.items():
         rows = [per_language[lang] for lang in codes if lang in per_language]
-        scores = {key: float(np.mean([row[key] for row in rows])) if rows else None for key in ("xx2en", "en2xx", "mean")}
+        scores = {
+            key: float(np.mean([row[key] for row in rows])) if rows else None for key in ("xx2en", "en2xx", "mean")
+        }
         missing = [lang for lang in codes if lang not in per_language]
         averages[group] = {**scores, "n_languages": len(rows), "missing": missing}
     return averages

@@ -83,6 +83,10 @@ def read_sts_tracks(
         raise MissingDataError(
             f"STS2017 directory {data_dir} does not exist (SemEval-2017 Task 1 with gold, see PROVENANCE.md)"
         )
-    found = score_items(tracks, lambda track: read_sts(Path(data_dir) / track.file, track.name, *track.langs),
-                        lambda _, rated: rated.head(max_sentences), key=lambda track: track.name)  # fmt: skip
+    found = score_items(
+        tracks,
+        lambda track: read_sts(Path(data_dir) / track.file, track.name, *track.langs),
+        lambda _, rated: rated.head(max_sentences),
+        key=lambda track: track.name,
+    )
     return list(found.rows.values()), found.errors

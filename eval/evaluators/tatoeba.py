@@ -135,10 +135,16 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
         xx, en = load_tatoeba_pair(task.data_dir, code, task.max_sentences, task.file_pattern)
         return Bitext(lang=tatoeba_code_to_lang(code), source=code, xx=xx, en=en)
 
-    known = score_items(codes, read, key=lambda code: tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else code,
-                        skip=lambda code: None if code in TATOEBA_TEST_CODES else UNKNOWN_CODE, desc=task.name)  # fmt: skip
-    result = evaluate_bitexts(encoder, list(known.rows.values()), task.name, known.skipped, progress, known.errors,
-                              task.laser_duplicates)  # fmt: skip
+    known = score_items(
+        codes,
+        read,
+        key=lambda code: tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else code,
+        skip=lambda code: None if code in TATOEBA_TEST_CODES else UNKNOWN_CODE,
+        desc=task.name,
+    )
+    result = evaluate_bitexts(
+        encoder, list(known.rows.values()), task.name, known.skipped, progress, known.errors, task.laser_duplicates
+    )
     groups = dict(task.groups or {})
     seen = getattr(encoder, "training_languages", None) or encoder_languages(encoder)
     if seen is not None:

@@ -44,7 +44,9 @@ MISALIGNED = "Misaligned"
 SCORE_KEYS = ("xx2en", "en2xx", "mean")
 
 
-def margin_picks(x: np.ndarray, y: np.ndarray, margin: str = "ratio", k: int = DEFAULT_K) -> tuple[np.ndarray, np.ndarray]:
+def margin_picks(
+    x: np.ndarray, y: np.ndarray, margin: str = "ratio", k: int = DEFAULT_K
+) -> tuple[np.ndarray, np.ndarray]:
     """(best y row for each x row, best x row for each y row) by LASER's k-NN margin score
     (see the module docstring; ems.mining.margin.margin_neighbours computes the scores)."""
     nb = margin_neighbours(x, y, k, margin, index_type="flat")
@@ -62,8 +64,14 @@ def correct_picks(picks: np.ndarray, gold_texts: list[str] | None = None) -> np.
     return correct
 
 
-def xsim_errors(x: np.ndarray, y: np.ndarray, margin: str = "ratio", k: int = DEFAULT_K,
-                x_texts: list[str] | None = None, y_texts: list[str] | None = None) -> tuple[int, int]:  # fmt: skip
+def xsim_errors(
+    x: np.ndarray,
+    y: np.ndarray,
+    margin: str = "ratio",
+    k: int = DEFAULT_K,
+    x_texts: list[str] | None = None,
+    y_texts: list[str] | None = None,
+) -> tuple[int, int]:
     """(x->y errors, y->x errors) of aligned (n, d) embeddings, row i of x translating row i of y;
     with the sentences, a pick identical to the gold sentence is no error (LASER's default)."""
     if x.shape != y.shape:
@@ -89,17 +97,28 @@ def read_augmented_english(directory: Path, split: str = "devtest", lang: str = 
     text_path, json_path = directory / f"{lang}_augmented.{split}", directory / f"{lang}_errtype.{split}.json"
     for path in (text_path, json_path):
         if not path.is_file():
-            raise MissingDataError(f"missing xSIM++ file {path}; get {text_path.name} and {json_path.name} from {XSIMPP_SOURCE}")
+            raise MissingDataError(
+                f"missing xSIM++ file {path}; get {text_path.name} and {json_path.name} from {XSIMPP_SOURCE}"
+            )
     try:
         entries = json.loads(json_path.read_text(encoding="utf-8"))
         origin = {sentence: (entry["src"], entry["errtype"]) for sentence, entry in entries.items()}
     except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{json_path}: expected {{augmented sentence: {{\"src\": ..., \"errtype\": ...}}}} ({exc!r})") from exc
+        raise ValueError(
+            f'{json_path}: expected {{augmented sentence: {{"src": ..., "errtype": ...}}}} ({exc!r})'
+        ) from exc
     return AugmentedEnglish(read_lines(text_path), origin)
 
 
-def xsimpp_errors(x: np.ndarray, english: np.ndarray, augmented: np.ndarray, english_texts: list[str],
-                  extra: AugmentedEnglish, margin: str = "ratio", k: int = DEFAULT_K) -> tuple[int, dict[str, int]]:  # fmt: skip
+def xsimpp_errors(
+    x: np.ndarray,
+    english: np.ndarray,
+    augmented: np.ndarray,
+    english_texts: list[str],
+    extra: AugmentedEnglish,
+    margin: str = "ratio",
+    k: int = DEFAULT_K,
+) -> tuple[int, dict[str, int]]:
     """xx->eng errors among the n English sentences plus the augmented ones (embeddings
     `augmented`, sentences `extra.sentences`), and their count per transformation of the picked
     sentence (MISALIGNED when it was not made from the gold sentence). Textual comparison, as LASER."""
@@ -154,7 +173,9 @@ def encoder_lang(code: str, covered: list[str] | None) -> str | None:
 
 def flores_stems(data_dir: Path, split: str = "devtest", english: str = "eng") -> list[str]:
     """Stems of every `<stem>.<split>` file in a FLORES split directory but English, sorted."""
-    return sorted(p.name[: -len(split) - 1] for p in Path(data_dir).glob(f"*.{split}") if p.name != f"{english}.{split}")
+    return sorted(
+        p.name[: -len(split) - 1] for p in Path(data_dir).glob(f"*.{split}") if p.name != f"{english}.{split}"
+    )
 
 
 def _file(task: XsimTask, stem: str) -> Path:
@@ -181,8 +202,10 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
     or data directory raises MissingDataError."""
     english_path = _file(task, task.english)
     if not english_path.is_file():
-        raise MissingDataError(f"no FLORES-200 {task.split} split in {task.data_dir} (missing {english_path.name}); "
-                               f"get it from {FLORES_SOURCE}")  # fmt: skip
+        raise MissingDataError(
+            f"no FLORES-200 {task.split} split in {task.data_dir} (missing {english_path.name}); "
+            f"get it from {FLORES_SOURCE}"
+        )
     stems = task.languages if task.languages is not None else flores_stems(task.data_dir, task.split, task.english)
     covered = encoder_languages(encoder)
     english_lang = encoder_lang(task.english, covered)
@@ -215,8 +238,15 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
             row.update(xsimpp=100.0 * wrong / n, xsimpp_errors=by_type)
         return row
 
-    scored = score_items(stems, lambda stem: _embed(encoder, task, stem, langs[stem]), score, skip=uncovered,
-                         errors=errors, desc=task.name, progress=progress)  # fmt: skip
+    scored = score_items(
+        stems,
+        lambda stem: _embed(encoder, task, stem, langs[stem]),
+        score,
+        skip=uncovered,
+        errors=errors,
+        desc=task.name,
+        progress=progress,
+    )
     per_language = scored.rows
     average = None
     if per_language:
@@ -225,8 +255,22 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
         keys = SCORE_KEYS + (("xsimpp",) if all("xsimpp" in row for row in rows) else ())
         average = {key: sum(row[key] * row["n"] for row in rows) / total for key in keys}
         average.update(n_languages=len(rows), n=total)
-    settings = {"margin": task.margin, "k": task.k, "textual": task.textual, "split": task.split,
-                "english": task.english, "max_sentences": task.max_sentences,
-                "augmented_dir": None if task.augmented_dir is None else str(task.augmented_dir)}  # fmt: skip
-    return {"task": task.name, "metric": "xsim_error", "data_dir": str(task.data_dir), "settings": settings,
-            "languages": per_language, "average": average, "skipped": scored.skipped, DATA_ERRORS: dict(errors)}  # fmt: skip
+    settings = {
+        "margin": task.margin,
+        "k": task.k,
+        "textual": task.textual,
+        "split": task.split,
+        "english": task.english,
+        "max_sentences": task.max_sentences,
+        "augmented_dir": None if task.augmented_dir is None else str(task.augmented_dir),
+    }
+    return {
+        "task": task.name,
+        "metric": "xsim_error",
+        "data_dir": str(task.data_dir),
+        "settings": settings,
+        "languages": per_language,
+        "average": average,
+        "skipped": scored.skipped,
+        DATA_ERRORS: dict(errors),
+    }

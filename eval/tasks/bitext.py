@@ -31,10 +31,23 @@ class BitextConfig(TaskConfig):
 
 def run(encoder, task: TaskRun) -> dict:
     config = task.config
-    bitext = BitextTask(task.data_dir, config.source, config.targets, config.languages, scoring=config.scoring,
-                        directions=config.directions, laser_duplicates=config.laser_duplicates, margin=config.margin,
-                        k=config.k, name=config.name, url=config.url, max_sentences=task.options.max_sentences)  # fmt: skip
-    bitext.languages = codes_in_filter(bitext.languages, task.options)  # checked in full first: a misspelled code still errors
+    bitext = BitextTask(
+        task.data_dir,
+        config.source,
+        config.targets,
+        config.languages,
+        scoring=config.scoring,
+        directions=config.directions,
+        laser_duplicates=config.laser_duplicates,
+        margin=config.margin,
+        k=config.k,
+        name=config.name,
+        url=config.url,
+        max_sentences=task.options.max_sentences,
+    )
+    bitext.languages = codes_in_filter(
+        bitext.languages, task.options
+    )  # checked in full first: a misspelled code still errors
     return evaluate_bitext(encoder, bitext, task.options.progress)
 
 

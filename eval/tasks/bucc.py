@@ -29,9 +29,19 @@ def run(encoder, task: TaskRun) -> dict:
     languages, skipped = filtered_languages(config.languages, task.options)
     if not languages:
         return {"task": task.name, "metric": TASK.metric, "languages": {}, "average": None, "skipped": skipped}
-    bucc = BuccTask(task.data_dir, languages, task.name, train_split=config.train_split, test_split=config.test_split,
-                    k=config.k, margin=config.margin, mode=config.mode, index=config.index,
-                    max_sentences=task.options.max_sentences, source=config.source or BuccTask.source)  # fmt: skip
+    bucc = BuccTask(
+        task.data_dir,
+        languages,
+        task.name,
+        train_split=config.train_split,
+        test_split=config.test_split,
+        k=config.k,
+        margin=config.margin,
+        mode=config.mode,
+        index=config.index,
+        max_sentences=task.options.max_sentences,
+        source=config.source or BuccTask.source,
+    )
     result = evaluate_bucc(encoder, bucc, task.options.progress)
     result["skipped"].update(skipped)
     return result

@@ -55,11 +55,20 @@ def run(encoder, task: TaskRun) -> dict:
         languages, skipped = filtered_languages(config.languages, options)
 
     def read(train: str, test_languages: list[str] | None):
-        return read_task(config.format, task.data_dir, test_languages, train, options.max_sentences, task.name, **config.reader)
+        return read_task(
+            config.format, task.data_dir, test_languages, train, options.max_sentences, task.name, **config.reader
+        )
 
     data = read(config.train_language, languages)
-    result = evaluate_classification(encoder, data, config.seeds, config.mlp, options.progress, config.directions,
-                                     lambda lang: read(lang, [config.train_language]))  # fmt: skip
+    result = evaluate_classification(
+        encoder,
+        data,
+        config.seeds,
+        config.mlp,
+        options.progress,
+        config.directions,
+        lambda lang: read(lang, [config.train_language]),
+    )
     result["skipped"].update(skipped)
     return result
 

@@ -11,7 +11,9 @@ from eval.task import TaskRun, TaskType
 
 def run(encoder, task: TaskRun) -> dict:
     options = task.options
-    return evaluate_heldout(encoder, task.data_dir, options.canonical, options.max_sentences, options.progress, task.name)
+    return evaluate_heldout(
+        encoder, task.data_dir, options.canonical, options.max_sentences, options.progress, task.name
+    )
 
 
 TASK = TaskType(

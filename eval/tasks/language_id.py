@@ -33,11 +33,22 @@ def run(encoder, task: TaskRun) -> dict:
     config, options = task.config, task.options
     blocks = {key: getattr(config, key) for key in BLOCKS}
     if options.max_sentences is not None:  # caps each block of FLORES lines
-        blocks = {key: min(options.max_sentences if lines is None else lines, options.max_sentences) for key, lines in blocks.items()}
+        blocks = {
+            key: min(options.max_sentences if lines is None else lines, options.max_sentences)
+            for key, lines in blocks.items()
+        }
     languages, skipped = filtered_languages(config.languages, options)
-    probe = LanguageIdTask(task.data_dir, languages, task.name, l2=config.l2, pca_pair=config.pca_pair,
-                           valid_fraction=config.valid_fraction, seed=config.seed, heads=list(config.heads),
-                           **{key: lines for key, lines in blocks.items() if lines is not None})  # fmt: skip
+    probe = LanguageIdTask(
+        task.data_dir,
+        languages,
+        task.name,
+        l2=config.l2,
+        pca_pair=config.pca_pair,
+        valid_fraction=config.valid_fraction,
+        seed=config.seed,
+        heads=list(config.heads),
+        **{key: lines for key, lines in blocks.items() if lines is not None},
+    )
     result = evaluate_language_id(encoder, probe, options.out_dir, options.progress)
     result["skipped"].update(skipped)
     return result

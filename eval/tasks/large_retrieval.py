@@ -35,9 +35,20 @@ def run(encoder, task: TaskRun) -> dict:
         pairs = [pair for pair in pairs if pair.src_lang in options.canonical]
     pool = {key: getattr(config, key) for key in POOL}
     if options.max_sentences is not None:
-        pool = {key: min(options.max_sentences if size is None else size, options.max_sentences) for key, size in pool.items()}
-    retrieval = LargeRetrievalTask(task.data_dir, pairs, name=task.name, k=config.k, margin=config.margin, index=config.index,
-                                   source=config.source, **{key: size for key, size in pool.items() if size is not None})  # fmt: skip
+        pool = {
+            key: min(options.max_sentences if size is None else size, options.max_sentences)
+            for key, size in pool.items()
+        }
+    retrieval = LargeRetrievalTask(
+        task.data_dir,
+        pairs,
+        name=task.name,
+        k=config.k,
+        margin=config.margin,
+        index=config.index,
+        source=config.source,
+        **{key: size for key, size in pool.items() if size is not None},
+    )
     return evaluate_large_retrieval(encoder, retrieval, options.progress)
 
 

@@ -31,16 +31,23 @@ class HeadTrainingConfig:
     def check(self, heads: list[str]) -> None:
         """ValueError when `heads` are asked for without exactly one source of training pairs."""
         if heads and (self.flores_subdir is None) == (self.pairs_dir is None):
-            raise ValueError("head_training takes one of flores_subdir and pairs_dir (with heads), valid_fraction, "
-                             f"seed, max_pairs; got {self}")  # fmt: skip
+            raise ValueError(
+                "head_training takes one of flores_subdir and pairs_dir (with heads), valid_fraction, "
+                f"seed, max_pairs; got {self}"
+            )
 
     def training(self, heads: list[str], data_root: Path) -> HeadTraining:
         """The HeadTraining of `heads`, its directories under `data_root` (checked as by `check`)."""
         self.check(heads)
         root = Path(data_root)
-        return HeadTraining(None if self.flores_subdir is None else root / self.flores_subdir, list(heads),
-                            self.valid_fraction, self.seed, self.max_pairs,
-                            None if self.pairs_dir is None else root / self.pairs_dir)  # fmt: skip
+        return HeadTraining(
+            None if self.flores_subdir is None else root / self.flores_subdir,
+            list(heads),
+            self.valid_fraction,
+            self.seed,
+            self.max_pairs,
+            None if self.pairs_dir is None else root / self.pairs_dir,
+        )
 
 
 @dataclass(kw_only=True)
@@ -71,10 +78,25 @@ def run(encoder, task: TaskRun) -> dict:
     config, options = task.config, task.options
     pairs = [pair for pair in config.pairs if pair_in_filter(pair.split("-"), options)]
     pair_sets, errors = read_qe_pairs(task.data_dir, pairs, config.split, options.max_sentences)
-    dev_sets, dev_errors = read_qe_pairs(task.data_dir, pairs, config.dev_split, options.max_sentences) if config.dev_split else (None, None)
+    dev_sets, dev_errors = (
+        read_qe_pairs(task.data_dir, pairs, config.dev_split, options.max_sentences)
+        if config.dev_split
+        else (None, None)
+    )
     training = config.head_training.training(config.heads, options.data_root)
-    return evaluate_correlation_task(encoder, task.name, TASK.metric, pair_sets, training, None, options.progress, errors,
-                                     config.dev_split, dev_sets, dev_errors)  # fmt: skip
+    return evaluate_correlation_task(
+        encoder,
+        task.name,
+        TASK.metric,
+        pair_sets,
+        training,
+        None,
+        options.progress,
+        errors,
+        config.dev_split,
+        dev_sets,
+        dev_errors,
+    )
 
 
 def raw_pearson(row: dict) -> float:

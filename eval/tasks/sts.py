@@ -27,7 +27,9 @@ def run(encoder, task: TaskRun) -> dict:
     tracks = [track for track in config.tracks if pair_in_filter(track.langs, options)]
     pair_sets, errors = read_sts_tracks(task.data_dir, tracks, options.max_sentences)
     training = config.head_training.training(config.heads, options.data_root)
-    return evaluate_correlation_task(encoder, task.name, TASK.metric, pair_sets, training, None, options.progress, errors)
+    return evaluate_correlation_task(
+        encoder, task.name, TASK.metric, pair_sets, training, None, options.progress, errors
+    )
 
 
 TASK = TaskType(

@@ -33,8 +33,15 @@ def run(encoder, task: TaskRun) -> dict:
     languages = options.tatoeba_codes
     if languages is None and config.languages != "all":
         languages = config.languages
-    tatoeba = TatoebaTask(task.data_dir, languages, options.max_sentences, task.name, file_pattern=config.file_pattern,
-                          groups=config.groups, laser_duplicates=config.laser_duplicates)  # fmt: skip
+    tatoeba = TatoebaTask(
+        task.data_dir,
+        languages,
+        options.max_sentences,
+        task.name,
+        file_pattern=config.file_pattern,
+        groups=config.groups,
+        laser_duplicates=config.laser_duplicates,
+    )
     result = evaluate_tatoeba(encoder, tatoeba, options.progress)
     if options.without_tatoeba:
         result["skipped"][NO_TATOEBA_SET] = options.without_tatoeba

@@ -27,11 +27,22 @@ class XsimConfig(TaskConfig):
 def run(encoder, task: TaskRun) -> dict:
     config, options = task.config, task.options
     augmented_dir = options.data_root / config.augmented_subdir if config.augmented_subdir else None
-    xsim = XsimTask(task.data_dir, None if config.languages == "all" else config.languages, task.name, split=config.split,
-                    english=config.english, margin=config.margin, k=config.k, textual=config.textual,
-                    augmented_dir=augmented_dir, max_sentences=options.max_sentences)  # fmt: skip
+    xsim = XsimTask(
+        task.data_dir,
+        None if config.languages == "all" else config.languages,
+        task.name,
+        split=config.split,
+        english=config.english,
+        margin=config.margin,
+        k=config.k,
+        textual=config.textual,
+        augmented_dir=augmented_dir,
+        max_sentences=options.max_sentences,
+    )
     if options.canonical is not None:
-        xsim.languages = codes_in_filter(xsim.languages or flores_stems(task.data_dir, xsim.split, xsim.english), options)
+        xsim.languages = codes_in_filter(
+            xsim.languages or flores_stems(task.data_dir, xsim.split, xsim.english), options
+        )
     return evaluate_xsim(encoder, xsim, options.progress)
 
 
