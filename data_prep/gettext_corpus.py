@@ -369,7 +369,7 @@ def clean_pair(msgid: str, msgstr: str, max_chars: int) -> tuple[tuple[str, str]
     return (english, foreign), ""
 
 
-def split_heldout(
+def split_catalog_pairs(
     pairs: list[tuple[str, str]], heldout_size: int
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
     """Split (en, x) pairs into (train, heldout, number removed from train for overlap).
@@ -549,7 +549,7 @@ def build_gettext_corpus(
         if len(pairs) < min_pairs:
             too_few_pairs[language] = language_stats.to_dict()
             continue
-        train, heldout, removed = split_heldout(pairs, heldout_size)
+        train, heldout, removed = split_catalog_pairs(pairs, heldout_size)
         language_stats.train_pairs = len(train)
         language_stats.heldout_pairs = len(heldout)
         language_stats.removed_overlapping_heldout = removed

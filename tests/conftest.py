@@ -45,6 +45,23 @@ def tiny_pipeline(tmp_path_factory):
 SMALL_MODEL = {"d_model": 64, "n_heads": 4, "d_ffn": 128, "n_layers": 2, "d_lang": 16, "d_contrastive": 32}
 
 
+@pytest.fixture(scope="module")
+def model_dir(tiny_pipeline, tmp_path_factory):
+    """An untrained SMALL_MODEL encoder over tiny_pipeline's de/en/fr/ja vocabulary, exported (seeded)."""
+    import torch
+
+    from ems.encoder import export_encoder
+    from ems.model import EMSModel, config_from_preset
+    from ems.text import Tokenizer
+
+    tok = Tokenizer.load(tiny_pipeline / "vocab")
+    torch.manual_seed(0)
+    model = EMSModel(
+        config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL)
+    )
+    return export_encoder(model.encoder, tok, tmp_path_factory.mktemp("model"))
+
+
 def leave_spawned_rank() -> None:
     """The last call of a test's spawned gloo rank, after it wrote its results and destroyed its
     process group: exit at once. A normal interpreter exit there aborts now and then

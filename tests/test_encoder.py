@@ -2,12 +2,8 @@
 
 import numpy as np
 import pytest
-import torch
 
 import ems
-from ems.encoder import export_encoder
-from ems.model import EMSModel, config_from_preset
-from ems.text import Tokenizer
 from tests.conftest import SMALL_MODEL
 
 SENTENCES = [
@@ -20,16 +16,6 @@ SENTENCES = [
     "Log out",
     "Add another item",
 ]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_pipeline, tmp_path_factory):
-    tok = Tokenizer.load(tiny_pipeline / "vocab")
-    torch.manual_seed(0)
-    model = EMSModel(
-        config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL)
-    )
-    return export_encoder(model.encoder, tok, tmp_path_factory.mktemp("model"))
 
 
 def test_encode_returns_float32_and_is_deterministic(model_dir):

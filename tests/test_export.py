@@ -15,7 +15,6 @@ from ems.cli import run_main
 from ems.export import CORE_FILE, export_hf, export_sentence_transformers, main, top_level_source
 from ems.text import LEGACY_TOKENIZER_FILE, TOKENIZER_FILE, Tokenizer
 from tests.conftest import REPO_ROOT
-from tests.test_encoder import model_dir  # noqa: F401  (fixture: an untrained encoder over tiny_pipeline's de/en/fr/ja vocabulary)
 
 LANGUAGES = ("de", "fr", "ja")
 

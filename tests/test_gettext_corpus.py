@@ -18,7 +18,7 @@ from data_prep.gettext_corpus import (
     find_catalogs,
     locale_to_language,
     parse_mo,
-    split_heldout,
+    split_catalog_pairs,
 )
 from ems.corpus import ReadReport, list_parallel, read_parallel
 
@@ -174,9 +174,9 @@ def test_locale_to_language_rejects_non_locales(locale):
         locale_to_language(locale)
 
 
-def test_split_heldout_is_unique_on_both_sides_and_leak_free():
+def test_split_catalog_pairs_is_unique_on_both_sides_and_leak_free():
     pairs = [(f"Sentence {i % 40}", f"Satz {i % 25}") for i in range(100)]
-    train, heldout, removed = split_heldout(pairs, heldout_size=10)
+    train, heldout, removed = split_catalog_pairs(pairs, heldout_size=10)
 
     assert len(heldout) == 10
     assert len({en for en, _ in heldout}) == len({x for _, x in heldout}) == 10

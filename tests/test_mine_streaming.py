@@ -14,11 +14,13 @@ from eval.evaluators.retrieval import read_lines
 from eval.mine import main as mine_main
 from eval.mine import mine_files
 from eval.streaming import chunk_embeddings, scan_distinct, text_chunks
-from tests.test_encoder import model_dir  # noqa: F401 (a fixture: a small EMS model directory)
 from tests.test_eval_tatoeba import TrigramEncoder
 
 # Repeats, empty and blank lines, a CRLF line, no newline at the end.
-SRC = "Der Hund bellt.\n\nDie Katze schläft.\r\nDer Hund bellt.\n   \nIch habe Hunger.\nWo ist der Bahnhof?\nDie Katze schläft.\nGuten Tag!"
+SRC = (
+    "Der Hund bellt.\n\nDie Katze schläft.\r\nDer Hund bellt.\n   \nIch habe Hunger.\nWo ist der Bahnhof?\n"
+    "Die Katze schläft.\nGuten Tag!"
+)
 TGT = "The dog barks.\nI am hungry.\n\nThe cat sleeps.\nWhere is the station?\nThe dog barks.\nGood day!\nA red car.\n"
 
 

@@ -19,7 +19,6 @@ from ems.model_card import model_facts, render_model_card
 from ems.text import Tokenizer
 from ems.train import train
 from tests.conftest import REPO_ROOT
-from tests.test_encoder import model_dir  # noqa: F401  (fixture: an untrained model directory outside any run)
 from tests.test_train import config
 
 
