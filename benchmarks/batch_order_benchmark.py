@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             duplicates, ratio = measure(batches, ids, lengths)
             name = "bucketed" if budget is None else "bucketed, duplicates spread"
             print(
-                f"| {name} | {bucket} | {'' if budget is None else budget} | {100 * duplicates:.2f}% | {ratio:.3f} | {seconds:.2f} |"
+                f"| {name} | {bucket} | {'' if budget is None else budget} | {100 * duplicates:.2f}% | "
+                f"{ratio:.3f} | {seconds:.2f} |"
             )
     return 0
 

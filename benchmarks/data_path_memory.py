@@ -6,10 +6,11 @@ For each N: writes format-2 shards (data_prep.binarize's layout; tokens.npy spar
 the rows of a few batches are read; 8 language pairs; unique content ids; side lengths drawn
 around 20 tokens), then, in a fresh process, runs what one rank of ems.train does with them and
 prints its resident set after each stage, split into anonymous memory (the process's own arrays)
-and file-backed pages (the memory-mapped shards, page cache the kernel can drop), and getrusage's peak: open the shards, `build_order` (side
-lengths, language-pair groups, duplicate spreading at the trainer's defaults), the first global
-batch from `iterate_batches` (which builds the first bucketing window's order: 1000 batches), and
-the first `--batches` global batches collated at the paper's 4 x 152 pairs.
+and file-backed pages (the memory-mapped shards, page cache the kernel can drop), and getrusage's
+peak: open the shards, `build_order` (side lengths, language-pair groups, duplicate spreading at
+the trainer's defaults), the first global batch from `iterate_batches` (which builds the first
+bucketing window's order: 1000 batches), and the first `--batches` global batches collated at the
+paper's 4 x 152 pairs.
 The last line extrapolates the largest resident set linearly to 143M pairs (the paper's corpus).
 """
 
@@ -100,7 +101,8 @@ def status_mb(key):
 stages, start = [], time.time()
 def stage(name):
     stages.append({"stage": name, "rss_mb": round(rss_mb(), 1), "anon_mb": round(status_mb("RssAnon"), 1),
-                   "file_mb": round(status_mb("RssFile"), 1), "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                   "file_mb": round(status_mb("RssFile"), 1),
+                   "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                    "seconds": round(time.time() - start, 1)})
 stage("imports")
 shards = PairShards(sys.argv[1])
@@ -146,7 +148,8 @@ def main() -> None:
         print(f"{n:,} pairs:")
         for s in stages:
             print(
-                f"  {s['stage']:24} rss {s['rss_mb']:8.1f} MB (anonymous {s['anon_mb']:8.1f}, file-backed {s['file_mb']:7.1f})"
+                f"  {s['stage']:24} rss {s['rss_mb']:8.1f} MB (anonymous {s['anon_mb']:8.1f}, "
+                f"file-backed {s['file_mb']:7.1f})"
                 f"   peak {s['peak_mb']:8.1f} MB   {s['seconds']:6.1f} s"
             )
     for what, figures in (("resident set", peaks), ("anonymous memory", anonymous)):

@@ -111,7 +111,9 @@ def stage_throughput(data_dir: Path, work: Path, n_pairs: int) -> dict:
     rates = {}
     mirror_text = {lang: flores_lines(data_dir, lang) for lang in ("en", "de", "fr", "ja", "ru")}
     for pair in PAIRS:
-        build_mirror(work / "opus", "Bench", "v1", data_dir, [pair], docs=4, text={l: mirror_text[l] for l in pair})
+        build_mirror(
+            work / "opus", "Bench", "v1", data_dir, [pair], docs=4, text={lang: mirror_text[lang] for lang in pair}
+        )
     config = load_config(
         PrepConfig,
         values={

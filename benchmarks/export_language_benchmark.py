@@ -67,7 +67,8 @@ def main() -> None:
         guessed = [guess_language(sentence, reference.languages) for sentence in xx]
         counts = {guess: guessed.count(guess) for guess in sorted(set(guessed))}
         print(
-            f"\n{lang} ({len(xx)} Tatoeba sentences; guessed {counts}); P@1 with the right lang: {p_at_1(correct, targets):.1f}"
+            f"\n{lang} ({len(xx)} Tatoeba sentences; guessed {counts}); "
+            f"P@1 with the right lang: {p_at_1(correct, targets):.1f}"
         )
         for name, vectors in rows.items():
             cos = (unit(vectors) * unit(correct)).sum(1)

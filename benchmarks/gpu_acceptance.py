@@ -1,7 +1,7 @@
 """The GPU acceptance run: the first command to run when a GPU machine is available.
 
-    python benchmarks/gpu_acceptance.py --work runs/gpu_acceptance        # on the GPU machine: run it again until it
-                                                                          #   prints the report (~40 min in 9-min pieces)
+    python benchmarks/gpu_acceptance.py --work runs/gpu_acceptance        # on the GPU machine: rerun it until it prints
+                                                                          #   the report (~40 min in 9-min pieces)
     python benchmarks/gpu_acceptance.py --work runs/gpu_acceptance --stop-after environment   # the checks alone
     python benchmarks/gpu_acceptance.py --work /tmp/smoke --smoke         # every stage, tiny, on CPU (about a minute)
 
@@ -726,7 +726,8 @@ def mfu_markdown(mfu: dict) -> list[str]:
         "",
         f"{mfu['preset']} (d={shapes['d_model']}, {shapes['n_layers']} layers, ffn {shapes['d_ffn']}, vocabulary "
         f"{shapes['vocab_size']}), {mfu['pairs']} pairs ({mfu['real_tokens']} real tokens, {mfu['gflop_per_step']:.1f} "
-        f"GFLOP/step), {mfu['step_dtype']}; measured {mfu['step_dtype']} matmul rate {mfu['matmul_tflops']:.3g} TFLOP/s; "
+        f"GFLOP/step), {mfu['step_dtype']}; measured {mfu['step_dtype']} matmul rate "
+        f"{mfu['matmul_tflops']:.3g} TFLOP/s; "
         f"bf16 peak {_fmt(mfu['peak_tflops'], 'g') or 'unknown'} TFLOP/s",
         "",
         "| variant | s/step | tokens/s | TFLOP/s | / matmul rate | MFU |",
@@ -750,8 +751,9 @@ def data_markdown(data: dict) -> list[str]:
         f"{len(data['languages'])} languages with >= {data['min_pairs']} Tatoeba Challenge pairs: "
         f"{' '.join(data['languages'])}",
         "",
-        f"imported {sum(corpus['imported'].values())} pairs; removed {corpus['removed_in_eval_set']} sharing a sentence "
-        f"with an evaluation set; {corpus['heldout_pairs']} held out; {data['train_pairs']} training pairs, "
+        f"imported {sum(corpus['imported'].values())} pairs; removed {corpus['removed_in_eval_set']} "
+        f"sharing a sentence with an evaluation set; {corpus['heldout_pairs']} held out; "
+        f"{data['train_pairs']} training pairs, "
         f"{data['train_tokens']} tokens; vocabulary {data['vocab_size']}; seconds {json.dumps(data['seconds'])}",
     ]
 
@@ -760,20 +762,24 @@ def training_markdown(figures: dict, curve: list[dict]) -> list[str]:
     lines = [
         "## Training",
         "",
-        f"{figures['steps']} of {figures['max_steps']} steps in {figures['pieces']} piece(s), {figures['minutes']:.1f} min "
+        f"{figures['steps']} of {figures['max_steps']} steps in {figures['pieces']} piece(s), "
+        f"{figures['minutes']:.1f} min "
         f"(budget {figures['time_budget_minutes']} min of training loop); {figures['batch_size']} pairs/step, "
-        f"{figures['pairs_per_s']:.0f} pairs/s with set-up, {_fmt(figures['tokens_per_s'], '.0f')} tokens/s in the loop "
+        f"{figures['pairs_per_s']:.0f} pairs/s with set-up, "
+        f"{_fmt(figures['tokens_per_s'], '.0f')} tokens/s in the loop "
         f"(median), data wait {_fmt(figures['data_wait_fraction'])}; validation loss "
         f"{' -> '.join(_fmt(v) for v in figures['valid_loss'] or [])}",
         "",
-        "| step | loss | xtr | contrastive | lr | tokens/s | valid loss | valid xtr | valid contrastive | probe tatoeba | probe flores |",
+        "| step | loss | xtr | contrastive | lr | tokens/s | valid loss | valid xtr | valid contrastive "
+        "| probe tatoeba | probe flores |",
         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for row in curve:
         lines.append(
             f"| {row['step']} | {_fmt(row.get('loss'))} | {_fmt(row.get('xtr'))} | {_fmt(row.get('contrastive'))} | "
             f"{_fmt(row.get('lr'), '.2e')} | {_fmt(row.get('tokens_per_s'), '.0f')} | {_fmt(row.get('valid_loss'))} | "
-            f"{_fmt(row.get('valid_xtr'))} | {_fmt(row.get('valid_contrastive'))} | {_fmt(row.get('probe_tatoeba'), '.1f')} | "
+            f"{_fmt(row.get('valid_xtr'))} | {_fmt(row.get('valid_contrastive'))} | "
+            f"{_fmt(row.get('probe_tatoeba'), '.1f')} | "
             f"{_fmt(row.get('probe_flores'), '.1f')} |"
         )
     return lines

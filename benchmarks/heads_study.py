@@ -234,8 +234,8 @@ def main() -> None:
     tracks = read_task_config(ROOT / "configs/eval/sts2017.yaml")[0].tracks
     sts, _ = read_sts_tracks(args.data_dir / "sts2017", tracks)
     tasks = {
-        "qe": (sorted({l for p in QE_PAIRS for l in p.split("-")}), {"dev": qe_dev, "test": qe_test}),
-        "sts": (sorted({l for t in tracks for l in t.langs}), {"test": sts}),
+        "qe": (sorted({lang for p in QE_PAIRS for lang in p.split("-")}), {"dev": qe_dev, "test": qe_test}),
+        "sts": (sorted({lang for t in tracks for lang in t.langs}), {"test": sts}),
     }
     sources = ["flores"] + [f"corpus@{cap}" for cap in args.caps.split(",")]
     rows = json.loads(args.continue_from.read_text())["rows"] if args.continue_from else []
@@ -280,7 +280,8 @@ def main() -> None:
                 dev = row.get("dev_avg", {}).get(name)
                 print(
                     f"{source:14} {task:4} {label:18} pairs {len(data):6} epochs {row['epochs']} "
-                    f"dev {dev if dev is None else round(dev, 3)} test {round(row['test_avg'][name] or float('nan'), 3)} "
+                    f"dev {dev if dev is None else round(dev, 3)} "
+                    f"test {round(row['test_avg'][name] or float('nan'), 3)} "
                     f"({row['seconds']} s)",
                     flush=True,
                 )

@@ -262,7 +262,8 @@ def report_table(ems: dict, peer: dict) -> str:
         a, b = ems.get(key), peer.get(key)
         ratio = f"{a / b:.2f}" if a is not None and b else "–"
         lines.append(
-            f"| {label} | {fmt.format(a) if a is not None else '–'} | {fmt.format(b) if b is not None else '–'} | {ratio} |"
+            f"| {label} | {fmt.format(a) if a is not None else '–'} | "
+            f"{fmt.format(b) if b is not None else '–'} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
 

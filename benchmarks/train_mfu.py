@@ -1,7 +1,7 @@
 """Model-FLOPs utilisation of the full EMS training step against the machine's matmul peak.
 
-    python benchmarks/train_mfu.py                    # ems-paper shapes, 152 pairs, CPU (~13 min on 2 AVX2 cores in fp32;
-                                                      #   ~2 min on 2 cores with AMX bf16)
+    python benchmarks/train_mfu.py                    # ems-paper shapes, 152 pairs, CPU (~13 min on 2 AVX2 cores
+                                                      #   in fp32; ~2 min on 2 cores with AMX bf16)
     python benchmarks/train_mfu.py --quick            # tiny shapes: a smoke test in seconds
     python benchmarks/train_mfu.py --device cuda      # + MFU against the GPU's bf16 peak and the full-run projection
     python benchmarks/train_mfu.py --profile          # + torch.profiler table of one EMS step
@@ -351,8 +351,8 @@ def report(r: dict) -> str:
         f"EMS model FLOPs/step: {f['total'] / 1e9:.1f} G (encoder {f['encoder'] / 1e9:.1f}, attention "
         f"{f['attention'] / 1e9:.1f}, heads {f['heads'] / 1e9:.1f}); counting padding: {f['padded_total'] / 1e9:.1f} G",
         "",
-        f"{r['step_dtype'] + ' step':<28}{'s/step':>9}{'tokens/s':>11}{'GFLOP/step':>12}{'GFLOP/s':>10}{'/ ' + r['step_dtype'] + ' peak':>13}"
-        + (f"{'MFU':>8}" if "peak_tflops" in r else ""),
+        f"{r['step_dtype'] + ' step':<28}{'s/step':>9}{'tokens/s':>11}{'GFLOP/step':>12}{'GFLOP/s':>10}"
+        f"{'/ ' + r['step_dtype'] + ' peak':>13}" + (f"{'MFU':>8}" if "peak_tflops" in r else ""),
     ]
     for name, key in (("EMS (full step)", "ems"), ("nn.TransformerEncoder ref", "reference")):
         x = r[key]

@@ -114,7 +114,8 @@ def run_split(args) -> None:
 
 
 def _check_pair_folders(config: PrepConfig, args, pairs: list[str] | None) -> None:
-    """The first stage that reads a corpus (--in) with its config refuses a pair folder of a language the config lacks."""
+    """The first stage that reads a corpus (--in) with its config refuses a pair folder of a language
+    the config lacks."""
     folders = {f"{files.l1}-{files.l2}" for files in list_parallel(args.input, pairs)}
     config.check_pair_folders(args.input, folders, args.config)
 
@@ -128,7 +129,8 @@ def run_clean(args) -> None:
         for entry in pair["files"]:
             if "failed" not in entry:
                 print(
-                    f"{pair['pair']}\t{entry['name']}\tread {entry['read']}\tkept {entry['kept']}\t{json.dumps(entry['dropped'])}"
+                    f"{pair['pair']}\t{entry['name']}\tread {entry['read']}\t"
+                    f"kept {entry['kept']}\t{json.dumps(entry['dropped'])}"
                 )
     failures = failed_files(report)
     if failures:
@@ -170,7 +172,8 @@ def run_teacher(args) -> None:
         args.shards, args.input, args.teacher, args.languages, args.batch_size, args.text_from, device=args.device
     )
     print(
-        f"teacher {report['teacher']} ({report['identity']}, {report['dim']}-d, languages {', '.join(report['languages'])}): "
+        f"teacher {report['teacher']} ({report['identity']}, {report['dim']}-d, "
+        f"languages {', '.join(report['languages'])}): "
         f"encoded {report['encoded']} sentences, reused {report['reused']}, {report['sentences']} in the store; "
         f"{report['pairs_without_source']} of {report['pairs']} pairs have no side in its languages "
         f"(trained without distillation); {report['seconds']} s: {report['store']}"

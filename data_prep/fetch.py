@@ -228,13 +228,17 @@ def write_manifest(data_dir: Path, out: Path = MANIFEST) -> int:
             raise FetchError(f"{folder} is missing: the manifest is made from a complete data directory")
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             lines.append(f"{path.relative_to(data_dir).as_posix()}\t{path.stat().st_size}\t{sha256_of(path)}\n")
-    header = "# path\tsize\tsha256 of every file `ems-data fetch` writes; made by `python -m data_prep.fetch manifest DATA_DIR`\n"
+    header = (
+        "# path\tsize\tsha256 of every file `ems-data fetch` writes; "
+        "made by `python -m data_prep.fetch manifest DATA_DIR`\n"
+    )
     out.write_text(header + "".join(lines), encoding="utf-8")
     return len(lines)
 
 
 def mirrored(url: str, mirror: str | None) -> str:
-    """`url` (https://HOST/PATH) as found in `mirror` (URL/HOST/PATH); a mirror without a scheme is a local directory."""
+    """`url` (https://HOST/PATH) as found in `mirror` (URL/HOST/PATH); a mirror without a scheme is a
+    local directory."""
     if not mirror:
         return url
     if "://" not in mirror:

@@ -279,8 +279,8 @@ def _plan(
     absent = len(missing) - len(texts)
     if absent:
         raise TeacherStoreError(
-            f"{absent} of the {len(missing)} source sentences of {shards_dir} are not in {corpus_root}: give the corpus "
-            "root the shards were binarized from"
+            f"{absent} of the {len(missing)} source sentences of {shards_dir} are not in {corpus_root}: "
+            "give the corpus root the shards were binarized from"
         )
     keys = sorted(texts, key=lambda k: (languages.index(texts[k][1]), len(texts[k][0]), k))
     plan_ids = np.array(keys, dtype=np.uint64)

@@ -15,9 +15,9 @@ Loading never runs code from a run directory. DeepSpeed's own engine unpickles i
 with `weights_only=False`, so any class named in the file would be imported and called; the
 trainer points the engine's loader at load_tensor_file (load_only_tensors), which loads them with
 `weights_only=True`: tensors, containers and plain values, plus the four DeepSpeed classes
-(deepspeed_state_classes) that its optimizer states hold, all of them plain records. A file naming anything else is refused
-(UnsafeCheckpointError). The manifest is no defence against tampering (anyone can regenerate
-it); the allow-list is.
+(deepspeed_state_classes) that its optimizer states hold, all of them plain records. A file
+naming anything else is refused (UnsafeCheckpointError). The manifest is no defence against
+tampering (anyone can regenerate it); the allow-list is.
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
     print(
         f"clean: kept {kept} pairs; removed {dropped.get('in_eval_set', 0)} that share a sentence with an evaluation "
         f"set ({', '.join(cfg.eval_sets)}: {sum(c['sentences'] for c in eval_counts.values())} sentences), "
-        f"{dropped.get('duplicate', 0)} duplicates, {sum(dropped.values()) - dropped.get('in_eval_set', 0) - dropped.get('duplicate', 0)} "
+        f"{dropped.get('duplicate', 0)} duplicates, "
+        f"{sum(dropped.values()) - dropped.get('in_eval_set', 0) - dropped.get('duplicate', 0)} "
         f"by the other filters (corpus/clean/clean_report.json)",
         flush=True,
     )

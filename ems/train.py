@@ -9,9 +9,10 @@ Reads `data_prep binarize` shards; writes, under `out`:
                    step, data position, every rank's RNG states, run_config.json, manifest.json)
                    and `latest`; see ems.checkpoint. A rerun with the same `out` resumes from
                    the newest checkpoint that verifies and has finite weights.
-    tb/            TensorBoard: loss/{total,xtr,contrastive,distill}, lr, grad_norm, overflow_steps (fp16), tokens_per_s,
-                   real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate), data_wait_fraction,
-                   valid/{total,xtr,contrastive,distill}, valid_pair/<l1-l2>, probe/{tatoeba,flores}/{average,<lang>}
+    tb/            TensorBoard: loss/{total,xtr,contrastive,distill}, lr, grad_norm, overflow_steps (fp16),
+                   tokens_per_s, real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate),
+                   data_wait_fraction, valid/{total,xtr,contrastive,distill}, valid_pair/<l1-l2>,
+                   probe/{tatoeba,flores}/{average,<lang>}
     valid_sample.json  the stratified validation sample (ems.training.validator), drawn once per run
     model/         the inference export (`ems.load(out/model)`) with its model card README.md and run_metadata.json
     run_metadata.json  this invocation's code commit, package versions, command line, host, time (ems.run_metadata)

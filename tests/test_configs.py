@@ -53,7 +53,8 @@ def test_numbers_yaml_reads_as_strings_get_the_field_type(tmp_path):
         ("max_steps", "TrainConfig: --set 'max_steps' is not of the form key=value"),
         (
             "lr=[1, 2",
-            "TrainConfig: --set 'lr=[1, 2': not a YAML value: line 1, column 6: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at line 1, column 1)",
+            "TrainConfig: --set 'lr=[1, 2': not a YAML value: line 1, column 6: expected ',' or ']', "
+            "but got '<stream end>' (while parsing a flow sequence at line 1, column 1)",
         ),
     ],
 )

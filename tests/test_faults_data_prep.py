@@ -319,9 +319,11 @@ def test_every_problem_of_a_config_and_its_overrides_is_in_the_one_line(tmp_path
         == 2
     )
     assert one_error_line(capsys) == (
-        f"error: {config}: clean: max_chars must be an integer, got 'abc'; clean: lowercase must be true or false, got 1; "
+        f"error: {config}: clean: max_chars must be an integer, got 'abc'; "
+        "clean: lowercase must be true or false, got 1; "
         "clean: eval_sets must be a list of strings, got 'tatoeba'; vocab: unknown key(s) ['size']; known: "
-        "['character_coverage', 'max_sentences', 'temperature', 'vocab_size']; vocab: temperature must be a number, got 'warm'"
+        "['character_coverage', 'max_sentences', 'temperature', 'vocab_size']; "
+        "vocab: temperature must be a number, got 'warm'"
     )
 
 
@@ -331,9 +333,8 @@ def test_set_overrides_the_config_on_the_command_line(tmp_path, capsys):
     assert run_main(main, ["pairs", "--config", str(config), "--set", "languages=[de, en, fr]", "pivot=fr"]) == 0
     assert capsys.readouterr().out.split() == ["de-fr", "en-fr"]
     assert run_main(main, ["pairs", "--config", str(config), "--set", "vocab.vocab_size=3"]) == 2
-    assert (
-        one_error_line(capsys)
-        == f"error: {config}: vocab: vocab_size 3 leaves no room for pieces: it counts pad, unk and 2 language tokens too"
+    assert one_error_line(capsys) == (
+        f"error: {config}: vocab: vocab_size 3 leaves no room for pieces: it counts pad, unk and 2 language tokens too"
     )
 
 

@@ -62,9 +62,11 @@ def cross_entropy(logits, targets):  # targets: class index per row, or a probab
     return total / len(logits)
 
 
-def decomposition(e, m, l):
+def decomposition(embedding, meaning, language):
     return Decomposition(
-        torch.tensor(e, dtype=torch.float64), torch.tensor(m, dtype=torch.float64), torch.tensor(l, dtype=torch.float64)
+        torch.tensor(embedding, dtype=torch.float64),
+        torch.tensor(meaning, dtype=torch.float64),
+        torch.tensor(language, dtype=torch.float64),
     )
 
 

@@ -119,7 +119,10 @@ def tiny_suite(tmp_path):
     )
     configs = tmp_path / "configs"
     configs.mkdir()
-    heads = "heads: [centering, projection, not_a_head]\nhead_training: {flores_subdir: flores200/devtest, valid_fraction: 0.25}\n"
+    heads = (
+        "heads: [centering, projection, not_a_head]\n"
+        "head_training: {flores_subdir: flores200/devtest, valid_fraction: 0.25}\n"
+    )
     (configs / "mlqe.yaml").write_text(
         f"type: qe\nname: mlqe\ndata_subdir: mlqe\nsplit: test20\npairs: [en-de, et-en]\n{heads}"
     )

@@ -42,7 +42,8 @@ def run(encoder, task):
 
 def table(result, title):
     lines = [f"### {title}", "", "| lang | positive |", "|:--|--:|"]
-    return "\\n".join(lines + [f"| {lang} | {row['positive']:.1f} |" for lang, row in result["languages"].items()]) + "\\n"
+    rows = [f"| {lang} | {row['positive']:.1f} |" for lang, row in result["languages"].items()]
+    return "\\n".join(lines + rows) + "\\n"
 
 TASK = TaskType(name="toy", metric="toy_share", run=run, table=table, config=ToyConfig,
                 headline=lambda row: row["positive"], headline_label="positive (%)")

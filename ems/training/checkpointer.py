@@ -126,7 +126,8 @@ class Checkpointer:
             free = shutil.disk_usage(self.directory).free
             newest = step_tag(self.last_saved) if self.last_saved else "none yet"
             raise CheckpointSaveFailed(
-                f"checkpoint save failed at step {state.step} ({_first_line(error)}); {free / 2**20:.0f} MiB free on the "
+                f"checkpoint save failed at step {state.step} ({_first_line(error)}); "
+                f"{free / 2**20:.0f} MiB free on the "
                 f"filesystem of {self.directory}{' (no space left)' if free < 2**26 else ''}; the newest intact "
                 f"checkpoint is {newest}: free space and rerun to resume from it"
             ) from None

@@ -162,7 +162,8 @@ def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]
     refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in checkpointer.fixed}
     if refused:
         raise ResumeConfigError(
-            f"{checkpointer.directory.parent} was trained to {tag_dir.name} with other settings that fix its model, data order or "
+            f"{checkpointer.directory.parent} was trained to {tag_dir.name} with other settings that fix its model, "
+            "data order or "
             f"optimizer layout: {_describe(refused)}. Resume with the old values, or train into a new out= "
             "directory (lr, the schedule, weight decay, logging, saving, validation and stopping may change)"
         )

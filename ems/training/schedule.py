@@ -43,7 +43,8 @@ class EffectiveSchedule:
         """One line for the start of a run: the global batch, the lr and warm-up and where they come from."""
         ratio = self.global_batch / cfg.reference_global_batch
         lr_from = (
-            f"lr {cfg.lr:g} x {ratio:g}{'' if cfg.lr_scaling == 'linear' else ' ** 0.5'} ({cfg.lr_scaling} scaling from "
+            f"lr {cfg.lr:g} x {ratio:g}{'' if cfg.lr_scaling == 'linear' else ' ** 0.5'} "
+            f"({cfg.lr_scaling} scaling from "
             f"{cfg.reference_global_batch} pairs)"
             if cfg.lr_scaling != "none"
             else "lr as configured"

@@ -195,7 +195,8 @@ def evaluate_correlation_task(
     if training.heads and pair_sets:
         if progress:
             print(
-                f"{name}: training heads {', '.join(training.heads)} on en-X pairs of {training.source} for {', '.join(languages)}"
+                f"{name}: training heads {', '.join(training.heads)} on en-X pairs of {training.source} "
+                f"for {', '.join(languages)}"
             )
         heads, logs, head_skips = train_heads(
             encoder, training.heads, training.pair_sets(languages), training.valid_fraction, training.seed

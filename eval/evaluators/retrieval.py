@@ -167,7 +167,7 @@ def encoder_languages(encoder) -> list[str] | None:
             "`languages` attribute (list of canonical codes, or None for any)"
         )
     languages = encoder.languages
-    if languages is not None and (isinstance(languages, str) or not all(isinstance(l, str) for l in languages)):
+    if languages is not None and (isinstance(languages, str) or not all(isinstance(lang, str) for lang in languages)):
         raise TypeError(f"encoder.languages must be a list of language codes or None, got {languages!r}")
     return None if languages is None else list(languages)
 

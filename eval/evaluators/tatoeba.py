@@ -109,8 +109,9 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
     texts) a retrieved sentence identical to the gold one counts as correct, and each language
     counts such retrievals under "duplicate_hits".
     Returns {"task", "data_dir", "max_sentences", "laser_duplicates", "languages": {canonical lang:
-    {source (Tatoeba code), n, xx2en, en2xx, mean, duplicate_hits}}, "average": {xx2en, en2xx, mean, n_languages, n} or None,
-    "skipped": {reason: [codes]}, "data_errors": {canonical lang: why its files could not be read},
+    {source (Tatoeba code), n, xx2en, en2xx, mean, duplicate_hits}}, "average": {xx2en, en2xx, mean,
+    n_languages, n} or None, "skipped": {reason: [codes]}, "data_errors": {canonical lang: why its
+    files could not be read},
     "groups": {group: averages over its evaluated languages}}. A missing, unreadable or
     misaligned file costs only its language (eval.faults); a missing directory raises
     MissingDataError. Groups
