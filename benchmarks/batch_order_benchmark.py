@@ -3,7 +3,7 @@
     python benchmarks/batch_order_benchmark.py SHARDS [--batch 256] [--max-len 64] [--bucket-batches 50 1000]
                                                [--padding-budgets 0 0.005 0.01]
 
-For random batches, length-bucketed batches (ems.data.BatchOrder without content ids) and bucketed
+For random batches, length-bucketed batches (ems.training.batch_order.BatchOrder without content ids) and bucketed
 batches with duplicates spread apart at each padding budget: the share of rows that share a
 sentence with another row of their batch, the real-token ratio (each side padded to its longest
 sentence, lengths cut at max_len as the trainer does) and the seconds one epoch's order takes.
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ems.data import BatchOrder, rows_with_duplicates  # noqa: E402
 from ems.shards import PairShards  # noqa: E402
+from ems.training.batch_order import BatchOrder, rows_with_duplicates  # noqa: E402
 
 
 def measure(batches: list[np.ndarray], content_ids: np.ndarray, lengths: np.ndarray) -> tuple[float, float]:

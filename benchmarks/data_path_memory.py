@@ -86,7 +86,7 @@ MEASURE = r"""
 import json, resource, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[2])
-from ems.data import iterate_batches
+from ems.training.batches import iterate_batches
 from ems.shards import PairShards
 from ems.training.config import TrainConfig
 from ems.training.setup import build_order

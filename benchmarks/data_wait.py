@@ -1,5 +1,5 @@
 """Share of training wall time spent waiting for data, with batches read inside the step and
-read ahead by ems.data.Prefetcher: the real trainer, one process, on your shards.
+read ahead by ems.training.batches.Prefetcher: the real trainer, one process, on your shards.
 
     python benchmarks/data_wait.py --data SHARDS --vocab VOCAB [--config configs/train/demo.yaml]
         [--steps 60] [--skip 20] [--out /tmp/ems_data_wait]

@@ -4,7 +4,7 @@ same shards in format 1 (int32 token ids, no lengths.npy), which this writes bes
     python benchmarks/shard_bytes.py SHARDS [--work /tmp/ems_shard_bytes]
 
 Prints each array's size in both formats and the totals. The format-1 copy is made as
-binarize wrote it before format 2 and checked to read back the same batches (ems.data).
+binarize wrote it before format 2 and checked to read back the same batches (ems.training.batches).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ems.data import BatchOrder, collate  # noqa: E402
 from ems.shards import PairShards  # noqa: E402
+from ems.training.batch_order import BatchOrder  # noqa: E402
+from ems.training.batches import collate  # noqa: E402
 
 
 def format_1_copy(directory: Path, out: Path) -> Path:

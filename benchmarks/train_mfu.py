@@ -11,7 +11,7 @@ One run prints, on one machine:
 2. the full EMS training step (both sides through the encoder, XTR head with its vocabulary
    projection and loss, contrastive head and loss, backward, AdamW step) in the faster of fp32
    and bf16 autocast (bf16 on a GPU), on one batch of pairs with realistic lengths (log-normal,
-   mean --mean-length tokens, bucketed by `ems.data.BatchOrder` as in training): s/step, real
+   mean --mean-length tokens, bucketed by `ems.training.batch_order.BatchOrder` as in training): s/step, real
    tokens/s, achieved model FLOP/s and its ratio to that dtype's matmul peak. A CPU without
    bf16 units (AVX2-only) emulates bf16 ~50x slower than fp32: its bf16 rate is then taken on a
    512^3 product and the step runs in fp32;
@@ -52,9 +52,9 @@ from torch import nn
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from ems.data import BatchOrder  # noqa: E402
 from ems.model import EMSConfig, EMSModel, config_from_preset  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
+from ems.training.batch_order import BatchOrder  # noqa: E402
 from ems.training.runtime import parameter_groups  # noqa: E402
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), matched in order against the device name.

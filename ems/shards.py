@@ -8,7 +8,7 @@ A shard directory holds:
                  most language pairs: English in an English-centric corpus) in every pair that has
                  it, else the pair's second language: English-centric batches are then X -> English
                  whatever the alphabetical order, and sorting by side 1's length first does not line
-                 up the translations of one English sentence (see ems.data.BatchOrder)
+                 up the translations of one English sentence (see ems.training.batch_order.BatchOrder)
 - `offsets.npy`  int64, sentence k is tokens[offsets[k]:offsets[k+1]]
 - `lengths.npy`  (n_pairs, 2) token count of each pair's two sides, in the narrowest dtype the
                  longest sentence allows (uint8 up to 255 tokens, uint16, else int32;

@@ -74,10 +74,10 @@ import torch
 from ems.artifacts import staged_directory
 from ems.cli import add_debug_option, run_main
 from ems.configs import load_config
-from ems.data import real_and_padded_tokens
 from ems.encoder import export_encoder
 from ems.model_card import model_facts, write_model_card
 from ems.run_metadata import RUN_METADATA_FILE
+from ems.training.batches import real_and_padded_tokens
 from ems.training.config import TrainConfig
 from ems.training.metrics import LOSSES, StepValues, show_losses
 from ems.training.runtime import any_rank, init_distributed, world_of_one_unless_launched

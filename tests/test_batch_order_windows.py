@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from ems.data import BatchOrder, KeyedPermutation, iterate_batches
 from ems.shards import IndexRanges, PairShards
+from ems.training.batch_order import BatchOrder, KeyedPermutation
+from ems.training.batches import iterate_batches
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 1000, 4097])

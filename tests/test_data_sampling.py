@@ -4,8 +4,9 @@ bucketing, the per-rank split of a global batch, and exact data positions."""
 import numpy as np
 import pytest
 
-from ems.data import BatchOrder, collate, iterate_batches, real_and_padded_tokens, sub_batch, temperature_proportions
 from ems.shards import PairShards
+from ems.training.batch_order import BatchOrder, temperature_proportions
+from ems.training.batches import collate, iterate_batches, real_and_padded_tokens, sub_batch
 
 
 def test_temperature_sampling_draws_each_language_pair_in_its_tempered_share():

@@ -14,7 +14,6 @@ import ems
 from data_prep.binarize import content_id
 from data_prep.teacher import build_teacher_store
 from ems.corpus import list_parallel, read_parallel, write_parallel
-from ems.data import BatchOrder
 from ems.encoder import export_encoder, initialize_from
 from ems.model import EMSConfig, EMSModel, EncoderNetwork, config_from_preset
 from ems.shards import PairShards
@@ -28,6 +27,7 @@ from ems.teacher_store import (
 )
 from ems.text import Tokenizer
 from ems.train import train
+from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 

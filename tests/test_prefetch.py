@@ -1,4 +1,4 @@
-"""ems.data.Prefetcher: the same items in the same order as the source, read ahead; the time
+"""ems.training.batches.Prefetcher: the same items in the same order as the source, read ahead; the time
 blocked is counted; an error in the reading thread reaches the consumer; close stops it."""
 
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from ems.data import Prefetcher
+from ems.training.batches import Prefetcher
 
 
 def _batches(n, delay=0.0):

@@ -6,8 +6,9 @@ import shutil
 
 import numpy as np
 
-from ems.data import BatchOrder, collate
 from ems.shards import SHARD_FORMAT, PairShards, length_dtype, token_dtype
+from ems.training.batch_order import BatchOrder
+from ems.training.batches import collate
 
 
 def test_narrowest_dtypes():

@@ -7,9 +7,10 @@ import pytest
 
 from data_prep.binarize import binarize, content_id
 from ems.corpus import list_parallel, read_parallel
-from ems.data import BatchOrder, collate, iterate_batches
 from ems.shards import PairShards
 from ems.text import FIRST_LANG_ID, PAD_ID, UNK_ID, Preprocessing, Tokenizer, lang_token
+from ems.training.batch_order import BatchOrder
+from ems.training.batches import collate, iterate_batches
 
 
 def test_vocab_has_pad_unk_and_one_token_per_language(tiny_pipeline):

@@ -10,7 +10,7 @@ import torch
 
 import ems.train as train_module
 import ems.training.schedule as schedule_module
-from ems.data import Prefetcher
+from ems.training.batches import Prefetcher
 from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig
 from ems.training.metrics import MetricSums, StepValues, TrainingMetrics

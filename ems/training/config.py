@@ -80,12 +80,12 @@ class TrainConfig:
     valid_every: int = 500
     valid_pairs: int = 2048  # the stratified sample validated on (ems.training.validator), drawn once, kept in out/
     # In-batch duplicates (pairs sharing a sentence, from the shards' content ids): spread them over
-    # different batches (ems.data.spread_duplicates) at a cost of at most this share of padding
+    # different batches (ems.training.batch_order.spread_duplicates) at a cost of at most this share of padding
     # slots; the loss's handling of those left is model_overrides.duplicate_negatives.
     spread_duplicates: bool = True
     padding_budget: float = 0.005
     # Batches read, collated (and pinned on a GPU) by a background thread this many steps ahead
-    # (ems.data.Prefetcher); 0 reads them inside the step. data_wait_fraction in the logs is the
+    # (ems.training.batches.Prefetcher); 0 reads them inside the step. data_wait_fraction in the logs is the
     # share of wall time the steps spent waiting for data.
     prefetch_batches: int = 2
     # Learning curves: Tatoeba and FLORES-200 devtest P@1 (eval.probe) of the model's languages,

@@ -57,7 +57,7 @@ class MetricSums:
     steps: int = 0
     real_tokens: int = 0
     token_slots: int = 0
-    data_wait_seconds: float = 0.0  # blocked waiting for the next batch (ems.data.Prefetcher)
+    data_wait_seconds: float = 0.0  # blocked waiting for the next batch (ems.training.batches.Prefetcher)
 
     def add(self, values: StepValues, data_wait_seconds: float) -> None:
         for key, value in values.losses.items():
@@ -139,7 +139,7 @@ class TrainingMetrics:
     world_size: int
     sums: MetricSums = field(default_factory=MetricSums)
     opened: float = field(default_factory=time.time)
-    waited: float = 0.0  # the data loader's total wait at the last step (ems.data.Prefetcher.wait_seconds)
+    waited: float = 0.0  # the data loader's total wait at the last step (ems.training.batches.Prefetcher.wait_seconds)
 
     def add(self, values: StepValues, total_wait_seconds: float) -> None:
         """Add a step's values and the data loader's total wait so far (its growth is this step's)."""

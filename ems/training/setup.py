@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from ems.artifacts import staged_directory
-from ems.data import BatchOrder, Prefetcher, iterate_batches
 from ems.encoder import export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
 from ems.model import EMSConfig, EMSModel, config_from_preset
@@ -27,6 +26,8 @@ from ems.run_metadata import run_metadata, write_run_metadata
 from ems.shards import PairShards
 from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.text import Tokenizer
+from ems.training.batch_order import BatchOrder
+from ems.training.batches import Prefetcher, iterate_batches
 from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig
 from ems.training.metrics import MetricsLog, TrainingMetrics

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from ems.data import BatchOrder
 from ems.stop_signals import STOP_SIGNALS, held_signals
+from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
 from ems.training.runtime import any_rank
 

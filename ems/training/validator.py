@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ems.data import apportion, collate, sub_batch
 from ems.losses import OBJECTIVES
 from ems.shards import PairShards
+from ems.training.batch_order import apportion
+from ems.training.batches import collate, sub_batch
 from ems.training.metrics import MetricsLog
 
 if TYPE_CHECKING:

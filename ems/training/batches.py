@@ -1,0 +1,154 @@
+"""Global batches of pair indices (ems.training.batch_order) -> each rank's padded tensors.
+
+One global batch = `global_batch_size` pairs = world_size ranks x accumulation micro-batches.
+Every rank computes the same (cheap, index-only) order and reads only its own rows from the
+memory-mapped shards: sub-batch s = micro_step * world_size + rank takes rows s, s + S, s + 2S, ...
+of the length-sorted global batch (S = world_size * accumulation), so the sub-batches are
+disjoint, their union is the global batch, and all of them have nearly the same lengths.
+`Prefetcher` reads the next batches on a thread while the current step runs.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from ems.shards import PairShards
+from ems.text import PAD_ID
+from ems.training.batch_order import BatchOrder
+
+
+def sub_batch(batch: np.ndarray, micro_step: int, rank: int, world_size: int, accumulation: int = 1) -> np.ndarray:
+    """This rank's rows of one global batch at one accumulation micro-step (see the module docstring)."""
+    n_sub = world_size * accumulation
+    if len(batch) % n_sub:
+        raise ValueError(f"a global batch of {len(batch)} pairs does not split into {n_sub} equal sub-batches")
+    return batch[micro_step * world_size + rank :: n_sub]
+
+
+def collate(shards: PairShards, indices: np.ndarray, max_len: int, teacher=None) -> dict[str, torch.Tensor]:
+    """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices, when the
+    shards have them (B, 2) `content_ids`, and with `teacher` (ems.teacher_store.TeacherTargets)
+    the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`."""
+    sides = []
+    for side in (0, 1):
+        seqs = [shards.sentence(2 * int(i) + side)[:max_len] for i in indices]
+        width = max(len(s) for s in seqs)
+        out = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
+        for row, seq in zip(out, seqs):
+            row[: len(seq)] = seq
+        sides.append(torch.from_numpy(out))
+    langs = torch.from_numpy(np.asarray(shards.langs[indices], dtype=np.int64))
+    batch = {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
+    content_ids = np.ascontiguousarray(shards.content_ids[indices]) if shards.content_ids is not None else None
+    if content_ids is not None:  # uint64 hashes, compared for equality only: int64 bits
+        batch["content_ids"] = torch.from_numpy(content_ids.view(np.int64))
+    if teacher is not None:
+        vectors, mask = teacher(content_ids, langs.numpy())
+        batch["teacher"], batch["teacher_mask"] = torch.from_numpy(vectors), torch.from_numpy(mask)
+    return batch
+
+
+def real_and_padded_tokens(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """(non-pad tokens, token slots) of a collated batch's `src` and `tgt` tensors; their ratio
+    is the share of real tokens (1 = no padding)."""
+    real = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
+    return real, batch["src"].numel() + batch["tgt"].numel()
+
+
+def iterate_batches(
+    shards: PairShards,
+    order: BatchOrder,
+    max_len: int,
+    start: tuple[int, int] = (0, 0),
+    rank: int = 0,
+    world_size: int = 1,
+    accumulation: int = 1,
+    teacher=None,
+) -> Iterator[tuple[tuple[int, int], list[dict[str, torch.Tensor]]]]:
+    """Endless stream of ((epoch, batch index), this rank's `accumulation` micro-batches of the
+    global batch), from data position `start`; with the teacher's vectors (see `collate`). The
+    shards' mapped pages are released after each batch (`PairShards.release_pages`, < 1 ms)."""
+    epoch, batch_idx = start
+    while True:
+        for b in range(batch_idx, order.batches_per_epoch()):
+            batch = order.batch(epoch, b)
+            yield (
+                (epoch, b),
+                [
+                    collate(shards, sub_batch(batch, m, rank, world_size, accumulation), max_len, teacher)
+                    for m in range(accumulation)
+                ],
+            )
+            shards.release_pages()
+        epoch, batch_idx = epoch + 1, 0
+
+
+class Prefetcher:
+    """An iterator over `source` read ahead by a background thread: up to `depth` items wait,
+    collated (and pinned, `pin_memory`, for a fast copy to a GPU), while the training step runs.
+    Items come out in the source's order, so data positions and exact resume are unchanged.
+    `wait_seconds` adds up the time `next` spent blocked on the thread (the step waiting for
+    data). An error in the thread is raised by the `next` that would have returned the item;
+    `close` stops the thread. depth 0 reads synchronously (`wait_seconds` is then the read time)."""
+
+    _END = object()
+
+    def __init__(self, source: Iterator, depth: int = 2, pin_memory: bool = False):
+        self.source, self.pin_memory = source, pin_memory
+        self.wait_seconds = 0.0
+        self._stop = threading.Event()
+        self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
+        self._thread = None
+        if depth > 0:
+            self._thread = threading.Thread(target=self._fill, name="ems-prefetch", daemon=True)
+            self._thread.start()
+
+    def _prepare(self, item):
+        if not self.pin_memory:
+            return item
+        position, micro_batches = item
+        return position, [{k: v.pin_memory() for k, v in batch.items()} for batch in micro_batches]
+
+    def _fill(self) -> None:
+        try:
+            for item in self.source:
+                item = self._prepare(item)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self._queue.put(self._END)
+        except BaseException as error:  # handed to the consumer, raised there
+            self._queue.put(error)
+
+    def __iter__(self) -> Prefetcher:
+        return self
+
+    def __next__(self):
+        start = time.perf_counter()
+        try:
+            if self._thread is None:
+                return self._prepare(next(self.source))
+            item = self._queue.get()
+        finally:
+            self.wait_seconds += time.perf_counter() - start
+        if item is self._END:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
