@@ -18,8 +18,11 @@ whole `ems.train` call, DeepSpeed set-up, validations and learning-curve probes 
 The peer's learning rate is chosen from `--lr-grid` on the held-out pairs (`DEMO/corpus/heldout`)
 with shorter runs (`--grid-fraction` of the budget each, the same schedule shape); Tatoeba and
 FLORES-200 are never used to choose. The chosen lr then trains for the whole budget: its step count
-is the budget times the steady steps/s of a 40-step probe (its first 10 steps, start-up included, not
-counted: counting them left ~10% of the budget unused), and a callback stops it at the budget
+is first the budget times the steady steps/s of a 40-step probe (its first 10 steps, start-up
+included, not counted), then re-fitted once a fifth of the budget has passed, from the run's own
+steady rate so far (`refit_end`): the linear decay is stretched or shortened to end at the budget,
+as the EMS trainer's time budget does (ems.training.schedule.TimeBudget). The probe alone had left
+11% of the budget unused (the run went faster than its probe). A callback stops it at the budget
 whatever happens, so it never trains longer than the EMS run did. Both models are then scored the
 same way (`eval.run_all` with the demo's suite: Tatoeba, FLORES-200 devtest, and the held-out pairs),
 and one table compares steps, steps/s, real tokens/s and the P@1 averages, EMS / peer as ratios.
@@ -47,6 +50,30 @@ from ems.corpus import list_parallel, read_parallel  # noqa: E402
 SHAPE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
 MAX_TOKENS = 64
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+REFIT_AT = 0.2  # share of the budget after which the schedule's end is re-fitted to the run's own rate
+STEP_CAP = 1.5  # the trainer's loop bound, x the first estimate: room for a run faster than its probe
+
+
+@dataclass
+class LinearDecay:
+    """lr factor: linear warm-up over `warmup` steps, then linear decay to 0 at `end`; the same
+    factors as transformers' "linear" schedule, but `end` is mutable (re-fitted mid-run)."""
+
+    warmup: int
+    end: int
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return step / max(1, self.warmup)
+        return max(0.0, (self.end - step) / max(1, self.end - self.warmup))
+
+
+def refit_end(step: int, elapsed: float, steady_rate: float, seconds: float, cap: int) -> int:
+    """The step at which a run at `step`, `elapsed` seconds into a `seconds` budget, running at
+    `steady_rate` steps/s, uses up its budget; at least step + 1, at most `cap`."""
+    return max(step + 1, min(cap, step + int(steady_rate * max(0.0, seconds - elapsed))))
 
 
 @dataclass
@@ -130,24 +157,42 @@ def train_peer(
     warmup_steps: int = 150,
     settle_steps: int = 10,
 ) -> tuple[int, float, float]:
-    """Train a fresh peer for max_steps (stopped at `seconds` if given); saves it in out/model.
-    Returns (steps taken, training seconds, steps/s after the first `settle_steps`)."""
+    """Train a fresh peer (saved in out/model) on a linear schedule ending at max_steps. With a budget
+    of `seconds`, the schedule's end is re-fitted once REFIT_AT of it has passed (refit_end) and
+    training stops at that end or at the budget, whichever comes first. Returns (steps taken,
+    training seconds, steps/s after the first `settle_steps`)."""
+    import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
     from sentence_transformers.training_args import BatchSamplers
     from transformers import TrainerCallback
 
-    class StopAt(TrainerCallback):
-        """Ends training once `seconds` of it have passed (the equal-time guard)."""
+    schedule = LinearDecay(warmup_steps, max_steps)
+    cap = max_steps if seconds is None else int(STEP_CAP * max_steps)
+
+    class Trainer(SentenceTransformerTrainer):
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            if self.lr_scheduler is None:
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, schedule)
+            return self.lr_scheduler
+
+    class Budget(TrainerCallback):
+        """Re-fits the schedule's end once, and ends training at it or at `seconds` (the equal-time guard)."""
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started = time.time()
             self.settled = None
+            self.refitted = seconds is None
 
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == settle_steps:
+            step, elapsed = state.global_step, time.time() - self.started
+            if step == settle_steps:
                 self.settled = time.time()
-            if seconds is not None and time.time() - self.started >= seconds:
+            if not self.refitted and self.settled and step > settle_steps and elapsed >= REFIT_AT * seconds:
+                rate = (step - settle_steps) / (time.time() - self.settled)
+                schedule.end = refit_end(step, elapsed, rate, seconds, cap)
+                self.refitted = True
+            if step >= schedule.end or (seconds is not None and elapsed >= seconds):
                 control.should_training_stop = True
 
     model = initial_model(tokenizer, out / "init", seed)
@@ -156,9 +201,7 @@ def train_peer(
         output_dir=str(out / "trainer"),
         per_device_train_batch_size=batch_size,
         learning_rate=lr,
-        warmup_steps=warmup_steps,
-        lr_scheduler_type="linear",
-        max_steps=max_steps,
+        max_steps=cap,
         weight_decay=0.01,
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         dataloader_drop_last=True,
@@ -170,8 +213,8 @@ def train_peer(
         disable_tqdm=True,
     )
     loss = losses.MultipleNegativesSymmetricRankingLoss(model, scale=10.0)
-    guard = StopAt()
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=[guard])
+    guard = Budget()
+    trainer = Trainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=[guard])
     started = time.time()
     result = trainer.train()
     finished = time.time()

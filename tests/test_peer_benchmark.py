@@ -1,5 +1,6 @@
 """benchmarks/peer_sentence_transformers.py: the budget it reads from a demo directory, the refusal of
-anything else, and the comparison table's ratios (the training itself is the benchmark's run)."""
+anything else, the comparison table's ratios, and the schedule re-fitted to the budget (the training
+itself is the benchmark's run)."""
 
 import importlib.util
 import json
@@ -60,3 +61,22 @@ def test_table_gives_ems_over_peer_ratios():
     assert rows["Tatoeba P@1"] == ["75.0", "60.0", "1.25"]
     assert rows["FLORES-200 P@1"] == ["30.0", "40.0", "0.75"]
     assert rows["held-out P@1"][2] == "1.00"
+
+
+def test_the_peer_schedule_is_transformers_linear_one_with_a_movable_end():
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    reference = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=150, num_training_steps=900).lr_lambdas[0]
+    schedule = peer.LinearDecay(warmup=150, end=900)
+    assert [schedule(step) for step in range(1000)] == pytest.approx([reference(step) for step in range(1000)])
+    schedule.end = 600  # re-fitted: the decay now reaches 0 at step 600
+    assert schedule(375) == pytest.approx(0.5) and schedule(600) == 0.0 and schedule(700) == 0.0
+
+
+def test_refit_end_fills_the_budget_at_the_run_s_own_rate():
+    # 100 steps in 100 s, 1.1 steps/s: 400 s left are 440 more steps
+    assert peer.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=1000) == 540
+    assert peer.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=500) == 500  # the loop's bound
+    assert peer.refit_end(step=100, elapsed=600.0, steady_rate=1.1, seconds=500.0, cap=1000) == 101  # over budget
