@@ -1,0 +1,33 @@
+"""benchmarks/encode_throughput.py end to end on a small model and real FLORES-200 lines: the report
+(both rates, their ratio, the vectors' agreement) and its one-line refusals. The figures themselves
+are the benchmark's run on a quiet machine."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from ems.cli import run_main
+from tests.conftest import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("encode_throughput", REPO_ROOT / "benchmarks" / "encode_throughput.py")
+bench = importlib.util.module_from_spec(spec)
+sys.modules["encode_throughput"] = bench
+spec.loader.exec_module(bench)
+
+
+def test_the_report_compares_the_same_vectors(model_dir, data_dir, tmp_path):
+    argv = ["--model", str(model_dir), "--out", str(tmp_path), "--data-dir", str(data_dir)]
+    assert run_main(bench.main, [*argv, "--languages", "de,ja", "--sentences", "20", "--repeats", "1"]) == 0
+    report = json.loads((tmp_path / "encode_throughput.json").read_text())
+    assert report["sentences"] == 60 and report["languages"] == ["de", "ja", "en"]
+    assert report["min_row_cosine"] >= bench.MIN_COSINE
+    ratio = report["ems_sentences_per_s"] / report["st_sentences_per_s"]  # of the rates as rounded in the report
+    assert report["ems_over_st"] == pytest.approx(ratio, abs=2e-3)
+
+
+def test_a_language_the_model_lacks_is_one_line(model_dir, data_dir, tmp_path, capsys):
+    argv = ["--model", str(model_dir), "--out", str(tmp_path), "--data-dir", str(data_dir), "--languages", "zh"]
+    assert run_main(bench.main, argv) == 2
+    assert capsys.readouterr().err.strip() == f"error: {model_dir} has no language zh; it has de, en, fr, ja"
