@@ -11,7 +11,9 @@ variant's overrides and its seed into OUT/runs/<variant>/seed<k>/, and is scored
 evaluation suite (eval.run_all on the trained languages; default: the held-out pairs, Tatoeba and
 FLORES-200 devtest) on the config's `metrics`. Reference encoders (e.g. the teacher) are scored
 once with the same suite, as rows of the table. A run that already has its scores is not trained
-again, so an interrupted ablation resumes where it stopped. Writes OUT/ablation.json, OUT/ablation.md
+again, and one whose training finished (trained.json) but whose scoring did not (killed, or a metric
+path the results lack: one line naming what they have) is scored again without retraining, so an
+interrupted ablation resumes where it stopped. Writes OUT/ablation.json, OUT/ablation.md
 (the table) and OUT/ablation.png (means with sd bars).
 """
 
@@ -28,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from ems.cli import add_debug_option, run_main
+from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import FieldsOf, load_config, merge
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
 from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
 
 SCORES_FILE = "scores.json"
+TRAINED_FILE = "trained.json"  # a run's training is done: its steps, seconds and model directory
 DEFAULT_METRICS = {
     "held-out P@1": {"task": "heldout", "path": ["average", "mean"]},
     "Tatoeba P@1": {"task": "tatoeba", "path": ["average", "mean"]},
@@ -65,19 +68,30 @@ class AblationConfig:
     teacher_batch_size: int = 64  # sentences per teacher call when building a teacher store
 
 
+class MetricNotFound(UserError, KeyError):
+    """A metric of the ablation config that a run's results do not have; the message names what is there."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
 def metric_value(results: dict, metric: dict) -> float:
     """One number from eval.run_all results ({task: eval.results.TaskResult}): the task's result
     mapping (TaskResult.to_dict) followed down `path`, or its mean over its ["languages"][row] for
-    each of `rows`, times `scale` (default 1). KeyError naming what is missing."""
+    each of `rows`, times `scale` (default 1). MetricNotFound naming what is missing and what is there."""
     result = results.get(metric["task"])
     if result is None or not result.ran:
-        raise KeyError(f"task {metric['task']} has no result ({result.error if result else 'not in the suite'})")
+        raise MetricNotFound(f"task {metric['task']} has no result ({result.error if result else 'not in the suite'})")
     task = result.to_dict()
 
     def follow(node, where: str) -> float:
-        for key in metric["path"]:
+        for depth, key in enumerate(metric["path"]):
             if not isinstance(node, dict) or node.get(key) is None:
-                raise KeyError(f"{where} has no {'/'.join(metric['path'])}")
+                there = sorted(node) if isinstance(node, dict) else type(node).__name__
+                raise MetricNotFound(
+                    f"{where} has no {'/'.join(metric['path'])}: "
+                    f"{'/'.join([where, *metric['path'][:depth]])} has {there}"
+                )
             node = node[key]
         return float(node)
 
@@ -85,7 +99,7 @@ def metric_value(results: dict, metric: dict) -> float:
         rows = task.get("languages", {})
         missing = [row for row in metric["rows"] if row not in rows]
         if missing:
-            raise KeyError(f"task {metric['task']} has no rows {missing}")
+            raise MetricNotFound(f"task {metric['task']} has no rows {missing}")
         value = statistics.fmean(follow(rows[row], f"{metric['task']}/{row}") for row in metric["rows"])
     else:
         value = follow(task, metric["task"])
@@ -274,20 +288,25 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
         for seed in cfg.seeds:
             run_dir = out / "runs" / variant.replace(" ", "_") / f"seed{seed}"
             scores_file = run_dir / SCORES_FILE
+            trained_file = run_dir / TRAINED_FILE
             if not scores_file.is_file():
                 print(f"\n== {variant}, seed {seed} ==", flush=True)
-                started = time.time()
-                shutil.rmtree(run_dir / "run", ignore_errors=True)  # a run killed before its scores restarts
-                values = {**data_paths(prepared, data_dir), "out": str(run_dir / "run"), "seed": seed}
-                values = merge(merge(values, cfg.train_overrides), variant_overrides)
-                result = train(load_config(TrainConfig, _resolve(cfg.train_config), overrides, values))
-                train_seconds = round(time.time() - started)
-                model_dir = Path(result["model_dir"])
+                if not trained_file.is_file():
+                    started = time.time()
+                    shutil.rmtree(run_dir / "run", ignore_errors=True)  # a run killed in training restarts
+                    values = {**data_paths(prepared, data_dir), "out": str(run_dir / "run"), "seed": seed}
+                    values = merge(merge(values, cfg.train_overrides), variant_overrides)
+                    result = train(load_config(TrainConfig, _resolve(cfg.train_config), overrides, values))
+                    trained = {"steps": result["steps"], "train_seconds": round(time.time() - started)}
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    trained_file.write_text(json.dumps({**trained, "model_dir": result["model_dir"]}) + "\n")
+                trained = json.loads(trained_file.read_text())  # scored again without retraining if scoring failed
+                model_dir = Path(trained["model_dir"])
                 record = {
                     "variant": variant,
                     "seed": seed,
-                    "steps": result["steps"],
-                    "train_seconds": train_seconds,
+                    "steps": trained["steps"],
+                    "train_seconds": trained["train_seconds"],
                     **score_encoder(
                         load(model_dir),
                         model_dir.parent / "eval",

@@ -1,8 +1,15 @@
-"""The ablation's metric columns read from eval.run_all results (hand-checked values)."""
+"""The ablation's metric columns read from eval.run_all results (hand-checked values), and a run
+resumed between training and scoring."""
+
+import json
 
 import pytest
 
-from ems.ablation import DEFAULT_METRICS, metric_value, summarize, summary_table
+import ems.ablation
+import ems.encoder
+import ems.train
+from ems.ablation import DEFAULT_METRICS, AblationConfig, MetricNotFound, metric_value, summarize, summary_table
+from ems.cli import UserError
 from eval.results import TaskResult
 
 RESULTS = {
@@ -34,11 +41,45 @@ def test_metric_value_follows_the_path_and_averages_rows():
         ({"task": "nothing", "path": ["average"]}, "not in the suite"),
         ({"task": "sts2017", "rows": ["track1.ar-ar"], "path": ["raw", "spearman"]}, "track1.ar-ar"),
         ({"task": "sts2017", "rows": ["track2.ar-en"], "path": ["raw", "pearson"]}, "raw/pearson"),
+        (
+            {"task": "tatoeba", "path": ["average", "accuracy"]},
+            r"^tatoeba has no average/accuracy: tatoeba/average has \['mean'\]$",
+        ),
     ],
 )
 def test_metric_value_names_what_is_missing(metric, message):
-    with pytest.raises(KeyError, match=message):
+    with pytest.raises(MetricNotFound, match=message) as raised:
         metric_value(RESULTS, metric)
+    assert isinstance(raised.value, UserError)  # one line from the command, not a traceback
+
+
+def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_path, monkeypatch):
+    trainings, scorings = [], []
+
+    def fake_train(cfg):
+        trainings.append(cfg.seed)
+        (tmp_path / "model").mkdir(exist_ok=True)
+        return {"steps": 7, "model_dir": str(tmp_path / "model")}
+
+    def fake_score(encoder, eval_dir, cfg, *args):
+        scorings.append(eval_dir)
+        if len(scorings) == 1:  # the first scoring fails (a metric path the results lack, or a kill)
+            raise MetricNotFound("sib200 has no average/mean: sib200/average has ['accuracy', 'n_languages']")
+        return {"x": 1.0}
+
+    monkeypatch.setattr(ems.train, "train", fake_train)
+    monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
+    monkeypatch.setattr(ems.ablation, "score_encoder", fake_score)
+    out = tmp_path / "ablation"
+    (out / "data" / "shards" / "heldout").mkdir(parents=True)
+    (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")  # data prepared before
+    cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
+    with pytest.raises(MetricNotFound):
+        ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    assert trainings == [0] and len(scorings) == 2  # trained once, scored twice
+    scores = json.loads((out / "runs" / "v" / "seed0" / ems.ablation.SCORES_FILE).read_text())
+    assert scores["steps"] == 7 and scores["x"] == 1.0
 
 
 def test_summary_table_has_reference_rows_and_mean_sd():
