@@ -1,7 +1,8 @@
 """Command line of the data-prep pipeline: `python -m data_prep <stage> ...`.
 
-Stages: pairs (list a config's language pairs), fetch (OPUS -> aligned files), import
-(OPUS-MT-testsets Tatoeba Challenge / TICO-19 -> aligned files), split (held-out pairs), clean,
+Stages: pairs (list a config's language pairs), fetch (a config's OPUS corpora and Hugging Face
+datasets -> aligned files), import (OPUS-MT-testsets Tatoeba Challenge / TICO-19, or a Hugging Face
+dataset: --format hf SOURCE -> aligned files), split (held-out pairs), clean,
 pretokenize, vocab, binarize, teacher (a distillation teacher's vectors of the shards' source
 sentences: data_prep.teacher) and all (fetch to binarize in order under one output directory).
 A stage that reads the data-prep config (--config, data_prep.config) takes `--set key=value`
@@ -22,13 +23,13 @@ from pathlib import Path
 
 from data_prep.binarize import binarize
 from data_prep.clean import check_clean_succeeded, clean_corpus, failed_files, load_eval_sentences
-from data_prep.config import PrepConfig
+from data_prep.config import HF_SAMPLES, CorpusSpec, PrepConfig
 from data_prep.opus import MirrorSource, OnlineSource, fetch
 from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus, build_tico19_corpus
 from data_prep.pretokenize import pretokenize_corpus
 from data_prep.split import split_heldout
 from data_prep.vocab import train_vocab
-from ems.cli import add_debug_option, run_main
+from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
 from ems.corpus import CorpusError, list_parallel, pair_dir_name
 from ems.locks import exclusive
@@ -39,7 +40,9 @@ DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data
 def _source(args):
     if args.mirror:
         return MirrorSource(args.mirror)
-    return OnlineSource(args.downloads, catalog=args.catalog)
+    if args.downloads:
+        return OnlineSource(args.downloads, catalog=args.catalog)
+    return None
 
 
 def _config(args) -> PrepConfig:
@@ -47,32 +50,48 @@ def _config(args) -> PrepConfig:
 
 
 def run_fetch(args) -> None:
+    from data_prep.hf import fetch_hf
+
     config = _config(args)
-    report = fetch(config, _source(args), args.out, pairs=args.pair, dry_run=args.dry_run)
-    for entry in report.get("fetched", []):
-        print(f"{entry['corpus']}\t{entry['pair']}\t{entry['status']}\t{entry.get('pairs', '')}")
-        if entry.get("documents_missing") or entry.get("empty_side"):
-            print(
-                f"warning: {entry['corpus']} {entry['pair']}: {entry['documents_missing']} document(s) missing from "
-                f"the sentence archives, {entry['empty_side']} pair(s) with an empty side left out "
-                f"(see the fetch report)",
-                file=sys.stderr,
-            )
-    for pair in report.get("pairs_without_data", []):
-        print(f"warning: no corpus has the pair {pair}", file=sys.stderr)
+    source = _source(args)
+    if config.opus_corpora and source is None:
+        raise UserError(f"{args.config} lists OPUS corpora: give --mirror DIR or --downloads DIR")
+    covered = set()
+    if config.opus_corpora:
+        report = fetch(config, source, args.out, pairs=args.pair, dry_run=args.dry_run)
+        for entry in report.get("fetched", []):
+            print(f"{entry['corpus']}\t{entry['pair']}\t{entry['status']}\t{entry.get('pairs', '')}")
+            if entry.get("documents_missing") or entry.get("empty_side"):
+                print(
+                    f"warning: {entry['corpus']} {entry['pair']}: {entry['documents_missing']} document(s) missing "
+                    f"from the sentence archives, {entry['empty_side']} pair(s) with an empty side left out "
+                    f"(see the fetch report)",
+                    file=sys.stderr,
+                )
+        covered |= {e["pair"] for e in report.get("fetched", []) if e["status"] in ("fetched", "exists")}
+        covered |= {job["l1"] + "-" + job["l2"] for job in report.get("jobs", [])}
+    for entry in fetch_hf(config, args.out, pairs=args.pair, dry_run=args.dry_run, cache_dir=args.cache_dir):
+        for pair, counts in entry["pairs"].items():
+            if not args.dry_run:
+                print(f"hf:{entry['source']}\t{pair}\t{entry['status']}\t{counts['kept']}")
+            covered.add(pair)
+    for pair in args.pair or config.pair_names():
+        if pair not in covered:
+            print(f"warning: no corpus has the pair {pair}", file=sys.stderr)
 
 
 IMPORTERS = {"tatoeba-challenge": build_tatoeba_challenge_corpus, "tico19": build_tico19_corpus}
 
 
-def _merge_option(items: list[str] | None) -> dict[str, str]:
-    merge = {}
+def _pairs_option(option: str, items: list[str] | None, example: str) -> dict[str, str]:
+    """`--option KEY=VALUE ...` items as a dict; ValueError naming the option for an item without '='."""
+    pairs = {}
     for item in items or []:
-        source, equals, target = item.partition("=")
-        if not (source and equals and target):
-            raise ValueError(f"--merge takes FROM=TO language codes (e.g. prs=fa), got {item!r}")
-        merge[source] = target
-    return merge
+        key, equals, value = item.partition("=")
+        if not (key and equals and value):
+            raise ValueError(f"{option} takes KEY=VALUE items (e.g. {example}), got {item!r}")
+        pairs[key] = value
+    return pairs
 
 
 def _import_summary(report: dict) -> str:
@@ -98,11 +117,61 @@ def _import_summary(report: dict) -> str:
     return " | ".join(parts)
 
 
+HF_ONLY = ("split", "columns", "min_score", "max_pairs", "name", "cache_dir")
+
+
 def run_import(args) -> None:
-    report = IMPORTERS[args.format](args.input, args.out, languages=args.languages, merge=_merge_option(args.merge))
+    if args.format == "hf":
+        return run_import_hf(args)
+    given = [f"--{option.replace('_', '-')}" for option in HF_ONLY if getattr(args, option) is not None]
+    if args.source is not None or args.input is None or given or args.no_streaming:
+        raise UserError(
+            f"--format {args.format} reads --in DIR; SOURCE, {', '.join(f'--{o}' for o in HF_ONLY)} and "
+            f"--no-streaming are for --format hf" + (f" (given: {', '.join(given)})" if given else "")
+        )
+    report = IMPORTERS[args.format](
+        args.input, args.out, languages=args.languages, merge=_pairs_option("--merge", args.merge, "prs=fa")
+    )
     for code, count in report["languages"].items():
         print(f"{pair_dir_name('en', code)}\t{count}")
     print(_import_summary(report))
+
+
+def run_import_hf(args) -> None:
+    from data_prep.hf import REPORT_FILE, import_hf
+
+    source = args.source or (str(args.input) if args.input is not None else None)
+    if source is None or (args.source is not None and args.input is not None):
+        raise UserError("--format hf takes one SOURCE: a Hub id (owner/name[:config]) or a local path")
+    if args.merge:
+        raise UserError("--merge is for --format tatoeba-challenge and tico19")
+    spec = CorpusSpec(
+        name=args.name or "",
+        hf=source,
+        split=args.split,
+        columns=_pairs_option("--columns", args.columns, "source=en target=de"),
+        languages=args.languages,
+        min_score=args.min_score,
+        max_pairs=args.max_pairs,
+        sample=args.sample,
+        seed=args.seed,
+    )
+    entry = import_hf(spec, args.out, streaming=not args.no_streaming, cache_dir=args.cache_dir)
+    if entry["status"] == "exists":
+        print(f"{entry['name']}: already imported with these settings (nothing read); see {args.out / REPORT_FILE}")
+    for pair, counts in entry["pairs"].items():
+        skipped = ", ".join(f"{reason} {count}" for reason, count in counts["skipped"].items()) or "none"
+        print(f"{pair}\tread {counts['read']}\tkept {counts['kept']}\tskipped: {skipped}")
+    source_skips = "; ".join(
+        f"{reason} " + ", ".join(f"{tag} {count}" for tag, count in tags.items())
+        for reason, tags in entry["skipped"].items()
+    )
+    print(
+        f"{entry['name']}: {entry['rows_read']} rows read ({entry['layout']}: {entry['columns']})"
+        + (", stopped once the cap was reached" if entry["stopped_early"] else "")
+        + (f"; rows skipped: {source_skips}" if source_skips else "")
+        + f"; report: {args.out / REPORT_FILE}"
+    )
 
 
 def run_split(args) -> None:
@@ -235,15 +304,16 @@ def parser() -> argparse.ArgumentParser:
         )
 
     def source(p):
-        group = p.add_mutually_exclusive_group(required=True)
-        group.add_argument("--mirror", type=Path, help="offline: a local directory in the OPUS layout")
-        group.add_argument("--downloads", type=Path, help="online: where OPUS files are downloaded (and resumed)")
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--mirror", type=Path, help="OPUS offline: a local directory in the OPUS layout")
+        group.add_argument("--downloads", type=Path, help="OPUS online: where OPUS files are downloaded (and resumed)")
         p.add_argument(
             "--catalog",
             choices=("online", "local"),
             default="online",
             help="list OPUS files through its API, or from the catalogue shipped in opustools",
         )
+        p.add_argument("--cache-dir", help="hf: corpora: the datasets cache (default: datasets' own)")
 
     def data_dir(p):
         p.add_argument(
@@ -254,21 +324,58 @@ def parser() -> argparse.ArgumentParser:
         )
 
     stage("pairs", lambda a: print("\n".join(_config(a).pair_names())), "print a config's language pairs", config)
-    fetch_parser = stage("fetch", run_fetch, "OPUS corpora -> aligned Moses-style files", config, out, pair, source)
+    fetch_parser = stage(
+        "fetch", run_fetch, "OPUS corpora and hf: datasets -> aligned Moses-style files", config, out, pair, source
+    )
     fetch_parser.add_argument("--dry-run", action="store_true", help="print what would be fetched and stop")
     import_parser = stage(
         "import",
         run_import,
-        "OPUS-MT-testsets Tatoeba Challenge or TICO-19 -> aligned English-X files "
-        "(counts before the clean stage's deduplication)",
-        inp,
+        "OPUS-MT-testsets Tatoeba Challenge or TICO-19 (--in DIR), or a Hugging Face dataset (--format hf SOURCE) "
+        "-> aligned files (counts before the clean stage's deduplication)",
         out,
     )
-    import_parser.add_argument("--format", choices=sorted(IMPORTERS), required=True)
-    import_parser.add_argument("--languages", nargs="+", help="language codes to keep (e.g. de zh); default: all")
+    import_parser.add_argument("--in", dest="input", type=Path, help="the corpus root to read (not for hf)")
+    import_parser.add_argument(
+        "source",
+        nargs="?",
+        help="hf: a Hub id (owner/name[:config]) or a local path (a save_to_disk directory, a directory of data "
+        "files, parquet / arrow / jsonl / csv / tsv files or a glob)[:config]",
+    )
+    import_parser.add_argument("--format", choices=sorted([*IMPORTERS, "hf"]), required=True)
+    import_parser.add_argument(
+        "--languages",
+        nargs="+",
+        help="codes to keep (e.g. de zh; default: all); hf: the source and target columns' two languages",
+    )
     import_parser.add_argument(
         "--merge", nargs="+", metavar="FROM=TO", help="fold a language into another, e.g. prs=fa"
     )
+    import_parser.add_argument("--split", help="hf: the split (default: train, or the only one)")
+    import_parser.add_argument(
+        "--columns",
+        nargs="+",
+        metavar="ROLE=COLUMN",
+        help="hf: the columns, roles translation, source, target, source_language, target_language, score "
+        "(default: recognised from their names)",
+    )
+    import_parser.add_argument("--min-score", type=float, help="hf: keep pairs whose score is at least this")
+    import_parser.add_argument("--max-pairs", type=int, help="hf: at most this many pairs per language pair")
+    import_parser.add_argument(
+        "--sample",
+        choices=HF_SAMPLES,
+        default="reservoir",
+        help="hf, with --max-pairs: a seeded uniform sample (one pass; the sample is held in memory) or the "
+        "first pairs (stops reading once full)",
+    )
+    import_parser.add_argument("--seed", type=int, default=0, help="hf: the sample's seed")
+    import_parser.add_argument("--name", help="hf: the corpus files' name (default: the dataset's, with its config)")
+    import_parser.add_argument(
+        "--no-streaming",
+        action="store_true",
+        help="hf: prepare the dataset in the datasets cache first instead of streaming it",
+    )
+    import_parser.add_argument("--cache-dir", help="hf: the datasets cache (default: datasets' own)")
     split_parser = stage("split", run_split, "held-out pairs per language pair, kept out of training", inp)
     split_parser.add_argument("--train-out", type=Path, required=True)
     split_parser.add_argument("--heldout-out", type=Path, required=True)
@@ -323,7 +430,7 @@ def parser() -> argparse.ArgumentParser:
     stage(
         "all",
         run_all,
-        "fetch, clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
+        "fetch (OPUS and hf: corpora), clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
         config,
         out,
         source,

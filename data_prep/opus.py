@@ -300,7 +300,7 @@ def plan_jobs(config: PrepConfig, source, pairs: list[str] | None = None) -> tup
     for pair in wanted:
         l1, l2 = pair.split("-")
         covered = False
-        for spec in sorted(config.corpora, key=lambda spec: spec.only_uncovered):
+        for spec in sorted(config.opus_corpora, key=lambda spec: spec.only_uncovered):
             for opus_l1 in config.opus_codes_of(l1):
                 for opus_l2 in config.opus_codes_of(l2):
                     job = FetchJob(spec, l1, l2, opus_l1, opus_l2)
@@ -390,11 +390,8 @@ def fetch_job(job: FetchJob, source, out_root: Path) -> dict:
         write_parallel(out_root, job.output_name, job.l1, job.l2, _pairs(reader, cap, counts, where))
     except FetchError:
         raise
-    except READ_ERRORS as error:
+    except READ_ERRORS as error:  # write_parallel removed its partial files and the emptied pair folder
         raise FetchError(f"{where}: reading from OPUS failed: {error}") from error
-    finally:
-        if path_l1.parent.is_dir() and not any(path_l1.parent.iterdir()):
-            path_l1.parent.rmdir()  # a pair folder this failure left empty
     missing = sorted(counts["missing"])
     return {
         **entry,

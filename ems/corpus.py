@@ -7,6 +7,7 @@ hold one sentence per line in UTF-8; line i of one file translates line i of the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
@@ -19,6 +20,11 @@ class CorpusError(ValueError):
 # Every character str.splitlines() breaks on: a text holding one would shift the
 # alignment for any reader that splits lines more eagerly than on "\n" alone.
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def has_line_break(text: str) -> bool:
+    """Whether `text` holds a character that str.splitlines() breaks on (a corpus line cannot)."""
+    return not _LINE_BREAKS.isdisjoint(text)
 
 
 @dataclass
@@ -66,6 +72,65 @@ def pair_dir_name(l1: str, l2: str) -> str:
     return "-".join(sorted((l1, l2)))
 
 
+class ParallelWriter:
+    """Aligned pairs of one corpus and language pair, written as ``root/<pair>/<name>.<lang>``
+    through ``.partial`` files that are renamed into place by `commit` (all at once, when every
+    pair is written) and removed by `discard`; as a context manager it commits on success and
+    discards on any exception, so a file in place is always whole.
+
+        with ParallelWriter(root, "TED2020", "de", "en") as writer:
+            writer.write("Hallo.", "Hello.")
+
+    `write` raises CorpusError if a text contains a line break (it would break the line
+    alignment) or is not a str; `count` is the pairs written so far, `paths` the two final paths
+    (lang_a's first).
+    """
+
+    def __init__(self, root: str | Path, name: str, lang_a: str, lang_b: str) -> None:
+        if not name or "/" in name or name.startswith("."):
+            raise CorpusError(f"invalid corpus name {name!r}")
+        self.pair_dir = Path(root) / pair_dir_name(lang_a, lang_b)
+        self.langs = (lang_a, lang_b)
+        self.paths = (self.pair_dir / f"{name}.{lang_a}", self.pair_dir / f"{name}.{lang_b}")
+        self._partials = tuple(path.with_name(path.name + ".partial") for path in self.paths)
+        self.pair_dir.mkdir(parents=True, exist_ok=True)
+        self._files = [open(path, "w", encoding="utf-8", newline="\n") for path in self._partials]
+        self.count = 0
+
+    def write(self, text_a: str, text_b: str) -> None:
+        where = f"pair {self.count + 1} for {self.paths[0]} / {self.paths[1]}"
+        _check_line_text(text_a, where, self.langs[0])
+        _check_line_text(text_b, where, self.langs[1])
+        self._files[0].write(text_a + "\n")
+        self._files[1].write(text_b + "\n")
+        self.count += 1
+
+    def commit(self) -> tuple[Path, Path]:
+        for file in self._files:
+            file.close()
+        for partial, path in zip(self._partials, self.paths):
+            partial.replace(path)
+        return self.paths
+
+    def discard(self) -> None:
+        """Remove the partial files, and the pair directory when that leaves it empty."""
+        for file in self._files:
+            file.close()
+        for partial in self._partials:
+            partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not empty: other corpora of the pair are there
+            self.pair_dir.rmdir()
+
+    def __enter__(self) -> ParallelWriter:
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        if error_type is None:
+            self.commit()
+        else:
+            self.discard()
+
+
 def write_parallel(
     root: str | Path,
     name: str,
@@ -77,39 +142,18 @@ def write_parallel(
 
     Returns the paths of the lang_a and lang_b files (in that order). Raises CorpusError
     if a text contains a line break, since it would break the line alignment; the files
-    are then left as they were, not half written.
+    are then left as they were, not half written (`ParallelWriter`).
     """
-    if not name or "/" in name or name.startswith("."):
-        raise CorpusError(f"invalid corpus name {name!r}")
-    pair_dir = Path(root) / pair_dir_name(lang_a, lang_b)
-    pair_dir.mkdir(parents=True, exist_ok=True)
-    path_a = pair_dir / f"{name}.{lang_a}"
-    path_b = pair_dir / f"{name}.{lang_b}"
-    partial_a = pair_dir / f"{name}.{lang_a}.partial"
-    partial_b = pair_dir / f"{name}.{lang_b}.partial"
-    try:
-        with (
-            open(partial_a, "w", encoding="utf-8", newline="\n") as file_a,
-            open(partial_b, "w", encoding="utf-8", newline="\n") as file_b,
-        ):
-            for pair_no, (text_a, text_b) in enumerate(pairs, start=1):
-                for text, lang in ((text_a, lang_a), (text_b, lang_b)):
-                    _check_line_text(text, f"pair {pair_no} for {path_a} / {path_b}", lang)
-                file_a.write(text_a + "\n")
-                file_b.write(text_b + "\n")
-    except BaseException:
-        partial_a.unlink(missing_ok=True)
-        partial_b.unlink(missing_ok=True)
-        raise
-    partial_a.replace(path_a)
-    partial_b.replace(path_b)
-    return path_a, path_b
+    with ParallelWriter(root, name, lang_a, lang_b) as writer:
+        for text_a, text_b in pairs:
+            writer.write(text_a, text_b)
+    return writer.paths
 
 
 def _check_line_text(text: object, where: str, lang: str) -> None:
     if not isinstance(text, str):
         raise CorpusError(f"{where}: the {lang} side is {type(text).__name__}, not str")
-    if not _LINE_BREAKS.isdisjoint(text):
+    if has_line_break(text):
         raise CorpusError(
             f"{where}: the {lang} text contains a line break, which would break the line alignment: {text!r}"
         )

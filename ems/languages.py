@@ -314,6 +314,20 @@ def _canonical_language(tag: str) -> str:
     return language
 
 
+def split_language_pair(name: str) -> tuple[str, str] | None:
+    """The two canonical codes a language-pair name such as a dataset config's joins with "-":
+    `en-de`, `deu_Latn-eng_Latn`, `en-pt-br` (en, pt), `zh-tw-en` (zh, en). The name is split at its
+    first "-" whose two sides are both language tags (so `en-pt-br` is en | pt-br, never en-pt | br);
+    None when no "-" splits it so."""
+    parts = name.split("-")
+    for cut in range(1, len(parts)):
+        left, right = "-".join(parts[:cut]), "-".join(parts[cut:])
+        codes = [_canonical_or_none(side) for side in (left, right)]
+        if all(codes):
+            return codes[0], codes[1]
+    return None
+
+
 def closest_language_codes(tag: str, n: int = 3) -> list[str]:
     """Up to `n` codes a mistyped or unknown tag most likely meant, each with its language's name
     where the Tatoeba table has one ("deu (German)"): a language named in English ("German") gives

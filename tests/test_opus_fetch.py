@@ -231,4 +231,7 @@ def test_bad_caps_are_rejected_with_the_corpus_named(cap, problem):
     assert str(error.value) == f"PrepConfig: corpora[0]: max_pairs must be {problem}"
     with pytest.raises(ConfigError) as error:
         load_config(PrepConfig, values={**raw, "corpora": [{"name": "UNPC"}]})
-    assert str(error.value) == "PrepConfig: corpora[0]: missing required key(s) ['release']"
+    assert str(error.value) == (
+        "PrepConfig: corpora[0]: an OPUS corpus needs a name and a release (a Hugging Face dataset: hf); "
+        "missing: release"
+    )
