@@ -83,13 +83,13 @@ def run_fetch(args) -> None:
 IMPORTERS = {"tatoeba-challenge": build_tatoeba_challenge_corpus, "tico19": build_tico19_corpus}
 
 
-def _pairs_option(option: str, items: list[str] | None, example: str) -> dict[str, str]:
+def _pairs_option(option: str, items: list[str] | None, form: str, example: str) -> dict[str, str]:
     """`--option KEY=VALUE ...` items as a dict; ValueError naming the option for an item without '='."""
     pairs = {}
     for item in items or []:
         key, equals, value = item.partition("=")
         if not (key and equals and value):
-            raise ValueError(f"{option} takes KEY=VALUE items (e.g. {example}), got {item!r}")
+            raise ValueError(f"{option} takes {form} (e.g. {example}), got {item!r}")
         pairs[key] = value
     return pairs
 
@@ -130,7 +130,10 @@ def run_import(args) -> None:
             f"--no-streaming are for --format hf" + (f" (given: {', '.join(given)})" if given else "")
         )
     report = IMPORTERS[args.format](
-        args.input, args.out, languages=args.languages, merge=_pairs_option("--merge", args.merge, "prs=fa")
+        args.input,
+        args.out,
+        languages=args.languages,
+        merge=_pairs_option("--merge", args.merge, "FROM=TO language codes", "prs=fa"),
     )
     for code, count in report["languages"].items():
         print(f"{pair_dir_name('en', code)}\t{count}")
@@ -149,7 +152,7 @@ def run_import_hf(args) -> None:
         name=args.name or "",
         hf=source,
         split=args.split,
-        columns=_pairs_option("--columns", args.columns, "source=en target=de"),
+        columns=_pairs_option("--columns", args.columns, "ROLE=COLUMN items", "source=en target=de"),
         languages=args.languages,
         min_score=args.min_score,
         max_pairs=args.max_pairs,

@@ -149,8 +149,11 @@ class Layout:
         n = len(batch[self.columns["source"]])
         if self.languages is not None:
             tags_a, tags_b = itertools.repeat(self.languages[0], n), itertools.repeat(self.languages[1], n)
-        else:
-            tags_a, tags_b = batch[self.columns["source_language"]], batch[self.columns["target_language"]]
+        else:  # a missing or non-text tag (a mixed JSON column) counts under its repr, e.g. "None"
+            tags_a, tags_b = (
+                [tag if isinstance(tag, str) else repr(tag) for tag in batch[self.columns[role]]]
+                for role in ("source_language", "target_language")
+            )
         scores = batch[score_column] if score_column else itertools.repeat(None, n)
         yield from zip(tags_a, tags_b, batch[self.columns["source"]], batch[self.columns["target"]], scores)
 
@@ -683,15 +686,16 @@ def _config_languages(config: str | None, layout_name: str, columns: dict, where
         raise HFImportError(
             f"{where}: cannot tell the languages of the columns {columns['source']} and {columns['target']}: "
             f"no --languages (languages: in the config), no language columns "
-            f"({', '.join('/'.join(names) for names in LANGUAGE_COLUMNS)}; {listing}) and no language pair in "
-            f"the config name {config!r} (such as en-de); give them as --languages SOURCE TARGET"
+            f"({', '.join('/'.join(names) for names in LANGUAGE_COLUMNS)}; {listing}) and "
+            + (f"no language pair in the config name {config!r}" if config else "no config name")
+            + " (such as en-de); give them as --languages SOURCE TARGET"
         )
     return pair
 
 
 def _check_types(features, columns: dict, where: str) -> None:
     """HFImportError for a text column that holds no text or a score column that holds no numbers,
-    where the dataset declares its features (a streamed JSON file may not: its rows are checked)."""
+    where the dataset declares its features (a column of mixed JSON values has its rows checked)."""
     import datasets
 
     if not features:
@@ -699,6 +703,8 @@ def _check_types(features, columns: dict, where: str) -> None:
     for role, column in columns.items():
         feature = features.get(column)
         dtype = getattr(feature, "dtype", None)
+        if isinstance(feature, datasets.Json):  # values of mixed types (JSON): each row is checked
+            continue
         if role in ("source", "target", "source_language", "target_language"):
             if dtype not in ("string", "large_string"):
                 raise HFImportError(f"{where}: the {role} column {column!r} holds {feature}, not text")
