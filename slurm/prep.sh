@@ -5,6 +5,11 @@
 #
 #   CONFIG=configs/data/ems62.yaml OUT=runs/ems62 DOWNLOADS=/scratch/opus bash slurm/prep.sh
 #   CONFIG=configs/data/small.yaml OUT=runs/small MIRROR=/data/OPUS bash slurm/prep.sh   # offline mirror
+#   CONFIG=configs/data/distill_hf.yaml OUT=runs/dh bash slurm/prep.sh   # hf: corpora only: no OPUS source
+#
+# A pair task fetches the config's OPUS corpora and its hf: corpora (Hugging Face datasets) of that
+# pair; an hf: corpus whose pair is not known before reading (language columns) is read by every
+# task, each keeping its own pair. HF_DATASETS_CACHE / HF_HUB_OFFLINE reach the tasks (--export=ALL).
 #
 # Every stage resumes: a resubmitted task keeps finished downloads, files and shard parts.
 # What a user edits: the #SBATCH lines (time, partition, CPUs) and CONFIG/OUT/DOWNLOADS|MIRROR/DATA_DIR.
@@ -21,8 +26,10 @@ OUT=${OUT:?set OUT to the output directory}
 DATA_DIR=${DATA_DIR:-${EMS_DATA_DIR:-../shared/data}}
 if [[ -n "${MIRROR:-}" ]]; then
     SOURCE=(--mirror "$MIRROR")
+elif [[ -n "${DOWNLOADS:-}" ]]; then
+    SOURCE=(--downloads "$DOWNLOADS" --catalog "${CATALOG:-online}")
 else
-    SOURCE=(--downloads "${DOWNLOADS:?set DOWNLOADS (online) or MIRROR (local OPUS layout)}" --catalog "${CATALOG:-online}")
+    SOURCE=()  # fetch refuses a config with OPUS corpora: set DOWNLOADS (online) or MIRROR (local OPUS layout)
 fi
 PYTHON=${PYTHON:-python}
 
@@ -39,7 +46,7 @@ fi
 
 if [[ "${STAGE:?}" == pair ]]; then
     pair=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$OUT/pairs.txt")
-    "$PYTHON" -m data_prep fetch --config "$CONFIG" "${SOURCE[@]}" --out "$OUT/raw" --pair "$pair"
+    "$PYTHON" -m data_prep fetch --config "$CONFIG" ${SOURCE[@]+"${SOURCE[@]}"} --out "$OUT/raw" --pair "$pair"
     "$PYTHON" -m data_prep clean --config "$CONFIG" --data-dir "$DATA_DIR" --in "$OUT/raw" --out "$OUT/clean" --pair "$pair"
     "$PYTHON" -m data_prep pretokenize --in "$OUT/clean" --out "$OUT/pretok" --pair "$pair" --workers "$SLURM_CPUS_PER_TASK"
 else

@@ -4,7 +4,6 @@ imported through the real code paths: streamed and prepared, local files and a H
 the datasets cache offline; the corpus written is compared with the pairs computed by hand."""
 
 import json
-import math
 import os
 import random
 import shutil
@@ -22,6 +21,7 @@ from ems.configs import ConfigError, load_config
 from ems.corpus import list_parallel, read_parallel
 from ems.languages import split_language_pair
 from tests.conftest import REPO_ROOT
+from tests.hf_datasets import tatoeba_challenge_pairs, write_parallel_sentences
 
 N = 240  # real pairs per language pair
 
@@ -32,12 +32,11 @@ def lines(path: Path, n: int = N) -> list[str]:
 
 @pytest.fixture(scope="module")
 def real(data_dir):
-    """{pair: [(English, other), ...]}: the first N pairs of Tatoeba Challenge de-en, fr-en and TICO-19 ar-en."""
-    challenge, tico = data_dir / "tatoeba_challenge", data_dir / "tico19" / "en-ar"
-    stem = "tatoeba-test-v2021-08-07"
+    """{xx: [(English, other), ...]}: the first N pairs of Tatoeba Challenge de-en, fr-en and TICO-19 ar-en."""
+    tico = data_dir / "tico19" / "en-ar"
     return {
-        "de": list(zip(lines(challenge / "deu-eng" / f"{stem}.eng"), lines(challenge / "deu-eng" / f"{stem}.deu"))),
-        "fr": list(zip(lines(challenge / "eng-fra" / f"{stem}.eng"), lines(challenge / "eng-fra" / f"{stem}.fra"))),
+        "de": tatoeba_challenge_pairs(data_dir, "deu", N),
+        "fr": tatoeba_challenge_pairs(data_dir, "fra", N),
         "ar": list(zip(lines(tico / "tico19-test.en"), lines(tico / "tico19-test.ar"))),
     }
 
@@ -54,30 +53,10 @@ def english_other(pairs, pair: str) -> list[tuple[str, str]]:
     return [(e, o) if pair.startswith("en-") else (o, e) for e, o in pairs]
 
 
-def write_parallel_sentences(root: Path, real: dict, shards: int = 2) -> Path:
-    """sentence-transformers' parallel-sentences layout: en-de/ and en-fr/ holding parquet shards of
-    (english, non_english), and a README.md whose `configs:` block names them (as on the Hub)."""
-    from datasets import Dataset
-
-    card = ["---", "configs:"]
-    for lang in ("de", "fr"):
-        folder = root / f"en-{lang}"
-        folder.mkdir(parents=True)
-        pairs = real[lang]
-        step = math.ceil(len(pairs) / shards)
-        for shard in range(shards):
-            part = pairs[shard * step : (shard + 1) * step]
-            Dataset.from_dict({"english": [e for e, _ in part], "non_english": [o for _, o in part]}).to_parquet(
-                folder / f"train-{shard:05d}-of-{shards:05d}.parquet"
-            )
-        card += [f"- config_name: en-{lang}", "  data_files:", "  - split: train", f"    path: en-{lang}/train-*"]
-    (root / "README.md").write_text("\n".join(card + ["---", "Real Tatoeba Challenge pairs."]) + "\n")
-    return root
-
-
 @pytest.fixture(scope="module")
 def parallel_sentences(real, tmp_path_factory):
-    return write_parallel_sentences(tmp_path_factory.mktemp("ps") / "parallel-sentences", real)
+    pairs = {lang: real[lang] for lang in ("de", "fr")}
+    return write_parallel_sentences(tmp_path_factory.mktemp("ps") / "parallel-sentences", pairs)
 
 
 def test_readme_configs_load_hub_style_and_give_the_real_pairs(parallel_sentences, real, tmp_path):
