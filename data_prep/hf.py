@@ -17,7 +17,8 @@ dataset's with `.<config>`, and `.<split>` for a split other than train) and its
 Column layouts, recognised in this order (`columns` names them instead: roles translation, source,
 target, source_language, target_language, score):
 - `translation`: a dict {language: text} per row (OPUS-100, opus_books, WMT): its two languages, the
-  two that `languages` picks, or, when the dicts hold more, each row's two non-null ones.
+  two that `languages` picks, or, when the dicts hold more (or JSON rows each their own), each
+  row's two non-null ones (a row with more or fewer: `not_two_texts`).
 - `english` / `non_english` (sentence-transformers' parallel-sentences-*): English and the other
   language of the config name (`en-de`) or of `languages`.
 - `src` / `tgt`, `src` / `trg`, `source` / `target`, `sentence1` / `sentence2`: the languages
@@ -33,8 +34,8 @@ Skips: a pair whose side is null (`null`), not a str (`not_text`), empty once st
 holds a line break (`line_break`), whose score is missing or below min_score (`no_score`,
 `below_min_score`), or that the cap leaves out (`over_cap`) is counted under its language pair;
 a row whose language tag is no language (`unknown_language`, by tag), whose two sides are one
-language (`same_language`) or whose pair was not asked for (`pair_not_selected`) is counted for the
-source. A source with no rows, or none kept, is an HFImportError and writes nothing.
+language (`same_language`), whose pair was not asked for (`pair_not_selected`) or whose translation
+dict holds not exactly two texts (`not_two_texts`) is counted for the source. A source with no rows, or none kept, is an HFImportError and writes nothing.
 
 Caps (`max_pairs`, `max_pairs_for`; per language pair): `sample: reservoir` keeps a uniform sample
 of exactly min(cap, eligible pairs) in one pass (Algorithm R, seeded by `seed` and the pair; the
@@ -139,9 +140,18 @@ class Layout:
                     texts = texts or {}
                     yield tag_a, tag_b, texts.get(key_a), texts.get(key_b), score
                 return
-            for texts, score in zip(dicts, scores):
+            for texts, score in zip(dicts, scores):  # each row's own keys (JSON dicts, or more than two)
                 present = sorted(key for key, text in (texts or {}).items() if text is not None)
-                if len(present) == 2:
+                if self.languages is not None:  # the two asked for; a row lacking one counts as `null`
+                    by_language = {_language_or_none(key): key for key in present}
+                    key_a, key_b = (by_language.get(code) for code in self.languages)
+                    yield (
+                        *self.languages,
+                        texts.get(key_a) if key_a else None,
+                        texts.get(key_b) if key_b else None,
+                        score,
+                    )
+                elif len(present) == 2:
                     yield present[0], present[1], texts[present[0]], texts[present[1]], score
                 else:
                     yield NOT_TWO_TEXTS, NOT_TWO_TEXTS, None, None, score
@@ -658,7 +668,7 @@ def detect_layout(first: dict, features, spec: CorpusSpec, config: str | None, w
         raise HFImportError(f"{where}: min_score needs a score column ({' or '.join(SCORE_COLUMNS)}); {listing}")
     _check_types(features, columns, where)
     if "translation" in columns:
-        return _translation_layout(first, columns, spec, layout_name, where)
+        return _translation_layout(first, features, columns, spec, layout_name, where)
     languages = spec.languages
     language_columns = [columns.get("source_language"), columns.get("target_language")]
     if any(language_columns) and not all(language_columns):
@@ -714,14 +724,20 @@ def _check_types(features, columns: dict, where: str) -> None:
             raise HFImportError(f"{where}: the translation column {column!r} holds {feature}, not texts by language")
 
 
-def _translation_layout(first: dict, columns: dict, spec: CorpusSpec, layout_name: str, where: str) -> Layout:
+def _translation_layout(first: dict, features, columns: dict, spec: CorpusSpec, layout_name: str, where: str) -> Layout:
+    """Fixed keys where the dataset declares two (a Translation feature, a struct), else each row's
+    own: JSON dicts (datasets reads them as a Json feature, keys per row) or more than two languages."""
+    import datasets
+
     column = columns["translation"]
     sample = next((value for value in first[column] if value is not None), None)
     if not isinstance(sample, dict):
         raise HFImportError(f"{where}: the translation column {column!r} holds {sample!r}, not texts by language")
-    keys = list(sample)
-    if spec.languages is None and len(keys) > 2:
-        return Layout(layout_name, columns)  # each row's two texts
+    feature = features.get(column) if features else None
+    keys = feature.languages if isinstance(feature, datasets.Translation) else feature
+    keys = list(keys) if isinstance(keys, (list, dict)) else None
+    if keys is None or (spec.languages is None and len(keys) > 2):
+        return Layout(layout_name, columns, None if spec.languages is None else tuple(spec.languages))
     named = {key: _language_or_none(key) for key in keys}
     unknown = [key for key, code in named.items() if code is None]
     if unknown:

@@ -156,12 +156,27 @@ def test_each_layout_writes_exactly_the_real_pairs(layout_cases, case, tmp_path)
     assert entry["rows_read"] == sum(map(len, expected.values()))
 
 
+def test_translation_dicts_of_several_languages_give_each_rows_pair(real, tmp_path):
+    """A `translation` column whose dicts span de, en and fr: each row's two texts make its pair."""
+    rows = [{"translation": {"de": o, "en": e}} for e, o in real["de"][:50]]
+    rows += [{"translation": {"en": e, "fr": o}} for e, o in real["fr"][:40]]
+    rows.insert(7, {"translation": {"de": "Drei.", "en": "Three.", "fr": "Trois."}})  # not one pair
+    (tmp_path / "multi.jsonl").write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    entry = import_hf(CorpusSpec(hf=str(tmp_path / "multi.jsonl")), tmp_path / "out", progress=False)
+    assert entry["skipped"] == {"not_two_texts": {"translation": 1}}
+    assert corpus(tmp_path / "out", "de-en", "multi") == [(o.strip(), e.strip()) for e, o in real["de"][:50]]
+    assert corpus(tmp_path / "out", "en-fr", "multi") == [(e.strip(), o.strip()) for e, o in real["fr"][:40]]
+    picked = import_hf(CorpusSpec(hf=str(tmp_path / "multi.jsonl"), languages=["fra", "eng"]), tmp_path / "fr")
+    assert list(picked["pairs"]) == ["en-fr"] and picked["pairs"]["en-fr"]["kept"] == 41  # the row of three too
+    assert picked["pairs"]["en-fr"]["skipped"] == {"null": 50}  # the de-en rows have no French
+
+
 @pytest.mark.parametrize("case", ["parquet README configs", "src/tgt, language columns, jsonl", "--columns, csv"])
 def test_streaming_and_prepared_give_the_same_corpus(layout_cases, parallel_sentences, case, tmp_path):
     spec = CorpusSpec(hf=f"{parallel_sentences}:en-fr") if case.startswith("parquet") else layout_cases[case][0]
     streamed = import_hf(spec, tmp_path / "streamed", progress=False)
     prepared = import_hf(spec, tmp_path / "prepared", streaming=False, cache_dir=tmp_path / "cache", progress=False)
-    assert any((tmp_path / "cache").iterdir())  # prepared in the datasets cache, then read
+    assert list((tmp_path / "cache").rglob("*.arrow"))  # prepared in the datasets cache (Arrow files), then read
     assert streamed["pairs"] == prepared["pairs"]
     for pair in streamed["pairs"]:
         assert corpus(tmp_path / "streamed", pair, streamed["name"]) == corpus(
@@ -238,20 +253,22 @@ def test_bad_rows_are_counted_under_their_reason(real, tmp_path):
     from datasets import Dataset
 
     good = real["de"][:20]
-    bad = [
-        (None, "Ein Satz."),
-        ("   ", "Leer."),
-        ("Two\nlines.", "Zwei Zeilen."),
-        ("Line\u2028separator.", "Trenner."),
-        ("Fine.", "Gut."),
+    bad = [  # (English, German, the German side's language tag)
+        (None, "Ein Satz.", "de"),
+        ("   ", "Leer.", "de"),
+        ("Two\nlines.", "Zwei Zeilen.", "de"),
+        ("Line\u2028separator.", "Trenner.", "de"),
+        ("Fine.", "Gut.", "xx-invalid"),
+        ("Same.", "Same.", "en"),
+        ("Missing.", "Fehlt.", None),
     ]
-    rows = {"src": [e for e, _ in good] + [e for e, _ in bad], "tgt": [o for _, o in good] + [o for _, o in bad]}
-    rows["src_lang"] = ["en"] * 25
-    rows["tgt_lang"] = ["de"] * 22 + ["xx-invalid", "en", None]
+    rows = {"src": [e for e, _ in good] + [e for e, _, _ in bad], "tgt": [o for _, o in good] + [o for _, o, _ in bad]}
+    rows["src_lang"] = ["en"] * (len(good) + len(bad))
+    rows["tgt_lang"] = ["de"] * len(good) + [tag for _, _, tag in bad]
     Dataset.from_dict(rows).to_parquet(tmp_path / "bad.parquet")
     entry = import_hf(CorpusSpec(hf=str(tmp_path / "bad.parquet")), tmp_path / "out", progress=False)
     assert entry["skipped"] == {"same_language": {"en": 1}, "unknown_language": {"None": 1, "xx-invalid": 1}}
-    assert entry["pairs"]["de-en"]["skipped"] == {"null": 1, "empty": 1}
+    assert entry["pairs"]["de-en"]["skipped"] == {"null": 1, "empty": 1, "line_break": 2}
     assert corpus(tmp_path / "out", "de-en", "bad") == [(o.strip(), e.strip()) for e, o in good]
     # mixed JSON values: a number where a text should be
     (tmp_path / "mixed.jsonl").write_text(
