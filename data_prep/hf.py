@@ -35,7 +35,8 @@ holds a line break (`line_break`), whose score is missing or below min_score (`n
 `below_min_score`), or that the cap leaves out (`over_cap`) is counted under its language pair;
 a row whose language tag is no language (`unknown_language`, by tag), whose two sides are one
 language (`same_language`), whose pair was not asked for (`pair_not_selected`) or whose translation
-dict holds not exactly two texts (`not_two_texts`) is counted for the source. A source with no rows, or none kept, is an HFImportError and writes nothing.
+dict holds not exactly two texts (`not_two_texts`) is counted for the source. A source with no rows,
+or none kept, is an HFImportError and writes nothing.
 
 Caps (`max_pairs`, `max_pairs_for`; per language pair): `sample: reservoir` keeps a uniform sample
 of exactly min(cap, eligible pairs) in one pass (Algorithm R, seeded by `seed` and the pair; the
