@@ -133,18 +133,18 @@ def test_tokenizer_workers_give_the_vectors_of_one_process(model_dir, flores):
         ems.load(model_dir, tokenizer_workers=-1)
 
 
-def test_no_sentences_an_empty_one_and_a_long_one(model_dir):
+def test_no_sentences_an_empty_one_and_a_long_one(model_dir, flores):
     model = ems.load(model_dir, tokenizer_workers=1)
-    none = model.encode([], "en")
+    none = model.encode([], "de")
     assert none.shape == (0, model.dim) and none.dtype == np.float32
     with pytest.raises(ValueError, match=r"1 sentence\(s\) have no tokens after preprocessing \(first at index 1\)"):
-        model.encode(["Save", ""], "en")
+        model.encode(["Hallo", ""], "de")
     assert model._pool is None  # small calls tokenise here
     max_len = model.model.cfg.max_len
-    long = " ".join(["save the selected objects"] * 60)  # ~300 tokens
-    with pytest.warns(TruncationWarning, match=f"1 of 2 en sentence.*max_len of {max_len}"):
-        vectors = model.encode([long, "Save"], "en", batch_tokens=16)  # each sentence over the budget: alone
-    first = model.tokenizer.encode([long], "en")[0][:max_len]
+    long = " ".join(flores["de"][:8])  # eight sentences in one: ~400 tokens
+    with pytest.warns(TruncationWarning, match=f"1 of 2 de sentence.*max_len of {max_len}"):
+        vectors = model.encode([long, "Hallo"], "de", batch_tokens=16)  # each sentence over the budget: alone
+    first = model.tokenizer.encode([long], "de")[0][:max_len]
     with torch.autocast("cpu", dtype=model.dtype, enabled=model.dtype is not None):
         expected = model.model(torch.tensor([first])).detach().float().numpy()
     assert row_cosines(vectors[:1], expected)[0] >= 0.9999
