@@ -167,7 +167,8 @@ class PackedTokens:
     def unpack(self, packed: Tensor) -> Tensor:
         """(N, k) -> (B, L, k), zeros at pad positions"""
         flat = packed.new_zeros(self.shape.numel(), packed.shape[-1])
-        flat[self.index] = packed  # index_put: 5x faster than index_copy on CPU in fp32 (1.5 against 8.3 ms)
+        # index_put: 5x faster than index_copy on CPU in fp32 (a 128 x 52 layout of 384 wide rows: 1.5 against 8.3 ms)
+        flat[self.index] = packed
         return flat.view(*self.shape, packed.shape[-1])
 
     def mean(self, packed: Tensor) -> Tensor:
