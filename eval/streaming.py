@@ -12,10 +12,8 @@ distinct lines); the later one is then dropped as a duplicate.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import sys
 from array import array
-from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ import numpy as np
 
 from ems.cli import MissingDataError
 from ems.encoder_kinds import CachedEncoder, EMSDirectoryEncoder
+from ems.tokenizer_pool import TokenizerPool
 from eval.evaluators.retrieval import encode_checked
 
 DEFAULT_CHUNK_LINES = 20_000
@@ -171,35 +170,6 @@ def _pretokenized(model, texts: list[str], ids: list[list[int]]):
         model.tokenizer = tokenizer
 
 
-_worker_tokenizer = None
-
-
-def _start_worker(spm_path: str, languages: list[str], preprocessing) -> None:
-    from ems.text import Tokenizer
-
-    global _worker_tokenizer
-    _worker_tokenizer = Tokenizer(spm_path, languages, preprocessing)
-
-
-def _tokenize(texts: list[str], lang: str) -> list[list[int]]:
-    return _worker_tokenizer.encode(texts, lang)
-
-
-def _tokenized_ahead(pool, chunks: Iterable[list[str]], lang: str, ahead: int) -> Iterator[tuple[list[str], list]]:
-    """(texts, token ids) per chunk, in order, with up to `ahead` chunks tokenising in the pool
-    while the caller works on the current one (bounded: the pool's own imap reads its input to
-    the end)."""
-    pending: deque = deque()
-    for texts in chunks:
-        pending.append((texts, pool.apply_async(_tokenize, (texts, lang))))
-        if len(pending) > ahead:
-            texts, result = pending.popleft()
-            yield texts, result.get()
-    while pending:
-        texts, result = pending.popleft()
-        yield texts, result.get()
-
-
 def chunk_embeddings(
     encoder, chunks: Iterable[list[str]], lang: str, tokenizer_workers: int = 0
 ) -> Iterator[np.ndarray]:
@@ -219,12 +189,8 @@ def chunk_embeddings(
         for texts in chunks:
             yield encode_checked(encoder, texts, lang)
         return
-    tokenizer = model.tokenizer
-    context = multiprocessing.get_context("spawn")  # no fork of a process that runs torch threads
-    with context.Pool(
-        tokenizer_workers, _start_worker, (tokenizer.spm_path, tokenizer.languages, tokenizer.preprocessing)
-    ) as pool:
-        for texts, ids in _tokenized_ahead(pool, chunks, lang, tokenizer_workers):
+    with TokenizerPool(model.tokenizer, tokenizer_workers) as pool:
+        for texts, ids in pool.tokenized_ahead(chunks, lang):
             with _pretokenized(model, texts, ids):
                 vectors = encode_checked(encoder, texts, lang)
             yield vectors

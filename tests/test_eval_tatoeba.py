@@ -434,12 +434,15 @@ def test_cli_loads_the_model_and_writes_to_model_eval(tmp_path, monkeypatch):
     model_dir.mkdir()
     loaded = []
     monkeypatch.setattr(
-        ems, "load", lambda path, device: loaded.append((Path(path), device)) or TrigramEncoder(), raising=False
+        ems,
+        "load",
+        lambda path, device, precision: loaded.append((Path(path), device, precision)) or TrigramEncoder(),
+        raising=False,
     )
 
     argv = ["--model", str(model_dir), "--data-dir", str(data_root), "--heldout", str(heldout)]
     assert main(argv + ["--languages", "deu", "--max-sentences", "1", "--device", "cpu"]) == 0
-    assert loaded == [(model_dir, "cpu")]
+    assert loaded == [(model_dir, "cpu", "auto")]
     results = stored_results(model_dir / "eval")
     assert results["tatoeba"]["languages"]["de"]["n"] == 1 and results["tatoeba"]["max_sentences"] == 1
     assert main(["--model", str(model_dir), "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2

@@ -68,7 +68,7 @@ class TrainConfig:
     budget_probe_steps: int = 20
     stop_at_step: int | None = None  # end this invocation (and save) at this step; the schedule still runs to max_steps
     # "bf16": bfloat16 autocast for the forward pass, weights stay fp32; "auto": bf16 where it is
-    # faster than fp32 (`bf16_is_fast`: GPUs, CPUs with AMX/AVX512-BF16; not AVX2-only CPUs,
+    # faster than fp32 (`ems.precision.bf16_is_fast`: GPUs, CPUs with AMX/AVX512-BF16; not AVX2-only CPUs,
     # which emulate it ~50x slower than fp32); "none": fp32
     autocast: str = "none"
     seed: int = 0

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +23,7 @@ import torch
 
 from ems.checkpoint import load_only_tensors
 from ems.configs import merge
+from ems.precision import bf16_is_fast
 from ems.training.config import TrainConfig, resolve
 
 if TYPE_CHECKING:
@@ -158,27 +158,6 @@ def build_engine(
         ) from None
     load_only_tensors(engine)
     return engine
-
-
-def bf16_is_fast(device: torch.device) -> bool:
-    """Whether bf16 matmuls beat fp32 here. CUDA: the GPU supports bf16. CPU: timed on a 256^3
-    product, since CPUs with AMX or AVX512-BF16 run bf16 several times faster than fp32 and
-    AVX2-only CPUs emulate it tens of times slower (both seen on this project's machines)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type != "cpu":
-        return False
-    a, b = torch.randn(256, 256), torch.randn(256, 256)
-
-    def seconds(dtype: torch.dtype) -> float:
-        x, y = a.to(dtype), b.to(dtype)
-        torch.matmul(x, y)
-        start = time.perf_counter()
-        for _ in range(3):
-            torch.matmul(x, y)
-        return time.perf_counter() - start
-
-    return seconds(torch.bfloat16) < seconds(torch.float32)
 
 
 def autocast_context(mode: str, device: torch.device, rank: int) -> contextlib.AbstractContextManager:
