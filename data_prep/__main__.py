@@ -210,7 +210,7 @@ def run_clean(args) -> None:
 
 
 def run_pretokenize(args) -> None:
-    check_clean_succeeded(args.input, args.allow_failed)
+    check_clean_succeeded(args.input, args.allow_failed, args.pair)
     for entry in pretokenize_corpus(args.input, args.out, workers=args.workers, pairs=args.pair):
         print(f"{entry['pair']}\t{entry['name']}\t{entry['status']}")
 
@@ -447,12 +447,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run one stage; a user error raises (ems.cli.run_main turns it into one line and status 2)."""
     args = parser().parse_args(argv)
     # One writer per output directory (ems.locks; beside it: a stage that fails early leaves no
-    # output directory); the vocab stage writes through a staging directory
-    # that it locks itself (ems.artifacts).
+    # output directory), or with --pair one per pair folder: the pair tasks of slurm/prep.sh run side
+    # by side (each writes its own pair folders and reports, or merges its entries into a shared
+    # report under that file's lock), while a run of the whole directory excludes them all. The vocab
+    # stage writes through a staging directory that it locks itself (ems.artifacts).
     out = getattr(args, "out", None)
     with contextlib.ExitStack() as held:
         if out is not None and args.stage != "vocab":
-            held.enter_context(exclusive(out, f"data_prep {args.stage}", inside=False))
+            held.enter_context(
+                exclusive(out, f"data_prep {args.stage}", inside=False, parts=getattr(args, "pair", None))
+            )
         args.func(args)
     return 0
 

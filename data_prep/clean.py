@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.artifacts import write_json
 from ems.configs import ConfigError, out_of_range
 from ems.corpus import CorpusError, ReadReport, list_parallel, read_parallel, write_parallel
 from ems.text import to_simplified
@@ -319,8 +320,7 @@ def clean_corpus(
         "eval_sets": eval_counts or {},
         "pairs": [clean_language_pair(corpus_root, out_root, pair, settings, eval_hashes) for pair in pairs],
     }
-    out_root.mkdir(parents=True, exist_ok=True)
-    (out_root / name).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(out_root / name, report)  # whole: pretokenize tasks of other pairs may be reading it
     return report
 
 
@@ -329,20 +329,23 @@ def failed_files(report: dict) -> list[str]:
     return [f"{p['pair']}/{f['name']}: {f['failed']}" for p in report["pairs"] for f in p["files"] if "failed" in f]
 
 
-def unresolved_failures(corpus_root: str | Path) -> list[str]:
-    """The files the clean stage last failed on in its output `corpus_root` (failed_files over its
-    clean_report*.json; a newer report of a pair, a rerun with --pair, supersedes an older one)."""
+def unresolved_failures(corpus_root: str | Path, pairs: list[str] | None = None) -> list[str]:
+    """The files the clean stage last failed on in its output `corpus_root` (of `pairs` only, when
+    given) (failed_files over its clean_report*.json; a newer report of a pair, a rerun with --pair,
+    supersedes an older one)."""
     latest: dict[str, dict] = {}
     for path in sorted(Path(corpus_root).glob("clean_report*.json"), key=lambda p: p.stat().st_mtime):
         for pair in json.loads(path.read_text(encoding="utf-8"))["pairs"]:
-            latest[pair["pair"]] = pair
+            if pairs is None or pair["pair"] in pairs:
+                latest[pair["pair"]] = pair
     return failed_files({"pairs": list(latest.values())})
 
 
-def check_clean_succeeded(corpus_root: str | Path, allow_failed: bool) -> None:
-    """CorpusError if the clean stage failed on files of `corpus_root` (a stage after it would
-    otherwise go on without them and exit 0), unless `allow_failed`."""
-    failures = unresolved_failures(corpus_root)
+def check_clean_succeeded(corpus_root: str | Path, allow_failed: bool, pairs: list[str] | None = None) -> None:
+    """CorpusError if the clean stage failed on files of `corpus_root` (of `pairs` only, when given: a
+    pair task reads its own) (a stage after it would otherwise go on without them and exit 0), unless
+    `allow_failed`."""
+    failures = unresolved_failures(corpus_root, pairs)
     if failures and not allow_failed:
         more = f" and {len(failures) - 3} more" if len(failures) > 3 else ""
         raise CorpusError(

@@ -63,7 +63,6 @@ import glob
 import itertools
 import json
 import math
-import os
 import random
 import re
 import time
@@ -73,6 +72,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.config import CorpusSpec, PrepConfig, split_hf_source
+from ems.artifacts import update_json
 from ems.cli import UserError, one_line
 from ems.corpus import ParallelWriter, has_line_break, pair_dir_name
 from ems.languages import ENGLISH, UnknownLanguageError, canonical_language, split_language_pair
@@ -216,8 +216,11 @@ def import_hf(
     written = set(_files(entry))
     for stale in set(_files(previous or {})) - written:  # an earlier import of this name with other settings
         (out_root / stale).unlink(missing_ok=True)
-    reports[key] = entry
-    _write_json(out_root / REPORT_FILE, reports)
+
+    def add(reports: dict) -> None:  # to the report as it is now: pair tasks running beside add theirs
+        reports[key] = entry
+
+    update_json(out_root / REPORT_FILE, add)
     return {**entry, "status": "imported"}
 
 
@@ -241,13 +244,6 @@ def read_reports(out_root: Path) -> dict:
 
 def _files(entry: dict) -> list[str]:
     return [file for pair in entry.get("pairs", {}).values() for file in pair.get("files", [])]
-
-
-def _write_json(path: Path, value: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(partial, path)
 
 
 # --- opening a dataset ---------------------------------------------------------------------------

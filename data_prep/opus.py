@@ -21,7 +21,6 @@ an empty archive) is a FetchError and leaves no file behind, so the next run tri
 from __future__ import annotations
 
 import http.client
-import json
 import sqlite3
 import urllib.error
 import urllib.request
@@ -39,6 +38,7 @@ from opustools.parse.block_parser import BlockParserError
 from opustools.parse.sentence_parser import SentenceParserError
 
 from data_prep.config import CorpusSpec, PrepConfig
+from ems.artifacts import write_json
 from ems.cli import UserError
 from ems.corpus import CorpusError, check_member_name, write_parallel
 
@@ -442,9 +442,8 @@ def fetch(
         "skipped": skipped,
         "pairs_without_data": [p for p in wanted if p not in fetched_pairs],
     }
-    out_root.mkdir(parents=True, exist_ok=True)
     report_path = out_root / (REPORT_FILE if pairs is None else f"fetch_report.{'_'.join(pairs)}.json")
-    report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(report_path, report)
     failed = [e for e in entries if e["status"] == "failed"]
     if failed:
         raise FetchError(

@@ -10,11 +10,11 @@ vocabulary's preprocessing). A file whose outputs exist is skipped: an interrupt
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from multiprocessing import get_context
 from pathlib import Path
 
+from ems.artifacts import write_json
 from ems.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel, write_parallel
 from ems.text import Preprocessing
 
@@ -56,11 +56,7 @@ def pretokenize_corpus(
     existing = corpus_preprocessing(out_root)
     if existing is not None and existing != preprocessing:
         raise ValueError(f"{out_root} was pretokenized with {existing}, not {preprocessing}; use another directory")
-    out_root.mkdir(parents=True, exist_ok=True)
-    # Written to a private name first: tasks of other pairs may be reading the marker now.
-    marker = out_root / f"{MARKER_FILE}.{os.getpid()}"
-    marker.write_text(json.dumps({"preprocessing": asdict(preprocessing)}, indent=2) + "\n")
-    marker.replace(out_root / MARKER_FILE)
+    write_json(out_root / MARKER_FILE, {"preprocessing": asdict(preprocessing)})  # whole: other pair tasks read it
     tasks = [(files, str(out_root), preprocessing) for files in list_parallel(corpus_root, pairs)]
     if workers <= 1:
         return [_pretokenize_files(task) for task in tasks]

@@ -24,7 +24,6 @@ teacher identity is rebuilt.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 
 from data_prep.binarize import content_id
 from data_prep.pretokenize import corpus_preprocessing
+from ems.artifacts import write_json
 from ems.corpus import list_parallel, read_parallel
 from ems.locks import exclusive
 from ems.teacher_store import (
@@ -46,12 +46,6 @@ from ems.teacher_store import (
 )
 
 BUILD_DIR = "build"
-
-
-def _write_json(path: Path, value: dict) -> None:
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(value, indent=2) + "\n")
-    os.replace(partial, path)
 
 
 def _texts_of(
@@ -289,7 +283,7 @@ def _plan(
     plan_langs = np.array([languages.index(texts[k][1]) for k in keys], dtype=np.int16)
     np.save(build / "plan_ids.npy", plan_ids, allow_pickle=False)
     np.save(build / "plan_langs.npy", plan_langs, allow_pickle=False)
-    _write_json(progress_file, {"identity": identity, "languages": languages, "done": 0})
+    write_json(progress_file, {"identity": identity, "languages": languages, "done": 0})
     return plan_ids, plan_langs, 0
 
 
@@ -342,7 +336,7 @@ def _encode_plan(
             vectors.flush()
             encoded += end - done
             done = end
-            _write_json(build / "progress.json", {**state, "done": done})
+            write_json(build / "progress.json", {**state, "done": done})
             bar.update(len(batch))
     return encoded
 
@@ -385,7 +379,7 @@ def _publish(
         vectors[start : start + len(rows)] = chunk
     vectors.flush()
     del vectors, new_vectors
-    _write_json(
+    write_json(
         out / STORE_FILE,
         {
             "teacher": spec,

@@ -8,17 +8,22 @@ The files are written into a sibling `.NAME.partial` (same filesystem, so the fi
 rename) that the writer holds an exclusive lock on (ems.locks), then renamed to NAME. A killed writer
 leaves only the hidden staging directory, which no loader reads and the next writer clears; a second
 writer of the same directory at the same time is refused, naming the first.
+
+`write_json` writes one file whole or not at all (a reader never sees half of it), and `update_json`
+is the read-modify-write of a JSON report that writers running side by side merge their entries into.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ems.locks import LOCK_FILE, exclusive
+from ems.locks import LOCK_FILE, exclusive, locked
 
 
 def staging_dir(final: Path) -> Path:
@@ -71,3 +76,29 @@ def staged_directory(final: str | Path, what: str, replace: bool = False) -> Ite
             final.parent.mkdir(parents=True, exist_ok=True)
             staging.rename(final)
         (final / LOCK_FILE).unlink()
+
+
+def write_json(path: str | Path, value) -> None:
+    """`value` as indented JSON in `path`, through a temporary file of its own renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+
+
+def update_json(path: str | Path, update: Callable[[dict], None]) -> dict:
+    """Read the JSON object in `path` ({} when there is none), let `update` change it in place and
+    write it back (write_json), all under the file's lock (ems.locks.locked), so that writers running
+    side by side keep each other's entries. Returns the object written."""
+    path = Path(path)
+    with locked(path):
+        value = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        update(value)
+        write_json(path, value)
+    return value

@@ -9,6 +9,17 @@ pid, host, start time and command line, which a refused writer names in its one-
 `flock` locks are per open file description: a second `exclusive` on the same directory in the
 same process is refused too. On NFS, flock works between hosts only where the mount supports it
 (Linux's NFSv4 client emulates it with byte-range locks).
+
+A writer of only some parts of a directory (data_prep's `--pair` tasks, each writing its own
+pair folders) passes `parts`: it holds the directory's lock shared, so writers of other parts go on
+beside it, and DIR/.PART.lock of each part exclusive; a writer of the whole directory (no `parts`)
+is refused while any of them runs, and refuses them while it runs.
+
+    with exclusive(out, "data_prep clean", parts=["de-en"]):
+        ...  # write into out/de-en/
+
+`locked(path)` is the short, blocking lock of one shared file (a report that parallel writers merge
+their entries into, ems.artifacts.update_json).
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ems.cli import UserError
@@ -53,30 +64,76 @@ def describe_holder(info: dict) -> str:
 
 
 @contextlib.contextmanager
-def exclusive(directory: str | Path, what: str, inside: bool = True) -> Iterator[Path]:
+def exclusive(
+    directory: str | Path, what: str, inside: bool = True, parts: Iterable[str] | None = None
+) -> Iterator[Path]:
     """Hold DIR/.lock (DIR created if missing) for the block, or with `inside=False` .DIR.lock beside
     it (DIR left as it is); `what` names the writer in the error a second writer gets ("training
-    run", "export", ...). Yields the directory."""
+    run", "export", ...). With `parts` (names of entries of DIR) the directory's lock is held shared
+    and DIR/.PART.lock of each part exclusive (see the module docstring). Yields the directory."""
     directory = Path(directory)
-    path = lock_path(directory, inside)
+    with contextlib.ExitStack() as held:
+        if parts is None:
+            held.enter_context(_flock(lock_path(directory, inside), directory, what, shared=False))
+        else:
+            held.enter_context(_flock(lock_path(directory, inside), directory, what, shared=True))
+            for part in sorted(set(parts)):
+                if part in ("", ".", "..") or Path(part).name != part:
+                    raise ValueError(f"{part!r} names no entry of {directory}")
+                held.enter_context(_flock(lock_path(directory / part, False), directory / part, what, shared=False))
+        yield directory
+
+
+@contextlib.contextmanager
+def _flock(path: Path, directory: Path, what: str, shared: bool) -> Iterator[None]:
+    """Hold the lock file `path` of `directory`, shared or exclusive, without waiting; DirectoryInUse
+    naming the holder when it is taken. Only an exclusive holder writes its record into the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             raise DirectoryInUse(
-                f"{directory} is in use by another {what}: {describe_holder(holder(path))}; "
+                f"{directory} is in use by another {what}{_refused_by(fd, path, directory, shared)}; "
                 f"wait for it to end or choose another directory"
             ) from None
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": time.time(),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:500],
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-        yield directory
+        if not shared:
+            record = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.time(),
+                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:500],
+            }
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _refused_by(fd: int, path: Path, directory: Path, shared: bool) -> str:
+    """Who holds the lock file `path` of `directory` that a request was refused: the exclusive holder
+    (its record), or, when only shared holders have it (it can be taken shared), writers of parts."""
+    if not shared:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            return f" of only part of it (each names itself in {directory}/.<part>{LOCK_FILE})"
+    return f": {describe_holder(holder(path))}"
+
+
+@contextlib.contextmanager
+def locked(path: str | Path) -> Iterator[None]:
+    """Hold .NAME.lock beside the file `path` for the block, waiting for it: for read-modify-writes
+    of a file that writers running side by side share, each holding it only for that."""
+    path = lock_path(Path(path), inside=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
