@@ -11,8 +11,12 @@
 # pair; an hf: corpus whose pair is not known before reading (language columns) is read by every
 # task, each keeping its own pair. HF_DATASETS_CACHE / HF_HUB_OFFLINE reach the tasks (--export=ALL).
 #
+# Up to MAX_PARALLEL (16) pair tasks run at once, into the same OUT/raw, OUT/clean and OUT/pretok:
+# a stage with --pair locks only its pair's folder and merges its entries into shared reports
+# (data_prep/__main__.py), while a stage run on the whole directory refuses to start beside them.
 # Every stage resumes: a resubmitted task keeps finished downloads, files and shard parts.
-# What a user edits: the #SBATCH lines (time, partition, CPUs) and CONFIG/OUT/DOWNLOADS|MIRROR/DATA_DIR.
+# What a user edits: the #SBATCH lines (time, partition, CPUs) and CONFIG/OUT/DOWNLOADS|MIRROR/DATA_DIR
+# (PAIR_CPUS/PAIR_MEM and JOIN_CPUS/JOIN_MEM override the pair tasks' and the join's resources).
 #SBATCH --job-name=ems-prep
 #SBATCH --ntasks=1
 #SBATCH --cpus-per-task=4
@@ -37,7 +41,8 @@ if [[ -z "${SLURM_JOB_ID:-}" ]]; then
     mkdir -p logs "$OUT"
     "$PYTHON" -m data_prep pairs --config "$CONFIG" > "$OUT/pairs.txt"
     n_pairs=$(wc -l < "$OUT/pairs.txt")
-    array=$(sbatch --parsable --array="0-$((n_pairs - 1))%${MAX_PARALLEL:-16}" --export=ALL,STAGE=pair "$0")
+    array=$(sbatch --parsable --array="0-$((n_pairs - 1))%${MAX_PARALLEL:-16}" ${PAIR_CPUS:+--cpus-per-task="$PAIR_CPUS"} \
+        ${PAIR_MEM:+--mem="$PAIR_MEM"} --export=ALL,STAGE=pair "$0")
     sbatch --dependency="afterok:$array" --cpus-per-task="${JOIN_CPUS:-16}" --mem="${JOIN_MEM:-64G}" \
         --export=ALL,STAGE=join "$0"
     echo "submitted $n_pairs pair tasks (job $array) and the join step"

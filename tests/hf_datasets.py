@@ -7,6 +7,8 @@ for the offline tests of data_prep.hf, its benchmark and the README's distillati
   `root/en-<xx>/train-0000k-of-0000n.parquet` with columns `english` and `non_english`, and a
   README.md whose `configs:` block names each `en-<xx>` (as the Hub repositories have it), so that
   `datasets.load_dataset(root, "en-de")` reads it as it reads the Hub's.
+- `pairs_config(root, data_dir, n, caps)`: a data-prep config whose hf: corpora are such a dataset of
+  the first `n` Tatoeba Challenge pairs of de-en and fr-en (slurm/prep.sh's pair tasks, in tests).
 """
 
 from __future__ import annotations
@@ -49,3 +51,20 @@ def write_parallel_sentences(root: Path, pairs: dict[str, list[tuple[str, str]]]
     card += ["---", "", "English and its translations, from the Tatoeba Challenge release (CC-BY 2.0 FR).", ""]
     (root / "README.md").write_text("\n".join(card))
     return root
+
+
+def pairs_config(root: Path, data_dir: Path, n: int, caps: dict[str, str], extra: str = "") -> Path:
+    """`root/data.yaml`: languages en, de, fr (pivot en), one hf: corpus per pair from a parallel-sentences
+    dataset of the first `n` Tatoeba Challenge pairs written under `root`; `caps`: {xx: the corpus's
+    further YAML settings (e.g. "max_pairs: 100")}; `extra`: YAML lines after the corpora."""
+    dataset = write_parallel_sentences(
+        Path(root) / "parallel-sentences",
+        {lang: tatoeba_challenge_pairs(data_dir, code, n) for lang, code in (("de", "deu"), ("fr", "fra"))},
+    )
+    config = Path(root) / "data.yaml"
+    config.write_text(
+        "languages: [en, de, fr]\npivot: en\ncorpora:\n"
+        + "".join(f"  - {{hf: '{dataset}:en-{lang}', {settings}}}\n" for lang, settings in caps.items())
+        + extra
+    )
+    return config

@@ -16,7 +16,7 @@ import pytest
 
 from data_prep.__main__ import main
 from ems.cli import run_main
-from tests.hf_datasets import tatoeba_challenge_pairs, write_parallel_sentences
+from tests.hf_datasets import pairs_config
 
 PAIRS = ("de-en", "en-fr")
 # Per stage: the function a running pair task is inside of when the other task runs.
@@ -29,18 +29,8 @@ MIDDLE = {
 
 @pytest.fixture(scope="module")
 def config(data_dir, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("pairs")
-    dataset = write_parallel_sentences(
-        root / "parallel-sentences",
-        {lang: tatoeba_challenge_pairs(data_dir, code, 150) for lang, code in (("de", "deu"), ("fr", "fra"))},
-    )
-    path = root / "data.yaml"
-    path.write_text(
-        "languages: [en, de, fr]\npivot: en\ncorpora:\n"
-        f"  - {{hf: '{dataset}:en-de', max_pairs: 120}}\n"
-        f"  - {{hf: '{dataset}:en-fr', max_pairs: 100, sample: first}}\n"
-    )
-    return path
+    caps = {"de": "max_pairs: 120", "fr": "max_pairs: 100, sample: first"}
+    return pairs_config(tmp_path_factory.mktemp("pairs"), data_dir, 150, caps)
 
 
 def stage_args(config: Path, out: Path, stage: str, pairs: tuple[str, ...] | None) -> list[str]:

@@ -256,3 +256,96 @@ def test_usr1_preempts_checkpoints_requeues_and_resumes(slurm_cluster, tiny_pipe
     assert logged_steps(run) == list(range(1, max_steps + 1))  # every step once: none repeated or skipped
     assert {p.name for p in (run / "checkpoints").glob("step*")} == {f"step{stopped}", f"step{max_steps}"}
     assert not (run / "STOP").exists()
+
+
+# --- slurm/prep.sh: pair tasks side by side, then the join ----------------------------------------
+
+PREP_SH = REPO_ROOT / "slurm" / "prep.sh"
+# PYTHON for prep.sh's jobs: a pair task's stage starts once every pair task has reached it (so that
+# the tasks run each stage side by side), and its start and end go to $BARRIER/times.
+BARRIER_PYTHON = """#!/bin/bash
+stage=$3  # -m data_prep STAGE ...
+if [[ -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
+    touch "$BARRIER/$stage.$SLURM_ARRAY_TASK_ID"
+    for _ in $(seq 300); do
+        (( $(find "$BARRIER" -name "$stage.*" | wc -l) >= N_TASKS )) && break
+        sleep 0.1
+    done
+    echo "$SLURM_ARRAY_TASK_ID $stage start $(date +%s.%N)" >> "$BARRIER/times"
+fi
+nice -n 19 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 "$REAL_PYTHON" "$@"
+status=$?
+[[ -n "${SLURM_ARRAY_TASK_ID:-}" ]] && echo "$SLURM_ARRAY_TASK_ID $stage end $(date +%s.%N)" >> "$BARRIER/times"
+exit $status
+"""
+
+
+def job_states(job: str) -> list[str]:
+    """The JobState of every record of `job` (an array job: one per task)."""
+    text = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"JobState=(\S+)", text)
+
+
+def test_prep_pair_tasks_run_side_by_side_and_the_join_makes_shards(slurm_cluster, data_dir, tmp_path):
+    from tests.hf_datasets import pairs_config
+
+    caps = {"de": "max_pairs: 250", "fr": "max_pairs: 200"}
+    config = pairs_config(tmp_path, data_dir, 300, caps, "vocab: {vocab_size: 300, max_sentences: 10000}\n")
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    python = tmp_path / "python"
+    python.write_text(BARRIER_PYTHON.replace("N_TASKS", "2"))
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "CONFIG": str(config),
+        "OUT": str(out),
+        "PYTHON": str(python),
+        "REAL_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO_ROOT),
+        "EMS_DATA_DIR": str(data_dir),
+        "BARRIER": str(barrier),
+        "PAIR_CPUS": "1",
+        "PAIR_MEM": "1G",
+        "JOIN_CPUS": "1",
+        "JOIN_MEM": "1G",
+    }
+    submitted = subprocess.run(
+        ["bash", str(PREP_SH)], cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    array = re.search(r"submitted 2 pair tasks \(job (\d+)\)", submitted)[1]
+    join = re.search(r"Submitted batch job (\d+)", submitted)[1]
+    logs = tmp_path / "logs"
+
+    def log_text() -> str:
+        return "\n".join(f"== {log.name}\n{log.read_text()}" for log in sorted(logs.glob("*.out")))
+
+    done = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+    try:
+        wait_until(lambda: all(state in done for state in job_states(array)), 120, "the pair tasks")
+        assert job_states(array) == ["COMPLETED", "COMPLETED"], log_text()
+        wait_until(lambda: job_states(join)[0] in done, 120, "the join")
+    finally:
+        subprocess.run(["scancel", array, join])
+    assert job_states(join) == ["COMPLETED"], log_text()
+
+    times: dict[tuple[str, str], dict[str, float]] = {}
+    for line in (barrier / "times").read_text().splitlines():
+        task, stage, event, when = line.split()
+        times.setdefault((stage, event), {})[task] = float(when)
+    for stage in ("fetch", "clean", "pretokenize"):  # each ran in both tasks at once
+        assert max(times[stage, "start"].values()) < min(times[stage, "end"].values()), times
+    assert sorted(json.loads((out / "raw" / "hf_import_report.json").read_text())) == [
+        "parallel-sentences.en-de",
+        "parallel-sentences.en-fr",
+    ]
+    kept = sum(
+        len(path.read_text(encoding="utf-8").splitlines())
+        for path in (
+            out / "pretok" / "de-en" / "parallel-sentences.en-de.de",
+            out / "pretok" / "en-fr" / "parallel-sentences.en-fr.fr",
+        )
+    )
+    index = json.loads((out / "shards" / "index.json").read_text())
+    assert index["n_pairs"] == kept > 400, (index["n_pairs"], kept)
