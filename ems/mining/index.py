@@ -142,12 +142,18 @@ def as_index_spec(index: str | IndexSpec, nprobe: int | None = None) -> IndexSpe
     return spec if nprobe is None else replace(spec, nprobe=nprobe)
 
 
+def chosen_kind(spec: IndexSpec, n: int) -> str:
+    """The index kind `spec` gives for n indexed rows: its own, or for "auto" flat below
+    IVF_MIN_ROWS rows and AUTO_LARGE_KIND from there."""
+    if spec.kind != "auto":
+        return spec.kind
+    return AUTO_LARGE_KIND if n >= IVF_MIN_ROWS else "flat"
+
+
 def resolve_index(spec: IndexSpec, n: int, dim: int) -> IndexSpec:
     """`spec` for an index over n rows of dimension dim: "auto" replaced by the kind it picks and
     every setting the kind uses filled in with its default (see IndexSpec)."""
-    kind = spec.kind
-    if kind == "auto":
-        kind = AUTO_LARGE_KIND if n >= IVF_MIN_ROWS else "flat"
+    kind = chosen_kind(spec, n)
     if kind in ("flat", "hnsw"):
         return replace(spec, kind=kind, n_lists=None, nprobe=None, pq_m=None, train_size=None, rerank=0)
     n_lists = spec.n_lists or max(1, min(round(4 * np.sqrt(n)), n // 39))
@@ -222,6 +228,16 @@ def build_index(
     """
     n, dim = vectors.shape
     spec = resolve_index(as_index_spec(index_type, nprobe), n, dim)
+    index = to_gpus(trained_index(spec, vectors), spec)
+    add_rows(index, name, vectors, chunk_rows)
+    return index
+
+
+def trained_index(spec: IndexSpec, vectors: np.ndarray):
+    """An empty faiss index of the resolved `spec` over (n, d) `vectors`' dimension, trained (IVF
+    kinds) on `spec.train_size` of their rows sampled evenly at random (seed 0), L2-normalised.
+    `vectors` may be memory-mapped, or any array-like whose integer-array indexing gives rows."""
+    n, dim = vectors.shape
     index = empty_index(spec, dim)
     if spec.train_size is not None:
         sample = np.sort(np.random.default_rng(0).choice(n, size=spec.train_size, replace=False))
@@ -229,10 +245,19 @@ def build_index(
         release_mapped_pages(vectors)
         faiss.normalize_L2(training)
         index.train(training)
-    index = to_gpus(index, spec)
-    for start in range(0, n, chunk_rows):
-        index.add(normalised_rows(name, vectors, start, start + chunk_rows))
     return index
+
+
+def add_rows(index, name: str, vectors: np.ndarray, chunk_rows: int = DEFAULT_CHUNK_ROWS, first_id: int | None = None):
+    """Add the L2-normalised rows of `vectors` to `index`, `chunk_rows` at a time: with ids
+    0, 1, ... (faiss's own numbering, `first_id` None), or first_id, first_id + 1, ... (an IVF
+    index populated one shard at a time)."""
+    for start in range(0, len(vectors), chunk_rows):
+        rows = normalised_rows(name, vectors, start, start + chunk_rows)
+        if first_id is None:
+            index.add(rows)
+        else:
+            index.add_with_ids(rows, np.arange(first_id + start, first_id + start + len(rows), dtype=np.int64))
 
 
 def index_bytes(index) -> int:
