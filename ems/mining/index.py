@@ -108,6 +108,7 @@ class IndexSpec:
 
 
 DEFAULT_NPROBE = 32
+PQ_CENTROIDS = 256  # 8 bits per sub-quantiser: faiss trains 256 centroids on as many rows at least
 DEFAULT_PQ_RERANK = 4
 AUTO_LARGE_KIND = "ivf-sq8"
 # Spec-string keys each kind takes ("m" is pq_m for ivf-pq, hnsw_m for hnsw); auto takes its large kind's.
@@ -240,6 +241,12 @@ def trained_index(spec: IndexSpec, vectors: np.ndarray):
     n, dim = vectors.shape
     index = empty_index(spec, dim)
     if spec.train_size is not None:
+        needed = max(spec.n_lists, PQ_CENTROIDS if spec.kind == "ivf-pq" else 0)
+        if spec.train_size < needed:
+            raise ValueError(
+                f"index {spec.kind} with {spec.n_lists} lists needs at least {needed} rows to train on; "
+                f"the side has {n} (train_size {spec.train_size}): use fewer lists, or flat"
+            )
         sample = np.sort(np.random.default_rng(0).choice(n, size=spec.train_size, replace=False))
         training = np.array(vectors[sample], dtype=np.float32, order="C")
         release_mapped_pages(vectors)

@@ -1,15 +1,17 @@
 """The files between mining stages: each written whole or not at all, and checked before it is read.
 
 In: arrays (or chunks of rows) and JSON-able mappings to write; paths to read. Out: the files,
-written to a partial name beside the target (unique per process, so a duplicate job never writes
-into another's file) and renamed into place once complete (`atomic`); a write that fails (a full
-disk) leaves nothing behind and raises `WriteFailed`, one line naming the file. Readers see a
+written to a partial name beside the target (unique per host and process, so a duplicate job
+never writes into another's file) and renamed into place once complete (`atomic`); a write that
+fails (a full disk) leaves nothing behind and raises `WriteFailed`, one line naming the file; the
+partial file of a writer killed on this host is removed by the next writer of that file. Readers see a
 side's shard files as one array (`ShardedRows`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -22,6 +24,9 @@ import numpy as np
 from ems.cli import UserError
 from ems.mapped import release_mapped_pages
 
+# what a write fails with when the file system cannot take the file (not a missing input, say)
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EACCES)
+
 
 class WriteFailed(UserError):
     """A stage's output file could not be written (a full disk, a quota, permissions)."""
@@ -31,22 +36,40 @@ class WriteFailed(UserError):
 def atomic(path: Path) -> Iterator[Path]:
     """Yield a partial path to write `path`'s content to; on success it is renamed to `path` (a
     reader sees the whole file or none), on any error it is removed and an OSError becomes
-    `WriteFailed` naming `path`."""
+    `WriteFailed` naming `path` when the file system could not take it (WRITE_ERRNOS)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{socket.gethostname()}-{os.getpid()}.partial")
+    host = socket.gethostname()
+    partial = path.with_name(f".{path.name}.{host}-{os.getpid()}.partial")
     try:
         yield partial
         if partial.is_dir() and path.is_dir():
             shutil.rmtree(path)  # a directory (an on-disk index) replaces a stale one whole
         os.replace(partial, path)
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(partial) if partial.is_dir() else partial.unlink()
-        if isinstance(error, OSError) and not isinstance(error, UserError):
+        _remove(partial)
+        if isinstance(error, OSError) and error.errno in WRITE_ERRNOS:
             reason = error.strerror or type(error).__name__
             raise WriteFailed(f"could not write {path}: {reason}; nothing of it was kept (rerun to finish)") from error
         raise
+    for stale in path.parent.glob(f".{path.name}.{host}-*.partial"):  # left by a killed writer on this host
+        if not _alive(int(stale.name.rsplit("-", 1)[1].removesuffix(".partial"))):
+            _remove(stale)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def save_array(path: Path, array: np.ndarray) -> int:

@@ -47,7 +47,7 @@ STEP_FUNCTIONS = {
 def run_unit(plan: Plan, step: str, unit: str, encoder=None) -> bool:
     """Run `unit` of `step` unless it is finished; True if it ran. `encoder`: the embed step's
     (None: the plan's, loaded once per process)."""
-    if done_record(plan.work, step, unit) is not None:
+    if done_record(plan.work, step, unit, note=True) is not None:
         return False
     start = time.perf_counter()
     if step == "embed":

@@ -87,29 +87,37 @@ def mark_done(work: Path, step: str, unit: str, files: dict[Path, int], **extra)
     save_json(done_path(work, step, unit), {"files": relative, **extra})
 
 
-def done_record(work: Path, step: str, unit: str) -> dict | None:
-    """The unit's record if it is finished (every file it lists has its size), else None; a file
-    of another size is reported on stderr (the unit is done again)."""
+def _problem(work: Path, step: str, unit: str) -> tuple[dict | None, str | None]:
+    """(the unit's record, or None; what is wrong with its files, or None)."""
     path = done_path(work, step, unit)
     if not path.is_file():
-        return None
+        return None, None
     record = read_json(path)
     for name, size in record["files"].items():
         file = Path(work) / name
         actual = file.stat().st_size if file.is_file() else None
         if actual != size:
             found = "is missing" if actual is None else f"has {actual} bytes"
-            print(f"note: {file} {found}, written with {size}: {step} {unit} is done again", file=sys.stderr)
-            return None
+            return None, f"{file} {found}, written with {size}"
+    return record, None
+
+
+def done_record(work: Path, step: str, unit: str, note: bool = False) -> dict | None:
+    """The unit's record if it is finished (every file it lists has its size), else None; with
+    `note`, a file of another size is reported on stderr (the unit is about to be done again)."""
+    record, problem = _problem(work, step, unit)
+    if problem and note:
+        print(f"note: {problem}: {step} {unit} is done again", file=sys.stderr)
     return record
 
 
 def file_size(work: Path, step: str, unit: str, path: Path) -> int:
-    """The size `path` had when `unit` of `step` finished; a UserError when that unit is not
-    finished (a stage run before the one that makes its input)."""
-    record = done_record(work, step, unit)
+    """The size `path` had when `unit` of `step` finished; a UserError naming the step to run
+    when that unit is not finished, or its files are not as it wrote them (cut short on disk)."""
+    record, problem = _problem(work, step, unit)
     if record is None:
-        raise UserError(f"{path} is not there yet or is incomplete: run the {step} step ({step} {unit}) first")
+        found = problem or f"{path} is not there yet"
+        raise UserError(f"{found}: run the {step} step ({step} {unit}) first")
     return record["files"][str(_name(work, path))]
 
 
