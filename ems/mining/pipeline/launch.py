@@ -72,7 +72,8 @@ def run_step(work_dir: Path, step: str, index: int | None = None) -> None:
 
 
 def _start_worker(threads: int) -> None:
-    faiss.omp_set_num_threads(threads)
+    if "OMP_NUM_THREADS" not in os.environ:  # the user's choice stands; else the cores are shared out
+        faiss.omp_set_num_threads(threads)
 
 
 def _pool_unit(work_dir: str, step: str, unit: str) -> bool:
