@@ -1,7 +1,9 @@
 """slurm/train.sh: the launch lines of its dry run for a 2-node x 4-GPU allocation (no cluster
 needed), and real `sbatch` runs on a one-node SLURM cluster started on this machine by
 tests/slurm/setup_cluster.sh: a training job (2 processes, torchrun) and a job pre-empted with
-USR1 that checkpoints, requeues itself and resumes where it stopped (DeepSpeed's launcher)."""
+USR1 that checkpoints, requeues itself and resumes where it stopped (DeepSpeed's launcher).
+slurm/mine.sh: the sbatch lines it submits (a stand-in sbatch, no cluster needed), and a real
+mining run on the cluster, cancelled mid-way, resubmitted, equal to the local launcher's."""
 
 import json
 import os
@@ -298,6 +300,53 @@ def submit_mining(sides: list[str], out: Path, work: Path, parallel: int) -> dic
     )
     found = re.findall(r"submitted (\w+) \(units (\S+)\): job (\d+)", result.stdout)
     return {step: (job, units) for step, units, job in found}
+
+
+def test_mine_sh_submits_one_array_per_step_each_after_the_last(tmp_path):
+    """A stand-in sbatch records each call: steps with no unit (a flat index: no train, populate
+    or merge) are left out, each array depends on the one before, extra options reach every step
+    (MINE_SBATCH_ARGS) or one (KNN_SBATCH_ARGS); a second run submits only unfinished units."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/bash\necho "$*" >> {calls}\necho $(( $(wc -l < {calls}) + 100 ))\n')
+    fake.chmod(0o755)
+    (tmp_path / "a.txt").write_text("Der Hund bellt.\nDie Katze schläft.\nGuten Tag!\n")
+    (tmp_path / "b.txt").write_text("The dog barks.\nThe cat sleeps.\n")
+    env = {
+        **os.environ,
+        "PATH": f"{fake.parent}:{os.environ['PATH']}",
+        "WORK": str(tmp_path / "work"),
+        "LOGS": str(tmp_path / "logs"),
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO_ROOT),
+        "MINE_SBATCH_ARGS": "--mem=4G",
+        "KNN_SBATCH_ARGS": "--gres=gpu:1 --cpus-per-task=8",
+    }
+    mining = ["--src", str(tmp_path / "a.txt"), "--src-lang", "de", "--tgt", str(tmp_path / "b.txt")]
+    mining += ["--tgt-lang", "en", "--out", str(tmp_path / "pairs.tsv"), "--encoder", "ngram", "--shard-lines", "2"]
+    result = subprocess.run(["bash", str(MINE_SH), *mining], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.splitlines() == [
+        "submitted embed (units 0-2): job 101",
+        "submitted knn (units 0-2): job 102",
+        "submitted score (units 0-2): job 103",
+        "submitted write (units 0): job 104",
+    ]
+    lines = calls.read_text().splitlines()
+    common = f"--kill-on-invalid-dep=yes --job-name=ems-mine-{{}} --output={tmp_path / 'logs'}/%x-%A_%a.out"
+    common += f" --export=ALL,STEP={{}},WORK={tmp_path / 'work'} --mem=4G"
+    assert lines[0] == f"--parsable --array=0-2%64 {common.format('embed', 'embed')} {MINE_SH}"
+    assert lines[1] == (
+        f"--parsable --array=0-2%64 --dependency=afterok:101 {common.format('knn', 'knn')} "
+        f"--gres=gpu:1 --cpus-per-task=8 {MINE_SH}"
+    )
+    assert lines[3].startswith("--parsable --array=0%64 --dependency=afterok:103 ")
+
+    # the stage a task runs (SLURM sets STEP and the array task id), then a second submission
+    task = {**env, "STEP": "embed", "SLURM_ARRAY_TASK_ID": "1"}
+    subprocess.run(["bash", str(MINE_SH)], capture_output=True, text=True, env=task, check=True)
+    result = subprocess.run(["bash", str(MINE_SH), *mining], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.splitlines()[0] == "submitted embed (units 0,2): job 105"
 
 
 def queued(jobs: list[str]) -> str:
