@@ -116,11 +116,12 @@ def _children(
                 peak_file = log.with_name(f"{log.name}.peak-{len(pending)}")
                 command = [sys.executable, "-c", WITH_PEAK, str(peak_file), *pending.pop(0)]
                 process = subprocess.Popen(command, stdout=printed, stderr=out, env=env, cwd=REPO)
-                running[process.pid] = (time.perf_counter(), peak_file)
+                running[process.pid] = (process, time.perf_counter(), peak_file)  # held: subprocess reaps no held child
             pid, status, usage = os.wait4(-1, 0)
+            process, started, peak_file = running.pop(pid)
+            process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by subprocess
             if status != 0:
                 raise SystemExit(f"a child failed (status {status}); see {log}")
-            started, peak_file = running.pop(pid)
             used = usage.ru_utime + usage.ru_stime
             per_command.append((time.perf_counter() - started, used))
             cpu, peak = cpu + used, max(peak, int(peak_file.read_text()) / 1024)

@@ -222,7 +222,7 @@ def plan(options: MineOptions, encoder=None) -> Plan:
 
 
 def load_plan(work_dir: Path) -> Plan:
-    """The plan a work dir holds (what a stage job runs from)."""
+    """The plan a work dir holds (what a stage job runs from), its inputs checked unchanged."""
     work = Path(work_dir).absolute()
     embed = read_manifest(work, "embed")
     if embed is None or not (work / "options.json").is_file():
@@ -230,6 +230,7 @@ def load_plan(work_dir: Path) -> Plan:
             f"{work} holds no mining plan: run `python -m ems.mine plan --work-dir {work} ...` first"
         )
     options = load_config(MineOptions, values=read_json(work / "options.json"))
+    _check_inputs(options, embed)  # a job that reads an input changed since the plan would mine garbage
     return Plan(work, options, embed["sides"], embed["settings"]["model_id"])
 
 
