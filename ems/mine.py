@@ -98,15 +98,12 @@ def _options(args: argparse.Namespace) -> MineOptions:
     return MineOptions(**{name: getattr(args, name) for name in names})
 
 
-def _encoder(options: MineOptions):
-    return None if options.encoder is None else load_encoder(options.encoder, options.cache_dir, options.device)
-
-
 def plan_main(argv: list[str]) -> int:
     """`plan`: write the plan; print one line per step, "STEP UNITS" (a SLURM --array value of
-    its unfinished units, "-" for none), on stdout."""
+    its unfinished units, "-" for none), on stdout. The encoder is loaded here on the CPU (a login
+    node may have no GPU), only for its languages and model id; --device is the jobs'."""
     options = _options(_mining_parser("python -m ems.mine plan", True).parse_args(argv))
-    planned = plan(options, _encoder(options))
+    planned = plan(options, None if options.encoder is None else load_encoder(options.encoder, options.cache_dir))
     for step in STEPS:
         units = planned.units(step)
         pending = [i for i, unit in enumerate(units) if done_record(planned.work, step, unit) is None]
