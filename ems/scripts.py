@@ -37,8 +37,8 @@ def evaluate() -> int:
 
 
 def mine() -> int:
-    """`ems-mine`: python -m eval.mine."""
-    return _run("eval.mine")
+    """`ems-mine`: python -m ems.mine."""
+    return _run("ems.mine")
 
 
 def export() -> int:

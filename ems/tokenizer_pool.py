@@ -4,7 +4,7 @@ In: an ems.text.Tokenizer and lists of sentences in one language; out: their tok
 those of `tokenizer.encode` in this process. `encode` splits one list over the workers and this
 process (ems.encoder.EMSEncoder's `tokenizer_workers`); `tokenized_ahead` keeps a few lists
 tokenising in the workers while the caller works on the current one (mining's chunks,
-eval.streaming). Workers are spawned, not forked: no fork of a process that runs torch threads.
+ems.mining.streaming). Workers are spawned, not forked: no fork of a process that runs torch threads.
 Preprocessing is most of a sentence's tokenising (Moses, jieba, MeCab: ~0.1 ms each), so parts of
 fewer than MIN_POOL_PART sentences stay in this process.
 """

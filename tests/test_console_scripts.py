@@ -11,7 +11,7 @@ SCRIPTS = {
     "ems-data": "data_prep.fetch",
     "ems-train": "ems.train",
     "ems-eval": "eval.run_all",
-    "ems-mine": "eval.mine",
+    "ems-mine": "ems.mine",
     "ems-export": "ems.export",
     "ems-demo": "ems.demo",
 }

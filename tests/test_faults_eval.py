@@ -20,10 +20,10 @@ import pytest
 import ems.encoder_kinds
 from ems.cli import USAGE_EXIT_CODE, run_main
 from ems.encoder_kinds import EncoderKind, embedding_key
+from ems.mine import main as mine_main
 from eval.curves import main as curves_main
 from eval.faults import NOT_RUN_EXIT_CODE, not_run
 from eval.make_flores_bucc import main as make_flores_bucc_main
-from eval.mine import main as mine_main
 from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
@@ -323,7 +323,7 @@ def test_results_json_is_written_even_when_a_task_crashes(tmp_path):
     }
 
 
-# --- eval.mine --src-lang / --tgt-lang (item 4) -----------------------------------------------
+# --- ems.mine --src-lang / --tgt-lang (item 4) -----------------------------------------------
 
 
 def _mine_argv(tmp_path: Path, encoder: str, src_lang: str, tgt_lang: str = "en") -> list:
@@ -346,7 +346,7 @@ def _mine_argv(tmp_path: Path, encoder: str, src_lang: str, tgt_lang: str = "en"
 
 
 def test_mine_rejects_an_unknown_language_before_reading_files(tmp_path, capsys, trigram_kind):
-    """`eval.mine --src-lang xx` -> before: ran (and wrote pairs) -> now: one error line naming the
+    """`ems.mine --src-lang xx` -> before: ran (and wrote pairs) -> now: one error line naming the
     encoder's languages (an EMS-like encoder) or saying the code is no language (an encoder of any
     language), exit status 2, before any file is read (--src does not even exist) or written."""
     status, err = cli(mine_main, _mine_argv(tmp_path, "bilingual", "xx"), capsys)
@@ -403,7 +403,7 @@ def _cli_cases(tmp_path: Path) -> dict:
             "encoder 'laser': unknown kind 'laser'",
             ValueError,
         ),
-        "eval.mine": (
+        "ems.mine": (
             mine_main,
             _mine_argv(tmp_path, "trigram", "xx"),
             "'xx' does not name a registered language",
@@ -442,7 +442,7 @@ def _cli_cases(tmp_path: Path) -> dict:
         "eval.run_all --suite",
         "eval.run_all --model",
         "eval.run_all --encoder",
-        "eval.mine",
+        "ems.mine",
         "eval.train_head",
         "eval.curves",
         "eval.make_flores_bucc",

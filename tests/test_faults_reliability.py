@@ -420,16 +420,18 @@ def test_binarize_refuses_a_corpus_the_clean_stage_failed_on_unless_told_to_go_o
 
 
 def test_a_mining_work_dir_in_use_is_refused_and_a_failed_write_leaves_no_tsv(tmp_path, monkeypatch):
-    import eval.mine
-    from eval.mine import mine_files
+    import ems.mining.pipeline.score
+    from ems.mining.pipeline.files import WriteFailed
+    from ems.mining.pipeline.launch import mine_files
     from tests.test_eval_tatoeba import TrigramEncoder
-    from tests.test_mine_streaming import write_inputs
+    from tests.test_mine_streaming import mining_options, write_inputs
 
     src, tgt = write_inputs(tmp_path)
+    options = mining_options(tmp_path, src, tgt, work_dir=str(tmp_path / "work"))
     with exclusive(tmp_path / "work", "mining run"):
         with pytest.raises(DirectoryInUse, match="in use by another mining run"):
-            mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work")
-    real_line_at, calls = eval.mine.line_at, []
+            mine_files(options, TrigramEncoder())
+    real_line_at, calls = ems.mining.pipeline.score.line_at, []
 
     def disk_full_after_two_lines(f, offset):
         calls.append(offset)
@@ -437,10 +439,11 @@ def test_a_mining_work_dir_in_use_is_refused_and_a_failed_write_leaves_no_tsv(tm
             raise OSError(28, "No space left on device")
         return real_line_at(f, offset)
 
-    monkeypatch.setattr(eval.mine, "line_at", disk_full_after_two_lines)
-    with pytest.raises(OSError):
-        mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work")
-    assert not (tmp_path / "o.tsv").exists() and not (tmp_path / "o.tsv.partial").exists()
+    monkeypatch.setattr(ems.mining.pipeline.score, "line_at", disk_full_after_two_lines)
+    out = Path(options.out)
+    with pytest.raises(WriteFailed, match=f"could not write {out}: No space left on device"):
+        mine_files(options, TrigramEncoder())
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}*"))
     monkeypatch.undo()
-    counts = mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work")
-    assert len((tmp_path / "o.tsv").read_text().splitlines()) == counts["written"] == 5
+    counts = mine_files(options, TrigramEncoder())
+    assert len(out.read_text().splitlines()) == counts["written"] == 5

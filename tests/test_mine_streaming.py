@@ -1,4 +1,4 @@
-"""eval.mine streams its input (eval.streaming): the same pairs as reading the files whole, and
+"""ems.mine streams its input (ems.mining.streaming): the same pairs as reading the files whole, and
 multi-process tokenising gives the vectors of single-process encoding."""
 
 from pathlib import Path
@@ -9,11 +9,12 @@ import pytest
 import ems.encoder_kinds
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import EncoderKind, load_encoder
+from ems.mine import main as mine_main
 from ems.mining.margin import mine
+from ems.mining.pipeline.launch import mine_files
+from ems.mining.pipeline.options import MineOptions
+from ems.mining.streaming import chunk_embeddings, scan_distinct, texts_at
 from eval.evaluators.retrieval import read_lines
-from eval.mine import main as mine_main
-from eval.mine import mine_files
-from eval.streaming import chunk_embeddings, scan_distinct, text_chunks
 from tests.test_eval_tatoeba import TrigramEncoder
 
 # Repeats, empty and blank lines, a CRLF line, no newline at the end.
@@ -31,8 +32,13 @@ def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
     return src, tgt
 
 
+def mining_options(tmp_path: Path, src: Path, tgt: Path, **settings) -> MineOptions:
+    """de -> en options of a run writing tmp_path/streamed.tsv."""
+    return MineOptions(str(src), "de", str(tgt), "en", str(tmp_path / "streamed.tsv"), **settings)
+
+
 def in_memory_mine(encoder, src_path: Path, tgt_path: Path, out: Path, **options) -> None:
-    """What eval.mine did before streaming: read both files whole, keep each distinct non-empty
+    """What the miner did before streaming: read both files whole, keep each distinct non-empty
     line once, encode each side in one call, mine, write."""
     src = list(dict.fromkeys(line for line in read_lines(src_path) if line.strip()))
     tgt = list(dict.fromkeys(line for line in read_lines(tgt_path) if line.strip()))
@@ -46,11 +52,13 @@ def in_memory_mine(encoder, src_path: Path, tgt_path: Path, out: Path, **options
     )
 
 
-@pytest.mark.parametrize("chunk_lines", [1, 2, 1000])
-def test_streaming_output_equals_the_in_memory_path(tmp_path, chunk_lines):
+@pytest.mark.parametrize(("chunk_lines", "shard_lines"), [(1, 1000), (2, 3), (1000, 1)])
+def test_streaming_output_equals_the_in_memory_path(tmp_path, chunk_lines, shard_lines):
     src, tgt = write_inputs(tmp_path)
     encoder = TrigramEncoder()
-    counts = mine_files(encoder, src, "de", tgt, "en", tmp_path / "streamed.tsv", k=2, chunk_lines=chunk_lines)
+    options = mining_options(tmp_path, src, tgt, k=2, chunk_lines=chunk_lines, shard_lines=shard_lines)
+    counts = mine_files(options, encoder)
+    streamed_calls = list(encoder.calls)
     in_memory_mine(encoder, src, tgt, tmp_path / "whole.tsv", k=2)
     streamed = (tmp_path / "streamed.tsv").read_text(encoding="utf-8")
     assert streamed == (tmp_path / "whole.tsv").read_text(encoding="utf-8")
@@ -59,39 +67,44 @@ def test_streaming_output_equals_the_in_memory_path(tmp_path, chunk_lines):
         "src_lines": 9,
         "src_distinct": 5,
         "src_empty": 2,
+        "src_skipped": 0,
         "tgt_lines": 8,
         "tgt_distinct": 6,
         "tgt_empty": 1,
+        "tgt_skipped": 0,
         "written": counts["written"],
     }
-    assert max(n for _, n in encoder.calls[:2]) == min(chunk_lines, 6)  # streamed: a chunk at a time
+    # streamed: a chunk of a shard at a time
+    assert max(n for _, n in streamed_calls) == min(chunk_lines, shard_lines, 6)
 
 
 def test_scan_keeps_first_occurrences_by_offset(tmp_path):
     src, _ = write_inputs(tmp_path)
-    distinct = scan_distinct(src)
-    assert distinct.numbers.tolist() == [0, 2, 5, 6, 8]
-    assert [SRC.encode("utf-8")[o:].split(b"\n")[0].rstrip(b"\r").decode() for o in distinct.offsets.tolist()] == [
+    shards = []
+    counts = scan_distinct(src, 2, lambda shard, rows: shards.append((shard, rows.copy())))
+    assert (counts.lines, counts.empty, counts.distinct, counts.skipped) == (9, 2, 5, {})
+    assert [shard for shard, _ in shards] == [0, 1, 2]
+    rows = np.concatenate([rows for _, rows in shards])
+    assert rows[:, 1].tolist() == [0, 2, 5, 6, 8]
+    assert [SRC.encode("utf-8")[o:].split(b"\n")[0].rstrip(b"\r").decode() for o in rows[:, 0].tolist()] == [
         "Der Hund bellt.",
         "Die Katze schläft.",
         "Ich habe Hunger.",
         "Wo ist der Bahnhof?",
         "Guten Tag!",
     ]
-    assert list(text_chunks(distinct, 2)) == [
+    assert list(texts_at(src, rows[:, 0], 2)) == [
         ["Der Hund bellt.", "Die Katze schläft."],
         ["Ich habe Hunger.", "Wo ist der Bahnhof?"],
         ["Guten Tag!"],
     ]
+    assert list(texts_at(src, rows[2:, 0], 10)) == [["Ich habe Hunger.", "Wo ist der Bahnhof?", "Guten Tag!"]]
 
 
 def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
     src, tgt = write_inputs(tmp_path)
-    (tmp_path / "bad.de").write_bytes(b"gut\n\xff\xfe kaputt\n")
-    with pytest.raises(ValueError, match=r"bad.de is not valid UTF-8 \(line 2"):
-        scan_distinct(tmp_path / "bad.de")
     with pytest.raises(MissingDataError, match="missing input file"):
-        scan_distinct(tmp_path / "nowhere.de")
+        scan_distinct(tmp_path / "nowhere.de", 10, lambda shard, rows: None)
     base = [
         "--encoder",
         "trigram",
@@ -109,8 +122,8 @@ def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
     ems.encoder_kinds.ENCODER_KINDS["trigram"] = EncoderKind(lambda path, device: TrigramEncoder(), "none", {})
     try:
         for extra, message in (
-            (["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
-            (["--src", str(tmp_path / "bad.de")], "is not valid UTF-8"),
+            (["--chunk-lines", "0"], "--chunk-lines must be an integer >= 1"),
+            (["--src", str(tmp_path / "nowhere.de")], "missing input file"),
         ):
             capsys.readouterr()
             assert run_main(mine_main, base + extra) == 2
@@ -122,8 +135,9 @@ def test_bad_input_files_are_one_clear_error(tmp_path, capsys):
 
 def test_work_dir_keeps_the_embeddings_one_row_per_distinct_line(tmp_path):
     src, tgt = write_inputs(tmp_path)
-    mine_files(TrigramEncoder(), src, "de", tgt, "en", tmp_path / "o.tsv", work_dir=tmp_path / "work", chunk_lines=2)
-    x, y = np.load(tmp_path / "work" / "src.npy"), np.load(tmp_path / "work" / "tgt.npy")
+    mine_files(mining_options(tmp_path, src, tgt, work_dir=str(tmp_path / "work"), chunk_lines=2), TrigramEncoder())
+    x = np.load(tmp_path / "work" / "embed" / "src" / "00000.vectors.npy")
+    y = np.load(tmp_path / "work" / "embed" / "tgt" / "00000.vectors.npy")
     assert x.shape == (5, 64) and y.shape == (6, 64)
     np.testing.assert_array_equal(
         x,

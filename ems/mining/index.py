@@ -108,6 +108,7 @@ class IndexSpec:
 
 
 DEFAULT_NPROBE = 32
+PQ_CENTROIDS = 256  # 8 bits per sub-quantiser: faiss trains 256 centroids on as many rows at least
 DEFAULT_PQ_RERANK = 4
 AUTO_LARGE_KIND = "ivf-sq8"
 # Spec-string keys each kind takes ("m" is pq_m for ivf-pq, hnsw_m for hnsw); auto takes its large kind's.
@@ -142,12 +143,18 @@ def as_index_spec(index: str | IndexSpec, nprobe: int | None = None) -> IndexSpe
     return spec if nprobe is None else replace(spec, nprobe=nprobe)
 
 
+def chosen_kind(spec: IndexSpec, n: int) -> str:
+    """The index kind `spec` gives for n indexed rows: its own, or for "auto" flat below
+    IVF_MIN_ROWS rows and AUTO_LARGE_KIND from there."""
+    if spec.kind != "auto":
+        return spec.kind
+    return AUTO_LARGE_KIND if n >= IVF_MIN_ROWS else "flat"
+
+
 def resolve_index(spec: IndexSpec, n: int, dim: int) -> IndexSpec:
     """`spec` for an index over n rows of dimension dim: "auto" replaced by the kind it picks and
     every setting the kind uses filled in with its default (see IndexSpec)."""
-    kind = spec.kind
-    if kind == "auto":
-        kind = AUTO_LARGE_KIND if n >= IVF_MIN_ROWS else "flat"
+    kind = chosen_kind(spec, n)
     if kind in ("flat", "hnsw"):
         return replace(spec, kind=kind, n_lists=None, nprobe=None, pq_m=None, train_size=None, rerank=0)
     n_lists = spec.n_lists or max(1, min(round(4 * np.sqrt(n)), n // 39))
@@ -222,17 +229,42 @@ def build_index(
     """
     n, dim = vectors.shape
     spec = resolve_index(as_index_spec(index_type, nprobe), n, dim)
+    index = to_gpus(trained_index(spec, vectors), spec)
+    add_rows(index, name, vectors, chunk_rows)
+    return index
+
+
+def trained_index(spec: IndexSpec, vectors: np.ndarray):
+    """An empty faiss index of the resolved `spec` over (n, d) `vectors`' dimension, trained (IVF
+    kinds) on `spec.train_size` of their rows sampled evenly at random (seed 0), L2-normalised.
+    `vectors` may be memory-mapped, or any array-like whose integer-array indexing gives rows."""
+    n, dim = vectors.shape
     index = empty_index(spec, dim)
     if spec.train_size is not None:
+        needed = max(spec.n_lists, PQ_CENTROIDS if spec.kind == "ivf-pq" else 0)
+        if spec.train_size < needed:
+            raise ValueError(
+                f"index {spec.kind} with {spec.n_lists} lists needs at least {needed} rows to train on; "
+                f"the side has {n} (train_size {spec.train_size}): use fewer lists, or flat"
+            )
         sample = np.sort(np.random.default_rng(0).choice(n, size=spec.train_size, replace=False))
         training = np.array(vectors[sample], dtype=np.float32, order="C")
         release_mapped_pages(vectors)
         faiss.normalize_L2(training)
         index.train(training)
-    index = to_gpus(index, spec)
-    for start in range(0, n, chunk_rows):
-        index.add(normalised_rows(name, vectors, start, start + chunk_rows))
     return index
+
+
+def add_rows(index, name: str, vectors: np.ndarray, chunk_rows: int = DEFAULT_CHUNK_ROWS, first_id: int | None = None):
+    """Add the L2-normalised rows of `vectors` to `index`, `chunk_rows` at a time: with ids
+    0, 1, ... (faiss's own numbering, `first_id` None), or first_id, first_id + 1, ... (an IVF
+    index populated one shard at a time)."""
+    for start in range(0, len(vectors), chunk_rows):
+        rows = normalised_rows(name, vectors, start, start + chunk_rows)
+        if first_id is None:
+            index.add(rows)
+        else:
+            index.add_with_ids(rows, np.arange(first_id + start, first_id + start + len(rows), dtype=np.int64))
 
 
 def index_bytes(index) -> int:

@@ -8,6 +8,7 @@ Out: `MarginNeighbours` (both directions' neighbours and margin scores) or `Scor
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,24 @@ def _absolute(cos: np.ndarray, neighbourhood: np.ndarray) -> np.ndarray:
 
 
 MARGINS = {"ratio": _ratio, "distance": _distance, "absolute": _absolute}
+
+
+def neighbourhood_mean(cos: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each row's mean cosine to its k neighbours (n, k) -> (n,). IVF and HNSW may return fewer
+    than k hits (id -1): a missing neighbour counts as cosine 0 (its `cos` entry is set to 0)."""
+    cos[ids < 0] = 0.0
+    return cos.mean(axis=1)
+
+
+def margin_scores(
+    cos: np.ndarray, ids: np.ndarray, avg_self: np.ndarray, avg_other: np.ndarray, margin: str
+) -> np.ndarray:
+    """Margin scores (n, k) of each row's k candidates: margin(cos, (avg_self + avg_other) / 2),
+    `avg_self` (n,) the rows' neighbourhood means, `avg_other` (n, k) the candidates' (any value
+    where ids < 0); a missing candidate scores -inf."""
+    scores = MARGINS[margin](cos, (avg_self[:, None] + avg_other) / 2)
+    scores[ids < 0] = -np.inf
+    return scores
 
 
 def check_embeddings(name: str, x: np.ndarray) -> np.ndarray:
@@ -91,13 +110,9 @@ def margin_neighbours(
     # Exact search holds two chunks at a time; an index holds one side (one index alive at a time).
     fwd_cos, fwd_ids, fwd_bytes = nearest(x, y, k, spec, chunk_rows, progress, "x", "y")
     bwd_cos, bwd_ids, bwd_bytes = nearest(y, x, k, spec, chunk_rows, progress, "y", "x")
-    # IVF and HNSW may return fewer than k hits (id -1); a missing neighbour adds nothing to the average.
-    fwd_cos[fwd_ids < 0], bwd_cos[bwd_ids < 0] = 0.0, 0.0
-    avg_x, avg_y = fwd_cos.mean(axis=1), bwd_cos.mean(axis=1)
-    score = MARGINS[margin]
-    fwd_scores = score(fwd_cos, (avg_x[:, None] + avg_y[fwd_ids]) / 2)
-    bwd_scores = score(bwd_cos, (avg_y[:, None] + avg_x[bwd_ids]) / 2)
-    fwd_scores[fwd_ids < 0], bwd_scores[bwd_ids < 0] = -np.inf, -np.inf
+    avg_x, avg_y = neighbourhood_mean(fwd_cos, fwd_ids), neighbourhood_mean(bwd_cos, bwd_ids)
+    fwd_scores = margin_scores(fwd_cos, fwd_ids, avg_x, avg_y[np.maximum(fwd_ids, 0)], margin)
+    bwd_scores = margin_scores(bwd_cos, bwd_ids, avg_y, avg_x[np.maximum(bwd_ids, 0)], margin)
     return MarginNeighbours(fwd_ids, fwd_scores, bwd_ids, bwd_scores, avg_x, avg_y, max(fwd_bytes, bwd_bytes))
 
 
@@ -113,33 +128,59 @@ class ScoredPairs:
         return len(self.src)
 
 
-def _best(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def best_candidates(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's best-scoring candidate (the first of equal ones) and its score: ((n,), (n,))."""
     best = scores.argmax(axis=1)
     rows = np.arange(len(ids))
     return ids[rows, best], scores[rows, best]
 
 
-def _sorted(src: np.ndarray, tgt: np.ndarray, score: np.ndarray) -> ScoredPairs:
+def one_to_one(pairs: Iterable[tuple[int, int]], n_src: int, n_tgt: int) -> Iterator[bool]:
+    """For each (src, tgt) of `pairs` (rows of sides of n_src and n_tgt sentences), best first:
+    whether to keep it, greedily, so that a sentence on either side is used once (the max mode's
+    rule). One byte per sentence of each side."""
+    used_src, used_tgt = np.zeros(n_src, dtype=bool), np.zeros(n_tgt, dtype=bool)
+    for s, t in pairs:
+        keep = not (used_src[s] or used_tgt[t])
+        if keep:
+            used_src[s] = used_tgt[t] = True
+        yield keep
+
+
+def best_first(score: np.ndarray) -> np.ndarray:
+    """The positions of the finite scores, highest first (ties: lower position first); -inf means
+    no neighbour was found (a sparse IVF probe)."""
     order = np.argsort(-score, kind="stable")
-    order = order[np.isfinite(score[order])]  # -inf: no neighbour found (a sparse IVF probe)
+    return order[np.isfinite(score[order])]
+
+
+def _sorted(src: np.ndarray, tgt: np.ndarray, score: np.ndarray) -> ScoredPairs:
+    order = best_first(score)
     return ScoredPairs(src[order], tgt[order], score[order])
 
 
 def _forward(nb: MarginNeighbours) -> ScoredPairs:
-    tgt, score = _best(nb.fwd_ids, nb.fwd_scores)
+    tgt, score = best_candidates(nb.fwd_ids, nb.fwd_scores)
     return _sorted(np.arange(len(tgt)), tgt, score)
 
 
 def _backward(nb: MarginNeighbours) -> ScoredPairs:
-    src, score = _best(nb.bwd_ids, nb.bwd_scores)
+    src, score = best_candidates(nb.bwd_ids, nb.bwd_scores)
     return _sorted(src, np.arange(len(src)), score)
 
 
 def _intersect(nb: MarginNeighbours) -> ScoredPairs:
-    fwd, bwd = _forward(nb), _backward(nb)
-    backward_pairs = set(zip(bwd.src.tolist(), bwd.tgt.tolist()))
-    keep = np.array([pair in backward_pairs for pair in zip(fwd.src.tolist(), fwd.tgt.tolist())], dtype=bool)
+    fwd = _forward(nb)
+    bwd_best, bwd_score = best_candidates(nb.bwd_ids, nb.bwd_scores)
+    keep = agreed(fwd.src, bwd_best[fwd.tgt], bwd_score[fwd.tgt])
     return ScoredPairs(fwd.src[keep], fwd.tgt[keep], fwd.score[keep])
+
+
+def agreed(src: np.ndarray, tgt_best: np.ndarray, tgt_best_score: np.ndarray) -> np.ndarray:
+    """Which forward pairs (src[i], tgt[i]) the backward direction agrees on (the intersect mode),
+    given each tgt[i]'s own best candidate `tgt_best[i]` and its score: that candidate is src[i],
+    with a finite score."""
+    return (tgt_best == src) & np.isfinite(tgt_best_score)
 
 
 def _max(nb: MarginNeighbours) -> ScoredPairs:
@@ -148,13 +189,8 @@ def _max(nb: MarginNeighbours) -> ScoredPairs:
     both = _sorted(
         *(np.concatenate([a, b]) for a, b in ((fwd.src, bwd.src), (fwd.tgt, bwd.tgt), (fwd.score, bwd.score)))
     )
-    used_src, used_tgt, keep = set(), set(), []
-    for i, (s, t) in enumerate(zip(both.src.tolist(), both.tgt.tolist())):
-        if s not in used_src and t not in used_tgt:
-            used_src.add(s)
-            used_tgt.add(t)
-            keep.append(i)
-    keep = np.array(keep, dtype=np.int64)
+    pairs = zip(both.src.tolist(), both.tgt.tolist())
+    keep = np.fromiter(one_to_one(pairs, len(nb.fwd_ids), len(nb.bwd_ids)), dtype=bool, count=len(both))
     return ScoredPairs(both.src[keep], both.tgt[keep], both.score[keep])
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError, check_choice
+from ems.encoder_kinds import encoder_languages
 from ems.languages import canonical_language
 from ems.mining.margin import DEFAULT_K, MARGINS
 from eval.evaluators.items import NOT_COVERED, score_items
@@ -33,7 +34,6 @@ from eval.evaluators.retrieval import (
     Bitext,
     bidirectional_p_at_1,
     check_max_sentences,
-    encoder_languages,
     evaluate_bitexts,
     read_aligned_files,
 )

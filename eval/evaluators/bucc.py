@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError, check_choice
+from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import ENGLISH
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.evaluators.items import not_covered, score_items
-from eval.evaluators.retrieval import encode_checked, encoder_languages, read_lines
+from eval.evaluators.retrieval import read_lines
 from eval.faults import DATA_ERRORS
 
 BUCC_SOURCE = "https://comparable.limsi.fr/bucc2018/bucc2018-task.html (BUCC 2017/2018 shared task)"

@@ -37,10 +37,10 @@ import torch
 from tqdm import tqdm
 
 from ems.cli import one_line
+from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import covered_language
 from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.evaluators.items import NOT_COVERED
-from eval.evaluators.retrieval import encode_checked, encoder_languages
 from eval.faults import DATA_ERRORS, DATA_FAULTS
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError, check_choice
+from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import ENGLISH, canonical_language, covered_language
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.items import not_covered, score_items
-from eval.evaluators.retrieval import encode_checked, encoder_languages, read_aligned_files
+from eval.evaluators.retrieval import read_aligned_files
 from eval.faults import DATA_ERRORS
 
 SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"

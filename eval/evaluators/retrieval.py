@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
+from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import ENGLISH
 from eval.evaluators.items import NOT_COVERED, score_items
 from eval.faults import DATA_ERRORS
@@ -157,30 +158,6 @@ def check_max_sentences(max_sentences: int | None) -> None:
     """Raise ValueError unless `max_sentences` is None or a positive int."""
     if max_sentences is not None and (not isinstance(max_sentences, int) or max_sentences < 1):
         raise ValueError(f"max_sentences must be a positive integer or None, got {max_sentences!r}")
-
-
-def encoder_languages(encoder) -> list[str] | None:
-    """The encoder's `languages` attribute (None = any language), checked against the contract."""
-    if not hasattr(encoder, "languages") or not callable(getattr(encoder, "encode", None)):
-        raise TypeError(
-            f"{type(encoder).__name__} is not an encoder: it needs encode(sentences, lang) and a "
-            "`languages` attribute (list of canonical codes, or None for any)"
-        )
-    languages = encoder.languages
-    if languages is not None and (isinstance(languages, str) or not all(isinstance(lang, str) for lang in languages)):
-        raise TypeError(f"encoder.languages must be a list of language codes or None, got {languages!r}")
-    return None if languages is None else list(languages)
-
-
-def encode_checked(encoder, sentences: list[str], lang: str) -> np.ndarray:
-    """`encoder.encode(sentences, lang)`, with a clear error unless it returns one row per sentence."""
-    embeddings = np.asarray(encoder.encode(sentences, lang))
-    if embeddings.ndim != 2 or embeddings.shape[0] != len(sentences):
-        raise ValueError(
-            f"{type(encoder).__name__}.encode(<{len(sentences)} sentences>, lang={lang!r}) returned shape "
-            f"{embeddings.shape}; expected ({len(sentences)}, d)"
-        )
-    return embeddings
 
 
 def _without_empty_pairs(bitext: Bitext, skipped: dict[str, list[str]]) -> Bitext:

@@ -8,16 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ems.cli import MissingDataError
+from ems.encoder_kinds import encoder_languages
 from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
 from eval.evaluators.items import score_items
-from eval.evaluators.retrieval import (
-    Bitext,
-    check_max_sentences,
-    encoder_languages,
-    evaluate_bitexts,
-    group_averages,
-    read_aligned_files,
-)
+from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, group_averages, read_aligned_files
 
 TATOEBA_SOURCE = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 DEFAULT_FILE_PATTERN = "tatoeba.{code}-eng.{side}"  # side: the language's code, or "eng"

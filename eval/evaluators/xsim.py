@@ -32,11 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError, check_choice
+from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import canonical_language, covered_language
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.flores import FLORES_SOURCE
 from eval.evaluators.items import NOT_COVERED, score_items
-from eval.evaluators.retrieval import check_max_sentences, encode_checked, encoder_languages, read_lines
+from eval.evaluators.retrieval import check_max_sentences, read_lines
 from eval.faults import DATA_ERRORS, DataErrors
 
 XSIMPP_SOURCE = "https://dl.fbaipublicfiles.com/nllb/laser/xsimplusplus (LASER tasks/xsimplusplus)"
