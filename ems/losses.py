@@ -81,6 +81,14 @@ def _info_nce(scores: Tensor, labels: Tensor, duplicates: Tensor | None, duplica
     return -(log_probs.masked_fill(~positives, 0.0).sum(dim=1) / positives.sum(dim=1))
 
 
+def _with_margin(cosines: Tensor, labels: Tensor, margin: float) -> Tensor:
+    """(B, M) cosines with `margin` taken from each row's gold column (labels: (B,))."""
+    if not margin:
+        return cosines
+    gold = F.one_hot(labels, cosines.shape[1]).to(cosines.dtype)
+    return cosines - margin * gold
+
+
 def _check_duplicate_negatives(duplicate_negatives: str) -> None:
     if duplicate_negatives not in DUPLICATE_NEGATIVES:
         raise ValueError(
@@ -89,18 +97,25 @@ def _check_duplicate_negatives(duplicate_negatives: str) -> None:
 
 
 def contrastive_loss(
-    h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None, duplicate_negatives: str = "mask"
+    h_u: Tensor,
+    h_v: Tensor,
+    temperature: float,
+    duplicates: Tensor | None = None,
+    duplicate_negatives: str = "mask",
+    margin: float = 0.0,
 ) -> Tensor:
     """Symmetric in-batch InfoNCE, paper Eq. 8-11.
 
     h_u, h_v: (B, k) projections of the two sides; row i of each is a translation pair and
     every other row in the batch is a negative, except its duplicates: `duplicates` (B, B) from
     `duplicate_mask`, handled as `duplicate_negatives` says (see `_info_nce`; the paper's loss is "keep",
-    or any handling without duplicates). Returns (B,) loss_u->v + loss_v->u over cos(h_u_i, h_v_j) / temperature.
+    or any handling without duplicates). Returns (B,) loss_u->v + loss_v->u over cos(h_u_i, h_v_j) / temperature,
+    where the gold pair's cosine is cos - `margin` (additive margin softmax, Yang et al. 2019; 0: the paper's).
     """
     _check_duplicate_negatives(duplicate_negatives)
-    scores = F.normalize(h_u.float(), dim=-1) @ F.normalize(h_v.float(), dim=-1).T / temperature
+    scores = F.normalize(h_u.float(), dim=-1) @ F.normalize(h_v.float(), dim=-1).T
     labels = torch.arange(scores.shape[0], device=scores.device)
+    scores = _with_margin(scores, labels, margin) / temperature
     return _info_nce(scores, labels, duplicates, duplicate_negatives) + _info_nce(
         scores.T, labels, duplicates, duplicate_negatives
     )
@@ -132,7 +147,12 @@ def gather_rows(x: Tensor) -> tuple[Tensor, int]:
 
 
 def global_contrastive_loss(
-    h_u: Tensor, h_v: Tensor, temperature: float, duplicates: Tensor | None = None, duplicate_negatives: str = "mask"
+    h_u: Tensor,
+    h_v: Tensor,
+    temperature: float,
+    duplicates: Tensor | None = None,
+    duplicate_negatives: str = "mask",
+    margin: float = 0.0,
 ) -> Tensor:
     """`contrastive_loss` with negatives from every rank's batch.
 
@@ -150,8 +170,8 @@ def global_contrastive_loss(
     rank = dist.get_rank() if all_u is not h_u else 0
     u, v = F.normalize(h_u.float(), dim=-1), F.normalize(h_v.float(), dim=-1)
     labels = rank * len(u) + torch.arange(len(u), device=u.device)
-    u_to_v = u @ F.normalize(all_v.float(), dim=-1).T / temperature
-    v_to_u = v @ F.normalize(all_u.float(), dim=-1).T / temperature
+    u_to_v = _with_margin(u @ F.normalize(all_v.float(), dim=-1).T, labels, margin) / temperature
+    v_to_u = _with_margin(v @ F.normalize(all_u.float(), dim=-1).T, labels, margin) / temperature
     return _info_nce(u_to_v, labels, duplicates, duplicate_negatives) + _info_nce(
         v_to_u, labels, duplicates, duplicate_negatives
     )

@@ -46,6 +46,9 @@ class EMSConfig:
     contrastive_projection: bool = True
     xtr_language_token: bool = True
     temperature: float = 0.1
+    # Additive margin softmax (Yang et al. 2019, LaBSE): the gold pair's cosine minus this margin in the
+    # contrastive softmax, so a translation must beat every in-batch negative by it. 0 is the paper's loss.
+    contrastive_margin: float = 0.0
     xtr_weight: float = 1.0
     contrastive_weight: float = 1.0
     distill_weight: float = 0.0  # knowledge distillation from a teacher's vectors (ems.losses.distill_loss)
@@ -85,6 +88,8 @@ class EMSConfig:
         weights = {f"{name}_weight": self.weight(name) for name in OBJECTIVES}
         if any(w < 0 for w in weights.values()) or not any(weights.values()):
             raise ValueError(f"the objective weights must be >= 0 and one of them > 0, got {weights}")
+        if not 0 <= self.contrastive_margin < 2:
+            raise ValueError(f"contrastive_margin must be in [0, 2) (a cosine margin), got {self.contrastive_margin}")
         if self.attention_group_rows < 0:
             raise ValueError(f"attention_group_rows must be >= 0 (0: no groups), got {self.attention_group_rows}")
         if self.d_output is not None and self.d_output < 1:
@@ -361,7 +366,9 @@ class EMSModel(nn.Module):
         if self.cfg.contrastive_weight:
             h_u, h_v = self.contrastive_head(uv).chunk(2)
             in_batch_loss = global_contrastive_loss if self.cfg.global_negatives else contrastive_loss
-            contrastive = in_batch_loss(h_u, h_v, self.cfg.temperature, duplicates, self.cfg.duplicate_negatives)
+            contrastive = in_batch_loss(
+                h_u, h_v, self.cfg.temperature, duplicates, self.cfg.duplicate_negatives, self.cfg.contrastive_margin
+            )
         if self.cfg.distill_weight:
             if teacher is None:
                 raise ValueError("distill_weight > 0 needs the teacher's vectors in the batch (TrainConfig.teacher)")

@@ -26,12 +26,13 @@ def dense_xtr(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def dense_infonce(hu: torch.Tensor, hv: torch.Tensor, t: float) -> torch.Tensor:
+def dense_infonce(hu: torch.Tensor, hv: torch.Tensor, t: float, margin: float = 0.0) -> torch.Tensor:
     b = hu.shape[0]
     out = torch.zeros(b, dtype=torch.float64)
     for i in range(b):
         for a, others in ((hu[i], hv), (hv[i], hu)):
-            sims = torch.tensor([F.cosine_similarity(a, o, dim=0).item() / t for o in others], dtype=torch.float64)
+            cosines = [F.cosine_similarity(a, o, dim=0).item() - (margin if j == i else 0.0) for j, o in enumerate(others)]
+            sims = torch.tensor([c / t for c in cosines], dtype=torch.float64)
             out[i] += -(sims[i] - torch.logsumexp(sims, 0))
     return out
 
@@ -73,6 +74,22 @@ def test_contrastive_matches_dense():
     torch.manual_seed(1)
     hu, hv = torch.randn(5, 8), torch.randn(5, 8)
     torch.testing.assert_close(contrastive_loss(hu, hv, 0.1).double(), dense_infonce(hu, hv, 0.1), rtol=1e-5, atol=1e-5)
+
+
+def test_contrastive_margin_matches_dense():
+    torch.manual_seed(3)
+    hu, hv = torch.randn(6, 8), torch.randn(6, 8)
+    loss = contrastive_loss(hu, hv, 0.05, margin=0.2).double()
+    torch.testing.assert_close(loss, dense_infonce(hu, hv, 0.05, margin=0.2), rtol=1e-5, atol=1e-5)
+    assert torch.all(loss > contrastive_loss(hu, hv, 0.05).double())  # the gold logit only ever drops
+
+
+def test_contrastive_margin_hand_checked():
+    # Orthogonal unit vectors, T=1, margin 0.5: each direction is -log(e^0.5 / (e^0.5 + e^0)).
+    hu = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    loss = contrastive_loss(hu, hu.clone(), temperature=1.0, margin=0.5)
+    expected = 2 * -math.log(math.exp(0.5) / (math.exp(0.5) + 1))
+    torch.testing.assert_close(loss, torch.tensor([expected, expected]), rtol=1e-6, atol=1e-6)
 
 
 def test_contrastive_hand_checked_two_pairs():

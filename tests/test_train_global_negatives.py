@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 from ems.losses import contrastive_loss, global_contrastive_loss
 from tests.conftest import leave_spawned_rank
 
-B, K, TEMPERATURE = 3, 4, 0.1
+B, K, TEMPERATURE, MARGIN = 3, 4, 0.1, 0.2
 
 
 def global_embeddings() -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,19 +27,21 @@ def _rank(rank: int, init_file: str, out_dir: str) -> None:
     per_pair = global_contrastive_loss(h_u, h_v, TEMPERATURE)
     per_pair.mean().backward()
     np.save(f"{out_dir}/loss{rank}.npy", per_pair.detach().numpy())
+    with torch.no_grad():  # the margin's gold column is this rank's rows of the global batch
+        np.save(f"{out_dir}/margin{rank}.npy", global_contrastive_loss(h_u, h_v, TEMPERATURE, margin=MARGIN).numpy())
     np.save(f"{out_dir}/grad{rank}.npy", h_u.grad.numpy())
     dist.destroy_process_group()
     leave_spawned_rank()
 
 
-def brute_force_infonce(u: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
-    """Per pair i: -log softmax_j(cos(u_i, v_j)/t)[i] - log softmax_j(cos(v_i, u_j)/t)[i]."""
+def brute_force_infonce(u: np.ndarray, v: np.ndarray, t: float, margin: float = 0.0) -> np.ndarray:
+    """Per pair i: -log softmax_j((cos(u_i, v_j) - margin [j = i])/t)[i], plus the same from v_i."""
     u = u / np.linalg.norm(u, axis=1, keepdims=True)
     v = v / np.linalg.norm(v, axis=1, keepdims=True)
     loss = np.zeros(len(u))
     for i in range(len(u)):
         for a, b in ((u, v), (v, u)):
-            scores = np.array([a[i] @ b[j] for j in range(len(u))]) / t
+            scores = np.array([a[i] @ b[j] - (margin if j == i else 0.0) for j in range(len(u))]) / t
             loss[i] += np.log(np.exp(scores).sum()) - scores[i]
     return loss
 
@@ -50,6 +52,8 @@ def test_global_negatives_give_the_global_batch_loss_and_gradients(tmp_path):
     expected = brute_force_infonce(u.numpy(), v.numpy(), TEMPERATURE)
     losses = np.concatenate([np.load(tmp_path / f"loss{r}.npy") for r in range(2)])
     np.testing.assert_allclose(losses, expected, rtol=1e-6)  # the losses compute in float32
+    with_margin = np.concatenate([np.load(tmp_path / f"margin{r}.npy") for r in range(2)])
+    np.testing.assert_allclose(with_margin, brute_force_infonce(u.numpy(), v.numpy(), TEMPERATURE, MARGIN), rtol=1e-6)
     # each rank's mean loss backpropagates through the gather: the gradients summed over ranks
     # reach every rank's rows; with DeepSpeed's average over ranks that is the gradient of the
     # global mean loss, i.e. rank r's .grad = 2 x d(global mean)/d(its rows)
