@@ -2,7 +2,7 @@
 with every seed on the same prepared data, score each model, print mean ± sd per variant.
 
     python -m ems.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
-                           [--seeds 0 1 2] [--set max_steps=300 ...]
+                           [--seeds 0 1 2] [--variants NAME ...] [--set max_steps=300 ...]
 
 Data are prepared once with the demo's data stages (ems.demo.prepare_data) under OUT/data, and
 for a variant that distils (TrainConfig.teacher), its teacher's vectors of the training and
@@ -13,8 +13,10 @@ FLORES-200 devtest) on the config's `metrics`. Reference encoders (e.g. the teac
 once with the same suite, as rows of the table. A run that already has its scores is not trained
 again, and one whose training finished (trained.json) but whose scoring did not (killed, or a metric
 path the results lack: one line naming what they have) is scored again without retraining, so an
-interrupted ablation resumes where it stopped. Writes OUT/ablation.json, OUT/ablation.md
-(the table) and OUT/ablation.png (means with sd bars).
+interrupted ablation resumes where it stopped. `--variants` runs (and tabulates) only the variants
+named, so several processes or machines can share one ablation's OUT; a run without it then
+tabulates them all from their stored scores. Writes OUT/ablation.json, OUT/ablation.md (the table)
+and OUT/ablation.png (means with sd bars).
 """
 
 from __future__ import annotations
@@ -332,6 +334,16 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"
 
 
+def select_variants(cfg: AblationConfig, names: list[str]) -> None:
+    """Keep only the variants `names` of `cfg` (in the config's order); UserError for a name it lacks."""
+    unknown = [name for name in names if name not in cfg.variants]
+    if unknown:
+        raise UserError(
+            f"no variant {', '.join(map(repr, unknown))} in the config; it has {', '.join(map(repr, cfg.variants))}"
+        )
+    cfg.variants = {name: overrides for name, overrides in cfg.variants.items() if name in names}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(REPO_ROOT / "configs/ablation/demo.yaml"))
@@ -343,12 +355,15 @@ def main(argv: list[str]) -> int:
         help="directory with tatoeba_challenge/, tatoeba/, flores200/ (default: $EMS_DATA_DIR or ../shared/data)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="override the config's seeds")
+    parser.add_argument("--variants", nargs="+", metavar="NAME", help="run only these of the config's variants")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TrainConfig overrides for every run")
     add_debug_option(parser)
     args = parser.parse_args(argv)
     cfg = load_config(AblationConfig, args.config)
     if args.seeds:
         cfg.seeds = args.seeds
+    if args.variants:
+        select_variants(cfg, args.variants)
     print(run_ablation(cfg, args.out, args.data_dir, args.set))
     return 0
 

@@ -114,3 +114,31 @@ def test_a_column_added_later_is_read_from_the_stored_results(tmp_path, schema):
     record = with_all_columns(scores, tmp_path / "eval", cfg)
     assert record["STS tr-en"] == pytest.approx(20.0)
     assert json.loads(scores.read_text())["STS tr-en"] == pytest.approx(20.0)
+
+
+def test_variants_runs_only_those_named_and_refuses_unknown_names(tmp_path, monkeypatch):
+    trained = []
+
+    def fake_train(cfg):
+        trained.append(cfg.out)
+        model = tmp_path / f"model{len(trained)}"
+        model.mkdir()
+        return {"steps": 3, "model_dir": str(model)}
+
+    monkeypatch.setattr(ems.train, "train", fake_train)
+    monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
+    monkeypatch.setattr(ems.ablation, "score_encoder", lambda *args: {"x": 1.0})
+    out = tmp_path / "ablation"
+    (out / "data" / "shards" / "heldout").mkdir(parents=True)
+    (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")
+    config = out / "ablation.yaml"
+    config.write_text("variants:\n  a: {}\n  b: {}\n  c: {}\nseeds: [0]\nmetrics: {x: {task: t, path: [p]}}\n")
+    with pytest.raises(UserError, match="no variant 'd' in the config; it has 'a', 'b', 'c'"):
+        ems.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "d"])
+    assert trained == []  # refused before anything ran
+    ems.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "a"])
+    assert [path.split("/")[-3] for path in trained] == ["a", "c"]  # the config's order
+    assert "| b |" not in (out / "ablation.md").read_text()
+    ems.ablation.main(["--config", str(config), "--out", str(out)])  # all: only b is new
+    assert [path.split("/")[-3] for path in trained] == ["a", "c", "b"]
+    assert "| b |" in (out / "ablation.md").read_text()

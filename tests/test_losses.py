@@ -31,7 +31,9 @@ def dense_infonce(hu: torch.Tensor, hv: torch.Tensor, t: float, margin: float = 
     out = torch.zeros(b, dtype=torch.float64)
     for i in range(b):
         for a, others in ((hu[i], hv), (hv[i], hu)):
-            cosines = [F.cosine_similarity(a, o, dim=0).item() - (margin if j == i else 0.0) for j, o in enumerate(others)]
+            cosines = [
+                F.cosine_similarity(a, o, dim=0).item() - (margin if j == i else 0.0) for j, o in enumerate(others)
+            ]
             sims = torch.tensor([c / t for c in cosines], dtype=torch.float64)
             out[i] += -(sims[i] - torch.logsumexp(sims, 0))
     return out
