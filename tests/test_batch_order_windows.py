@@ -97,6 +97,35 @@ def test_temperature_sampling_from_index_ranges_equals_arrays():
     assert small.max() - small.min() <= 1  # each pass a full permutation of the group
 
 
+def test_one_pair_batches_hold_one_language_pair_each():
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 30, size=(3_000, 2))
+    ranges = {
+        "a-en": IndexRanges([(0, 1_300)]),
+        "b-en": IndexRanges([(1_300, 2_000), (2_950, 3_000)]),
+        "c-en": IndexRanges([(2_000, 2_950)]),
+    }
+    group = np.zeros(3_000, dtype=int)
+    group[1_300:2_000] = group[2_950:] = 1
+    group[2_000:2_950] = 2
+    order = BatchOrder(lengths, 50, seed=0, bucket_batches=20, groups=ranges, one_pair_batches=True)
+    for epoch in (0, 1):
+        batches = order.epoch(epoch)
+        assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(3_000))  # every pair once an epoch
+        mixed = [b for b in batches if len(set(group[b])) > 1]
+        assert len(mixed) <= 3 * (len(set(group)) - 1)  # 3 windows of 20 batches, a mixed batch per boundary
+        assert len(mixed) >= 1  # 3000 pairs do not split into whole batches of each group
+    first = {frozenset(b.tolist()) for b in order.epoch(0)}
+    assert not first & {frozenset(b.tolist()) for b in order.epoch(1)}  # new company every epoch
+    mixed_order = BatchOrder(lengths, 50, seed=0, bucket_batches=20, groups=ranges)
+    assert sum(len(set(group[b])) > 1 for b in mixed_order.epoch(0)) > 50  # without it, almost every batch mixes
+    arrays = {name: np.asarray(r) for name, r in ranges.items()}
+    again = BatchOrder(lengths, 50, seed=0, bucket_batches=20, groups=arrays, one_pair_batches=True)
+    assert all(np.array_equal(a, b) for a, b in zip(again.epoch(1), order.epoch(1)))  # a resumed run replays it
+    with pytest.raises(ValueError, match="one_pair_batches needs the language-pair groups"):
+        BatchOrder(lengths, 50, one_pair_batches=True)
+
+
 def _write_shards(directory, n_pairs, length):
     """Format-2 shards of n_pairs pairs of `length` tokens per side (tokens.npy sparse)."""
     directory.mkdir()

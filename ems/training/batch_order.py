@@ -195,7 +195,12 @@ class BatchOrder:
     With `content_ids` ((n, 2), `PairShards.content_ids`), each sorted window goes through
     `spread_duplicates`: length bucketing gathers translations of one English sentence (same
     length) into one batch, where each is a false negative for the others; spread, they fall to
-    fewer than random batches hold."""
+    fewer than random batches hold.
+
+    With `one_pair_batches` (needs `groups`), a window's pairs are ordered by language-pair group
+    instead of by length (in the epoch's random order within a group) and cut into batches, so every
+    batch but those at group boundaries (at most one per boundary) holds one language pair. Duplicates
+    are not spread then: translations of one sentence into other languages are in other groups."""
 
     lengths: np.ndarray
     global_batch_size: int
@@ -206,6 +211,7 @@ class BatchOrder:
     content_ids: np.ndarray | None = None
     padding_budget: float = 0.005  # see spread_duplicates
     max_len: int | None = None
+    one_pair_batches: bool = False
 
     def __post_init__(self) -> None:
         if self.lengths.ndim not in (1, 2) or (self.lengths.ndim == 2 and self.lengths.shape[1] != 2):
@@ -216,9 +222,12 @@ class BatchOrder:
             )
         if self.temperature is not None and not self.groups:
             raise ValueError("temperature sampling needs the language-pair groups (PairShards.language_pair_ranges)")
+        if self.one_pair_batches and not self.groups:
+            raise ValueError("one_pair_batches needs the language-pair groups (PairShards.language_pair_ranges)")
         if self.content_ids is not None and len(self.content_ids) != len(self.lengths):
             raise ValueError(f"content_ids has {len(self.content_ids)} rows for {len(self.lengths)} pairs")
         self._window: tuple[tuple[int, int], np.ndarray] | None = None
+        self._ranges: np.ndarray | None = None  # (start, end, group) rows sorted by start, built by group_of
 
     def batches_per_epoch(self) -> int:
         return len(self.lengths) // self.global_batch_size
@@ -250,6 +259,25 @@ class BatchOrder:
             pairs[chosen] = groups[g][KeyedPermutation(int(sizes[g]), (self.seed, epoch, g, pass_))(places[chosen])]
         return pairs
 
+    def group_of(self, pairs: np.ndarray) -> np.ndarray:
+        """The index (in `groups`' order) of the language-pair group of each of `pairs`."""
+        if self._ranges is None:
+            parts = []  # (start, end, group) of every range of every group; an array's members are ranges of one
+            for g, members in enumerate(self.groups.values()):
+                if isinstance(members, IndexRanges):
+                    ends = members.starts + np.diff(members.offsets)
+                    parts.append(np.stack([members.starts, ends, np.full_like(ends, g)], axis=1))
+                else:
+                    starts = np.asarray(members, dtype=np.int64)
+                    parts.append(np.stack([starts, starts + 1, np.full_like(starts, g)], axis=1))
+            ranges = np.concatenate(parts)
+            self._ranges = ranges[np.argsort(ranges[:, 0], kind="stable")]
+        starts, ends, group = self._ranges.T
+        at = np.searchsorted(starts, pairs, side="right") - 1
+        if (at < 0).any() or (pairs >= ends[np.maximum(at, 0)]).any():
+            raise ValueError("a pair belongs to no language-pair group")
+        return group[at]
+
     def _length_order(self, lengths: np.ndarray) -> np.ndarray:
         if lengths.ndim == 1:
             return np.argsort(lengths, kind="stable")
@@ -268,10 +296,10 @@ class BatchOrder:
         lengths = gather(self.lengths, pairs).astype(np.int64)
         if self.max_len is not None:
             np.minimum(lengths, self.max_len, out=lengths)
-        by_length = self._length_order(lengths)
-        pairs, lengths = pairs[by_length], lengths[by_length]
+        order = np.argsort(self.group_of(pairs), kind="stable") if self.one_pair_batches else self._length_order(lengths)
+        pairs, lengths = pairs[order], lengths[order]
         rows = np.arange(len(pairs)).reshape(n_batches, self.global_batch_size)
-        if self.content_ids is not None:
+        if self.content_ids is not None and not self.one_pair_batches:
             rows = spread_duplicates(rows, gather(self.content_ids, pairs), lengths, padding_budget=self.padding_budget)
         batches = pairs[rows][np.random.default_rng([self.seed, epoch, w]).permutation(n_batches)]
         self._window = ((epoch, w), batches)

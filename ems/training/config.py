@@ -46,6 +46,11 @@ class TrainConfig:
     # (measured: 80 steps on 2k pairs, 6.18 vs 5.28-5.67 with 50): use ~50 there. The demo's
     # 134k pairs (524 batches, one window) do not stall: batches differ each epoch.
     bucket_batches: int = 1000
+    # Each batch from one language pair (random pairs of it, not length-sorted), so a sentence's in-batch
+    # negatives are in its own language, as the candidates of a retrieval test are: the window's pairs
+    # are ordered by language pair and cut into batches (a batch at a boundary mixes two); use windows of
+    # many batches (bucket_batches >> the number of language pairs). False: batches mix language pairs.
+    one_pair_batches: bool = False
     lr: float = 3e-4
     warmup_steps: int = 10_000
     # Batch-size-aware schedule (ems.training.schedule.effective_schedule). The paper's lr 3e-4 and 10k

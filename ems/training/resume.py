@@ -56,6 +56,7 @@ FIXED_KEYS = (
     "global_negatives",
     "temperature",
     "bucket_batches",
+    "one_pair_batches",
     "seed",
     "spread_duplicates",
     "padding_budget",
