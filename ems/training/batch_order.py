@@ -296,7 +296,10 @@ class BatchOrder:
         lengths = gather(self.lengths, pairs).astype(np.int64)
         if self.max_len is not None:
             np.minimum(lengths, self.max_len, out=lengths)
-        order = np.argsort(self.group_of(pairs), kind="stable") if self.one_pair_batches else self._length_order(lengths)
+        if self.one_pair_batches:
+            order = np.argsort(self.group_of(pairs), kind="stable")
+        else:
+            order = self._length_order(lengths)
         pairs, lengths = pairs[order], lengths[order]
         rows = np.arange(len(pairs)).reshape(n_batches, self.global_batch_size)
         if self.content_ids is not None and not self.one_pair_batches:
