@@ -262,7 +262,10 @@ def test_one_line_each_side_is_one_pair(tmp_path, capsys):
     assert (tmp_path / "o.tsv").read_text(encoding="utf-8") == "1.000000\tDer Hund bellt.\tThe dog barks.\n"
 
 
-@pytest.mark.parametrize(("bad", "reason"), [(b"Ein \x00 Satz.", "with a NUL byte"), (b"Ein \xff Satz.", "not UTF-8")])
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [(b"Ein \x00 Satz.", "with a NUL byte"), (b"Ein \xff Satz.", "not UTF-8"), (b"Ein\tSatz.", "with a tab")],
+)
 def test_a_nul_byte_or_non_utf8_line_is_a_counted_skip(sides, tmp_path, capsys, bad, reason):
     lines = sides[0].read_bytes().split(b"\n")
     with_bad = tmp_path / "src.de"

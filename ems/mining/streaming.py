@@ -9,9 +9,10 @@ worker). Two different lines share a digest with probability ~n^2 / 2^65 (1e-6 a
 lines); the later one is then dropped as a duplicate.
 
 Lines end at "\\n" only; a trailing "\\r" is dropped (as eval.evaluators.retrieval.read_lines).
-Empty (or whitespace-only) lines are skipped and counted; so are lines that are not UTF-8 and
-lines holding a NUL byte (binary debris in a crawl, not sentences), each reason counted with its
-first line number, so nothing is lost silently.
+Empty (or whitespace-only) lines are skipped and counted; so are lines that are not UTF-8,
+lines holding a NUL byte (binary debris in a crawl, not sentences) and lines holding a tab (the
+mined pairs are written as tab-separated columns, where it would shift every column after it),
+each reason counted with its first line number, so nothing is lost silently.
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ from ems.encoder_kinds import CachedEncoder, EMSDirectoryEncoder, encode_checked
 from ems.tokenizer_pool import TokenizerPool
 
 DEFAULT_CHUNK_LINES = 20_000
-NOT_UTF8, NUL_BYTE = "not UTF-8", "a NUL byte"
+NOT_UTF8, NUL_BYTE, TAB = "not UTF-8", "a NUL byte", "a tab"
 
 
 @dataclass
 class LineCounts:
     """What a scan of one file found: `lines` in all, `empty` (or whitespace-only) ones, `distinct`
     non-empty ones, `skipped` {reason: count} and `first_skipped` {reason: 1-based line number}
-    for lines that are not UTF-8 or hold a NUL byte, and the file's `fingerprint` (size, mtime_ns
+    for lines that are not UTF-8 or hold a NUL byte or a tab, and the file's `fingerprint` (size, mtime_ns
     and the blake2b digest of every byte read)."""
 
     lines: int = 0
@@ -56,7 +57,7 @@ class LineCounts:
     def describe_skipped(self) -> str:
         """ "2 not UTF-8 (first: line 17), 1 with a NUL byte (line 40)", or "" when none were."""
         return ", ".join(
-            f"{count} {'with ' if reason == NUL_BYTE else ''}{reason} (first: line {self.first_skipped[reason]})"
+            f"{count} {'with ' if reason in (NUL_BYTE, TAB) else ''}{reason} (first: line {self.first_skipped[reason]})"
             for reason, count in self.skipped.items()
         )
 
@@ -114,6 +115,8 @@ def scan_distinct(path: Path, shard_lines: int, on_shard: Callable[[int, np.ndar
                 counts.skip(NOT_UTF8 if b"\0" not in raw else NUL_BYTE, number + 1)
             elif not text.strip():
                 counts.empty += 1
+            elif "\t" in text:
+                counts.skip(TAB, number + 1)
             else:
                 key = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
                 if key not in seen:
