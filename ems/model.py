@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from ems.losses import (
     DUPLICATE_NEGATIVES,
     OBJECTIVES,
+    batch_vocabulary,
     contrastive_loss,
     distill_loss,
     duplicate_mask,
@@ -50,6 +51,10 @@ class EMSConfig:
     # contrastive softmax, so a translation must beat every in-batch negative by it. 0 is the paper's loss.
     contrastive_margin: float = 0.0
     xtr_weight: float = 1.0
+    # The XTR softmax's candidates: "full", the whole vocabulary (paper Eq. 5); "batch", only the tokens
+    # of the batch's sentences (a sampled softmax, Jean et al. 2015, with the batch as the sample): a
+    # demo batch holds ~2,100 of 16k pieces, so the head's product and softmax shrink ~7x.
+    xtr_vocabulary: str = "full"
     contrastive_weight: float = 1.0
     distill_weight: float = 0.0  # knowledge distillation from a teacher's vectors (ems.losses.distill_loss)
     # A linear map of the pooled vector u to this many dimensions, kept in the exported encoder (its
@@ -81,6 +86,8 @@ class EMSConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.attention not in ("auto", "sdpa", "matmul"):
             raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
+        if self.xtr_vocabulary not in ("full", "batch"):
+            raise ValueError(f"xtr_vocabulary must be 'full' or 'batch', not {self.xtr_vocabulary!r}")
         if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
             raise ValueError(
                 f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {self.duplicate_negatives!r}"
@@ -273,7 +280,8 @@ class EncoderNetwork(nn.Module):
 
 
 class XTRHead(nn.Module):
-    """(u: (B, d), target language index: (B,)) -> (B, vocab) logits of the translation's tokens.
+    """(u: (B, d), target language index: (B,)[, columns: (U,) token ids]) -> (B, vocab) logits of the
+    translation's tokens, or (B, U) those of the given tokens only.
 
     q = softmax(W_emb · swish(W_fc [lang_emb(l'); u])), paper Eq. 4-5; without
     `xtr_language_token`, q = softmax(W_emb · swish(W_fc u)) (the target language is not given).
@@ -286,9 +294,12 @@ class XTRHead(nn.Module):
         self.fc = nn.Linear(d_lang + cfg.d_model, d_lang + cfg.d_model)
         self.out = nn.Linear(d_lang + cfg.d_model, cfg.vocab_size)
 
-    def forward(self, u: Tensor, target_lang: Tensor) -> Tensor:
+    def forward(self, u: Tensor, target_lang: Tensor, columns: Tensor | None = None) -> Tensor:
         x = u if self.lang_emb is None else torch.cat([self.lang_emb(target_lang), u], dim=-1)
-        return self.out(F.silu(self.fc(x)))
+        hidden = F.silu(self.fc(x))
+        if columns is None:
+            return self.out(hidden)
+        return F.linear(hidden, self.out.weight[columns], self.out.bias[columns])
 
 
 class ContrastiveHead(nn.Module):
@@ -355,9 +366,11 @@ class EMSModel(nn.Module):
         has_teacher = uv.new_zeros(b, dtype=torch.bool)
         if self.cfg.xtr_weight:
             # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
-            xtr_both = xtr_loss(
-                self.xtr_head(uv, torch.cat([tgt_lang, src_lang])), torch.cat([both[b:], both[:b]]), self.cfg.pad_id
-            )
+            targets, pad_id, columns = torch.cat([both[b:], both[:b]]), self.cfg.pad_id, None
+            if self.cfg.xtr_vocabulary == "batch":
+                columns, targets = batch_vocabulary(targets, pad_id)
+                pad_id = len(columns)
+            xtr_both = xtr_loss(self.xtr_head(uv, torch.cat([tgt_lang, src_lang]), columns), targets, pad_id)
             xtr = xtr_both[:b] + xtr_both[b:]
         duplicates = None
         if content_ids is not None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ems.losses import contrastive_loss, xtr_loss
+from ems.losses import batch_vocabulary, contrastive_loss, xtr_loss
 from ems.model import EMSModel, config_from_preset
 
 PAD = 0
@@ -72,6 +72,28 @@ def test_xtr_is_zero_when_q_equals_p():
     assert xtr_loss(logits, targets, PAD).item() == pytest.approx(0.0, abs=1e-5)
 
 
+def only_batch_tokens(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """logits with every column that is not a non-pad id of `tokens` set to -inf (q = 0 there)."""
+    in_batch = torch.zeros(logits.shape[1], dtype=torch.bool)
+    in_batch[tokens[tokens != PAD]] = True
+    return logits.masked_fill(~in_batch, float("-inf"))
+
+
+def test_xtr_batch_vocabulary_is_the_softmax_over_the_batch_tokens():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 20) * 3
+    targets = torch.tensor([[17, 3, 3, PAD], [5, 17, 9, 2], [9, PAD, PAD, PAD]])
+    columns, positions = batch_vocabulary(targets, PAD)
+    assert columns.tolist() == [2, 3, 5, 9, 17]
+    assert positions.tolist() == [[4, 1, 1, 5], [2, 4, 3, 0], [3, 5, 5, 5]]
+    torch.testing.assert_close(
+        xtr_loss(logits[:, columns], positions, len(columns)).double(),
+        dense_xtr(only_batch_tokens(logits, targets), targets),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
 def test_contrastive_matches_dense():
     torch.manual_seed(1)
     hu, hv = torch.randn(5, 8), torch.randn(5, 8)
@@ -131,3 +153,32 @@ def test_model_joint_loss_is_weighted_sum_of_both_directions():
     torch.testing.assert_close(out["xtr"].double(), xtr.mean(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["contrastive"].double(), cntrs.mean(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["loss"].double(), 0.5 * xtr.mean() + 2.0 * cntrs.mean(), rtol=1e-4, atol=1e-5)
+
+
+def test_model_batch_vocabulary_xtr_matches_dense_and_trains_only_the_batch_tokens():
+    torch.manual_seed(3)
+    cfg = config_from_preset(
+        "tiny", vocab_size=40, n_languages=3, d_model=32, n_heads=4, d_ffn=64, n_layers=2, d_lang=8,
+        dropout=0.0, xtr_weight=1.0, contrastive_weight=0.0, xtr_vocabulary="batch",
+    )  # fmt: skip
+    model = EMSModel(cfg)
+    src = torch.tensor([[5, 6, 6, PAD], [7, 8, 9, 10], [11, 11, PAD, PAD]])
+    tgt = torch.tensor([[12, 13, PAD], [14, 14, 15], [16, PAD, PAD]])
+    src_lang, tgt_lang = torch.tensor([0, 0, 1]), torch.tensor([2, 2, 2])
+    out = model(src, tgt, src_lang, tgt_lang)
+    out["loss"].backward()
+
+    with torch.no_grad():
+        tokens = torch.cat([src.flatten(), tgt.flatten()])
+        u, v = model.encoder(src), model.encoder(tgt)
+        xtr = dense_xtr(only_batch_tokens(model.xtr_head(u, tgt_lang), tokens), tgt) + dense_xtr(
+            only_batch_tokens(model.xtr_head(v, src_lang), tokens), src
+        )
+    torch.testing.assert_close(out["xtr"].double(), xtr.mean(), rtol=1e-4, atol=1e-5)
+    trained_rows = model.xtr_head.out.weight.grad.abs().sum(dim=1) > 0
+    assert trained_rows.nonzero().flatten().tolist() == list(range(5, 17))
+
+
+def test_xtr_vocabulary_must_be_full_or_batch():
+    with pytest.raises(ValueError, match="xtr_vocabulary must be 'full' or 'batch', not 'sampled'"):
+        config_from_preset("tiny", vocab_size=40, n_languages=3, xtr_vocabulary="sampled")
