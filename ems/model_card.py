@@ -211,13 +211,14 @@ def _training_text(facts: ModelFacts) -> list[str]:
 
 
 def _config_lines(config: EMSConfig) -> list[str]:
+    xtr_softmax = "the batch's tokens" if config.xtr_vocabulary == "batch" else "the vocabulary"
     return [
         "| d_model | layers | heads | d_ffn | vocabulary | max_len | output dim |",
         "| --: | --: | --: | --: | --: | --: | --: |",
         f"| {config.d_model} | {config.n_layers} | {config.n_heads} | {config.d_ffn} | {config.vocab_size} | "
         f"{config.max_len} | {config.d_sentence} |",
         "",
-        f"Objectives: XTR × {config.xtr_weight:g}, contrastive × {config.contrastive_weight:g} "
+        f"Objectives: XTR × {config.xtr_weight:g} (softmax over {xtr_softmax}), contrastive × {config.contrastive_weight:g} "
         f"(temperature {config.temperature:g}), distillation × {config.distill_weight:g}. Sentences longer than "
         f"{config.max_len} tokens are cut to their first {config.max_len}.",
     ]
