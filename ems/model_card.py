@@ -218,9 +218,10 @@ def _config_lines(config: EMSConfig) -> list[str]:
         f"| {config.d_model} | {config.n_layers} | {config.n_heads} | {config.d_ffn} | {config.vocab_size} | "
         f"{config.max_len} | {config.d_sentence} |",
         "",
-        f"Objectives: XTR × {config.xtr_weight:g} (softmax over {xtr_softmax}), contrastive × {config.contrastive_weight:g} "
-        f"(temperature {config.temperature:g}), distillation × {config.distill_weight:g}. Sentences longer than "
-        f"{config.max_len} tokens are cut to their first {config.max_len}.",
+        f"Objectives: XTR × {config.xtr_weight:g} (softmax over {xtr_softmax}), "
+        f"contrastive × {config.contrastive_weight:g} (temperature {config.temperature:g}), "
+        f"distillation × {config.distill_weight:g}. Sentences longer than {config.max_len} tokens are cut to "
+        f"their first {config.max_len}.",
     ]
 
 
