@@ -10,14 +10,16 @@ whole `ems.train` call, DeepSpeed set-up, validations and learning-curve probes 
 
 - a from-scratch `transformers.BertModel` of the EMS `tiny` shape (d 128, 2 layers, 4 heads, ffn
   512, mean pooling, 64 tokens at most);
-- a 16k Unigram tokenizer (`tokenizers`: NFKC + lowercase, Metaspace) trained on the same raw text;
+- a Unigram tokenizer (`tokenizers`: NFKC + lowercase, Metaspace) trained on the same raw text, of
+  the EMS model's vocabulary size unless `--vocab-size` says otherwise (the demo's: 32k);
 - `MultipleNegativesSymmetricRankingLoss` (scale 10 = the EMS temperature 0.1),
   `BatchSamplers.NO_DUPLICATES`, batch 256, linear warm-up (150 steps) and decay, fp32,
   `SentenceTransformerTrainer`.
 
 The peer's learning rate is chosen from `--lr-grid` on the held-out pairs (`DEMO/corpus/heldout`)
 with shorter runs (`--grid-fraction` of the budget each, the same schedule shape); Tatoeba and
-FLORES-200 are never used to choose. The chosen lr then trains for the whole budget: its step count
+FLORES-200 are never used to choose. A choice at the grid's edge is printed and recorded
+(`lr_at_grid_edge`): the grid should then be extended. The chosen lr then trains for the whole budget: its step count
 is first the budget times the steady steps/s of a 40-step probe (its first 10 steps, start-up
 included, not counted), then re-fitted once a fifth of the budget has passed, from the run's own
 steady rate so far (`refit_end`): the linear decay is stretched or shortened to end at the budget,
@@ -284,6 +286,14 @@ def heldout_score(model_dir: Path, prepared: Path, languages: list[str]) -> floa
     return float(result["average"]["mean"])
 
 
+def ems_vocab_size(demo: Path) -> int:
+    """The EMS model's vocabulary size (its config.json), pad, unk and <2xx> tokens included."""
+    config = demo / "run" / "model" / "config.json"
+    if not config.is_file():
+        raise UserError(f"{config} not found: give --vocab-size, or --demo a finished ems-demo run")
+    return json.loads(config.read_text())["vocab_size"]
+
+
 def languages_of(prepared: Path) -> list[str]:
     return sorted(
         {lang for files in list_parallel(prepared / "corpus" / "train") for lang in (files.l1, files.l2)} - {"en"}
@@ -323,7 +333,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lr-grid", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3])
     parser.add_argument("--grid-fraction", type=float, default=0.25, help="each grid run's share of the time budget")
     parser.add_argument("--seconds", type=float, help="the time budget (default: the EMS run's training seconds)")
-    parser.add_argument("--vocab-size", type=int, default=16000)
+    parser.add_argument("--vocab-size", type=int, help="the peer's tokenizer size (default: the EMS model's)")
     parser.add_argument("--seed", type=int, default=0)
     add_debug_option(parser)
     args = parser.parse_args(argv)
@@ -341,7 +351,8 @@ def main(argv: list[str]) -> int:
         f"{len(pairs):,} training pairs, {', '.join(languages)}; budget {seconds:.0f} s (the EMS run's training time)",
         flush=True,
     )
-    tokenizer = train_tokenizer(pairs, args.vocab_size, out / "tokenizer")
+    vocab_size = args.vocab_size or ems_vocab_size(args.demo)
+    tokenizer = train_tokenizer(pairs, vocab_size, out / "tokenizer")
     tokens_per_pair = count_tokens(tokenizer, pairs)
 
     probe_steps, probe_seconds, rate = train_peer(pairs, tokenizer, out / "probe", 1e-3, 40, None, args.seed)
@@ -369,6 +380,9 @@ def main(argv: list[str]) -> int:
         grid[lr] = heldout_score(out / f"grid-{lr:g}" / "model", args.demo, languages)
         print(f"grid lr {lr:g}: {steps} steps in {taken:.0f} s, held-out P@1 {grid[lr]:.1f}", flush=True)
     lr = max(grid, key=grid.get)
+    at_edge = len(grid) > 1 and lr in (min(grid), max(grid))
+    if at_edge:
+        print(f"lr {lr:g} is at the grid's edge: extend --lr-grid beyond it", flush=True)
 
     steps, taken, _ = train_peer(pairs, tokenizer, out / "peer", lr, steps_in(seconds), seconds, args.seed)
     run = PeerRun(
@@ -406,6 +420,8 @@ def main(argv: list[str]) -> int:
                 "peer": peer,
                 "peer_run": asdict(run),
                 "lr_grid_heldout": grid,
+                "lr_at_grid_edge": at_edge,
+                "vocab_size": vocab_size,
                 "budget_seconds": seconds,
                 "languages": languages,
             },

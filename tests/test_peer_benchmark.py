@@ -35,6 +35,15 @@ def test_a_directory_that_is_not_a_finished_demo_is_one_clear_error(tmp_path):
         peer.ems_budget(tmp_path)
 
 
+def test_peer_vocabulary_defaults_to_the_ems_models(tmp_path):
+    model = tmp_path / "run" / "model"
+    model.mkdir(parents=True)
+    with pytest.raises(UserError, match="config.json not found"):
+        peer.ems_vocab_size(tmp_path)
+    (model / "config.json").write_text(json.dumps({"vocab_size": 32000, "d_model": 128}))
+    assert peer.ems_vocab_size(tmp_path) == 32000
+
+
 def test_table_gives_ems_over_peer_ratios():
     table = peer.report_table(
         {
