@@ -12,11 +12,12 @@ evaluation suite (eval.run_all on the trained languages; default: the held-out p
 FLORES-200 devtest) on the config's `metrics`. Reference encoders (e.g. the teacher) are scored
 once with the same suite, as rows of the table. A run that already has its scores is not trained
 again, and one whose training finished (trained.json) but whose scoring did not (killed, or a metric
-path the results lack: one line naming what they have) is scored again without retraining, so an
-interrupted ablation resumes where it stopped. `--variants` runs (and tabulates) only the variants
-named, so several processes or machines can share one ablation's OUT; a run without it then
-tabulates them all from their stored scores. Writes OUT/ablation.json, OUT/ablation.md (the table)
-and OUT/ablation.png (means with sd bars).
+path the results lack: one line naming what they have) is scored again without retraining. A run
+whose training was stopped (SIGTERM, SIGUSR1 or a STOP file: one line, exit 99 as ems.train) or
+killed resumes from its newest checkpoint, so an interrupted ablation resumes where it stopped.
+`--variants` runs (and tabulates) only the variants named, so several processes or machines can
+share one ablation's OUT; a run without it then tabulates them all from their stored scores.
+Writes OUT/ablation.json, OUT/ablation.md (the table) and OUT/ablation.png (means with sd bars).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -37,6 +37,7 @@ from ems.configs import FieldsOf, load_config, merge
 from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
 from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
+from ems.training.stopping import PREEMPTED_EXIT_CODE
 
 SCORES_FILE = "scores.json"
 TRAINED_FILE = "trained.json"  # a run's training is done: its steps, seconds and model directory
@@ -295,10 +296,16 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                 print(f"\n== {variant}, seed {seed} ==", flush=True)
                 if not trained_file.is_file():
                     started = time.time()
-                    shutil.rmtree(run_dir / "run", ignore_errors=True)  # a run killed in training restarts
+                    # a run stopped or killed in training resumes from its newest checkpoint (ems.train)
                     values = {**data_paths(prepared, data_dir), "out": str(run_dir / "run"), "seed": seed}
                     values = merge(merge(values, cfg.train_overrides), variant_overrides)
                     result = train(load_config(TrainConfig, _resolve(cfg.train_config), overrides, values))
+                    if result["preempted"]:
+                        raise TrainingStopped(
+                            f"{variant}, seed {seed}: training stopped at step {result['steps']} of "
+                            f"{result['max_steps']} (a signal or a STOP file) and checkpointed; "
+                            "rerun the same command to resume it"
+                        )
                     trained = {"steps": result["steps"], "train_seconds": round(time.time() - started)}
                     run_dir.mkdir(parents=True, exist_ok=True)
                     trained_file.write_text(json.dumps({**trained, "model_dir": result["model_dir"]}) + "\n")
@@ -334,6 +341,11 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"
 
 
+class TrainingStopped(Exception):
+    """A run's training ended before its schedule did (SIGTERM, SIGUSR1 or a STOP file): nothing is
+    recorded as trained, and its checkpoint is where a rerun resumes."""
+
+
 def select_variants(cfg: AblationConfig, names: list[str]) -> None:
     """Keep only the variants `names` of `cfg` (in the config's order); UserError for a name it lacks."""
     unknown = [name for name in names if name not in cfg.variants]
@@ -364,7 +376,11 @@ def main(argv: list[str]) -> int:
         cfg.seeds = args.seeds
     if args.variants:
         select_variants(cfg, args.variants)
-    print(run_ablation(cfg, args.out, args.data_dir, args.set))
+    try:
+        print(run_ablation(cfg, args.out, args.data_dir, args.set))
+    except TrainingStopped as stopped:
+        print(stopped, file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
     return 0
 
 

@@ -59,7 +59,7 @@ def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_pat
     def fake_train(cfg):
         trainings.append(cfg.seed)
         (tmp_path / "model").mkdir(exist_ok=True)
-        return {"steps": 7, "model_dir": str(tmp_path / "model")}
+        return {"steps": 7, "model_dir": str(tmp_path / "model"), "preempted": False}
 
     def fake_score(encoder, eval_dir, cfg, *args):
         scorings.append(eval_dir)
@@ -80,6 +80,34 @@ def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_pat
     assert trainings == [0] and len(scorings) == 2  # trained once, scored twice
     scores = json.loads((out / "runs" / "v" / "seed0" / ems.ablation.SCORES_FILE).read_text())
     assert scores["steps"] == 7 and scores["x"] == 1.0
+
+
+def test_a_stopped_training_is_not_recorded_as_trained_and_resumes(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_train(cfg):
+        calls.append(cfg.out)
+        if len(calls) == 1:  # SIGTERM at step 3: ems.train checkpoints and returns without a model
+            (tmp_path / "checkpoint").mkdir()
+            return {"steps": 3, "max_steps": 2600, "model_dir": None, "preempted": True}
+        assert (tmp_path / "checkpoint").is_dir()  # what the stopped run saved is still there to resume
+        (tmp_path / "model").mkdir()
+        return {"steps": 2600, "max_steps": 2600, "model_dir": str(tmp_path / "model"), "preempted": False}
+
+    monkeypatch.setattr(ems.train, "train", fake_train)
+    monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
+    monkeypatch.setattr(ems.ablation, "score_encoder", lambda *args: {"x": 1.0})
+    out = tmp_path / "ablation"
+    (out / "data" / "shards" / "heldout").mkdir(parents=True)
+    (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")
+    cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
+    run_dir = out / "runs" / "v" / "seed0"
+    with pytest.raises(ems.ablation.TrainingStopped, match="v, seed 0: training stopped at step 3 of 2600"):
+        ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    assert not (run_dir / ems.ablation.TRAINED_FILE).exists()
+    ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    assert calls == [str(run_dir / "run")] * 2
+    assert json.loads((run_dir / ems.ablation.SCORES_FILE).read_text())["steps"] == 2600
 
 
 def test_summary_table_has_reference_rows_and_mean_sd():
@@ -123,7 +151,7 @@ def test_variants_runs_only_those_named_and_refuses_unknown_names(tmp_path, monk
         trained.append(cfg.out)
         model = tmp_path / f"model{len(trained)}"
         model.mkdir()
-        return {"steps": 3, "model_dir": str(model)}
+        return {"steps": 3, "model_dir": str(model), "preempted": False}
 
     monkeypatch.setattr(ems.train, "train", fake_train)
     monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
