@@ -53,6 +53,17 @@ def test_metric_value_names_what_is_missing(metric, message):
     assert isinstance(raised.value, UserError)  # one line from the command, not a traceback
 
 
+def ablation_out(tmp_path, monkeypatch, fake_train, fake_score):
+    """An ablation OUT whose data are prepared, with training, loading and scoring replaced."""
+    monkeypatch.setattr(ems.train, "train", fake_train)
+    monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
+    monkeypatch.setattr(ems.ablation, "score_encoder", fake_score)
+    out = tmp_path / "ablation"
+    (out / "data" / "shards" / "heldout").mkdir(parents=True)
+    (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")  # data prepared before
+    return out
+
+
 def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_path, monkeypatch):
     trainings, scorings = [], []
 
@@ -67,12 +78,7 @@ def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_pat
             raise MetricNotFound("sib200 has no average/mean: sib200/average has ['accuracy', 'n_languages']")
         return {"x": 1.0}
 
-    monkeypatch.setattr(ems.train, "train", fake_train)
-    monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
-    monkeypatch.setattr(ems.ablation, "score_encoder", fake_score)
-    out = tmp_path / "ablation"
-    (out / "data" / "shards" / "heldout").mkdir(parents=True)
-    (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")  # data prepared before
+    out = ablation_out(tmp_path, monkeypatch, fake_train, fake_score)
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     with pytest.raises(MetricNotFound):
         ems.ablation.run_ablation(cfg, out, tmp_path, [])
@@ -94,12 +100,7 @@ def test_a_stopped_training_is_not_recorded_as_trained_and_resumes(tmp_path, mon
         (tmp_path / "model").mkdir()
         return {"steps": 2600, "max_steps": 2600, "model_dir": str(tmp_path / "model"), "preempted": False}
 
-    monkeypatch.setattr(ems.train, "train", fake_train)
-    monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
-    monkeypatch.setattr(ems.ablation, "score_encoder", lambda *args: {"x": 1.0})
-    out = tmp_path / "ablation"
-    (out / "data" / "shards" / "heldout").mkdir(parents=True)
-    (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")
+    out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     run_dir = out / "runs" / "v" / "seed0"
     with pytest.raises(ems.ablation.TrainingStopped, match="v, seed 0: training stopped at step 3 of 2600"):
@@ -153,12 +154,7 @@ def test_variants_runs_only_those_named_and_refuses_unknown_names(tmp_path, monk
         model.mkdir()
         return {"steps": 3, "model_dir": str(model), "preempted": False}
 
-    monkeypatch.setattr(ems.train, "train", fake_train)
-    monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
-    monkeypatch.setattr(ems.ablation, "score_encoder", lambda *args: {"x": 1.0})
-    out = tmp_path / "ablation"
-    (out / "data" / "shards" / "heldout").mkdir(parents=True)
-    (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")
+    out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     config = out / "ablation.yaml"
     config.write_text("variants:\n  a: {}\n  b: {}\n  c: {}\nseeds: [0]\nmetrics: {x: {task: t, path: [p]}}\n")
     with pytest.raises(UserError, match="no variant 'd' in the config; it has 'a', 'b', 'c'"):
