@@ -19,9 +19,9 @@ whole `ems.train` call, DeepSpeed set-up, validations and learning-curve probes 
 The peer's learning rate is chosen from `--lr-grid` on the held-out pairs (`DEMO/corpus/heldout`)
 with shorter runs (`--grid-fraction` of the budget each, the same schedule shape); Tatoeba and
 FLORES-200 are never used to choose. A choice at the grid's edge is printed and recorded
-(`lr_at_grid_edge`): the grid should then be extended. The chosen lr then trains for the whole budget: its step count
-is first the budget times the steady steps/s of a 40-step probe (its first 10 steps, start-up
-included, not counted), then re-fitted once a fifth of the budget has passed, from the run's own
+(`lr_at_grid_edge`): the grid should then be extended. The chosen lr then trains for the whole
+budget: its step count is first the budget times the steady steps/s of a 40-step probe (its first
+10 steps, start-up included, not counted), then re-fitted once a fifth of the budget has passed, from the run's own
 steady rate so far (`refit_end`): the linear decay is stretched or shortened to end at the budget,
 as the EMS trainer's time budget does (ems.training.schedule.TimeBudget). The probe alone had left
 11% of the budget unused (the run went faster than its probe). A callback stops it at the budget
