@@ -21,13 +21,14 @@ with shorter runs (`--grid-fraction` of the budget each, the same schedule shape
 FLORES-200 are never used to choose. A choice at the grid's edge is printed and recorded
 (`lr_at_grid_edge`): the grid should then be extended. The chosen lr then trains for the whole
 budget: its step count is first the budget times the steady steps/s of a 40-step probe (its first
-10 steps, start-up included, not counted), then re-fitted once a fifth of the budget has passed, from the run's own
-steady rate so far (`refit_end`): the linear decay is stretched or shortened to end at the budget,
-as the EMS trainer's time budget does (ems.training.schedule.TimeBudget). The probe alone had left
-11% of the budget unused (the run went faster than its probe). A callback stops it at the budget
-whatever happens, so it never trains longer than the EMS run did. Both models are then scored the
-same way (`eval.run_all` with the demo's suite: Tatoeba, FLORES-200 devtest, and the held-out pairs),
-and one table compares steps, steps/s, real tokens/s and the P@1 averages, EMS / peer as ratios.
+10 steps, start-up included, not counted), then re-fitted once a fifth of the budget has passed,
+from the run's own steady rate so far (`refit_end`): the linear decay is stretched or shortened to
+end at the budget, as the EMS trainer's time budget does (ems.training.schedule.TimeBudget). The
+probe alone had left 11% of the budget unused (the run went faster than its probe). A callback stops
+it at the budget whatever happens, so it never trains longer than the EMS run did. Both models are
+then scored the same way (`eval.run_all` with the demo's suite: Tatoeba, FLORES-200 devtest, and the
+held-out pairs), and one table compares steps, steps/s, real tokens/s and the P@1 averages, EMS /
+peer as ratios.
 Writes OUT/peer_report.json and OUT/peer_report.md; the peer's model is OUT/peer/model (`st:DIR`).
 One run each: quiet machine, nothing else running (two heavy jobs on 2 cores slow each other >2x).
 """
