@@ -248,6 +248,43 @@ def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumula
     )
 
 
+def test_one_process_skips_deepspeeds_identity_all_reduce_and_trains_bit_identically(
+    tiny_pipeline, tmp_path, monkeypatch
+):
+    """On one process at ZeRO 0 the gradient all-reduce is skipped (it only copied the gradients
+    through a buffer): the same weights to the bit as with it. ZeRO 1 keeps it."""
+    import ems.training.setup
+
+    build_engine, engines = ems.training.setup.build_engine, []
+
+    def recorded(*args, reduce: bool | None = None):
+        engines.append(engine := build_engine(*args))
+        if reduce is not None:
+            engine.enable_backward_allreduce = reduce
+        return engine
+
+    accumulating = dict(
+        **SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2}, model_overrides=SMALL_MODEL
+    )
+    monkeypatch.setattr(ems.training.setup, "build_engine", recorded)
+    skipped = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "skipped", **accumulating)))
+    assert engines[-1].enable_backward_allreduce is False
+    monkeypatch.setattr(ems.training.setup, "build_engine", lambda *args: recorded(*args, reduce=True))
+    reduced = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "reduced", **accumulating)))
+    a, b = parameters(skipped["model_dir"]), parameters(reduced["model_dir"])
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    assert [h["loss"] for h in skipped["history"] if "loss" in h] == [
+        h["loss"] for h in reduced["history"] if "loss" in h
+    ]
+    monkeypatch.setattr(ems.training.setup, "build_engine", recorded)
+    train(
+        TrainConfig(
+            **settings(tiny_pipeline, tmp_path / "zero1", **SCALE, deepspeed_config="configs/deepspeed/zero1.json")
+        )
+    )
+    assert engines[-1].enable_backward_allreduce is True
+
+
 def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline, tmp_path):
     """XTR is a per-pair mean, so 2 accumulated micro-batches of 16 = one batch of 32 (the
     in-batch contrastive loss is not, hence its weight 0 here)."""
