@@ -31,8 +31,17 @@ REPORT_FILE = "split_report.json"
 HELDOUT_NAME = "heldout"
 
 
+DRAWS = ("random", "pivot")
+
+
 def split_heldout(
-    corpus_root: str | Path, train_out: str | Path, heldout_out: str | Path, per_pair: int, seed: int = 0
+    corpus_root: str | Path,
+    train_out: str | Path,
+    heldout_out: str | Path,
+    per_pair: int,
+    seed: int = 0,
+    draw: str = "random",
+    pivot: str = "en",
 ) -> dict:
     """Split every language pair of `corpus_root` (all its files, in list_parallel order) into
     `per_pair` held-out pairs and training pairs; returns the report written to
@@ -44,15 +53,24 @@ def split_heldout(
 
     A language pair with fewer than 2 * per_pair readable pairs keeps them all in training and
     is listed in `too_small_for_heldout`. When duplicates leave fewer than `per_pair` distinct
-    candidates, `heldout` is smaller than `per_pair`. The draw depends only on `seed` and the
-    pair's name and data. Raises ValueError for per_pair < 1 or an output that is the input.
+    candidates, `heldout` is smaller than `per_pair`.
+
+    `draw` "random": each language pair's held-out pairs are drawn at random, depending only on
+    `seed` and the pair's name and data. "pivot": a coordinated draw for multi-parallel data: the
+    pairs whose `pivot`-language side has the smallest seeded hash are held out, so language pairs
+    that share pivot sentences (TICO-19 translates the same 2100 English sentences into every
+    language) hold out the same ones, and far fewer training pairs share a side with a held-out
+    pair (a pair without the pivot language is drawn at random). Raises ValueError for per_pair < 1,
+    an unknown draw or an output that is the input.
     """
     corpus_root, train_out, heldout_out = Path(corpus_root), Path(train_out), Path(heldout_out)
     if per_pair < 1:
         raise ValueError(f"per_pair must be at least 1, got {per_pair}")
+    if draw not in DRAWS:
+        raise ValueError(f"draw must be one of {', '.join(DRAWS)}, got {draw!r}")
     if corpus_root.resolve() in (train_out.resolve(), heldout_out.resolve()):
         raise ValueError(f"the outputs must differ from the corpus root {corpus_root}")
-    report: dict = {"seed": seed, "per_pair": per_pair, "pairs": [], "too_small_for_heldout": []}
+    report: dict = {"seed": seed, "per_pair": per_pair, "draw": draw, "pairs": [], "too_small_for_heldout": []}
     language_pairs = [
         (pair, list(files)) for pair, files in groupby(list_parallel(corpus_root), key=lambda f: f"{f.l1}-{f.l2}")
     ]
@@ -61,9 +79,13 @@ def split_heldout(
         hashes_l1, hashes_l2 = _side_hashes(files)
         drawn[pair] = np.zeros(len(hashes_l1), dtype=bool)
         if len(hashes_l1) >= 2 * per_pair:
-            drawn[pair][
-                _draw_heldout(hashes_l1, hashes_l2, per_pair, np.random.default_rng([seed, *pair.encode()]))
-            ] = True
+            pivot_side = {files[0].l1: hashes_l1, files[0].l2: hashes_l2}.get(pivot) if draw == "pivot" else None
+            order = (
+                np.random.default_rng([seed, *pair.encode()]).permutation(len(hashes_l1))
+                if pivot_side is None
+                else np.argsort(_mix(pivot_side ^ np.uint64(seed)), kind="stable")
+            )
+            drawn[pair][_draw_heldout(hashes_l1, hashes_l2, per_pair, order)] = True
         heldout_hashes += [hashes_l1[drawn[pair]], hashes_l2[drawn[pair]]]
     heldout_sentences = np.unique(np.concatenate(heldout_hashes)) if heldout_hashes else np.zeros(0, dtype=np.uint64)
     for pair, files in language_pairs:
@@ -85,10 +107,19 @@ def _side_hashes(files: list[ParallelFiles]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(hashes_l1, dtype=np.uint64), np.frombuffer(hashes_l2, dtype=np.uint64)
 
 
-def _draw_heldout(hashes_l1: np.ndarray, hashes_l2: np.ndarray, per_pair: int, rng: np.random.Generator) -> np.ndarray:
-    """Indices of up to `per_pair` pairs in random order whose sides are distinct among them."""
+def _mix(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 values: a seeded hash order that is the same in every pair."""
+    with np.errstate(over="ignore"):
+        z = values + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _draw_heldout(hashes_l1: np.ndarray, hashes_l2: np.ndarray, per_pair: int, order: np.ndarray) -> np.ndarray:
+    """Indices of up to `per_pair` pairs, taken in `order`, whose sides are distinct among them."""
     chosen, seen_l1, seen_l2 = [], set(), set()
-    for index in rng.permutation(len(hashes_l1)):
+    for index in order:
         if hashes_l1[index] not in seen_l1 and hashes_l2[index] not in seen_l2:
             chosen.append(index)
             seen_l1.add(hashes_l1[index])

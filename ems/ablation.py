@@ -36,7 +36,7 @@ from typing import Annotated, Any
 
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import FieldsOf, load_config, merge
-from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data
+from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data, trained_languages
 from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
@@ -278,7 +278,8 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
         prepare_data(data_cfg, data_dir, prepared, Stages())
     prepare_teachers(cfg, prepared)
-    task_dirs = prepare_task_dirs(cfg, out, data_dir, data_cfg.languages)
+    languages = trained_languages(prepared)
+    task_dirs = prepare_task_dirs(cfg, out, data_dir, languages)
     references = {}
     for spec in cfg.reference_encoders:
         scores_file = out / "references" / teacher_slug(spec) / SCORES_FILE
@@ -290,7 +291,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                 cfg,
                 prepared,
                 data_dir,
-                data_cfg.languages,
+                languages,
                 task_dirs,
             )
             scores_file.write_text(json.dumps({"encoder": spec, **values}, indent=2) + "\n")
@@ -338,7 +339,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                         cfg,
                         prepared,
                         data_dir,
-                        data_cfg.languages,
+                        languages,
                         task_dirs,
                     ),
                 }

@@ -57,7 +57,7 @@ def test_demo_runs_every_stage_and_writes_its_report(data_dir, tmp_path, capsys)
 def test_demo_without_its_corpus_is_one_clear_error(tmp_path, capsys):
     assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: the demo trains on the Tatoeba Translation Challenge pairs") and err.count("\n") == 1
+    assert err.startswith("error: the demo's corpora are expected at ") and err.count("\n") == 1
 
 
 def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(tmp_path, capsys, monkeypatch):

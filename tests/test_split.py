@@ -166,3 +166,40 @@ def test_multi_parallel_real_corpus_keeps_heldout_english_out_of_every_file(data
     assert entry["removed_overlapping_heldout"] >= 200  # each held-out English line is in all three files
     held_en = {normalize(en) for en, _ in read_all(tmp_path / "heldout")}
     assert not held_en & {normalize(en) for en, _ in read_all(tmp_path / "train")}
+
+
+def _multi_parallel(root, languages, n):
+    """`languages` each translating the same n English sentences (xx side: "<lang> <i>")."""
+    for lang in languages:
+        write_parallel(root, "multi", "en", lang, [(f"english sentence {i}", f"{lang} {i}") for i in range(n)])
+
+
+@pytest.mark.parametrize("draw", ["random", "pivot"])
+def test_a_pivot_draw_holds_out_the_same_english_sentences_in_every_language(tmp_path, draw):
+    _multi_parallel(tmp_path / "corpus", ["de", "fr", "ja"], 100)
+
+    report = split_heldout(tmp_path / "corpus", tmp_path / "train", tmp_path / "heldout", per_pair=20, draw=draw)
+
+    held = {}
+    for files in list_parallel(tmp_path / "heldout"):
+        english = files.l1 == "en"
+        held[files.l2 if english else files.l1] = {
+            pair[0 if english else 1] for pair in read_parallel(files.path_l1, files.path_l2)
+        }
+    removed = [entry["removed_overlapping_heldout"] for entry in report["pairs"]]
+    if draw == "pivot":
+        # hand-counted: one set of 20 English sentences, so no training pair shares a side with another language's
+        assert held["de"] == held["fr"] == held["ja"] and len(held["de"]) == 20
+        assert removed == [0, 0, 0] and [entry["train"] for entry in report["pairs"]] == [80, 80, 80]
+    else:  # independent draws: 20 of each language's 100 English sentences are held out elsewhere too
+        assert len(held["de"] | held["fr"] | held["ja"]) > 20 and sum(removed) > 0
+    assert report["draw"] == draw
+
+
+def test_a_pivot_draw_depends_on_the_seed(tmp_path):
+    _multi_parallel(tmp_path / "corpus", ["de"], 100)
+    heldout = []
+    for seed in (0, 1):
+        split_heldout(tmp_path / "corpus", tmp_path / f"train{seed}", tmp_path / f"heldout{seed}", 20, seed, "pivot")
+        heldout.append((tmp_path / f"heldout{seed}" / "de-en" / "heldout.en").read_text())
+    assert heldout[0] != heldout[1]
