@@ -33,7 +33,7 @@ import pickle
 import random
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -142,9 +142,10 @@ def _write_durably(path: Path, text: str) -> None:
     _fsync(path.parent)
 
 
-def publish(checkpoint_dir: Path, tag: str, keep_last: int) -> None:
+def publish(checkpoint_dir: Path, tag: str, keep_last: int, keep: Collection[str] = ()) -> None:
     """Rank 0, after every rank has written into partial_dir(tag): manifest, rename into place,
-    point `latest` at it, then delete all but the newest `keep_last` checkpoints."""
+    point `latest` at it, then delete all but the newest `keep_last` checkpoints (those tagged in
+    `keep`, e.g. a wsd run's branch points, are never deleted, nor counted)."""
     staged = partial_dir(checkpoint_dir, tag) / tag
     write_manifest(staged)
     final = checkpoint_dir / tag
@@ -154,7 +155,7 @@ def publish(checkpoint_dir: Path, tag: str, keep_last: int) -> None:
     _fsync(checkpoint_dir)
     shutil.rmtree(partial_dir(checkpoint_dir, tag))
     _write_durably(checkpoint_dir / LATEST, tag)
-    for old in saved_tags(checkpoint_dir)[:-keep_last]:
+    for old in [saved for saved in saved_tags(checkpoint_dir) if saved not in keep][:-keep_last]:
         shutil.rmtree(checkpoint_dir / old)
     for leftover in checkpoint_dir.glob(f"{PARTIAL_PREFIX}*"):
         shutil.rmtree(leftover)

@@ -39,6 +39,10 @@ in the same order; with another it goes on after the pairs consumed in the epoch
 through DeepSpeed's universal checkpoint. train_config.yaml is the config in effect,
 train_config_history.yaml every segment of the run.
 
+WSD branches: with lr_schedule=wsd, `branch_steps` keeps the checkpoints a shorter budget T branches
+from (step T - round(decay_fraction * T)), and `branch_from` starts a new run from one, which decays to
+max_steps = T: the model of a wsd run of T steps, to the bit (ems.training.resume.branch).
+
 Divergence: a non-finite loss or gradient norm stops the run at the step it happens (outside fp16
 loss scaling, which skips such steps), with its data position, the batch's language pairs, the
 gradient norm and the lr, exit status DIVERGED_EXIT_CODE (3). A model with non-finite weights is

@@ -1,10 +1,12 @@
-"""Saving a run's checkpoints, every save_every steps and at its end, and stopping a run that
-diverged without checkpointing anything non-finite (resuming from them: ems.training.resume).
+"""Saving a run's checkpoints, every save_every steps, at a wsd run's branch points and at its
+end, and stopping a run that diverged without checkpointing anything non-finite (resuming from
+them: ems.training.resume).
 
 In: the DeepSpeed engine and the RunState; out: step<N>/ checkpoints under out/checkpoints (the
 engine's state, RunState and the batch layout as DeepSpeed's client state, every rank's RNG state,
 RUN_CONFIG_FILE), published atomically by ems.checkpoint. A model with non-finite weights is never
-saved (TrainingDiverged), a failed write is one error naming the newest intact checkpoint
+saved (TrainingDiverged), the checkpoints of the branch points (TrainConfig.branch_steps) are kept
+whatever keep_checkpoints says, a failed write is one error naming the newest intact checkpoint
 (CheckpointSaveFailed), and a non-finite step moves aside the checkpoint it started from.
 """
 
@@ -26,6 +28,7 @@ from ems.losses import OBJECTIVES
 from ems.training.config import TrainConfig
 from ems.training.metrics import StepValues
 from ems.training.runtime import BatchLayout, any_rank
+from ems.training.schedule import wsd_decay_start
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
@@ -98,8 +101,13 @@ class Checkpointer:
     fixed: dict
     last_saved: int = 0  # the step of the newest checkpoint this run saved or resumed from
 
+    @property
+    def branch_points(self) -> set[int]:
+        """The steps whose checkpoints a wsd run keeps for branches (TrainConfig.branch_steps)."""
+        return {wsd_decay_start(budget, self.cfg.decay_fraction) for budget in self.cfg.branch_steps}
+
     def should_save(self, step: int) -> bool:
-        return step % self.cfg.save_every == 0
+        return step % self.cfg.save_every == 0 or step in self.branch_points
 
     def save(self, state: RunState) -> None:
         """Checkpoint the engine and `state` at its step (every rank; see ems.checkpoint)."""
@@ -157,7 +165,7 @@ class Checkpointer:
             (staging / tag / RUN_CONFIG_FILE).write_text(json.dumps(run_config, indent=1) + "\n")
         dist.barrier()
         if self.rank == 0:
-            publish(self.directory, tag, self.cfg.keep_checkpoints)
+            publish(self.directory, tag, self.cfg.keep_checkpoints, keep={step_tag(s) for s in self.branch_points})
 
     def stop_diverged(
         self,

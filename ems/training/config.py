@@ -17,6 +17,7 @@ from ems.model import EMSConfig
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AUTOCAST_MODES = ("none", "bf16", "auto")
 LR_SCALING_RULES = ("none", "linear", "sqrt")
+LR_SCHEDULES = ("linear", "wsd")
 
 
 @dataclass
@@ -63,6 +64,20 @@ class TrainConfig:
     lr_scaling: str = "none"
     reference_global_batch: int = 608
     weight_decay: float = 1e-5
+    # The lr schedule (ems.training.schedule): "linear" warms up, then decays linearly to 0 at max_steps;
+    # "wsd" (warmup-stable-decay; Hägele et al. 2024, MiniCPM) warms up, holds the peak lr, then decays
+    # linearly to 0 over the last decay_fraction of max_steps. Nothing before its decay depends on max_steps,
+    # so one long run yields the models of shorter budgets (branch_steps, branch_from).
+    lr_schedule: str = "linear"
+    decay_fraction: float = 0.2  # wsd: the share of max_steps the decay takes, in (0, 1]
+    # wsd: budgets T (< max_steps) to branch at later: the checkpoint at each branch point
+    # S = T - round(decay_fraction * T) is kept, whatever keep_checkpoints says
+    branch_steps: list[int] = field(default_factory=list)
+    # wsd: a fresh `out` starts from this branch-point checkpoint of a longer run (RUN/checkpoints/step<S>),
+    # its whole training state (optimizer, step, data position, RNG), and decays to max_steps = T: the model
+    # of a wsd run of max_steps T from the start, to the bit. Refused unless S is T's branch point and the
+    # config is the checkpoint's but for ems.training.resume.BRANCH_FREE_KEYS. Read at step 0 only.
+    branch_from: str | None = None
     max_steps: int = 100_000
     max_epochs: float | None = None  # if set, max_steps = this many passes over the data (depends on the global batch)
     max_minutes: float | None = None  # stop early (save, validate, export; exit 0) once this much wall time has passed
@@ -157,8 +172,51 @@ class TrainConfig:
             problems.append(f"lr_scaling must be one of {', '.join(LR_SCALING_RULES)}, got {self.lr_scaling!r}")
         if self.autocast not in AUTOCAST_MODES:
             problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
+        problems += self._wsd_problems()
         if problems:
             raise ConfigError("TrainConfig", problems)
+
+    def _wsd_problems(self) -> list[str]:
+        """The checks of lr_schedule, decay_fraction, branch_steps and branch_from."""
+        problems = []
+        if self.lr_schedule not in LR_SCHEDULES:
+            problems.append(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        fraction_ok = 0 < self.decay_fraction <= 1
+        if not fraction_ok:
+            problems.append(f"decay_fraction must be in (0, 1], got {self.decay_fraction!r}")
+        wsd = self.lr_schedule == "wsd"
+        if self.branch_steps and not wsd:
+            problems.append(
+                f"branch_steps needs lr_schedule wsd (a {self.lr_schedule} schedule's every lr depends on its end), "
+                f"got lr_schedule {self.lr_schedule!r}"
+            )
+        bad = [
+            budget
+            for budget in self.branch_steps
+            if (fraction_ok and budget - round(self.decay_fraction * budget) < 1)
+            or (self.max_epochs is None and budget >= self.max_steps)
+        ]
+        if bad:
+            problems.append(
+                f"branch_steps must be budgets below max_steps ({self.max_steps}) whose branch point "
+                f"T - round(decay_fraction * T) is at least 1, got {bad}"
+            )
+        if self.branch_from is not None:
+            needs = [
+                why
+                for why, wrong in (
+                    ("lr_schedule wsd", not wsd),
+                    ("no init_from (the branch restores the whole model)", self.init_from is not None),
+                    (
+                        "no time_budget_minutes (a branch ends at max_steps exactly)",
+                        self.time_budget_minutes is not None,
+                    ),
+                )
+                if wrong
+            ]
+            if needs:
+                problems.append(f"branch_from needs {' and '.join(needs)}")
+        return problems
 
 
 def resolve(path: str) -> Path:

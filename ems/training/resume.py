@@ -9,7 +9,13 @@ same order; with another it goes on after the pairs consumed in the epoch (resum
 ZeRO optimizer partitions saved by another number of ranks go through DeepSpeed's universal
 checkpoint (load_checkpoint).
 
-In: the run's Checkpointer (its engine, directory, config and layout) and LinearSchedule; out:
+A wsd run's branch (TrainConfig.branch_from, a fresh `out` only) starts from a branch-point
+checkpoint of another run the same way, its whole training state restored, and decays to its own
+max_steps T: the model of a wsd run of max_steps T from the start, to the bit (same layout). It is
+refused (BranchError) unless the checkpoint is at T - round(decay_fraction * T), was on its
+schedule's plateau there, and was trained under this config but for BRANCH_FREE_KEYS.
+
+In: the run's Checkpointer (its engine, directory, config and layout) and lr schedule; out:
 the RunState to go on from, the config changes, and train_config.yaml / CONFIG_HISTORY_FILE.
 """
 
@@ -25,6 +31,7 @@ import yaml
 
 from ems.checkpoint import (
     LATEST,
+    TAG_PATTERN,
     no_usable_checkpoint,
     resumable_tags,
     rng_file,
@@ -32,6 +39,7 @@ from ems.checkpoint import (
     set_rng_state,
     tensor_files_only,
     to_universal,
+    verify,
     zero_partitions,
 )
 from ems.cli import UserError
@@ -39,7 +47,7 @@ from ems.configs import dump_config
 from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.config import TrainConfig
 from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
-from ems.training.schedule import LinearSchedule, effective_schedule
+from ems.training.schedule import Schedule, WSDSchedule, effective_schedule, wsd_decay_start
 
 CONFIG_HISTORY_FILE = "train_config_history.yaml"
 # How TrainConfig keys may differ when a run resumes (config_changes, apply_schedule_on_resume).
@@ -63,10 +71,27 @@ FIXED_KEYS = (
     "autocast",
     "teacher",
 )
+# The keys in which a branch's config (branch_from) may differ from its checkpoint's: the schedule's
+# end, the run directory, the branch budgets and when to log, save and stop. None changes the weights.
+BRANCH_FREE_KEYS = (
+    *SCHEDULE_END_KEYS,
+    "out",
+    "branch_from",
+    "branch_steps",
+    "stop_at_step",
+    "max_minutes",
+    "log_every",
+    "save_every",
+    "keep_checkpoints",
+)
 
 
 class ResumeConfigError(UserError):
     """A resumed run's config changes a setting that is fixed for the life of a run."""
+
+
+class BranchError(UserError):
+    """branch_from names a checkpoint that this run cannot branch from (see the module's docstring)."""
 
 
 def _layout(world_size: int, accumulation: int | None, batch_size: int | None) -> str:
@@ -111,18 +136,20 @@ def resumed_position(client_state: dict, layout: BatchLayout, rank: int) -> tupl
     return epoch, new_batch
 
 
-def load_checkpoint(checkpointer: Checkpointer, tag: str) -> tuple[str | None, dict]:
-    """engine.load_checkpoint of `tag`. A checkpoint whose optimizer state is split over another
-    number of ranks (ZeRO 1/2, bf16) goes through DeepSpeed's universal format first
-    (ems.checkpoint.to_universal, rank 0, deleted once loaded), which DeepSpeed re-partitions."""
+def load_checkpoint(checkpointer: Checkpointer, tag: str, directory: Path | None = None) -> tuple[str | None, dict]:
+    """engine.load_checkpoint of `tag` in `directory` (default: the run's own). A checkpoint whose
+    optimizer state is split over another number of ranks (ZeRO 1/2, bf16) goes through
+    DeepSpeed's universal format first (ems.checkpoint.to_universal, rank 0, into the run's own
+    checkpoint directory, deleted once loaded), which DeepSpeed re-partitions."""
     import torch.distributed as dist
 
-    directory, rank, engine = checkpointer.directory, checkpointer.rank, checkpointer.engine
+    directory = directory or checkpointer.directory
+    rank, engine = checkpointer.rank, checkpointer.engine
     world_size = checkpointer.layout.world_size
     partitions = zero_partitions(directory / tag)
     if not partitions or partitions == world_size:
         return engine.load_checkpoint(str(directory), tag=tag)
-    universal = directory / f"universal-{tag}"  # not a step tag: never listed as a checkpoint
+    universal = checkpointer.directory / f"universal-{tag}"  # not a step tag: never listed as a checkpoint
     if rank == 0:
         print(
             f"{tag} holds optimizer partitions of {partitions} ranks; this run has {world_size}: converting it to "
@@ -130,6 +157,7 @@ def load_checkpoint(checkpointer: Checkpointer, tag: str) -> tuple[str | None, d
             flush=True,
         )
         shutil.rmtree(universal, ignore_errors=True)
+        universal.mkdir(parents=True)
         to_universal(directory / tag, universal / tag)
     dist.barrier()
     config = engine._config  # DeepSpeed reads this flag when loading, not only at initialize
@@ -145,21 +173,30 @@ def load_checkpoint(checkpointer: Checkpointer, tag: str) -> tuple[str | None, d
     return load_path and f"{directory / tag} (through its universal copy)", client_state
 
 
-def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]:
+def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] | None:
     """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
-    RUN_CONFIG_FILE) and this run's; ResumeConfigError for a change of a FIXED_KEYS key or of
-    Checkpointer.fixed (the merged DeepSpeed config, the shards' content)."""
+    RUN_CONFIG_FILE, with Checkpointer.fixed) and this run's; None when it has no RUN_CONFIG_FILE.
+    A key the checkpoint's version did not have is not compared."""
     path = tag_dir / RUN_CONFIG_FILE
     if not path.is_file():
-        if checkpointer.rank == 0:
-            print(f"warning: {tag_dir} predates stored run configs: changes to the config are not checked", flush=True)
-        return {}
+        return None
     stored = json.loads(path.read_text())
     saved = {**stored["config"], **stored["fixed"]}
     if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
         saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
     current = _as_json({**dataclasses.asdict(checkpointer.cfg), **checkpointer.fixed})
-    changes = {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
+    return {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
+
+
+def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]:
+    """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
+    RUN_CONFIG_FILE) and this run's; ResumeConfigError for a change of a FIXED_KEYS key or of
+    Checkpointer.fixed (the merged DeepSpeed config, the shards' content)."""
+    changes = _differences(checkpointer, tag_dir)
+    if changes is None:
+        if checkpointer.rank == 0:
+            print(f"warning: {tag_dir} predates stored run configs: changes to the config are not checked", flush=True)
+        return {}
     refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in checkpointer.fixed}
     if refused:
         raise ResumeConfigError(
@@ -172,29 +209,122 @@ def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]
 
 
 def apply_schedule_on_resume(
-    checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int, client_state: dict, changes: dict[str, list]
+    checkpointer: Checkpointer, schedule: Schedule, max_steps: int, client_state: dict, changes: dict[str, list]
 ) -> dict:
-    """The schedule, lr and weight decay of this run's config from the resume step on (LambdaLR
-    and the optimizer restore the checkpoint's); a schedule fitted to a time budget is kept unless
-    its end's settings changed. Returns the RunState fields {"max_steps", "budget_fitted"}."""
-    cfg = checkpointer.cfg
+    """The schedule, lr and weight decay of this run's config from the resume step on
+    (apply_schedule); a schedule fitted to a time budget is kept unless its end's settings
+    changed. Returns the RunState fields {"max_steps", "budget_fitted"}."""
     budget_fitted = bool(client_state.get("budget_fitted")) and not changes.keys() & set(SCHEDULE_END_KEYS)
     max_steps = client_state["max_steps"] if budget_fitted else max_steps
+    apply_schedule(checkpointer, schedule, max_steps)
+    return {"max_steps": max_steps, "budget_fitted": budget_fitted}
+
+
+def apply_schedule(checkpointer: Checkpointer, schedule: Schedule, max_steps: int) -> None:
+    """This run's config's schedule (ending at `max_steps`), peak lr and weight decay on an engine
+    that loaded a checkpoint: LambdaLR restored the checkpoint's schedule fields into `schedule`
+    and the optimizer its lr, both replaced here from the loaded step on."""
+    cfg = checkpointer.cfg
     effective = effective_schedule(cfg, checkpointer.layout.global_batch)
     schedule.warmup_steps, schedule.max_steps = effective.warmup_steps, max_steps
+    if isinstance(schedule, WSDSchedule):
+        schedule.decay_fraction = cfg.decay_fraction
     scheduler = checkpointer.engine.lr_scheduler
     scheduler.base_lrs = [effective.lr] * len(scheduler.base_lrs)
     lr = effective.lr * schedule(scheduler.last_epoch)  # what LambdaLR would have set at this step
     for group, weight_decay in zip(scheduler.optimizer.param_groups, (cfg.weight_decay, 0.0), strict=True):
         group.update(initial_lr=effective.lr, lr=lr, weight_decay=weight_decay)
-    return {"max_steps": max_steps, "budget_fitted": budget_fitted}
 
 
-def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int) -> tuple[RunState, dict[str, list]]:
+def _restore_rngs(checkpointer: Checkpointer, tag_dir: Path, client_state: dict) -> None:
+    """Every rank's RNG states from checkpoint `tag_dir` saved by as many ranks; otherwise rank r's
+    dropout stream has no saved counterpart: a fresh one per rank, seeded by the step."""
+    rank = checkpointer.rank
+    if client_state["world_size"] == checkpointer.layout.world_size:
+        set_rng_state(json.loads(rng_file(tag_dir, rank).read_text()))
+    else:
+        seed_rngs(np.random.SeedSequence([checkpointer.cfg.seed, rank, client_state["step"]]))
+
+
+def _branch_refusal(checkpointer: Checkpointer, tag_dir: Path, point: int, max_steps: int) -> str | dict:
+    """Rank 0's checks of branch_from=`tag_dir` before anything loads: why it is refused, or the
+    config changes {key: [old, new]} (all in BRANCH_FREE_KEYS)."""
+    cfg = checkpointer.cfg
+    found = TAG_PATTERN.fullmatch(tag_dir.name)
+    if not tag_dir.is_dir() or not found:
+        return "it is not a checkpoint directory (RUN/checkpoints/step<N>)"
+    if int(found.group(1)) != point:
+        return (
+            f"it is the checkpoint of step {found.group(1)}, and a wsd run of max_steps {max_steps} with "
+            f"decay_fraction {cfg.decay_fraction:g} branches at step {point} (T - round(decay_fraction * T)); "
+            f"branch from step{point}, or set max_steps to the budget that branches at step {found.group(1)}"
+        )
+    if problem := verify(tag_dir):
+        return f"it does not verify ({problem})"
+    changes = _differences(checkpointer, tag_dir)
+    if changes is None:
+        return f"it has no {RUN_CONFIG_FILE} (an older version's), so its config cannot be checked"
+    refused = {key: change for key, change in changes.items() if key not in BRANCH_FREE_KEYS}
+    if refused:
+        return (
+            f"it was trained with other settings: {_describe(refused)}; a branch may change only "
+            f"{', '.join(BRANCH_FREE_KEYS)}"
+        )
+    return changes
+
+
+def branch(checkpointer: Checkpointer, schedule: Schedule, max_steps: int) -> tuple[RunState, dict[str, list]]:
+    """Start this (fresh) run from TrainConfig.branch_from, a branch-point checkpoint of a wsd run,
+    with its whole training state, to decay to `max_steps` (see the module's docstring). Returns the
+    state to go on from and the config changes against the checkpoint's; BranchError, one line,
+    for a checkpoint it cannot branch from."""
+    import torch.distributed as dist
+
+    cfg, rank, layout = checkpointer.cfg, checkpointer.rank, checkpointer.layout
+    tag_dir = Path(cfg.branch_from)
+    point = wsd_decay_start(max_steps, cfg.decay_fraction)
+    checked = [_branch_refusal(checkpointer, tag_dir, point, max_steps) if rank == 0 else None]
+    dist.broadcast_object_list(checked, src=0)
+    if isinstance(checked[0], str):
+        raise BranchError(f"cannot branch from branch_from={tag_dir}: {checked[0]}")
+    changes = checked[0]
+    load_path, client_state = load_checkpoint(checkpointer, tag_dir.name, tag_dir.parent)
+    if load_path is None:
+        raise BranchError(f"cannot branch from branch_from={tag_dir}: DeepSpeed found no checkpoint files in it")
+    refusal = None
+    if wsd_decay_start(client_state["max_steps"], cfg.decay_fraction) < point:
+        refusal = (
+            f"its run was already decaying at step {point} (its schedule ended at step {client_state['max_steps']}), "
+            f"so it is no branch point of max_steps {max_steps}"
+        )
+    elif client_state["global_batch"] != layout.global_batch:
+        refusal = (
+            f"it was trained at a global batch of {client_state['global_batch']} pairs and this run's is "
+            f"{layout.global_batch} (set global_batch_size to keep it on any number of processes)"
+        )
+    if refusal:
+        raise BranchError(f"cannot branch from branch_from={tag_dir}: {refusal}")
+    bad = nonfinite_parameters(checkpointer.engine.module)
+    if any_rank(layout.world_size, checkpointer.engine.device, bool(bad))[0]:
+        raise BranchError(f"cannot branch from branch_from={tag_dir}: non-finite weights in {', '.join(bad[:3])}")
+    apply_schedule(checkpointer, schedule, max_steps)
+    state = RunState(step=point, position=resumed_position(client_state, layout, rank), max_steps=max_steps)
+    _restore_rngs(checkpointer, tag_dir, client_state)
+    if rank == 0:
+        print(
+            f"branched from {load_path} at step {point}, data position {state.position}: decaying to 0 at step "
+            f"{max_steps}; config changes: {_describe(changes)}",
+            flush=True,
+        )
+    return state, changes
+
+
+def resume(checkpointer: Checkpointer, schedule: Schedule, max_steps: int) -> tuple[RunState, dict[str, list]]:
     """Load the newest checkpoint that verifies and has finite weights (if any) into the engine,
     with this run's config applied to the engine and `schedule` (config_changes refuses what cannot
-    apply, apply_schedule_on_resume). Returns the state to go on from (a new run's, at step 0 of
-    `max_steps`, without a checkpoint) and the config changes, {key: [old, new]};
+    apply, apply_schedule_on_resume), and set checkpointer.last_saved to its step. Returns the
+    state to go on from (a new run's, at step 0 of `max_steps`, without a checkpoint, or a branch's
+    from TrainConfig.branch_from) and the config changes, {key: [old, new]};
     NoUsableCheckpointError if checkpoints exist but none will do."""
     import torch.distributed as dist
 
@@ -215,6 +345,9 @@ def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int)
         if tag is None:
             if had_checkpoints:
                 raise no_usable_checkpoint(directory, "no checkpoint verifies and holds finite weights")
+            checkpointer.last_saved = 0  # a branch's checkpoint is another run's
+            if checkpointer.cfg.branch_from:
+                return branch(checkpointer, schedule, max_steps)
             return RunState(max_steps=max_steps), {}
         changes = config_changes(checkpointer, directory / tag)  # before loading: a refused change never loads
         try:
@@ -239,10 +372,8 @@ def resume(checkpointer: Checkpointer, schedule: LinearSchedule, max_steps: int)
         position=resumed_position(client_state, layout, rank),
         **apply_schedule_on_resume(checkpointer, schedule, max_steps, client_state, changes),
     )
-    if client_state["world_size"] == layout.world_size:
-        set_rng_state(json.loads(rng_file(directory / tag, rank).read_text()))
-    else:  # rank r's dropout stream has no saved counterpart: a fresh one per rank, seeded by the step
-        seed_rngs(np.random.SeedSequence([checkpointer.cfg.seed, rank, step]))
+    _restore_rngs(checkpointer, directory / tag, client_state)
+    checkpointer.last_saved = step
     if rank == 0:
         changed = f"; config changes applied: {_describe(changes)}" if changes else ""
         print(f"resumed from {load_path} at step {step}, data position {state.position}{changed}")

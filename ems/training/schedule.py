@@ -1,8 +1,9 @@
 """The learning-rate schedule and the time budget it may be fitted to.
 
 In: a TrainConfig and the run's global batch; out: the peak lr and warm-up steps at that batch
-(effective_schedule), the lr factor of each step (LinearSchedule, LambdaLR's function), and,
-with time_budget_minutes, the schedule's end that fits the budget (TimeBudget).
+(effective_schedule), the lr factor of each step (LambdaLR's function: LinearSchedule, or
+WSDSchedule with its branch points, build_schedule), and, with time_budget_minutes, the schedule's
+end that fits the budget (TimeBudget).
 """
 
 from __future__ import annotations
@@ -31,6 +32,47 @@ class LinearSchedule:
         return max(0.0, (self.max_steps - step) / max(1, self.max_steps - self.warmup_steps))
 
 
+def wsd_decay_start(max_steps: int, decay_fraction: float) -> int:
+    """The step where a wsd schedule ending at `max_steps` starts its decay: max_steps -
+    round(decay_fraction * max_steps) (Python's round). It is also the branch point of budget
+    `max_steps`: a longer wsd run is still on its plateau there, with the same state."""
+    return max_steps - round(decay_fraction * max_steps)
+
+
+@dataclass
+class WSDSchedule:
+    """lr factor of a warmup-stable-decay schedule (TrainConfig.lr_schedule "wsd"): in, a step
+    (0-based, as LambdaLR counts); out, (step + 1) / warmup_steps during the warm-up, 1 on the
+    plateau, then (max_steps - step) / (decay steps) from wsd_decay_start(max_steps, decay_fraction),
+    0 at max_steps; the smaller of warm-up and decay where they overlap. Nothing before the decay
+    start depends on max_steps (mutable: a time budget's fitted end moves the decay start with it)."""
+
+    warmup_steps: int
+    max_steps: int
+    decay_fraction: float
+
+    @property
+    def decay_start(self) -> int:
+        return wsd_decay_start(self.max_steps, self.decay_fraction)
+
+    def __call__(self, step: int) -> float:
+        warm = (step + 1) / self.warmup_steps if step < self.warmup_steps else 1.0
+        start = self.decay_start
+        if step < start:
+            return warm
+        return min(warm, max(0.0, (self.max_steps - step) / max(1, self.max_steps - start)))
+
+
+Schedule = LinearSchedule | WSDSchedule
+
+
+def build_schedule(cfg: TrainConfig, warmup_steps: int, max_steps: int) -> Schedule:
+    """The lr factor of cfg.lr_schedule with `warmup_steps` (effective_schedule's) ending at `max_steps`."""
+    if cfg.lr_schedule == "wsd":
+        return WSDSchedule(warmup_steps, max_steps, cfg.decay_fraction)
+    return LinearSchedule(warmup_steps, max_steps)
+
+
 @dataclass(frozen=True)
 class EffectiveSchedule:
     """The peak lr and warm-up steps a run uses at its global batch (effective_schedule)."""
@@ -55,10 +97,14 @@ class EffectiveSchedule:
             else "warmup_steps as configured"
         )
         share = 100.0 * min(self.warmup_steps, max_steps) / max_steps
+        decay = ""
+        if cfg.lr_schedule == "wsd":
+            start = wsd_decay_start(max_steps, cfg.decay_fraction)
+            decay = f"; wsd: constant, then to 0 over steps {start}-{max_steps} (decay_fraction {cfg.decay_fraction:g})"
         return (
             f"schedule: global batch {self.global_batch} pairs ({world_size} ranks x {accumulation} accumulation x "
             f"{cfg.batch_size}); peak lr {self.lr:.3g} ({lr_from}); warm-up {self.warmup_steps} steps = "
-            f"{self.warmup_steps * self.global_batch:,} pairs ({warm_from}), {share:.1f}% of {max_steps} steps"
+            f"{self.warmup_steps * self.global_batch:,} pairs ({warm_from}), {share:.1f}% of {max_steps} steps{decay}"
         )
 
 

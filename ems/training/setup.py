@@ -42,7 +42,7 @@ from ems.training.runtime import (
     optimizer_layout,
     seed_rngs,
 )
-from ems.training.schedule import LinearSchedule, TimeBudget, effective_schedule
+from ems.training.schedule import Schedule, TimeBudget, build_schedule, effective_schedule
 from ems.training.stopping import Stopping, StopRequest, planned_steps
 from ems.training.validator import ValidationSet, Validator, validation_sample
 
@@ -62,7 +62,7 @@ class Run:
     layout: BatchLayout
     engine: DeepSpeedEngine
     autocast: contextlib.AbstractContextManager  # the forward pass's (runtime.autocast_context)
-    schedule: LinearSchedule  # the lr factor LambdaLR applies: its end moves with a time budget
+    schedule: Schedule  # the lr factor LambdaLR applies: its end moves with a time budget
     tokenizer: Tokenizer
     batches: Prefetcher  # ((epoch, batch index), this rank's micro-batches), read ahead
     state: RunState
@@ -261,7 +261,7 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
     order = build_order(cfg, shards, layout.global_batch, model.cfg.max_len, rank)
     effective = effective_schedule(cfg, layout.global_batch)
     max_steps = planned_steps(cfg, order)
-    schedule = LinearSchedule(effective.warmup_steps, max_steps)
+    schedule = build_schedule(cfg, effective.warmup_steps, max_steps)
     engine = build_engine(cfg, model, ds_config, effective.lr, schedule)
     # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
     # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
@@ -272,8 +272,7 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
     if teacher is not None:
         fixed["teacher"] = teacher.store.meta["identity"]
     checkpointer = Checkpointer(out / "checkpoints", engine, rank, layout, cfg, fixed)
-    state, changes = resume(checkpointer, schedule, max_steps)
-    checkpointer.last_saved = state.step
+    state, changes = resume(checkpointer, schedule, max_steps)  # or a wsd branch's start (cfg.branch_from)
     if rank == 0:
         record_config(cfg, out, state.step, changes)
         print(effective.describe(cfg, state.max_steps, world_size, accumulation), flush=True)

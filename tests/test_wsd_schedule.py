@@ -1,0 +1,190 @@
+"""The warmup-stable-decay schedule (TrainConfig.lr_schedule "wsd") and its decay branches: the lr
+factor against hand-computed values, the config checks, and a branch from a long run's kept
+branch-point checkpoint giving, to the bit, the model of a run trained to that budget from the start."""
+
+import pytest
+import torch
+import yaml
+
+from ems.checkpoint import load_tensor_file
+from ems.configs import ConfigError, load_config
+from ems.losses import OBJECTIVES
+from ems.train import train
+from ems.training.config import TrainConfig
+from ems.training.resume import CONFIG_HISTORY_FILE, BranchError
+from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
+from tests.test_train import config
+
+# --- the schedule --------------------------------------------------------------------------------
+
+
+def test_wsd_warms_up_holds_the_peak_then_decays_to_zero():
+    f = WSDSchedule(warmup_steps=4, max_steps=20, decay_fraction=0.25)  # decay over steps 15-20
+    assert f.decay_start == 15
+    assert [round(f(s), 3) for s in range(21)] == [0.25, 0.5, 0.75] + [1.0] * 13 + [0.8, 0.6, 0.4, 0.2, 0.0]
+
+
+@pytest.mark.parametrize(
+    "max_steps, fraction, start",
+    [
+        (100, 0.2, 80),
+        (100_000, 0.1, 90_000),
+        (7, 0.1, 6),  # round(0.7) = 1
+        (10, 0.25, 8),  # round(2.5) = 2: Python's round, half to even
+        (14, 0.25, 10),  # round(3.5) = 4
+        (50, 1.0, 0),  # all decay
+        (3, 0.1, 3),  # round(0.3) = 0: no decay steps, 0 at the end
+    ],
+)
+def test_decay_start(max_steps, fraction, start):
+    assert wsd_decay_start(max_steps, fraction) == start
+    f = WSDSchedule(0, max_steps, fraction)
+    assert [f(s) for s in range(start)] == [1.0] * start and f(max_steps) == 0.0
+
+
+def test_decay_overlapping_the_warmup_takes_the_smaller_factor():
+    f = WSDSchedule(warmup_steps=10, max_steps=10, decay_fraction=0.5)  # decay from step 5
+    assert [round(f(s), 3) for s in range(11)] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.6, 0.4, 0.2, 0.0]
+
+
+def test_the_plateau_does_not_depend_on_the_end_and_a_fitted_end_moves_the_decay():
+    """What a branch relies on: the steps before a budget T's branch point, the state a checkpoint
+    there holds, have a longer run's factors."""
+    for long in (200, 137, 60):
+        for budget in range(1, long):
+            point = wsd_decay_start(budget, 0.2)
+            assert point <= wsd_decay_start(long, 0.2)
+            short, longer = WSDSchedule(7, budget, 0.2), WSDSchedule(7, long, 0.2)
+            assert [short(s) for s in range(point)] == [longer(s) for s in range(point)]
+    f = WSDSchedule(5, 1000, 0.2)
+    f.max_steps = 50  # a time budget's fitted end (TimeBudget, ems.train)
+    assert (f.decay_start, f(39), f(45), f(50)) == (40, 1.0, 0.5, 0.0)
+
+
+def test_linear_stays_the_default_and_unchanged():
+    cfg = TrainConfig()
+    assert (cfg.lr_schedule, cfg.decay_fraction, cfg.branch_steps, cfg.branch_from) == ("linear", 0.2, [], None)
+    f = build_schedule(cfg, 4, 10)
+    assert type(f) is LinearSchedule
+    assert [round(f(s), 3) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 1.0, 0.833, 0.667, 0.5, 0.333, 0.167, 0.0]
+    assert build_schedule(TrainConfig(lr_schedule="wsd", decay_fraction=0.5), 4, 10) == WSDSchedule(4, 10, 0.5)
+
+
+# --- config errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"lr_schedule": "wsd", "decay_fraction": 0.0}, "decay_fraction must be in (0, 1], got 0.0"),
+        ({"lr_schedule": "wsd", "decay_fraction": 1.5}, "decay_fraction must be in (0, 1], got 1.5"),
+        ({"lr_schedule": "cosine"}, "lr_schedule must be one of linear, wsd, got 'cosine'"),
+        (
+            {"branch_steps": [500], "decay_fraction": -1.0},
+            "decay_fraction must be in (0, 1], got -1.0; branch_steps needs lr_schedule wsd (a linear schedule's "
+            "every lr depends on its end), got lr_schedule 'linear'",
+        ),
+        (
+            {"branch_steps": [500]},
+            "branch_steps needs lr_schedule wsd (a linear schedule's every lr depends on its end), got lr_schedule "
+            "'linear'",
+        ),
+        (
+            {"lr_schedule": "wsd", "max_steps": 1000, "branch_steps": [500, 1000]},
+            "branch_steps must be budgets below max_steps (1000) whose branch point T - round(decay_fraction * T) "
+            "is at least 1, got [1000]",
+        ),
+        ({"branch_from": "run/checkpoints/step400"}, "branch_from needs lr_schedule wsd"),
+        (
+            {"lr_schedule": "wsd", "branch_from": "run/checkpoints/step400", "time_budget_minutes": 60},
+            "branch_from needs no time_budget_minutes (a branch ends at max_steps exactly)",
+        ),
+    ],
+)
+def test_a_bad_wsd_setting_is_one_error_line_naming_the_key(values, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(TrainConfig, values=values)
+    assert str(caught.value) == f"TrainConfig: {message}"
+
+
+# --- a long run, its kept branch point, and a branch -------------------------------------------
+
+LONG, BUDGET, POINT = 30, 20, 16  # 20 - round(0.2 * 20) = 16; the long run decays from step 24
+WSD = dict(
+    lr_schedule="wsd",
+    decay_fraction=0.2,
+    warmup_steps=5,
+    log_every=1,
+    valid_data=None,
+    save_every=5,
+    keep_checkpoints=1,
+)
+COMPARED = (*OBJECTIVES, "loss", "lr", "grad_norm")
+
+
+def trajectory(history: list[dict]) -> list[tuple]:
+    """Each logged step's losses, lr and gradient norm."""
+    return [(h["step"], *(h[key] for key in COMPARED)) for h in history if "loss" in h]
+
+
+def final_weights(out) -> dict[str, torch.Tensor]:
+    """The whole model (encoder and training heads) of the run's last checkpoint."""
+    return load_tensor_file(out / "checkpoints" / f"step{BUDGET}" / "mp_rank_00_model_states.pt")["module"]
+
+
+@pytest.fixture(scope="module")
+def long_run(tiny_pipeline, tmp_path_factory):
+    out = tmp_path_factory.mktemp("long")
+    return out, train(config(tiny_pipeline, out, max_steps=LONG, branch_steps=[BUDGET], **WSD))
+
+
+def test_a_long_run_keeps_its_branch_point_checkpoint(long_run):
+    out, result = long_run
+    assert result["steps"] == LONG
+    # keep_checkpoints=1 pruned steps 5, 10, 15, 20 and 25; the branch point is kept
+    assert sorted(p.name for p in (out / "checkpoints").glob("step*")) == [f"step{POINT}", f"step{LONG}"]
+
+
+def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, tiny_pipeline, tmp_path):
+    long_out, long_result = long_run
+    straight = train(config(tiny_pipeline, tmp_path / "straight", max_steps=BUDGET, **WSD))
+    branch_from = long_out / "checkpoints" / f"step{POINT}"
+    branched = train(config(tiny_pipeline, tmp_path / "branch", max_steps=BUDGET, branch_from=str(branch_from), **WSD))
+    assert branched["steps"] == BUDGET
+    long_history, branch_history = trajectory(long_result["history"]), trajectory(branched["history"])
+    assert [h[0] for h in branch_history] == list(range(POINT + 1, BUDGET + 1))
+    # every loss, lr and gradient norm equal to the bit: the long run's up to the branch point, then the branch's
+    assert long_history[:POINT] + branch_history == trajectory(straight["history"])
+    assert long_history[POINT + 1][1:] != branch_history[1][1:]  # the long run holds its lr where the branch decays
+    f = WSDSchedule(5, BUDGET, 0.2)
+    assert [h[COMPARED.index("lr") + 1] for h in branch_history] == pytest.approx(
+        [2e-3 * f(s) for s in range(POINT + 1, BUDGET + 1)], rel=1e-12
+    )
+    a, b = final_weights(tmp_path / "straight"), final_weights(tmp_path / "branch")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    history = yaml.safe_load((tmp_path / "branch" / CONFIG_HISTORY_FILE).read_text())
+    assert history[0]["from_step"] == POINT
+    assert history[0]["changed"]["max_steps"] == {"from": LONG, "to": BUDGET}
+    assert history[0]["changed"]["branch_from"] == {"from": None, "to": str(branch_from)}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"max_steps": 25},
+            f"it is the checkpoint of step {POINT}, and a wsd run of max_steps 25 with decay_fraction 0.2 branches "
+            "at step 20",
+        ),
+        ({"max_steps": BUDGET, "lr": 1e-3}, "it was trained with other settings: lr 0.002 -> 0.001; a branch may"),
+    ],
+)
+def test_a_branch_from_the_wrong_checkpoint_is_refused_in_one_line(long_run, tiny_pipeline, tmp_path, change, message):
+    branch_from = long_run[0] / "checkpoints" / f"step{POINT}"
+    with pytest.raises(BranchError) as caught:
+        train(config(tiny_pipeline, tmp_path / "branch", branch_from=str(branch_from), **{**WSD, **change}))
+    assert str(caught.value).startswith(f"cannot branch from branch_from={branch_from}: {message}")
+    assert "\n" not in str(caught.value)
+    assert not list((tmp_path / "branch").glob("checkpoints/step*"))
