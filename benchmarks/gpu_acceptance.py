@@ -401,6 +401,7 @@ def describe_step(figures: dict) -> str:
 
 def stage_mfu(ctx: Context, output: dict) -> bool:
     """output: the step's shapes, batch, FLOPs, matmul rate, and per variant its figures (or error)."""
+    from ems.flops import step_flops
     from ems.model import config_from_preset
 
     mfu, profile, device = load_train_mfu(), ctx.profile, torch.device(ctx.device)
@@ -411,7 +412,7 @@ def stage_mfu(ctx: Context, output: dict) -> bool:
     )
     batch = mfu.realistic_batch(cfg, profile.mfu_pairs, MEAN_LENGTH)
     tokens = int(mfu.real_lengths(batch["src"]).sum() + mfu.real_lengths(batch["tgt"]).sum())
-    flops = mfu.step_flops(cfg, mfu.real_lengths(batch["src"]), mfu.real_lengths(batch["tgt"])).total
+    flops = step_flops(cfg, mfu.real_lengths(batch["src"]), mfu.real_lengths(batch["tgt"])).total
     peak = mfu.known_peak_tflops(device)
     output.update(
         preset=profile.mfu_preset,

@@ -21,16 +21,9 @@ One run prints, on one machine:
 4. the batch's non-pad token ratio; on a GPU, MFU against its bf16 peak (--peak-tflops, or the
    table PEAK_BF16_TFLOPS) and the projected time of the full run on one 8-GPU node.
 
-Model FLOPs (`step_flops`) count real work only: non-pad tokens, each sentence's own length.
-Per training step (forward + backward = 3 x forward, 2 FLOPs per multiply-add):
-    encoder    6 * n_layers * (4 d^2 + 2 d d_ffn) * real_tokens        (qkv, out projection, FFN)
-    attention  12 * n_layers * d * sum_i T_i^2                          (QK^T and AV per sentence)
-    heads      6 * 2B * ((d + d_lang)^2 + (d + d_lang) V + d^2 + d d_contrastive) + 6 B^2 d_contrastive
-where 2B sentences (B pairs) go through the XTR head (fc + vocab projection) and the contrastive
-head, and the last term is the in-batch score matrix. Embedding look-ups, norms, softmaxes and
-the optimizer do no matmul work and are not counted (their time is). The reference counts the
-encoder and attention terms only. FLOPs spent on padding are not counted either: the printed
-"padded" figure says how much more the hardware computes.
+Model FLOPs (`ems.flops.step_flops`, formula there) count real work only: non-pad tokens, each
+sentence's own length; the reference counts the encoder and attention terms only. FLOPs spent on
+padding are not counted either: the printed "padded" figure says how much more the hardware computes.
 """
 
 from __future__ import annotations
@@ -41,7 +34,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +45,7 @@ from torch import nn
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from ems.flops import encoder_flops, step_flops  # noqa: E402
 from ems.model import EMSConfig, EMSModel, config_from_preset  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
 from ems.training.batch_order import BatchOrder  # noqa: E402
@@ -71,36 +65,6 @@ EMULATION_PROBE_SIZE = 512  # n of the first, small product of a low-precision d
 EMULATED_BELOW = 0.1  # a dtype this much slower than fp32 there is taken as emulated
 
 QUICK_SHAPES = dict(preset="tiny", overrides=dict(vocab_size=2000, n_languages=8), pairs=16, matmul_size=512)
-
-
-@dataclass
-class StepFlops:
-    encoder: float
-    attention: float
-    heads: float
-
-    @property
-    def total(self) -> float:
-        return self.encoder + self.attention + self.heads
-
-
-def encoder_flops(cfg: EMSConfig, lengths: np.ndarray) -> StepFlops:
-    """Forward + backward FLOPs of the encoder stack over sentences of the given real lengths."""
-    lengths = np.asarray(lengths, dtype=np.float64)
-    d, layers = cfg.d_model, cfg.n_layers
-    dense = 6.0 * layers * (4 * d * d + 2 * d * cfg.d_ffn) * lengths.sum()
-    attention = 12.0 * layers * d * (lengths**2).sum()
-    return StepFlops(encoder=dense, attention=attention, heads=0.0)
-
-
-def step_flops(cfg: EMSConfig, src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> StepFlops:
-    """Model FLOPs of one EMS training step on pairs of these real lengths (formula in the module doc)."""
-    pairs = len(src_lengths)
-    enc = encoder_flops(cfg, np.concatenate([src_lengths, tgt_lengths]))
-    d, h = cfg.d_model, cfg.d_model + cfg.d_lang
-    per_sentence = h * h + h * cfg.vocab_size + d * d + d * cfg.d_contrastive
-    heads = 6.0 * 2 * pairs * per_sentence + 6.0 * pairs * pairs * cfg.d_contrastive
-    return StepFlops(encoder=enc.encoder, attention=enc.attention, heads=heads)
 
 
 def sample_pair_lengths(

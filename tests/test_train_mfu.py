@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ems.flops import encoder_flops, encoder_parameters, step_flops
 from ems.model import EMSModel, config_from_preset
 from tests.conftest import REPO_ROOT
 
@@ -26,7 +27,7 @@ def tiny_config(**overrides):
 
 def test_step_flops_hand_count():
     # d=4, ffn=8, 1 layer, V=10, d_lang=2, d_contrastive=3; 2 pairs, src lengths (2, 3), tgt (1, 2).
-    flops = train_mfu.step_flops(tiny_config(), np.array([2, 3]), np.array([1, 2]))
+    flops = step_flops(tiny_config(), np.array([2, 3]), np.array([1, 2]))
     # per token: qkv 4*4*3 + proj 4*4 + ffn 2*4*8 = 128 multiply-adds; 8 real tokens; x2 FLOPs x3 fwd+bwd
     assert flops.encoder == 6 * 128 * 8
     # QK^T and AV: 2 * T^2 * d multiply-adds per sentence, T^2 summed = 4 + 9 + 1 + 4
@@ -34,6 +35,21 @@ def test_step_flops_hand_count():
     # per sentence: XTR fc 6*6 + vocab 6*10, contrastive 4*4 + 4*3 = 124; 4 sentences; scores 2*2*3
     assert flops.heads == 6 * 124 * 4 + 6 * 12
     assert flops.total == 6144 + 864 + 3048
+
+
+def test_a_batch_xtr_softmax_counts_its_candidates_not_the_vocabulary():
+    full = step_flops(tiny_config(), np.array([2, 3]), np.array([1, 2]))
+    batch = step_flops(tiny_config(), np.array([2, 3]), np.array([1, 2]), xtr_candidates=4)
+    # the vocabulary projection: (d + d_lang) x V per sentence, 4 sentences, x6
+    assert full.heads - batch.heads == 6 * 4 * 6 * (10 - 4) and full.encoder == batch.encoder
+
+
+def test_encoder_parameters_hand_count():
+    # d=4, ffn=8, 1 layer, V=10, max_len 5: embeddings 10*4 + 5*4 = 60; the layer: qkv 4*12 + 12 = 60,
+    # out 4*4 + 4 = 20, ffn 4*8 + 8 + 8*4 + 4 = 76, two norms 2*(4 + 4) = 16, so 172; the final norm 8
+    params = encoder_parameters(tiny_config(max_len=5))
+    assert params == {"embeddings": 60, "layers": 172 + 8, "total": 240}
+    assert encoder_parameters(tiny_config(max_len=5, d_output=3))["layers"] == 180 + 4 * 3 + 3
 
 
 def test_step_flops_match_torch_flop_counter_and_skip_padding():
@@ -53,9 +69,9 @@ def test_step_flops_match_torch_flop_counter_and_skip_padding():
         model(src, tgt, langs, langs)["loss"].backward()
     counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
 
-    real = train_mfu.step_flops(cfg, train_mfu.real_lengths(src), train_mfu.real_lengths(tgt))
+    real = step_flops(cfg, train_mfu.real_lengths(src), train_mfu.real_lengths(tgt))
     assert counts["aten.mm"] + counts["aten.addmm"] == real.encoder + real.heads
-    padded_width = train_mfu.encoder_flops(cfg, np.full(6, 7))
+    padded_width = encoder_flops(cfg, np.full(6, 7))
     assert counts["aten.bmm"] == padded_width.attention
     assert real.attention < padded_width.attention
 

@@ -1,0 +1,166 @@
+"""The model presets side by side: parameters, training FLOPs per pair on a real corpus, and (with
+--time) the seconds of one training step on this machine.
+
+    python benchmarks/presets_table.py --shards runs/ml/data/shards/train [--time tiny small base] [--out DIR]
+
+FLOPs per pair (ems.flops.step_flops, real tokens only) are averaged over --batches random batches
+of --batch-size pairs drawn from the shards, so they follow the corpus's sentence lengths (each cut
+at the preset's max_len, as training cuts them); with --xtr-vocabulary batch (the recipes' setting)
+the XTR softmax's size is each batch's number of distinct tokens. --time runs --steps training steps
+(forward, backward, AdamW; fp32 unless --bf16) of the named presets on one of those batches, after
+2 warm-up steps, and reports the median: compare presets within one run on one machine only.
+Writes presets.md and presets.json to --out; prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from ems.flops import encoder_parameters, step_flops  # noqa: E402
+from ems.model import PRESETS, EMSModel, config_from_preset  # noqa: E402
+from ems.shards import PairShards  # noqa: E402
+from ems.text import PAD_ID  # noqa: E402
+from ems.training.runtime import parameter_groups  # noqa: E402
+
+
+def sample_batches(shards: PairShards, batch_size: int, n: int, seed: int = 0) -> list[np.ndarray]:
+    """`n` random batches (pair indices) of `batch_size` pairs."""
+    rng = np.random.default_rng(seed)
+    return [rng.choice(len(shards), size=batch_size, replace=False) for _ in range(n)]
+
+
+def batch_tensors(shards: PairShards, pairs: np.ndarray, max_len: int) -> dict[str, torch.Tensor]:
+    """The training batch of these pairs: both sides cut at max_len and padded, with language ids."""
+    out = {}
+    for side, name in ((0, "src"), (1, "tgt")):
+        seqs = [shards.sentence(2 * int(i) + side)[:max_len] for i in pairs]
+        ids = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
+        out[name] = ids
+        out[f"{name}_lang"] = torch.from_numpy(shards.langs[pairs, side].astype(np.int64))
+    return out
+
+
+def flops_per_pair(cfg, shards: PairShards, batches: list[np.ndarray], batch_vocabulary: bool) -> float:
+    """Mean training FLOPs per pair of `cfg` over `batches` (see the module docstring)."""
+    per_pair = []
+    for pairs in batches:
+        batch = batch_tensors(shards, pairs, cfg.max_len)
+        lengths = [(batch[side] != PAD_ID).sum(dim=1).numpy() for side in ("src", "tgt")]
+        candidates = int(torch.unique(torch.cat([batch["src"], batch["tgt"]])).numel()) if batch_vocabulary else None
+        per_pair.append(step_flops(cfg, *lengths, xtr_candidates=candidates).total / len(pairs))
+    return float(np.mean(per_pair))
+
+
+def truncated_share(shards: PairShards, max_len: int) -> float:
+    """The share of the corpus's sentences longer than max_len tokens."""
+    return float((shards.side_lengths() > max_len).mean())
+
+
+def step_seconds(cfg, batch: dict[str, torch.Tensor], steps: int, bf16: bool) -> float:
+    """Median seconds of one training step of a fresh model of `cfg` on `batch`."""
+    torch.manual_seed(0)
+    model = EMSModel(cfg).train()
+    optimizer = torch.optim.AdamW(parameter_groups(model, 1e-5), lr=1e-4)
+    times = []
+    for step in range(steps + 2):
+        started = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(**batch)["loss"]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= 2:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def preset_config(name: str, shards: PairShards, batch_vocabulary: bool):
+    """The preset with the corpus's vocabulary and languages (ems-paper's own 60k + 62 replaced too)."""
+    return config_from_preset(
+        name,
+        vocab_size=shards.index["vocab_size"],
+        n_languages=len(shards.languages),
+        xtr_vocabulary="batch" if batch_vocabulary else "full",
+    )
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    shards = PairShards(args.shards)
+    batches = sample_batches(shards, args.batch_size, args.batches)
+    batch_vocabulary = args.xtr_vocabulary == "batch"
+    rows = []
+    for name in PRESETS:
+        cfg = preset_config(name, shards, batch_vocabulary)
+        params = encoder_parameters(cfg)
+        row = {
+            "preset": name,
+            **{k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "d_ffn", "max_len", "vocab_size")},
+            "params": params,
+            "train_flops_per_pair": flops_per_pair(cfg, shards, batches, batch_vocabulary),
+            "truncated_share": truncated_share(shards, cfg.max_len),
+        }
+        if name in args.time:
+            seconds = step_seconds(cfg, batch_tensors(shards, batches[0], cfg.max_len), args.steps, args.bf16)
+            row["step_seconds"] = seconds
+            row["pairs_per_second"] = args.batch_size / seconds
+        rows.append(row)
+        print(f"{name}: {json.dumps(row)}", flush=True)
+    return rows
+
+
+def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+    lines = [
+        f"Corpus: {args.shards}; FLOPs per pair averaged over {args.batches} random batches of {args.batch_size} "
+        f"pairs, XTR softmax over {'each batch' if args.xtr_vocabulary == 'batch' else 'the whole vocabulary'}.",
+        "",
+        "| preset | d_model | layers | heads | d_ffn | max_len | params (embeddings + layers) | train GFLOPs per pair "
+        "| sentences over max_len | s/step (pairs/s) |",
+        "|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in rows:
+        p = r["params"]
+        timed = f"{r['step_seconds']:.3f} ({r['pairs_per_second']:.0f})" if "step_seconds" in r else "–"
+        lines.append(
+            f"| {r['preset']} | {r['d_model']} | {r['n_layers']} | {r['n_heads']} | {r['d_ffn']} | {r['max_len']} | "
+            f"{p['total'] / 1e6:.1f}M ({p['embeddings'] / 1e6:.1f}M + {p['layers'] / 1e6:.2f}M) | "
+            f"{r['train_flops_per_pair'] / 1e9:.3f} | {100 * r['truncated_share']:.3f}% | {timed} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shards", type=Path, required=True, help="a training shard directory (data_prep binarize)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--xtr-vocabulary", choices=("batch", "full"), default="batch")
+    parser.add_argument("--time", nargs="*", default=[], choices=list(PRESETS), help="presets to time")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    rows = run(args)
+    table = markdown(rows, args)
+    print(table)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "presets.md").write_text(table)
+        (args.out / "presets.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
