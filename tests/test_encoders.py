@@ -167,3 +167,42 @@ def test_spec_options_and_devices_are_checked(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(MissingDataError, match="sentence-transformers could not load ems-test/not-a-model"):
         load_encoder("st:ems-test/not-a-model")
+
+
+def test_ems_unseen_neutral_encodes_languages_the_model_never_saw(model_dir, data_dir):
+    # model_dir: de/en/fr/ja. Without the option a language it lacks is refused (evaluators skip it);
+    # with unseen=neutral every language encodes (zero-shot) and its own languages give the same vectors.
+    from ems.languages import UnknownLanguageError
+    from eval.evaluators.items import NOT_COVERED
+    from eval.evaluators.tatoeba import SEEN, UNSEEN, TatoebaTask, evaluate_tatoeba
+
+    default = load_encoder(f"ems:{model_dir}")
+    zero_shot = load_encoder(f"ems:{model_dir},unseen=neutral")
+    french, spanish = ["L'arbre est grand.", "C'est la vie, n'est-ce pas ?"], ["Buenos días.", "La casa es roja."]
+    assert default.languages == ["de", "en", "fr", "ja"] and getattr(default, "training_languages", None) is None
+    assert zero_shot.languages is None and zero_shot.training_languages == ["de", "en", "fr", "ja"]
+    assert zero_shot.model_id == default.model_id + "-unseen-neutral"  # its own embedding cache
+    with pytest.raises(UnknownLanguageError, match="'es'.* is not in this model's languages"):
+        default.encode(spanish, "es")
+    for lang in ("fr", "fra"):  # a language of the model (or an alias): exactly the default's vectors
+        np.testing.assert_array_equal(zero_shot.encode(french, lang), default.encode(french, "fr"))
+    # ... with its own preprocessing (French Moses splits l'arbre as l' arbre), not the zero-shot one
+    assert not np.array_equal(zero_shot.encode(french, "fr"), zero_shot.model.encode_zero_shot(french))
+    unseen = zero_shot.encode(spanish, "es")
+    assert unseen.shape == (2, default.model.dim) and np.isfinite(unseen).all()
+    np.testing.assert_array_equal(unseen, zero_shot.model.encode_zero_shot(spanish))
+    # the language-neutral preprocessing: Moses without language rules, not that of any of the model's languages
+    tokenizer = default.model.tokenizer
+    assert tokenizer.encode_guessed(["l'arbre"]) == tokenizer.sp.encode([tokenizer.preprocessing("l'arbre", "und")])
+    assert tokenizer.encode_guessed(["l'arbre"]) != tokenizer.encode(["l'arbre"], "fr")
+    with pytest.raises(UnknownLanguageError):
+        zero_shot.encode(spanish, "espanol")  # no language at all is still an error
+    with pytest.raises(ValueError, match="unseen must be one of neutral; got 'guess'"):
+        load_encoder(f"ems:{model_dir},unseen=guess")
+    # Tatoeba: the unseen language is scored and grouped as unseen instead of skipped
+    task = TatoebaTask(data_dir / "tatoeba", ["deu", "spa"], max_sentences=20)
+    assert evaluate_tatoeba(default, task, progress=False)["skipped"] == {NOT_COVERED: ["es"]}
+    result = evaluate_tatoeba(zero_shot, task, progress=False)
+    assert list(result["languages"]) == ["de", "es"] and result["skipped"] == {}
+    assert result["groups"][SEEN]["n_languages"] == 1 and result["groups"][UNSEEN]["n_languages"] == 1
+    assert result["groups"][UNSEEN]["mean"] == result["languages"]["es"]["mean"]

@@ -163,3 +163,49 @@ def test_a_misspelled_code_in_a_task_config_is_one_error_naming_the_closest(tmp_
         f"{tmp_path / 'task.yaml'}: pairs[0]: 'deuu' does not name a registered language; "
         "closest known codes: deu (German), eu (Basque), de (German)"
     )
+
+
+def test_flores_all_keys_every_file_of_the_real_split_once(data_dir):
+    from ems.languages import flores_file, flores_languages
+
+    split_dir = data_dir / "flores200" / "devtest"
+    keyed = flores_languages(split_dir, "devtest")
+    files = sorted(p.name for p in split_dir.glob("*.devtest"))
+    assert len(files) == 205  # 204 languages and English
+    assert sorted(path.name for path in keyed.values()) == files  # every file, each under one key
+    assert len(keyed) == 205 and "en" in keyed
+    hand_checked = {
+        "de": "deu",  # one file: the canonical code
+        "zh": "cmn_Hans",  # today's keys stay (FLORES_FILES): the main file of a language with several
+        "zh-Hant": "cmn_Hant",  # the other script: <canonical>-<Script>
+        "ace-Arab": "ace_Arab",  # no main file: both scripts keyed by script
+        "ace-Latn": "ace_Latn",
+        "ar": "ara",
+        "ar-Latn": "ara_Latn",
+        "ks-Deva": "kas_Deva",
+        "fa": "pes",
+        "ms": "zsm",
+        "msa": "msa",  # the macrolanguage file beside the main one (zsm): its stem
+        "ak": "aka",
+        "twi": "twi",
+        "sr": "srp_Cyrl",
+        "uz": "uzn",  # an individual language folded into its macrolanguage, as canonical_language does
+        "xh": "xho",  # a language FLORES_FILES never listed
+    }
+    for key, stem in hand_checked.items():
+        assert keyed[key].name == f"{stem}.devtest", key
+        assert flores_file(split_dir, key, "devtest") == keyed[key]
+        assert canonical_language(key) == canonical_language(stem)  # every key reads as its language
+    assert flores_file(split_dir, "ace", "devtest") is None  # two files, neither the main one: say which
+
+
+def test_flores_variety_keys_resolve_to_a_models_languages():
+    both = ["en", "zh", "zh-Hant", "ace-Arab", "ace-Latn"]
+    assert resolve_language("cmn_Hant", both) == "zh-Hant"  # the script picks the variety
+    assert resolve_language("zh-hant", both) == "zh-Hant"
+    assert resolve_language("cmn_Hans", both) == "zh" and resolve_language("zho", both) == "zh"
+    assert resolve_language("ace_Latn", both) == "ace-Latn"
+    assert resolve_language("zh-Hant", MODEL_LANGUAGES) == "zh"  # a model of zh alone covers both scripts
+    assert covered_language("ar-Latn", MODEL_LANGUAGES) == "ar" and covered_language("twi", MODEL_LANGUAGES) is None
+    with pytest.raises(UnknownLanguageError, match="'ace' names several of this model's languages"):
+        resolve_language("ace", both)

@@ -128,3 +128,23 @@ def test_xsim_task_through_run_all_on_real_flores(data_dir, tmp_path):
     assert "xSIM error rate" in report and "| deu | de | 40 |" in report
     with pytest.raises(ValueError, match="deutsch"):
         XsimTask(data_dir / "flores200" / "devtest", ["deutsch"])
+
+
+def test_xsim_and_flores_bitext_key_every_real_flores_language_alike(data_dir):
+    # `languages: all` of both FLORES tasks: 204 languages, the bitext task keyed by language key, the
+    # xSIM task by file stem with that key in each row (a no-list encoder: every file is scored)
+    from ems.encoder_kinds import NgramEncoder
+    from ems.languages import flores_languages
+    from eval.evaluators.flores import FloresTask, evaluate_flores
+    from eval.evaluators.xsim import evaluate_xsim
+
+    split_dir = data_dir / "flores200" / "devtest"
+    encoder = NgramEncoder(dim=8)
+    bitext = evaluate_flores(encoder, FloresTask(split_dir, None, max_sentences=8), progress=False)
+    xsim = evaluate_xsim(encoder, XsimTask(split_dir, None, max_sentences=8), progress=False)
+    assert len(bitext["languages"]) == 204 and len(xsim["languages"]) == 204
+    assert sorted(row["language"] for row in xsim["languages"].values()) == sorted(bitext["languages"])
+    assert sorted(bitext["languages"]) == sorted(set(flores_languages(split_dir, "devtest")) - {"en"})
+    assert xsim["languages"]["cmn_Hant"]["language"] == "zh-Hant" and "zh-Hant" in bitext["languages"]
+    assert bitext["languages"]["ace-Arab"]["source"] == "ace_Arab.devtest"
+    assert xsim["languages"]["deu"]["lang"] == "de"  # the code it was encoded with: the key (no language list)

@@ -4,7 +4,9 @@ news/wiki text from another source than Tatoeba, so it shows how a model trained
 sentences transfers to another domain.
 
 Files: `<data_dir>/<stem>.<split>` as ems.languages.flores_file finds them (`deu`,
-`cmn_Hans`, ...) and `eng.<split>`, line-aligned. FLORES sentences are also SIB-200's: a model
+`cmn_Hans`, ...) and `eng.<split>`, line-aligned. Languages are keyed as ems.languages.flores_language
+says: the canonical code (`de`, `zh`), a variety key where FLORES has several files of one
+language (`zh-Hant`, `ace-Arab`, `ace-Latn`, `twi`). FLORES sentences are also SIB-200's: a model
 trained on them must not be scored here.
 """
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ems.cli import MissingDataError
-from ems.languages import ENGLISH, FLORES_FILES, flores_file
+from ems.languages import ENGLISH, FLORES_FILES, flores_file, flores_languages
 from eval.evaluators.items import score_items
 from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 
@@ -24,8 +26,9 @@ NOT_IN_FLORES = "no FLORES-200 file for the language"
 
 @dataclass
 class FloresTask:
-    """data_dir: a FLORES-200 split directory (`flores200/devtest`); languages: canonical codes,
-    None = every language of FLORES_FILES found there; max_sentences: the first N lines only."""
+    """data_dir: a FLORES-200 split directory (`flores200/devtest`); languages: language keys
+    (canonical codes, or variety keys such as `zh-Hant`: ems.languages.flores_language), None =
+    every file there but English; max_sentences: the first N lines only."""
 
     data_dir: Path
     languages: list[str] | None = None
@@ -49,7 +52,8 @@ def load_flores_pair(
         if path is None:
             stem = FLORES_FILES.get(code)
             if stem is None:
-                raise MissingDataError(f"{NOT_IN_FLORES}: {code!r} (known: {', '.join(sorted(FLORES_FILES))})")
+                known = ", ".join(flores_languages(data_dir, split))
+                raise MissingDataError(f"{NOT_IN_FLORES}: {code!r} (known: {known or 'none: no FLORES files there'})")
             raise MissingDataError(
                 f"missing FLORES-200 file {Path(data_dir) / f'{stem}.{split}'}; "
                 f"get the {split} split from {FLORES_SOURCE}"
@@ -69,7 +73,9 @@ def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
             f"no FLORES-200 {task.split} split in {task.data_dir} (missing "
             f"{FLORES_FILES[ENGLISH]}.{task.split}); get it from {FLORES_SOURCE}"
         )
-    requested = task.languages if task.languages is not None else sorted(set(FLORES_FILES) - {ENGLISH})
+    requested = task.languages
+    if requested is None:
+        requested = [lang for lang in flores_languages(task.data_dir, task.split) if lang != ENGLISH]
 
     def absent(lang: str) -> str | None:  # a requested FLORES language without its file is a data error naming it
         missing = flores_file(task.data_dir, lang, task.split) is None

@@ -18,9 +18,11 @@ error rate is xx->eng only, with each error attributed to the transformation of 
 sentence when it was made from the gold one, else "Misaligned".
 
 Files: `<data_dir>/<stem>.<split>` for FLORES stems (`deu`, `cmn_Hans`, ...) and `eng.<split>`.
-Each file is embedded whole (`encoder.encode(read_lines(path), lang)`, lang the stem's canonical
-code, or the encoder's own code for encoders with a language list) so that a cache of these
-embeddings is reused; `max_sentences` keeps the first N rows after encoding.
+Rows are keyed by stem; each row's `language` is the stem's language key, the one the FLORES bitext
+task (eval.evaluators.flores) keys its rows by (ems.languages.flores_language: `de`, `zh`, `zh-Hant`,
+`ace-Arab`). Each file is embedded whole (`encoder.encode(read_lines(path), lang)`, lang that key, or
+the encoder's own code for encoders with a language list) so that a cache of these embeddings is
+reused, by the FLORES bitext task too; `max_sentences` keeps the first N rows after encoding.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from ems.cli import MissingDataError, check_choice
 from ems.encoder_kinds import encode_checked, encoder_languages
-from ems.languages import canonical_language, covered_language
+from ems.languages import canonical_language, covered_language, flores_language
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.flores import FLORES_SOURCE
 from eval.evaluators.items import NOT_COVERED, score_items
@@ -196,7 +198,7 @@ def _embed(encoder, task: XsimTask, stem: str, lang: str) -> tuple[list[str], np
 def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
     """xSIM error (%) per language the encoder covers, both directions, and xSIM++ if configured.
 
-    Returns {"task", "metric": "xsim_error", "data_dir", "settings", "languages": {stem: {lang, n,
+    Returns {"task", "metric": "xsim_error", "data_dir", "settings", "languages": {stem: {language, lang, n,
     xx2en, en2xx, mean[, xsimpp, xsimpp_errors: {errtype: count}]}}, "average": {xx2en, en2xx, mean[,
     xsimpp], n_languages, n} (errors over all sentences, as LASER's average) or None, "skipped",
     "data_errors"}. A missing or unreadable language file is a data error; a missing English file
@@ -210,7 +212,8 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
     stems = task.languages if task.languages is not None else flores_stems(task.data_dir, task.split, task.english)
     covered = encoder_languages(encoder)
     english_lang = encoder_lang(task.english, covered)
-    langs = {stem: encoder_lang(stem, covered) for stem in stems}
+    keys = {stem: flores_language(stem) for stem in stems}
+    langs = {stem: covered_language(keys[stem], covered) for stem in stems}
     errors = DataErrors()
     english_texts = english = extra = augmented = None
     if english_lang is not None and any(lang is not None for lang in langs.values()):
@@ -232,7 +235,13 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
         text_args = (texts, english_texts) if task.textual else (None, None)
         xx2en, en2xx = xsim_errors(x, english, task.margin, task.k, *text_args)
         n = len(texts)
-        row = {"lang": langs[stem], "n": n, "xx2en": 100.0 * xx2en / n, "en2xx": 100.0 * en2xx / n}
+        row = {
+            "language": keys[stem],
+            "lang": langs[stem],
+            "n": n,
+            "xx2en": 100.0 * xx2en / n,
+            "en2xx": 100.0 * en2xx / n,
+        }
         row["mean"] = (row["xx2en"] + row["en2xx"]) / 2
         if extra is not None:
             wrong, by_type = xsimpp_errors(x, english, augmented, english_texts, extra, task.margin, task.k)

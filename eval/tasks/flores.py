@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ems.languages import ENGLISH, canonical_language, flores_languages
 from eval.evaluators.flores import FloresTask, evaluate_flores
 from eval.report import markdown_table
 from eval.task import Languages, TaskConfig, TaskRun, TaskType, filtered_languages
@@ -11,8 +12,9 @@ from eval.task import Languages, TaskConfig, TaskRun, TaskType, filtered_languag
 
 @dataclass(kw_only=True)
 class FloresConfig(TaskConfig):
-    """configs/eval/flores_bitext.yaml: canonical codes, or "all" (every language of
-    ems.languages.FLORES_FILES), and the split (the files' suffix)."""
+    """configs/eval/flores_bitext.yaml: language keys (canonical codes, or FLORES variety keys such as
+    `zh-Hant`: ems.languages.flores_language), or "all" (every file of the split directory), and the
+    split (the files' suffix)."""
 
     languages: Languages
     split: str = FloresTask.split
@@ -21,13 +23,21 @@ class FloresConfig(TaskConfig):
 def run(encoder, task: TaskRun) -> dict:
     config, options, skipped = task.config, task.options, {}
     if config.languages == "all":
-        languages = options.canonical
+        languages = None if options.canonical is None else _filtered_keys(task, options.canonical)
     else:
         languages, skipped = filtered_languages(config.languages, options)
     flores = FloresTask(task.data_dir, languages, options.max_sentences, name=task.name, split=config.split)
     result = evaluate_flores(encoder, flores, options.progress)
     result["skipped"].update(skipped)
     return result
+
+
+def _filtered_keys(task: TaskRun, canonical: list[str]) -> list[str]:
+    """The directory's language keys whose canonical code the run's filter keeps (`zh` keeps `zh`
+    and `zh-Hant`), then the filter's codes that no file has (reported as not in FLORES)."""
+    keys = [key for key in flores_languages(task.data_dir, task.config.split) if key != ENGLISH]
+    kept = [key for key in keys if canonical_language(key) in canonical]
+    return kept + [lang for lang in canonical if lang not in {canonical_language(key) for key in keys}]
 
 
 TASK = TaskType(
