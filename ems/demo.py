@@ -9,6 +9,13 @@
 
 The schedule is a number of steps, so the same machine type gives the same model whatever its
 load; `--set time_budget_minutes=8` fits it to a wall-clock budget instead.
+
+    python -m ems.demo --recipe multilingual [--out runs/multilingual] [--set ...]
+
+trains on every language of the Tatoeba Translation Challenge and TICO-19 (configs/data/multilingual.yaml,
+configs/train/multilingual.yaml), resumes where it stopped (the data are kept when prepared with the
+same config, training goes on from its checkpoints), and scores the model on every language of
+Tatoeba, FLORES-200 (P@1 and xSIM) and SIB-200, those it never saw zero-shot, by training-data group.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ems.cli import UserError, add_debug_option, run_main
@@ -31,6 +38,8 @@ from ems.training.stopping import PREEMPTED_EXIT_CODE
 
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 DEMO_SUITE = REPO_ROOT / "configs" / "eval" / "suite_demo.yaml"
+MULTILINGUAL_SUITE = REPO_ROOT / "configs" / "eval" / "suite_multilingual.yaml"
+PREPARED_FILE = "prepared.json"  # OUT/prepared.json: the data config the corpus, vocabulary and shards were made with
 REPORT_FILE = "demo_report.md"
 STAGES_FILE = "demo_stages.json"  # {"seconds": {stage: wall seconds}, "steps": training steps}
 CHART_FILE = "demo_chart.png"
@@ -274,20 +283,30 @@ def comparison_table(before, after, task: str) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"))
+    parser.add_argument("--out", type=Path, default=None, help="default: runs/<recipe>")
     parser.add_argument(
         "--data-dir",
         type=Path,
         default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
         help="directory with tatoeba_challenge/, tatoeba/, flores200/, ... (default: $EMS_DATA_DIR or ../shared/data)",
     )
-    parser.add_argument("--data-config", default=str(REPO_ROOT / "configs/data/demo.yaml"))
-    parser.add_argument("--train-config", default=str(REPO_ROOT / "configs/train/demo.yaml"))
+    parser.add_argument(
+        "--recipe",
+        choices=RECIPES,
+        default="demo",
+        help="demo: 12 languages, from scratch each time, untrained vs trained; multilingual: every language of "
+        "the Tatoeba Challenge and TICO-19, resumable, evaluated on every language by training-data group",
+    )
+    parser.add_argument("--data-config", default=None, help="default: the recipe's (configs/data/<recipe>.yaml)")
+    parser.add_argument("--train-config", default=None, help="default: the recipe's (configs/train/<recipe>.yaml)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override training config keys")
     add_debug_option(parser)
     args = parser.parse_args(argv)
-    data_cfg = load_config(DemoDataConfig, args.data_config)
-    summary = run_demo(data_cfg, args.data_dir, args.out, args.train_config, args.set)
+    out = Path("runs") / args.recipe if args.out is None else args.out
+    data_config = args.data_config or str(REPO_ROOT / "configs" / "data" / f"{args.recipe}.yaml")
+    train_config = args.train_config or str(REPO_ROOT / "configs" / "train" / f"{args.recipe}.yaml")
+    data_cfg = load_config(DemoDataConfig, data_config)
+    summary = RECIPES[args.recipe](data_cfg, args.data_dir, out, train_config, args.set)
     print(summary)
     return 0
 
@@ -410,6 +429,82 @@ where everything is:
   chart       {chart}
   this report {out / REPORT_FILE}"""
     )
+
+
+def prepared_corpus(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: Stages) -> dict:
+    """`prepare_data` into `out`, unless it already holds the data of this very config (PREPARED_FILE
+    records the config and the corpus summary): then the recorded summary, and nothing is redone."""
+    record = out / PREPARED_FILE
+    wanted = {"data_config": asdict(data_cfg), "data_dir": str(Path(data_dir).resolve())}
+    if record.is_file() and (out / "shards" / "heldout" / "index.json").is_file():
+        prepared = json.loads(record.read_text())
+        if {key: prepared.get(key) for key in wanted} == wanted:
+            print(f"data prepared before with this config: {out} (corpus, vocab, shards)", flush=True)
+            return prepared["corpus"]
+    record.unlink(missing_ok=True)
+    corpus = prepare_data(data_cfg, data_dir, out, stages)
+    record.write_text(json.dumps({**wanted, "corpus": corpus}, indent=2) + "\n")
+    return corpus
+
+
+def run_multilingual(
+    data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: str, overrides: list[str]
+) -> str:
+    """The all-language recipe: data (kept when prepared before with the same config), training
+    (resumed from out/run's checkpoints), then the multilingual suite on every language the sets
+    cover, zero-shot on those the model never saw (`ems:DIR,unseen=neutral`), split by each
+    language's training pairs (eval.language_groups); returns the report (out/demo_report.md)."""
+    from ems.encoder_kinds import load_encoder
+    from ems.train import train
+    from eval.language_groups import MARKDOWN_FILE, grouped_results, training_pairs, write_grouped
+    from eval.run_all import run_all
+
+    stages = Stages()
+    corpus = prepared_corpus(data_cfg, data_dir, out, stages)
+    stages.start("train")
+    train_cfg = load_config(
+        TrainConfig, train_config, overrides, {**data_paths(out, data_dir), "out": str(out / "run")}
+    )
+    result = train(train_cfg)
+    if result["preempted"]:
+        raise DemoStopped(
+            f"training stopped at step {result['steps']} of {result['max_steps']} (a stop signal or "
+            f"{out / 'run' / 'STOP'}); run the same command again: it resumes from the last checkpoint"
+        )
+    stages.start("eval")
+    encoder = load_encoder(f"ems:{result['model_dir']},unseen=neutral", cache_dir=out / "cache")
+    run_all(
+        encoder,
+        data_dir,
+        heldout_dir=out / "corpus" / "heldout",
+        out_dir=out / "eval",
+        suite_path=MULTILINGUAL_SUITE,
+        print_tables=False,
+    )
+    pairs = training_pairs(out / "shards" / "train")
+    write_grouped(grouped_results(out / "eval" / "results.json", pairs), out / "eval" / "groups", pairs)
+    stages.stop()
+    summary = (
+        f"# EMS, every language\n\n{corpus['train_pairs']} training pairs in {len(corpus['languages'])} languages "
+        f"({', '.join(data_cfg.corpora)}; {corpus['removed_in_eval_set']} pairs sharing a sentence with an "
+        f"evaluation set removed; {len(corpus['left_out'])} languages under {data_cfg.min_pairs} pairs left out); "
+        f"{train_cfg.model} model, trained {result['steps']} steps\n\n"
+        f"stage seconds: {json.dumps(stages.seconds)}\n\n" + (out / "eval" / "groups" / MARKDOWN_FILE).read_text()
+    )
+    (out / REPORT_FILE).write_text(summary)
+    return (
+        summary
+        + f"""
+where everything is:
+  corpus      {out / "corpus"}  (languages.json: pairs per language imported, after cleaning, held out, trained)
+  model       {out / "run" / "model"}   (ems.load(...).encode(sentences, lang=...))
+  evaluation  {out / "eval"}/results.json, report.md; by group: {out / "eval" / "groups"}
+  this report {out / REPORT_FILE}"""
+    )
+
+
+# --recipe NAME -> its function; its configs are configs/{data,train}/NAME.yaml
+RECIPES = {"demo": run_demo, "multilingual": run_multilingual}
 
 
 if __name__ == "__main__":

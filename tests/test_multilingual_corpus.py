@@ -78,3 +78,42 @@ def test_bad_data_configs_are_one_error_naming_the_key(tmp_path):
         path.write_text(yaml.safe_dump(values))
         with pytest.raises(ConfigError, match=message):
             load_config(DemoDataConfig, path)
+
+
+def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data, tmp_path, monkeypatch, capsys):
+    """ems-demo --recipe multilingual on the slice, a small model for a few steps; the suite cut to
+    Tatoeba and FLORES of af, ms and an unseen language (Xhosa), so the test stays short."""
+    import ems.demo
+    from ems.demo import REPORT_FILE, main
+
+    suite = tmp_path / "suite.yaml"
+    (tmp_path / "tatoeba.yaml").write_text(
+        "type: tatoeba\nname: tatoeba\ndata_subdir: tatoeba\nlanguages: [afr, zsm, xho]\nlaser_duplicates: true\n"
+    )
+    (tmp_path / "flores.yaml").write_text(
+        "type: flores\nname: flores200\ndata_subdir: flores200/devtest\nlanguages: [af, ms, xh]\n"
+    )
+    suite.write_text("tasks: [tatoeba.yaml, flores.yaml]\n")
+    monkeypatch.setattr(ems.demo, "MULTILINGUAL_SUITE", suite)
+    data_config = tmp_path / "data.yaml"
+    values = yaml.safe_load((REPO_ROOT / "configs/data/multilingual.yaml").read_text())
+    data_config.write_text(yaml.safe_dump({**values, "vocab_size": 3000}))
+    out = tmp_path / "multilingual"
+    args = [
+        "--recipe", "multilingual", "--out", str(out), "--data-dir", str(sliced_data),
+        "--data-config", str(data_config),
+        "--set", "max_steps=4", "warmup_steps=1", "batch_size=16", "valid_every=4", "valid_pairs=32", "save_every=4",
+        "model=tiny", "model_overrides.d_model=32", "model_overrides.n_heads=2", "model_overrides.d_ffn=64",
+    ]  # fmt: skip
+    assert main(args) == 0
+    report = (out / REPORT_FILE).read_text()
+    assert "in 6 languages" in report and "3 languages under 100 pairs left out" in report
+    groups = (out / "eval" / "groups" / "by_group.md").read_text()
+    assert "unseen" in groups and (out / "eval" / "groups" / "p_at_1_vs_pairs.png").is_file()
+    rows = (out / "eval" / "groups" / "per_language.csv").read_text()
+    assert rows.count("\nxh,") == 1 and "unseen" in rows.split("\nxh,")[1].split("\n")[0]
+    capsys.readouterr()
+    # the same command again: the data are kept and the run is finished, so nothing is redone
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "data prepared before with this config" in printed and "== corpus ==" not in printed
