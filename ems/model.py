@@ -29,11 +29,11 @@ from ems.losses import (
 )
 from ems.text import PAD_ID
 
-# Token positions of the multilingual presets (small, base, medium): >= 99% of the FLORES-200 devtest
-# sentences of every language of the all-language corpus whole with its 64k vocabulary; Thai's 99th
-# percentile, 280 tokens, is the longest (Burmese 260, Khmer 210; 107-126 for the others), measured with
-# benchmarks/flores_lengths.py.
-MULTILINGUAL_MAX_LEN = 288
+# Token positions of every preset: >= 99% of the FLORES-200 devtest sentences of every language of the
+# all-language corpus (configs/data/multilingual.yaml) whole with its 64k vocabulary. Thai's 99th
+# percentile, 280 tokens, is the longest (Burmese 260, Khmer 210; 107-126 for the others; measured with
+# benchmarks/flores_lengths.py); EMSConfig's default of 120 cut 2.5% of them on average, up to 45% (Thai).
+PRESET_MAX_LEN = 288
 
 
 @dataclass
@@ -128,12 +128,20 @@ class EMSConfig:
 
 # The model sizes, smallest first: EMSConfig fields over its defaults (vocab_size and n_languages come
 # from the tokenizer, except ems-paper's). Parameters and training FLOPs per pair of each:
-# python benchmarks/presets_table.py. tiny keeps EMSConfig's max_len (the demo cuts at 64 tokens;
-# configs/train/multilingual.yaml raises it to MULTILINGUAL_MAX_LEN).
+# python benchmarks/presets_table.py. The demo (12 languages of short Tatoeba sentences) cuts at 64.
 PRESETS: dict[str, dict] = {
     # CPU-sized model for the demo and tests. (On 2 CPU cores this size sees ~1.5 epochs of the demo
     # corpus in 8 minutes, which beat d=256 x 4 layers seeing 0.4 epochs on Tatoeba by 8.3 vs 3.5 mean P@1.)
-    "tiny": dict(d_model=128, n_layers=2, n_heads=4, d_ffn=512, d_lang=32, dropout=0.1, attention_group_rows=128),
+    "tiny": dict(
+        d_model=128,
+        n_layers=2,
+        n_heads=4,
+        d_ffn=512,
+        d_lang=32,
+        dropout=0.1,
+        max_len=PRESET_MAX_LEN,
+        attention_group_rows=128,
+    ),
     # Between tiny and the specification's depth, for CPU budgets of about an hour.
     "small": dict(
         d_model=192,
@@ -142,7 +150,7 @@ PRESETS: dict[str, dict] = {
         d_ffn=768,
         d_lang=48,
         dropout=0.1,
-        max_len=MULTILINGUAL_MAX_LEN,
+        max_len=PRESET_MAX_LEN,
         attention_group_rows=128,
     ),
     # The specification's 6 layers at a width two CPU cores can train in hours.
@@ -153,15 +161,13 @@ PRESETS: dict[str, dict] = {
         d_ffn=1024,
         d_lang=64,
         dropout=0.1,
-        max_len=MULTILINGUAL_MAX_LEN,
+        max_len=PRESET_MAX_LEN,
         attention_group_rows=128,
     ),
     # 6 layers at half the paper's width: a GPU budget of minutes to hours.
-    "medium": dict(
-        d_model=512, n_layers=6, n_heads=8, d_ffn=2048, d_lang=128, dropout=0.1, max_len=MULTILINGUAL_MAX_LEN
-    ),
+    "medium": dict(d_model=512, n_layers=6, n_heads=8, d_ffn=2048, d_lang=128, dropout=0.1, max_len=PRESET_MAX_LEN),
     # The paper's model: 60k SentencePiece pieces + 62 language tokens (+ pad, unk).
-    "ems-paper": dict(vocab_size=60_000 + 62 + 2, n_languages=62),
+    "ems-paper": dict(vocab_size=60_000 + 62 + 2, n_languages=62, max_len=PRESET_MAX_LEN),
 }
 
 

@@ -2,6 +2,7 @@
 Challenge folders and three TICO-19 folders, the evaluation sets as they are."""
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -11,6 +12,10 @@ from ems.demo import LANGUAGES_FILE, DemoDataConfig, build_corpus
 from tests.conftest import REPO_ROOT
 
 EVAL_SETS = ("tatoeba", "flores200", "sib200", "mlqe", "sts2017")
+TATOEBA_TASK = (
+    "type: tatoeba\nname: tatoeba\ndata_subdir: tatoeba\nfile_pattern: 'tatoeba.{{code}}-eng.{{side}}'\n"
+    "metric: p_at_1\nlanguages: {languages}\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +92,7 @@ def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data
     from ems.demo import REPORT_FILE, main
 
     suite = tmp_path / "suite.yaml"
-    (tmp_path / "tatoeba.yaml").write_text(
-        "type: tatoeba\nname: tatoeba\ndata_subdir: tatoeba\nlanguages: [afr, zsm, xho]\nlaser_duplicates: true\n"
-    )
+    (tmp_path / "tatoeba.yaml").write_text(TATOEBA_TASK.format(languages="[afr, zsm, xho]"))
     (tmp_path / "flores.yaml").write_text(
         "type: flores\nname: flores200\ndata_subdir: flores200/devtest\nlanguages: [af, ms, xh]\n"
     )
@@ -111,9 +114,62 @@ def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data
     groups = (out / "eval" / "groups" / "by_group.md").read_text()
     assert "unseen" in groups and (out / "eval" / "groups" / "p_at_1_vs_pairs.png").is_file()
     rows = (out / "eval" / "groups" / "per_language.csv").read_text()
+    assert "tatoeba" in rows.split("\n")[0] and "flores200" in rows.split("\n")[0]
     assert rows.count("\nxh,") == 1 and "unseen" in rows.split("\nxh,")[1].split("\n")[0]
     capsys.readouterr()
     # the same command again: the data are kept and the run is finished, so nothing is redone
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "data prepared before with this config" in printed and "== corpus ==" not in printed
+
+
+def test_the_compute_map_runs_train_branch_score_and_map(sliced_data, tmp_path, monkeypatch):
+    """benchmarks/compute_map_runs.py on the slice: one size, budgets of 4 and 8 steps (the 4-step
+    model a decay branch of the 8-step run), each scored and written as a point, then the map."""
+    import importlib.util
+
+    from eval.compute_map import read_points
+
+    spec = importlib.util.spec_from_file_location("compute_map_runs", REPO_ROOT / "benchmarks/compute_map_runs.py")
+    runner = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "compute_map_runs", runner)  # its dataclasses look their module up
+    spec.loader.exec_module(runner)
+    (tmp_path / "tatoeba.yaml").write_text(TATOEBA_TASK.format(languages="[afr, xho]"))
+    (tmp_path / "flores.yaml").write_text(
+        "type: flores\nname: flores200\ndata_subdir: flores200/devtest\nlanguages: [af, xh]\n"
+    )
+    (tmp_path / "suite.yaml").write_text("tasks: [tatoeba.yaml, flores.yaml]\n")
+    data = yaml.safe_load((REPO_ROOT / "configs/data/multilingual.yaml").read_text())
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({**data, "vocab_size": 3000}))
+    small = {"d_model": 32, "n_heads": 2, "d_ffn": 64}
+    (tmp_path / "map.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "data_config": str(tmp_path / "data.yaml"),
+                "train_config": "configs/train/multilingual.yaml",
+                "suite": str(tmp_path / "suite.yaml"),
+                "flops_batches": 2,
+                "sizes": {
+                    "tiny": {
+                        "budgets": {"4 steps": 4, "8 steps": 8},
+                        "overrides": {
+                            "batch_size": 16, "warmup_steps": 1, "valid_every": 8, "valid_pairs": 32,
+                            "save_every": 100, "model_overrides": small,
+                        },
+                    }
+                },
+            }
+        )
+    )  # fmt: skip
+    out = tmp_path / "map"
+    assert runner.main(["--config", str(tmp_path / "map.yaml"), "--out", str(out), "--data-dir", str(sliced_data)]) == 0
+    points, missing = read_points(out / "points")
+    assert not missing and sorted(p.budget for p in points) == ["4 steps", "8 steps"]
+    by_budget = {p.budget: p for p in points}
+    assert by_budget["8 steps"].train_flops == pytest.approx(2 * by_budget["4 steps"].train_flops, rel=0.3)
+    assert {"tatoeba/all", "tatoeba/unseen", "flores/<1k"} <= set(by_budget["4 steps"].scores)
+    # the 4-step model is a branch of the 8-step run: from its kept branch-point checkpoint (step 3)
+    history = yaml.safe_load((out / "runs" / "tiny" / "4 steps" / "train_config_history.yaml").read_text())
+    assert "step3" in str(history)
+    assert runner.main(["--config", str(tmp_path / "map.yaml"), "--out", str(out), "--sizes", "--map"]) == 0
+    assert (out / "map" / "compute_map.md").is_file() and (out / "map" / "compute_map.png").is_file()

@@ -1,0 +1,279 @@
+"""Train and evaluate the runs of a compute→quality map: several model sizes, several budgets each,
+on one corpus; each finished model becomes one point (OUT/points/<size>/<budget>/map_point.json).
+
+    python benchmarks/compute_map_runs.py --config configs/scaling/multilingual.yaml --out runs/map
+                                          [--sizes tiny ...] [--data-dir ../shared/data] [--map]
+
+Per size, ONE warm-up–stable–decay run to the largest budget keeps a checkpoint at each smaller
+budget's branch point (TrainConfig branch_steps), and a short decay branch from each (branch_from)
+gives the model of that budget: the same model, to the bit, as a run of that length from scratch
+(tests/test_wsd_schedule.py). Budgets are steps, so a run means the same compute on any machine;
+their labels say what they take on the machine they were sized on. Each model is scored with the
+config's suite (zero-shot on the languages it never saw: `ems:DIR,unseen=neutral`), split by each
+language's training pairs (eval.language_groups), and written as a point: training FLOPs (steps x
+global batch x ems.flops per pair on random batches of the shards), training seconds (the long run's
+wall time up to the branch point, pro rata, plus the branch's own), and the group averages.
+
+Every stage is skipped when its output exists, so the same command resumes after a kill, and
+`--sizes` lets one process per size run side by side. `--map` then (or alone) writes the map:
+eval.compute_map on OUT/points, into OUT/map (python -m eval.compute_map OUT/points --out DIR does
+the same from committed points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
+from ems.configs import ConfigError, load_config  # noqa: E402
+
+TASK_METRICS = {"tatoeba": "tatoeba", "flores200": "flores", "sib200": "sib200"}  # results.json task -> metric name
+TIMES_FILE = "train_seconds.json"
+
+
+@dataclass
+class SizeConfig:
+    budgets: dict[str, int]  # label -> steps
+    # TrainConfig keys for this size over the train config's (e.g. lr, model_overrides)
+    overrides: dict = field(default_factory=dict)
+
+
+@dataclass
+class MapConfig:
+    data_config: str
+    train_config: str
+    suite: str
+    sizes: dict[str, dict]  # preset name -> SizeConfig fields
+    flops_batches: int = 20  # random batches the FLOPs per pair are averaged over
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, values in self.sizes.items():
+            try:
+                size = SizeConfig(**values)
+            except TypeError as error:
+                problems.append(f"sizes.{name}: {error}")
+                continue
+            if not size.budgets or any(not isinstance(s, int) or s < 1 for s in size.budgets.values()):
+                problems.append(f"sizes.{name}.budgets must map labels to step counts >= 1, got {size.budgets}")
+            elif len(set(size.budgets.values())) != len(size.budgets):
+                problems.append(f"sizes.{name}.budgets must be different step counts, got {size.budgets}")
+        if not self.sizes:
+            problems.append("sizes must name at least one model preset")
+        if problems:
+            raise ConfigError("MapConfig", problems)
+
+    def size(self, name: str) -> SizeConfig:
+        return SizeConfig(**self.sizes[name])
+
+
+def resolved(path: str) -> Path:
+    return Path(path) if Path(path).is_absolute() or Path(path).exists() else REPO_ROOT / path
+
+
+def prepared_data(cfg: MapConfig, data_dir: Path, out: Path) -> Path:
+    """The corpus, vocabulary and shards (ems.demo.prepare_data), made once under OUT/data."""
+    from ems.demo import DemoDataConfig, Stages, prepare_data
+
+    prepared = out / "data"
+    if not (prepared / "shards" / "heldout" / "index.json").is_file():
+        prepare_data(load_config(DemoDataConfig, resolved(cfg.data_config)), data_dir, prepared, Stages())
+    return prepared
+
+
+def train_config(cfg: MapConfig, size: str, prepared: Path, data_dir: Path, values: dict):
+    from ems.demo import data_paths
+    from ems.training.config import TrainConfig
+
+    overrides = {**cfg.size(size).overrides}
+    model_overrides = overrides.pop("model_overrides", {})
+    base = load_config(TrainConfig, resolved(cfg.train_config))
+    return load_config(
+        TrainConfig,
+        resolved(cfg.train_config),
+        values={
+            **data_paths(prepared, data_dir),
+            "model": size,
+            "model_overrides": {**base.model_overrides, **model_overrides},
+            "lr_schedule": "wsd",
+            "max_epochs": None,
+            "time_budget_minutes": None,
+            **overrides,
+            **values,
+        },
+    )
+
+
+def timed_train(cfg) -> float:
+    """Train (or resume) `cfg`; the wall seconds of this invocation, summed into OUT/train_seconds.json
+    over invocations (a resumed run counts each of its pieces)."""
+    from ems.train import train
+
+    times = Path(cfg.out) / TIMES_FILE
+    before = json.loads(times.read_text())["seconds"] if times.is_file() else 0.0
+    started = time.time()
+    result = train(cfg)
+    if result["preempted"]:
+        raise UserError(f"training of {cfg.out} stopped at step {result['steps']}: run the same command again")
+    seconds = before + time.time() - started
+    times.write_text(json.dumps({"seconds": seconds, "steps": result["steps"]}) + "\n")
+    return seconds
+
+
+def train_size(cfg: MapConfig, size: str, prepared: Path, data_dir: Path, out: Path) -> dict[str, Path]:
+    """The long run and its branches of one size; {budget label: run directory}."""
+    from ems.training.schedule import wsd_decay_start
+
+    budgets = sorted(cfg.size(size).budgets.items(), key=lambda item: item[1])
+    (long_label, long_steps), shorter = budgets[-1], budgets[:-1]
+    runs = {label: out / "runs" / size / label for label, _ in budgets}
+    long_cfg = train_config(
+        cfg,
+        size,
+        prepared,
+        data_dir,
+        {"out": str(runs[long_label]), "max_steps": long_steps, "branch_steps": [s for _, s in shorter]},
+    )
+    if not (runs[long_label] / "model").is_dir():
+        print(f"\n== {size}: {long_label}, {long_steps} steps (branch points for {shorter}) ==", flush=True)
+        timed_train(long_cfg)
+    for label, steps in shorter:
+        if (runs[label] / "model").is_dir():
+            continue
+        point = wsd_decay_start(steps, long_cfg.decay_fraction)
+        print(f"\n== {size}: {label}, branch from step {point} to {steps} ==", flush=True)
+        timed_train(
+            train_config(
+                cfg,
+                size,
+                prepared,
+                data_dir,
+                {
+                    "out": str(runs[label]),
+                    "max_steps": steps,
+                    "branch_from": str(runs[long_label] / "checkpoints" / f"step{point}"),
+                },
+            )
+        )
+    return runs
+
+
+def run_seconds(runs: dict[str, Path], budgets: dict[str, int], label: str, decay_fraction: float) -> float:
+    """Training seconds of one budget's model: its own run's, plus for a branch the long run's
+    seconds up to the branch point (pro rata of the long run's steps)."""
+    from ems.training.schedule import wsd_decay_start
+
+    own = json.loads((runs[label] / TIMES_FILE).read_text())["seconds"]
+    long_label = max(budgets, key=budgets.get)
+    if label == long_label:
+        return own
+    long = json.loads((runs[long_label] / TIMES_FILE).read_text())
+    return own + long["seconds"] * wsd_decay_start(budgets[label], decay_fraction) / long["steps"]
+
+
+def evaluate(cfg: MapConfig, model_dir: Path, data_dir: Path, out: Path) -> Path:
+    """results.json of the suite for one model (zero-shot on its unseen languages); cached embeddings."""
+    from ems.encoder_kinds import load_encoder
+    from eval.run_all import run_all
+
+    eval_dir = model_dir.parent / "eval"
+    if not (eval_dir / "results.json").is_file():
+        encoder = load_encoder(f"ems:{model_dir},unseen=neutral", cache_dir=out / "cache")
+        run_all(encoder, data_dir, out_dir=eval_dir, suite_path=resolved(cfg.suite), print_tables=False)
+    return eval_dir / "results.json"
+
+
+def group_scores(results: Path, pairs: dict[str, int]) -> dict[str, float]:
+    """{"<metric>/<group>": mean score} for the map's tasks of the suite, over each group and "all";
+    UserError for a task of the suite that did not run."""
+    from eval.language_groups import ALL, GROUPS, grouped_results
+
+    rows = grouped_results(results, pairs)
+    ran = json.loads(results.read_text())["tasks"]
+    scores = {}
+    for task, metric in TASK_METRICS.items():
+        task_rows = [row for row in rows if row["task"] == task]
+        if task in ran and not task_rows:  # in the suite, but it did not run: the point would silently lack it
+            raise UserError(f"{results}: task {task} has no per-language scores ({ran[task].get('error')})")
+        for group in (*GROUPS, ALL):
+            values = [row["score"] for row in task_rows if group in (ALL, row["group"])]
+            if values:
+                scores[f"{metric}/{group}"] = sum(values) / len(values)
+    return scores
+
+
+def write_points(cfg: MapConfig, size: str, runs: dict[str, Path], prepared: Path, out: Path, data_dir: Path) -> None:
+    from ems.encoder import load
+    from ems.flops import encoder_parameters
+    from ems.shards import PairShards
+    from eval.compute_map import MapPoint, point_path, write_point
+    from eval.language_groups import training_pairs
+
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from presets_table import flops_per_pair, sample_batches
+
+    shards = PairShards(prepared / "shards" / "train")
+    pairs = training_pairs(prepared / "shards" / "train")
+    budgets = cfg.size(size).budgets
+    for label, steps in budgets.items():
+        path = point_path(out / "points", size, label)
+        if path.is_file():
+            continue
+        run_cfg = train_config(cfg, size, prepared, data_dir, {})
+        model_cfg = load(runs[label] / "model").model.cfg
+        batches = sample_batches(shards, run_cfg.batch_size, cfg.flops_batches)
+        per_pair = flops_per_pair(model_cfg, shards, batches, model_cfg.xtr_vocabulary == "batch")
+        results = evaluate(cfg, runs[label] / "model", data_dir, out)
+        point = MapPoint(
+            size=size,
+            budget=label,
+            train_flops=steps * run_cfg.batch_size * per_pair,
+            train_seconds=run_seconds(runs, budgets, label, run_cfg.decay_fraction),
+            steps=steps,
+            params=encoder_parameters(model_cfg)["total"],
+            scores=group_scores(results, pairs),
+        )
+        write_point(path, point)
+        print(f"{size} {label}: {json.dumps(point.scores)}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sizes", nargs="*", default=None, help="the sizes to run (default: all of the config's)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+    )
+    parser.add_argument("--map", action="store_true", help="write OUT/map from every point so far")
+    add_debug_option(parser)
+    args = parser.parse_args(argv)
+    cfg = load_config(MapConfig, args.config)
+    sizes = cfg.sizes if args.sizes is None else args.sizes
+    unknown = [size for size in sizes if size not in cfg.sizes]
+    if unknown:
+        raise UserError(f"--sizes {' '.join(unknown)}: not in {args.config} (sizes: {', '.join(cfg.sizes)})")
+    if args.sizes is None or args.sizes:
+        prepared = prepared_data(cfg, args.data_dir, args.out)
+        for size in sizes:
+            runs = train_size(cfg, size, prepared, args.data_dir, args.out)
+            write_points(cfg, size, runs, prepared, args.out, args.data_dir)
+    if args.map:
+        from eval.compute_map import write_map
+
+        markdown, _ = write_map(args.out / "points", args.out / "map")
+        print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
