@@ -219,6 +219,7 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
         json.dumps({"languages": table, "left_out": imported["left_out"], "by_corpus": imported["by_corpus"]}, indent=2)
         + "\n"
     )
+    (corpus / LANGUAGES_FILE).with_suffix(".md").write_text(languages_markdown(table, imported["left_out"], cfg))
     return {
         "languages": languages,
         "imported": imported["imported"],
@@ -229,6 +230,30 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
         "train_pairs": train_pairs,
         "removed_overlapping_heldout": removed,
     }
+
+
+def languages_markdown(table: dict[str, dict[str, int]], left_out: dict[str, int], cfg: DemoDataConfig) -> str:
+    """The pairs of each language at every stage as a markdown table, most training pairs first."""
+    lines = [
+        f"Pairs per language ({', '.join(cfg.corpora)}): imported, after cleaning (evaluation sentences, "
+        f"duplicates and the other filters removed), held out (up to {cfg.heldout_per_pair}), trained on.",
+        "",
+        "| language | imported | after cleaning | held out | training |",
+        "|:--|--:|--:|--:|--:|",
+    ]
+    for lang, row in sorted(table.items(), key=lambda item: (-item[1]["train"], item[0])):
+        lines.append(f"| {lang} | {row['imported']} | {row['after_clean']} | {row['heldout']} | {row['train']} |")
+    totals = {key: sum(row[key] for row in table.values()) for key in ("imported", "after_clean", "heldout", "train")}
+    lines.append(
+        f"| **{len(table)} languages** | **{totals['imported']}** | **{totals['after_clean']}** | "
+        f"**{totals['heldout']}** | **{totals['train']}** |"
+    )
+    if left_out:
+        lines += [
+            "",
+            f"Left out (fewer than {cfg.min_pairs} pairs): " + ", ".join(f"{k} {v}" for k, v in left_out.items()),
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def _non_english(pair: str) -> str:

@@ -53,6 +53,10 @@ def test_every_language_of_both_corpora_with_enough_pairs_is_kept_and_the_rest_c
     # 200 held out where a language has >= 400 pairs after cleaning; max (127) keeps all for training
     assert table["languages"]["max"]["heldout"] == 0 and table["languages"]["am"]["heldout"] == 200
     assert sum(row["train"] for row in table["languages"].values()) == summary["train_pairs"]
+    markdown = (out / "corpus" / "languages.md").read_text()
+    row = table["languages"]["am"]
+    assert f"| am | 2100 | {row['after_clean']} | 200 | {row['train']} |" in markdown
+    assert "Left out (fewer than 100 pairs): min 19, tmw 5, zlm 24" in markdown
 
 
 def test_every_evaluation_sentence_is_removed(built):
