@@ -149,7 +149,9 @@ _LANG_TO_TATOEBA = {lang: code for code, lang, _ in _ALL_ROWS}
 _LANG_NAMES = {lang: name for _, lang, name in _ALL_ROWS}
 
 # canonical code -> FLORES-200 file stem (ISO 639-3, with the script where FLORES has several): the
-# language's main file where FLORES has several (zh = cmn_Hans, ms = zsm, ar = ara, ak = aka); the
+# language's main file where FLORES has several (zh = cmn_Hans, ms = zsm, ar = ara, ak = aka), and a
+# macro-language's individual language that FLORES has (fa = pes, ps = pbt, ku = kmr, om = gaz,
+# qu = quy, din = dik), so that training data labelled with the macro-language's code meets it; the
 # key of every other file follows from its stem (flores_language).
 FLORES_FILES = {
     "af": "afr",
@@ -165,6 +167,7 @@ FLORES_FILES = {
     "cy": "cym",
     "da": "dan",
     "de": "deu",
+    "din": "dik",
     "el": "ell",
     "en": "eng",
     "eo": "epo",
@@ -188,6 +191,7 @@ FLORES_FILES = {
     "ja": "jpn",
     "ka": "kat",
     "ko": "kor",
+    "ku": "kmr",
     "ky": "kir",
     "lt": "lit",
     "lv": "lvs",
@@ -201,15 +205,18 @@ FLORES_FILES = {
     "ne": "npi",
     "nl": "nld",
     "nn": "nno",
+    "om": "gaz",
     "pl": "pol",
+    "ps": "pbt",
     "pt": "por",
+    "qu": "quy",
     "ro": "ron",
     "ru": "rus",
+    "si": "sin",
     "sk": "slk",
     "sl": "slv",
     "sq": "als",
     "sr": "srp_Cyrl",
-    "si": "sin",
     "sv": "swe",
     "sw": "swh",
     "tg": "tgk",
