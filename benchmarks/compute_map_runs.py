@@ -2,7 +2,7 @@
 on one corpus; each finished model becomes one point (OUT/points/<size>/<budget>/map_point.json).
 
     python benchmarks/compute_map_runs.py --config configs/scaling/multilingual.yaml --out runs/map
-                                          [--sizes tiny ...] [--data-dir ../shared/data] [--map]
+                                          [--sizes tiny ...] [--budgets LABEL ...] [--data-dir DIR] [--map]
 
 Per size, ONE warm-up–stable–decay run to the largest budget keeps a checkpoint at each smaller
 budget's branch point (TrainConfig branch_steps), and a short decay branch from each (branch_from)
@@ -129,11 +129,20 @@ def timed_train(cfg) -> float:
     return seconds
 
 
-def train_size(cfg: MapConfig, size: str, prepared: Path, data_dir: Path, out: Path) -> dict[str, Path]:
-    """The long run and its branches of one size; {budget label: run directory}."""
+def selected_budgets(cfg: MapConfig, size: str, labels: list[str] | None) -> dict[str, int]:
+    """The size's budgets named in `labels` (None: all of them)."""
+    budgets = cfg.size(size).budgets
+    return dict(budgets) if labels is None else {label: budgets[label] for label in labels if label in budgets}
+
+
+def train_size(
+    cfg: MapConfig, size: str, budgets: dict[str, int], prepared: Path, data_dir: Path, out: Path
+) -> dict[str, Path]:
+    """The long run (the largest of `budgets`) and its branches (the others) of one size; {budget
+    label: run directory}."""
     from ems.training.schedule import wsd_decay_start
 
-    budgets = sorted(cfg.size(size).budgets.items(), key=lambda item: item[1])
+    budgets = sorted(budgets.items(), key=lambda item: item[1])
     (long_label, long_steps), shorter = budgets[-1], budgets[:-1]
     runs = {label: out / "runs" / size / label for label, _ in budgets}
     long_cfg = train_config(
@@ -169,7 +178,8 @@ def train_size(cfg: MapConfig, size: str, prepared: Path, data_dir: Path, out: P
 
 def run_seconds(runs: dict[str, Path], budgets: dict[str, int], label: str, decay_fraction: float) -> float:
     """Training seconds of one budget's model: its own run's, plus for a branch the long run's
-    seconds up to the branch point (pro rata of the long run's steps)."""
+    seconds up to the branch point (pro rata of the long run's steps). `budgets`: those trained
+    together, the largest the long run."""
     from ems.training.schedule import wsd_decay_start
 
     own = json.loads((runs[label] / TIMES_FILE).read_text())["seconds"]
@@ -211,7 +221,9 @@ def group_scores(results: Path, pairs: dict[str, int]) -> dict[str, float]:
     return scores
 
 
-def write_points(cfg: MapConfig, size: str, runs: dict[str, Path], prepared: Path, out: Path, data_dir: Path) -> None:
+def write_points(
+    cfg: MapConfig, size: str, budgets: dict[str, int], runs: dict[str, Path], prepared: Path, out: Path, data_dir: Path
+) -> None:
     from ems.encoder import load
     from ems.flops import encoder_parameters
     from ems.shards import PairShards
@@ -223,7 +235,6 @@ def write_points(cfg: MapConfig, size: str, runs: dict[str, Path], prepared: Pat
 
     shards = PairShards(prepared / "shards" / "train")
     pairs = training_pairs(prepared / "shards" / "train")
-    budgets = cfg.size(size).budgets
     for label, steps in budgets.items():
         path = point_path(out / "points", size, label)
         if path.is_file():
@@ -254,6 +265,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
     )
+    parser.add_argument(
+        "--budgets",
+        nargs="+",
+        default=None,
+        help="only these budget labels (the long run is the largest of them; a later run with more budgets "
+        "keeps the points made)",
+    )
     parser.add_argument("--map", action="store_true", help="write OUT/map from every point so far")
     add_debug_option(parser)
     args = parser.parse_args(argv)
@@ -262,11 +280,17 @@ def main(argv: list[str]) -> int:
     unknown = [size for size in sizes if size not in cfg.sizes]
     if unknown:
         raise UserError(f"--sizes {' '.join(unknown)}: not in {args.config} (sizes: {', '.join(cfg.sizes)})")
+    labels = {label for size in sizes for label in cfg.size(size).budgets}
+    unknown = [label for label in args.budgets or [] if label not in labels]
+    if unknown:
+        raise UserError(f"--budgets {' '.join(unknown)}: no size has them (budgets: {', '.join(sorted(labels))})")
     if args.sizes is None or args.sizes:
         prepared = prepared_data(cfg, args.data_dir, args.out)
         for size in sizes:
-            runs = train_size(cfg, size, prepared, args.data_dir, args.out)
-            write_points(cfg, size, runs, prepared, args.out, args.data_dir)
+            budgets = selected_budgets(cfg, size, args.budgets)
+            if budgets:
+                runs = train_size(cfg, size, budgets, prepared, args.data_dir, args.out)
+                write_points(cfg, size, budgets, runs, prepared, args.out, args.data_dir)
     if args.map:
         from eval.compute_map import write_map
 
