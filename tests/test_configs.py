@@ -18,8 +18,22 @@ from eval.run_all import SuiteConfig, suite_task_configs
 from eval.task import read_task_config
 from tests.conftest import REPO_ROOT
 
+
+def _map_config():
+    """benchmarks/compute_map_runs.py's MapConfig (a script, not a package module)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("compute_map_runs", REPO_ROOT / "benchmarks" / "compute_map_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("compute_map_runs", module)
+    spec.loader.exec_module(sys.modules["compute_map_runs"])
+    return sys.modules["compute_map_runs"].MapConfig
+
+
 # The dataclass of each YAML under configs/ (a task config under configs/eval/ names its own: read_task_config)
 CONFIG_CLASSES = {
+    "scaling": lambda name: _map_config(),
     "ablation": lambda name: AblationConfig,
     "train": lambda name: TrainConfig,
     "data": lambda name: (
@@ -294,6 +308,10 @@ def test_every_config_under_configs_loads_with_its_dataclass(path):
     assert set(yaml.safe_load(path.read_text())) <= set(cls.__dataclass_fields__)
     if cls is SuiteConfig:  # every task config it lists is there
         assert all(task.is_file() for task in suite_task_configs(path))
+    if path.parent.name == "scaling":  # every size's runs: the base config with its overrides, and its data config
+        load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+        for name in cfg.sizes:
+            load_config(TrainConfig, REPO_ROOT / cfg.train_config, values={"model": name, **cfg.size(name).overrides})
     if cls is AblationConfig:  # every run it trains: its data config, the base config with each variant's overrides
         load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
         for overrides in cfg.variants.values():
