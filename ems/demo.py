@@ -486,6 +486,13 @@ def run_multilingual(
 
     stages = Stages()
     corpus = prepared_corpus(data_cfg, data_dir, out, stages)
+    # a resumed run's training seconds go on from what the earlier invocations recorded
+    earlier = out / STAGES_FILE
+    trained_before = (
+        json.loads(earlier.read_text())["seconds"].get("train", 0.0)
+        if earlier.is_file() and (out / "run" / "checkpoints").is_dir()
+        else 0.0
+    )
     stages.start("train")
     train_cfg = load_config(
         TrainConfig, train_config, overrides, {**data_paths(out, data_dir), "out": str(out / "run")}
@@ -509,6 +516,8 @@ def run_multilingual(
     pairs = training_pairs(out / "shards" / "train")
     write_grouped(grouped_results(out / "eval" / "results.json", pairs), out / "eval" / "groups", pairs)
     stages.stop()
+    stages.seconds["train"] = round(stages.seconds["train"] + trained_before, 1)
+    (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result["steps"]}, indent=2) + "\n")
     summary = (
         f"# EMS, every language\n\n{corpus['train_pairs']} training pairs in {len(corpus['languages'])} languages "
         f"({', '.join(data_cfg.corpora)}; {corpus['removed_in_eval_set']} pairs sharing a sentence with an "

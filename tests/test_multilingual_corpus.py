@@ -125,6 +125,8 @@ def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "data prepared before with this config" in printed and "== corpus ==" not in printed
+    stages = json.loads((out / "demo_stages.json").read_text())  # what the peer benchmark reads
+    assert stages["steps"] == 4 and stages["seconds"]["train"] > 0
 
 
 def test_the_compute_map_runs_train_branch_score_and_map(sliced_data, tmp_path, monkeypatch):
