@@ -1,34 +1,58 @@
 """The peer benchmark: sentence-transformers' stock trainer against the EMS trainer, at equal time.
 
     python benchmarks/peer_sentence_transformers.py --demo runs/demo --out runs/peer
-    python benchmarks/peer_sentence_transformers.py ... --lr-grid 3e-4 1e-3 3e-3 --grid-fraction 0.25 --seed 0
+    python benchmarks/peer_sentence_transformers.py --demo runs/multilingual --out runs/peer-multilingual \
+        --suite configs/eval/suite_multilingual.yaml
+    python benchmarks/peer_sentence_transformers.py ... --vocab-grid 8000 16000 32000 --lr-grid 3e-4 1e-3 3e-3 \
+        --grid-fraction 0.25 --seed 0
 
 What a new user would try instead of this project, built the way its documentation teaches, on the
-same training pairs (`DEMO/corpus/train`, what `ems-demo` wrote), on the same machine, for the same
-wall-clock training time as the demo's EMS run (its "train" stage in `DEMO/demo_stages.json`: the
-whole `ems.train` call, DeepSpeed set-up, validations and learning-curve probes included):
+same training pairs (`DEMO/corpus/train`, what `ems-demo` wrote, `--recipe demo` or `multilingual`),
+on the same machine, for the same wall-clock training time as the EMS run (its "train" stage in
+`DEMO/demo_stages.json`: the whole `ems.train` call, DeepSpeed set-up, validations and
+learning-curve probes included):
 
-- a from-scratch `transformers.BertModel` of the EMS `tiny` shape (d 128, 2 layers, 4 heads, ffn
-  512, mean pooling, 64 tokens at most);
-- a Unigram tokenizer (`tokenizers`: NFKC + lowercase, Metaspace) trained on the same raw text, of
-  the EMS model's vocabulary size unless `--vocab-size` says otherwise (the demo's: 32k);
+- a from-scratch `transformers.BertModel` of the EMS model's shape, read from its config
+  (`DEMO/run/model/config.json`, what `ems.load` reads): d_model, n_layers, n_heads, d_ffn, and its
+  max_len as the peer's max_position_embeddings and max_seq_length, so both cut sentences at the
+  same length (the demo's: d 128, 2 layers, 4 heads, ffn 512, 64 tokens; the all-language recipe's
+  `small`: d 192, 4 layers, 4 heads, ffn 768, 288 tokens; the peer's [CLS] and [SEP] count in its
+  length); mean pooling;
+- a Unigram tokenizer (`tokenizers`: NFKC + lowercase, Metaspace) trained on the same raw text;
 - `MultipleNegativesSymmetricRankingLoss` (scale 10 = the EMS temperature 0.1),
   `BatchSamplers.NO_DUPLICATES`, batch 256, linear warm-up (150 steps) and decay, fp32,
   `SentenceTransformerTrainer`.
 
-The peer's learning rate is chosen from `--lr-grid` on the held-out pairs (`DEMO/corpus/heldout`)
-with shorter runs (`--grid-fraction` of the budget each, the same schedule shape); Tatoeba and
-FLORES-200 are never used to choose. A choice at the grid's edge is printed and recorded
-(`lr_at_grid_edge`): the grid should then be extended. The chosen lr then trains for the whole
-budget: its step count is first the budget times the steady steps/s of a 40-step probe (its first
-10 steps, start-up included, not counted), then re-fitted once a fifth of the budget has passed,
-from the run's own steady rate so far (`refit_end`): the linear decay is stretched or shortened to
-end at the budget, as the EMS trainer's time budget does (ems.training.schedule.TimeBudget). The
-probe alone had left 11% of the budget unused (the run went faster than its probe). A callback stops
-it at the budget whatever happens, so it never trains longer than the EMS run did. Both models are
-then scored the same way (`eval.run_all` with the demo's suite: Tatoeba, FLORES-200 devtest, and the
-held-out pairs), and one table compares steps, steps/s, real tokens/s and the P@1 averages, EMS /
-peer as ratios.
+What is chosen on what: the peer's vocabulary size (`--vocab-grid`) and learning rate (`--lr-grid`)
+are chosen on the held-out pairs (`DEMO/corpus/heldout`) with shorter runs (`--grid-fraction` of the
+budget each, the same schedule shape); Tatoeba and FLORES-200 are never used to choose. The search is
+a coordinate search: every vocabulary size at the middle lr of the grid (the lower middle of an even
+one), then every other lr at the best of those sizes (the middle lr's run reused). It costs (number of
+vocab sizes + number of lrs - 1) x grid-fraction x budget of training (the defaults: (3 + 3 - 1) x
+0.25 = 1.25 budgets), plus a tokenizer and a 40-step probe per vocabulary size. Every (vocab, lr)
+point run and its held-out P@1 is recorded (`grid` in peer_report.json, a table in peer_report.md); a
+choice at either grid's edge is printed and recorded (`vocab_at_grid_edge`, `lr_at_grid_edge`): that
+grid should then be extended. `--vocab-size N` runs no vocabulary grid (N only: the lr grid alone,
+as runs before the vocabulary grid did, whose default N was the EMS model's vocabulary size).
+
+The chosen (vocab, lr) then trains for the whole budget: its step count is first the budget times
+the steady steps/s of its vocabulary's 40-step probe (its first 10 steps, start-up included, not
+counted), then re-fitted once a fifth of the budget has passed, from the run's own steady rate so far
+(`refit_end`): the linear decay is stretched or shortened to end at the budget, as the EMS trainer's
+time budget does (ems.training.schedule.TimeBudget). The probe alone had left 11% of the budget
+unused (the run went faster than its probe). A callback stops it at the budget whatever happens, so
+it never trains longer than the EMS run did.
+
+Both models are then scored the same way: `eval.run_all` with `--suite` (default: the demo's,
+configs/eval/suite_demo.yaml: Tatoeba and FLORES-200 devtest; the all-language recipe's is
+configs/eval/suite_multilingual.yaml) and the held-out pairs, on the EMS run's training languages
+(`--score-languages trained`, the default with the demo's suite) or on every language of the suite
+(`all`, the default with any other suite), languages the EMS model never saw zero-shot for both (the
+EMS model as `ems:DIR,unseen=neutral`; the peer's tokenizer covers any text). One table compares
+steps, steps/s, real tokens/s and the Tatoeba, FLORES-200 and held-out P@1 averages, EMS / peer as
+ratios. When `DEMO/shards/train` exists, both models' Tatoeba and FLORES-200 P@1 are also split by
+each language's training pairs (eval.language_groups: "≥10k pairs", "1k–10k", "<1k", "unseen"), one
+table per task: group, languages (those both models scored), EMS, peer, EMS / peer.
 Writes OUT/peer_report.json and OUT/peer_report.md; the peer's model is OUT/peer/model (`st:DIR`).
 One run each: quiet machine, nothing else running (two heavy jobs on 2 cores slow each other >2x).
 """
@@ -41,6 +65,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,13 +75,57 @@ sys.path.insert(0, str(REPO_ROOT))
 from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
 from ems.corpus import list_parallel, read_parallel  # noqa: E402
 
-SHAPE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
-MAX_TOKENS = 64
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
+VOCAB_GRID = [8000, 16000, 32000]
+LR_GRID = [3e-4, 1e-3, 3e-3]
+PROBE_STEPS, PROBE_LR = 40, 1e-3
+BATCH_SIZE = 256
 
 REFIT_AT = 0.2  # share of the budget after which the schedule's end is re-fitted to the run's own rate
 STEP_CAP = 1.5  # the trainer's loop bound, x the first estimate: room for a run faster than its probe
+
+
+@dataclass(frozen=True)
+class PeerShape:
+    """The peer BertModel's shape: the EMS model's width, depth, heads, ffn and max_len (tokens)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_len: int
+
+    def bert_config(self, vocab_size: int):
+        from transformers import BertConfig
+
+        return BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            intermediate_size=self.intermediate_size,
+            max_position_embeddings=self.max_len,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"d {self.hidden_size}, {self.num_hidden_layers} layers, {self.num_attention_heads} heads, "
+            f"ffn {self.intermediate_size}, {self.max_len} tokens"
+        )
+
+
+TINY = PeerShape(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512, max_len=64)
+
+
+def peer_shape(cfg) -> PeerShape:
+    """The peer's shape from an EMS model config (ems.model.EMSConfig, `ems.load(DIR).model.cfg`)."""
+    return PeerShape(
+        hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        intermediate_size=cfg.d_ffn,
+        max_len=cfg.max_len,
+    )
 
 
 @dataclass
@@ -81,6 +150,7 @@ def refit_end(step: int, elapsed: float, steady_rate: float, seconds: float, cap
 
 @dataclass
 class PeerRun:
+    vocab_size: int
     lr: float
     steps: int
     seconds: float
@@ -97,7 +167,7 @@ def read_pairs(root: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def train_tokenizer(pairs: list[tuple[str, str]], vocab_size: int, out: Path):
+def train_tokenizer(pairs: list[tuple[str, str]], vocab_size: int, out: Path, max_len: int = TINY.max_len):
     """A `PreTrainedTokenizerFast` (Unigram, NFKC + lowercase, BERT's [CLS] x [SEP]) trained on both sides."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -121,30 +191,29 @@ def train_tokenizer(pairs: list[tuple[str, str]], vocab_size: int, out: Path):
         cls_token="[CLS]",
         sep_token="[SEP]",
         mask_token="[MASK]",
-        model_max_length=MAX_TOKENS,
+        model_max_length=max_len,
     )
     fast.save_pretrained(out)
     return fast
 
 
-def initial_model(tokenizer, out: Path, seed: int):
-    """A from-scratch SentenceTransformer: BertModel of the EMS tiny shape + mean pooling, saved in out."""
+def initial_model(tokenizer, out: Path, seed: int, shape: PeerShape = TINY):
+    """A from-scratch SentenceTransformer: BertModel of `shape` + mean pooling, saved in out."""
     import torch
     from sentence_transformers import SentenceTransformer, models
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=MAX_TOKENS, **SHAPE)
-    BertModel(config).save_pretrained(out)
+    BertModel(shape.bert_config(len(tokenizer))).save_pretrained(out)
     tokenizer.save_pretrained(out)
-    transformer = models.Transformer(str(out), max_seq_length=MAX_TOKENS)
-    return SentenceTransformer(modules=[transformer, models.Pooling(SHAPE["hidden_size"], "mean")], device="cpu")
+    transformer = models.Transformer(str(out), max_seq_length=shape.max_len)
+    return SentenceTransformer(modules=[transformer, models.Pooling(shape.hidden_size, "mean")], device="cpu")
 
 
-def count_tokens(tokenizer, pairs: list[tuple[str, str]]) -> float:
-    """Mean real tokens per pair (both sides, at most MAX_TOKENS each) under the peer's tokenizer."""
+def count_tokens(tokenizer, pairs: list[tuple[str, str]], max_len: int = TINY.max_len) -> float:
+    """Mean real tokens per pair (both sides, at most max_len each) under the peer's tokenizer."""
     sample = pairs[:: max(1, len(pairs) // 20_000)]
-    lengths = [min(len(ids), MAX_TOKENS) for side in zip(*sample) for ids in tokenizer(list(side))["input_ids"]]
+    lengths = [min(len(ids), max_len) for side in zip(*sample) for ids in tokenizer(list(side))["input_ids"]]
     return 2 * statistics.fmean(lengths)
 
 
@@ -156,14 +225,15 @@ def train_peer(
     max_steps: int,
     seconds: float | None,
     seed: int,
-    batch_size: int = 256,
+    batch_size: int = BATCH_SIZE,
     warmup_steps: int = 150,
     settle_steps: int = 10,
+    shape: PeerShape = TINY,
 ) -> tuple[int, float, float]:
-    """Train a fresh peer (saved in out/model) on a linear schedule ending at max_steps. With a budget
-    of `seconds`, the schedule's end is re-fitted once REFIT_AT of it has passed (refit_end) and
-    training stops at that end or at the budget, whichever comes first. Returns (steps taken,
-    training seconds, steps/s after the first `settle_steps`)."""
+    """Train a fresh peer of `shape` (saved in out/model) on a linear schedule ending at max_steps.
+    With a budget of `seconds`, the schedule's end is re-fitted once REFIT_AT of it has passed
+    (refit_end) and training stops at that end or at the budget, whichever comes first. Returns
+    (steps taken, training seconds, steps/s after the first `settle_steps`)."""
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
@@ -198,7 +268,7 @@ def train_peer(
             if step >= schedule.end or (seconds is not None and elapsed >= seconds):
                 control.should_training_stop = True
 
-    model = initial_model(tokenizer, out / "init", seed)
+    model = initial_model(tokenizer, out / "init", seed, shape)
     data = Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [b for _, b in pairs]})
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out / "trainer"),
@@ -231,6 +301,124 @@ def train_peer(
     return steps, finished - started, steady
 
 
+@dataclass
+class Vocabulary:
+    """The peer's tokenizer of one size, and its probe: the steady steps/s of a PROBE_STEPS run
+    and the trainer's start-up seconds (its fixed cost beyond the steps)."""
+
+    size: int
+    tokenizer: object
+    rate: float
+    startup: float
+    tokens_per_pair: float
+
+    def steps_in(self, seconds: float) -> int:
+        """The steps a run of this vocabulary takes in `seconds`, at its probe's rate."""
+        return max(1, int(self.rate * (seconds - self.startup)))
+
+
+def prepare_vocabulary(pairs, size: int, out: Path, shape: PeerShape, seed: int) -> Vocabulary:
+    """Train the tokenizer of `size` pieces (out/tokenizer-SIZE) and probe its training rate (out/probe-SIZE)."""
+    tokenizer = train_tokenizer(pairs, size, out / f"tokenizer-{size}", shape.max_len)
+    steps, taken, rate = train_peer(
+        pairs, tokenizer, out / f"probe-{size}", PROBE_LR, PROBE_STEPS, None, seed, shape=shape
+    )
+    startup = max(0.0, taken - steps / rate)
+    print(
+        f"vocabulary {size:,} ({len(tokenizer):,} pieces): probe {steps} steps in {taken:.1f} s ({rate:.2f} steps/s "
+        f"after the first 10; {startup:.1f} s of start-up)",
+        flush=True,
+    )
+    return Vocabulary(size, tokenizer, rate, startup, count_tokens(tokenizer, pairs, shape.max_len))
+
+
+@dataclass
+class GridPoint:
+    vocab_size: int
+    lr: float
+    heldout: float  # held-out P@1 (%), the choosing score
+    steps: int
+    seconds: float
+
+
+@dataclass
+class GridChoice:
+    points: list[GridPoint]  # in the order they were run
+    vocab_size: int
+    lr: float
+    vocab_at_grid_edge: bool
+    lr_at_grid_edge: bool
+
+
+def middle(values: list[float]) -> float:
+    """The middle of a sorted grid (the lower middle of an even one)."""
+    return values[(len(values) - 1) // 2]
+
+
+def coordinate_search(
+    vocab_grid: list[int], lr_grid: list[float], run_point: Callable[[int, float], GridPoint]
+) -> GridChoice:
+    """Every vocabulary size (ascending) at the middle lr, then every other lr (ascending) at the best
+    of those sizes; the best point by held-out P@1 (the first run of equals). len(vocab_grid) +
+    len(lr_grid) - 1 runs. An edge flag is set when the choice is the smallest or largest of an axis
+    that has more than one value."""
+    vocabs, lrs = sorted(set(vocab_grid)), sorted(set(lr_grid))
+    points: dict[tuple[int, float], GridPoint] = {}
+    lr0 = middle(lrs)
+    for vocab in vocabs:
+        points[vocab, lr0] = run_point(vocab, lr0)
+    best_vocab = max(vocabs, key=lambda vocab: points[vocab, lr0].heldout)
+    for lr in lrs:
+        if (best_vocab, lr) not in points:
+            points[best_vocab, lr] = run_point(best_vocab, lr)
+    best = max(points.values(), key=lambda point: point.heldout)
+    return GridChoice(
+        points=list(points.values()),
+        vocab_size=best.vocab_size,
+        lr=best.lr,
+        vocab_at_grid_edge=len(vocabs) > 1 and best.vocab_size in (vocabs[0], vocabs[-1]),
+        lr_at_grid_edge=len(lrs) > 1 and best.lr in (lrs[0], lrs[-1]),
+    )
+
+
+def search_peer(
+    pairs,
+    vocab_grid: list[int],
+    lr_grid: list[float],
+    seconds: float,
+    grid_fraction: float,
+    out: Path,
+    prepared: Path,
+    languages: list[str],
+    shape: PeerShape,
+    seed: int,
+) -> tuple[GridChoice, dict[int, Vocabulary]]:
+    """The coordinate search of (vocab, lr) on the held-out pairs of `prepared`, each run
+    grid_fraction x seconds (out/grid-vVOCAB-lrLR); returns the choice and the vocabularies made."""
+    vocabularies: dict[int, Vocabulary] = {}
+
+    def run_point(vocab: int, lr: float) -> GridPoint:
+        if vocab not in vocabularies:
+            vocabularies[vocab] = prepare_vocabulary(pairs, vocab, out, shape, seed)
+        vocabulary, budget = vocabularies[vocab], seconds * grid_fraction
+        run_dir = out / f"grid-v{vocab}-lr{lr:g}"
+        steps, taken, _ = train_peer(
+            pairs, vocabulary.tokenizer, run_dir, lr, vocabulary.steps_in(budget), budget, seed, shape=shape
+        )
+        heldout = heldout_score(run_dir / "model", prepared, languages)
+        print(f"grid vocab {vocab:,} lr {lr:g}: {steps} steps in {taken:.0f} s, held-out P@1 {heldout:.1f}", flush=True)
+        return GridPoint(vocab_size=vocab, lr=lr, heldout=heldout, steps=steps, seconds=taken)
+
+    choice = coordinate_search(vocab_grid, lr_grid, run_point)
+    for axis, flag, value in (
+        ("vocab", choice.vocab_at_grid_edge, f"{choice.vocab_size:,}"),
+        ("lr", choice.lr_at_grid_edge, f"{choice.lr:g}"),
+    ):
+        if flag:
+            print(f"{axis} {value} is at the grid's edge: extend --{axis}-grid beyond it", flush=True)
+    return choice, vocabularies
+
+
 def ems_budget(demo: Path) -> dict:
     """The demo's EMS training: seconds and steps (demo_stages.json), mean real tokens/s (metrics.jsonl)."""
     from ems.demo import STAGES_FILE
@@ -252,18 +440,33 @@ def ems_budget(demo: Path) -> dict:
     }
 
 
-def score(encoder, prepared: Path, data_dir: Path, out: Path, languages: list[str]) -> dict[str, float]:
-    """Average P@1 (both directions) on Tatoeba, FLORES-200 devtest and the held-out pairs."""
-    from ems.demo import DEMO_SUITE
+def ems_config(demo: Path):
+    """The EMS model's config (ems.model.EMSConfig: DEMO/run/model/config.json, what ems.load reads)."""
+    from ems.encoder import CONFIG_FILE
+    from ems.model import EMSConfig
+
+    config = demo / "run" / "model" / CONFIG_FILE
+    if not config.is_file():
+        raise UserError(f"{config} not found: --demo must be the directory of a finished ems-demo run")
+    return EMSConfig.from_dict(json.loads(config.read_text()))
+
+
+def score(
+    encoder_spec: str, prepared: Path, data_dir: Path, out: Path, languages: list[str] | None, suite: Path
+) -> dict[str, float]:
+    """eval.run_all of the encoder `encoder_spec` (ems.encoder_kinds) on `suite` and the held-out
+    pairs, on `languages` (None: every language of the suite), results in out/results.json; returns
+    the average P@1 (both directions) on Tatoeba, FLORES-200 devtest and the held-out pairs."""
+    from ems.encoder_kinds import load_encoder
     from eval.run_all import run_all
 
     results = run_all(
-        encoder,
+        load_encoder(encoder_spec),
         data_dir,
         heldout_dir=prepared / "corpus" / "heldout",
         out_dir=out,
         languages=languages,
-        suite_path=DEMO_SUITE,
+        suite_path=suite,
         progress=False,
         print_tables=False,
     )
@@ -287,14 +490,6 @@ def heldout_score(model_dir: Path, prepared: Path, languages: list[str]) -> floa
     return float(result["average"]["mean"])
 
 
-def ems_vocab_size(demo: Path) -> int:
-    """The EMS model's vocabulary size (its config.json), pad, unk and <2xx> tokens included."""
-    config = demo / "run" / "model" / "config.json"
-    if not config.is_file():
-        raise UserError(f"{config} not found: give --vocab-size, or --demo a finished ems-demo run")
-    return json.loads(config.read_text())["vocab_size"]
-
-
 def languages_of(prepared: Path) -> list[str]:
     return sorted(
         {lang for files in list_parallel(prepared / "corpus" / "train") for lang in (files.l1, files.l2)} - {"en"}
@@ -314,15 +509,100 @@ def report_table(ems: dict, peer: dict) -> str:
     lines = ["| | EMS | sentence-transformers | EMS / peer |", "|:--|--:|--:|--:|"]
     for label, key, fmt in rows:
         a, b = ems.get(key), peer.get(key)
-        ratio = f"{a / b:.2f}" if a is not None and b else "–"
-        lines.append(
-            f"| {label} | {fmt.format(a) if a is not None else '–'} | "
-            f"{fmt.format(b) if b is not None else '–'} | {ratio} |"
-        )
+        lines.append(f"| {label} | {_cell(a, fmt)} | {_cell(b, fmt)} | {_ratio(a, b)} |")
     return "\n".join(lines) + "\n"
 
 
+def _cell(value, fmt: str = "{:.1f}") -> str:
+    return fmt.format(value) if value is not None else "–"
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "–"
+
+
+def grid_table(choice: GridChoice) -> str:
+    """Held-out P@1 of every grid point run: one row per vocabulary size, one column per lr."""
+    vocabs = sorted({point.vocab_size for point in choice.points})
+    lrs = sorted({point.lr for point in choice.points})
+    scores = {(point.vocab_size, point.lr): point.heldout for point in choice.points}
+    lines = ["| vocabulary \\ lr | " + " | ".join(f"{lr:g}" for lr in lrs) + " |", "|:--" + "|--:" * len(lrs) + "|"]
+    for vocab in vocabs:
+        cells = []
+        for lr in lrs:
+            cell = _cell(scores.get((vocab, lr)))
+            cells.append(f"**{cell}**" if (vocab, lr) == (choice.vocab_size, choice.lr) else cell)
+        lines.append(f"| {vocab:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+GROUPED_TYPES = {"tatoeba": "Tatoeba", "flores": "FLORES-200"}  # task type -> its label; P@1 (%) rows
+
+
+def group_comparison(ems_rows: list[dict], peer_rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """{task: {group: {"languages", "ems", "peer"}}} of the Tatoeba and FLORES tasks of two models'
+    eval.language_groups.grouped_results rows: each model's mean P@1 over the group's languages that
+    both scored (None for a group with none), the groups of GROUPS then "all"."""
+    from eval.language_groups import ALL, GROUPS
+
+    peer_scores = {(row["task"], row["language"]): row["score"] for row in peer_rows}
+    tasks = {row["task"]: None for row in ems_rows if row["type"] in GROUPED_TYPES}
+    comparison = {}
+    for task in tasks:
+        both = [row for row in ems_rows if row["task"] == task and (task, row["language"]) in peer_scores]
+        comparison[task] = {}
+        for group in (*GROUPS, ALL):
+            members = [row for row in both if group in (ALL, row["group"])]
+            ems = [row["score"] for row in members]
+            peer = [peer_scores[task, row["language"]] for row in members]
+            comparison[task][group] = {
+                "languages": len(members),
+                "ems": statistics.fmean(ems) if ems else None,
+                "peer": statistics.fmean(peer) if peer else None,
+            }
+    return comparison
+
+
+def group_table(comparison: dict[str, dict[str, dict]], types: dict[str, str]) -> str:
+    """One markdown table per task of `group_comparison`: group, languages, EMS, peer, EMS / peer
+    (`types`: task -> its type, for the task's label)."""
+    from eval.language_groups import ALL
+
+    parts = []
+    for task, groups in comparison.items():
+        lines = [
+            f"### {GROUPED_TYPES[types[task]]} P@1 ({task}) by the language's training pairs",
+            "",
+            "| group | languages | EMS | peer | EMS / peer |",
+            "|:--|--:|--:|--:|--:|",
+        ]
+        for group, row in groups.items():
+            label = f"**{group}**" if group == ALL else group
+            lines.append(
+                f"| {label} | {row['languages']} | {_cell(row['ems'])} | {_cell(row['peer'])} | "
+                f"{_ratio(row['ems'], row['peer'])} |"
+            )
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= len(SPECIAL):
+        raise argparse.ArgumentTypeError(f"a vocabulary needs more than {len(SPECIAL)} pieces, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def main(argv: list[str]) -> int:
+    from ems.demo import DEMO_SUITE
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--demo", type=Path, required=True, help="a finished ems-demo directory (corpus/, run/, demo_stages.json)"
@@ -331,107 +611,164 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--data-dir", type=Path, default=Path(os.environ.get("EMS_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
     )
-    parser.add_argument("--lr-grid", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3])
+    parser.add_argument(
+        "--suite",
+        type=Path,
+        default=DEMO_SUITE,
+        help="the evaluation suite scoring both models (default: the demo's; the all-language recipe's is "
+        "configs/eval/suite_multilingual.yaml)",
+    )
+    parser.add_argument(
+        "--score-languages",
+        choices=("trained", "all"),
+        help="score the EMS run's training languages or every language of the suite (unseen ones zero-shot); "
+        "default: trained with the demo's suite, all with any other",
+    )
+    parser.add_argument("--lr-grid", type=positive_float, nargs="+", default=LR_GRID)
+    vocab = parser.add_mutually_exclusive_group()
+    vocab.add_argument(
+        "--vocab-grid",
+        type=positive_int,
+        nargs="+",
+        default=VOCAB_GRID,
+        help="the peer's tokenizer sizes to choose from on held-out (default: %(default)s)",
+    )
+    vocab.add_argument("--vocab-size", type=positive_int, help="no vocabulary grid: the peer's tokenizer has this size")
     parser.add_argument("--grid-fraction", type=float, default=0.25, help="each grid run's share of the time budget")
     parser.add_argument("--seconds", type=float, help="the time budget (default: the EMS run's training seconds)")
-    parser.add_argument("--vocab-size", type=int, help="the peer's tokenizer size (default: the EMS model's)")
     parser.add_argument("--seed", type=int, default=0)
     add_debug_option(parser)
     args = parser.parse_args(argv)
     if not 0 < args.grid_fraction <= 1:
         raise UserError(f"--grid-fraction must be in (0, 1], got {args.grid_fraction}")
     budget = ems_budget(args.demo)
+    cfg = ems_config(args.demo)
+    shape = peer_shape(cfg)
     if not (args.data_dir / "tatoeba").is_dir():
         raise UserError(f"{args.data_dir} holds no tatoeba/: point --data-dir (or EMS_DATA_DIR) at the evaluation data")
+    from eval.run_all import suite_task_configs
+
+    suite_task_configs(args.suite)  # a missing or malformed suite fails now, not after the training
+    score_languages = args.score_languages or (
+        "trained" if args.suite.resolve() == Path(DEMO_SUITE).resolve() else "all"
+    )
+    pairs_by_language = None
+    if (args.demo / "shards" / "train").is_dir():
+        from eval.language_groups import training_pairs
+
+        pairs_by_language = training_pairs(args.demo / "shards" / "train")
     seconds = args.seconds or budget["seconds"]
     languages = languages_of(args.demo)
     pairs = read_pairs(args.demo / "corpus" / "train")
+    vocab_grid = [args.vocab_size] if args.vocab_size else args.vocab_grid
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    runs = len(set(vocab_grid)) + len(set(args.lr_grid)) - 1
+    named = ", ".join(languages) if len(languages) <= 20 else f"{', '.join(languages[:20])}, ..."
     print(
-        f"{len(pairs):,} training pairs, {', '.join(languages)}; budget {seconds:.0f} s (the EMS run's training time)",
-        flush=True,
-    )
-    vocab_size = args.vocab_size or ems_vocab_size(args.demo)
-    tokenizer = train_tokenizer(pairs, vocab_size, out / "tokenizer")
-    tokens_per_pair = count_tokens(tokenizer, pairs)
-
-    probe_steps, probe_seconds, rate = train_peer(pairs, tokenizer, out / "probe", 1e-3, 40, None, args.seed)
-    startup = max(0.0, probe_seconds - probe_steps / rate)  # the trainer's fixed cost, beyond the steps
-    print(
-        f"probe: {probe_steps} steps in {probe_seconds:.1f} s ({rate:.2f} steps/s after the first 10; "
-        f"{startup:.1f} s of start-up)",
+        f"{len(pairs):,} training pairs, {len(languages)} languages ({named}); budget {seconds:.0f} s (the EMS "
+        f"run's training time); peer: {shape.describe()} (the EMS model's); grid: {runs} runs of "
+        f"{seconds * args.grid_fraction:.0f} s = {runs * args.grid_fraction:.2f} budgets",
         flush=True,
     )
 
-    def steps_in(budget_seconds: float) -> int:
-        return max(1, int(rate * (budget_seconds - startup)))
-
-    grid = {}
-    for lr in args.lr_grid:
-        steps, taken, _ = train_peer(
-            pairs,
-            tokenizer,
-            out / f"grid-{lr:g}",
-            lr,
-            steps_in(seconds * args.grid_fraction),
-            seconds * args.grid_fraction,
-            args.seed,
-        )
-        grid[lr] = heldout_score(out / f"grid-{lr:g}" / "model", args.demo, languages)
-        print(f"grid lr {lr:g}: {steps} steps in {taken:.0f} s, held-out P@1 {grid[lr]:.1f}", flush=True)
-    lr = max(grid, key=grid.get)
-    at_edge = len(grid) > 1 and lr in (min(grid), max(grid))
-    if at_edge:
-        print(f"lr {lr:g} is at the grid's edge: extend --lr-grid beyond it", flush=True)
-
-    steps, taken, _ = train_peer(pairs, tokenizer, out / "peer", lr, steps_in(seconds), seconds, args.seed)
+    choice, vocabularies = search_peer(
+        pairs, vocab_grid, args.lr_grid, seconds, args.grid_fraction, out, args.demo, languages, shape, args.seed
+    )
+    vocabulary, lr = vocabularies[choice.vocab_size], choice.lr
+    steps, taken, _ = train_peer(
+        pairs, vocabulary.tokenizer, out / "peer", lr, vocabulary.steps_in(seconds), seconds, args.seed, shape=shape
+    )
     run = PeerRun(
+        vocab_size=choice.vocab_size,
         lr=lr,
         steps=steps,
         seconds=taken,
-        pairs=steps * 256,
-        real_tokens=round(steps * 256 * tokens_per_pair),
+        pairs=steps * BATCH_SIZE,
+        real_tokens=round(steps * BATCH_SIZE * vocabulary.tokens_per_pair),
         model_dir=str(out / "peer" / "model"),
     )
-    print(f"peer: lr {lr:g}, {steps} steps in {taken:.0f} s", flush=True)
+    print(f"peer: vocab {choice.vocab_size:,}, lr {lr:g}, {steps} steps in {taken:.0f} s", flush=True)
 
-    from ems.encoder import load
-    from ems.encoder_kinds import load_encoder
-
+    scored = languages if score_languages == "trained" else None
     peer = {
         "steps": steps,
         "seconds": taken,
         "steps_per_s": steps / taken,
         "tokens_per_s": run.real_tokens / taken,
-        **score(load_encoder(f"st:{run.model_dir}"), args.demo, args.data_dir, out / "eval-peer", languages),
+        **score(f"st:{run.model_dir}", args.demo, args.data_dir, out / "eval-peer", scored, args.suite),
     }
+    ems_spec = f"ems:{args.demo / 'run' / 'model'},unseen=neutral"  # zero-shot on languages it never saw
     ems = {
         "steps": budget["steps"],
         "seconds": budget["seconds"],
         "steps_per_s": budget["steps"] / budget["seconds"],
         "tokens_per_s": budget["tokens_per_s"],
-        **score(load(args.demo / "run" / "model"), args.demo, args.data_dir, out / "eval-ems", languages),
+        **score(ems_spec, args.demo, args.data_dir, out / "eval-ems", scored, args.suite),
     }
-    table = report_table(ems, peer)
+    edges = []
+    if choice.vocab_at_grid_edge:
+        edges.append(f"the vocabulary {choice.vocab_size:,} is at the grid's edge: extend --vocab-grid beyond it")
+    if choice.lr_at_grid_edge:
+        edges.append(f"the lr {lr:g} is at the grid's edge: extend --lr-grid beyond it")
+    on = (
+        f"the {len(languages)} training languages"
+        if scored
+        else "every language of the suite (zero-shot where the EMS model never saw one)"
+    )
+    report = [
+        "# EMS against sentence-transformers at equal time",
+        "",
+        f"Peer: BertModel {shape.describe()} (the EMS model's shape), mean pooling; Unigram vocabulary "
+        f"{choice.vocab_size:,} ({len(vocabulary.tokenizer):,} pieces; the EMS model's: {cfg.vocab_size:,}), "
+        f"lr {lr:g}, both chosen on the held-out pairs; budget {seconds:.0f} s. Both scored with {args.suite.name} "
+        f"and the held-out pairs, on {on}.",
+        "",
+        report_table(ems, peer),
+        f"## The peer's grid: held-out P@1, each run {args.grid_fraction:g} x the budget (coordinate search, "
+        f"{len(choice.points)} runs; chosen in bold)",
+        "",
+        grid_table(choice),
+        *(f"Note: {edge}.\n" for edge in edges),
+    ]
+    groups = None
+    if pairs_by_language is not None:
+        from eval.language_groups import grouped_results
+
+        ems_rows = grouped_results(out / "eval-ems" / "results.json", pairs_by_language)
+        peer_rows = grouped_results(out / "eval-peer" / "results.json", pairs_by_language)
+        groups = group_comparison(ems_rows, peer_rows)
+        types = {row["task"]: row["type"] for row in ems_rows}
+        report += ["## By the language's training pairs (DEMO/shards/train)", "", group_table(groups, types)]
     (out / "peer_report.json").write_text(
         json.dumps(
             {
                 "ems": ems,
                 "peer": peer,
                 "peer_run": asdict(run),
-                "lr_grid_heldout": grid,
-                "lr_at_grid_edge": at_edge,
-                "vocab_size": vocab_size,
+                "peer_shape": asdict(shape),
+                "grid": [asdict(point) for point in choice.points],
+                "vocab_size": choice.vocab_size,
+                "lr": lr,
+                "vocab_at_grid_edge": choice.vocab_at_grid_edge,
+                "lr_at_grid_edge": choice.lr_at_grid_edge,
+                "ems_vocab_size": cfg.vocab_size,
+                "grid_fraction": args.grid_fraction,
                 "budget_seconds": seconds,
+                "suite": str(args.suite),
+                "score_languages": score_languages,
                 "languages": languages,
+                "groups": groups,
             },
             indent=2,
+            ensure_ascii=False,
         )
-        + "\n"
+        + "\n",
+        encoding="utf-8",
     )
-    (out / "peer_report.md").write_text(table)
-    print(table + f"\nwrote {out / 'peer_report.md'}, {out / 'peer_report.json'}")
+    text = "\n".join(report)
+    (out / "peer_report.md").write_text(text, encoding="utf-8")
+    print(text + f"\nwrote {out / 'peer_report.md'}, {out / 'peer_report.json'}")
     return 0
 
 

@@ -59,7 +59,8 @@ def flops_per_pair(cfg, shards: PairShards, batches: list[np.ndarray], batch_voc
     for pairs in batches:
         batch = batch_tensors(shards, pairs, cfg.max_len)
         lengths = [(batch[side] != PAD_ID).sum(dim=1).numpy() for side in ("src", "tgt")]
-        candidates = int(torch.unique(torch.cat([batch["src"].flatten(), batch["tgt"].flatten()])).numel() - 1) if batch_vocabulary else None
+        tokens = torch.cat([batch["src"].flatten(), batch["tgt"].flatten()])
+        candidates = int(torch.unique(tokens).numel() - 1) if batch_vocabulary else None  # less the pad id
         per_pair.append(step_flops(cfg, *lengths, xtr_candidates=candidates).total / len(pairs))
     return float(np.mean(per_pair))
 

@@ -1,10 +1,14 @@
 """benchmarks/peer_sentence_transformers.py: the budget it reads from a demo directory, the refusal of
-anything else, the comparison table's ratios, and the schedule re-fitted to the budget (the training
-itself is the benchmark's run)."""
+anything else, the peer's shape read from the EMS model's config, the (vocab, lr) coordinate search on
+held-out (a fake trainer whose held-out score is a known function of both) and its edge flags, the
+comparison tables' ratios (the by-group one from hand-written results files), and the schedule
+re-fitted to the budget (the training itself is the benchmark's run)."""
 
 import importlib.util
 import json
+import math
 import sys
+from dataclasses import asdict
 
 import pytest
 
@@ -35,13 +39,148 @@ def test_a_directory_that_is_not_a_finished_demo_is_one_clear_error(tmp_path):
         peer.ems_budget(tmp_path)
 
 
-def test_peer_vocabulary_defaults_to_the_ems_models(tmp_path):
+def test_peer_shape_follows_the_ems_model_config(tmp_path):
+    from ems.model import config_from_preset
+
     model = tmp_path / "run" / "model"
     model.mkdir(parents=True)
     with pytest.raises(UserError, match="config.json not found"):
-        peer.ems_vocab_size(tmp_path)
-    (model / "config.json").write_text(json.dumps({"vocab_size": 32000, "d_model": 128}))
-    assert peer.ems_vocab_size(tmp_path) == 32000
+        peer.ems_config(tmp_path)
+    # the all-language recipe's model (the small preset, max_len 288), with 6 heads: no two numbers equal
+    cfg = config_from_preset("small", vocab_size=1000, n_languages=3, max_len=288, n_heads=6)
+    (model / "config.json").write_text(json.dumps(asdict(cfg)))
+    shape = peer.peer_shape(peer.ems_config(tmp_path))
+    assert shape == peer.PeerShape(
+        hidden_size=192, num_hidden_layers=4, num_attention_heads=6, intermediate_size=768, max_len=288
+    )
+    assert shape.describe() == "d 192, 4 layers, 6 heads, ffn 768, 288 tokens"
+    # the demo's: tiny at 64 tokens, the peer's shape before it followed the model
+    assert peer.peer_shape(config_from_preset("tiny", vocab_size=1000, n_languages=3, max_len=64)) == peer.TINY
+
+    pairs = [("ein kleiner hund", "a small dog"), ("die katze schläft", "the cat sleeps")] * 20
+    tokenizer = peer.train_tokenizer(pairs, 40, tmp_path / "tokenizer", shape.max_len)
+    built = peer.initial_model(tokenizer, tmp_path / "init", seed=0, shape=shape)
+    bert = built[0].auto_model.config
+    assert (bert.hidden_size, bert.num_hidden_layers, bert.num_attention_heads, bert.intermediate_size) == (
+        192,
+        4,
+        6,
+        768,
+    )
+    assert bert.max_position_embeddings == 288 and built[0].max_seq_length == 288
+    assert tokenizer.model_max_length == 288 and built.encode(["ein hund"]).shape == (1, 192)
+
+
+class FakeTokenizer:
+    def __init__(self, size):
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+
+def heldout_of(vocab, lr):
+    """Held-out P@1 of a (vocab, lr) run: best vocabulary 16k at every lr, best lr 3e-3 at 16k; the
+    point (8000, 3e-3) would be best of all, but the coordinate search never runs it."""
+    if (vocab, lr) == (8000, 3e-3):
+        return 99.0
+    return 70.0 - 5.0 * abs(math.log2(vocab / 16000)) + {3e-4: -10.0, 1e-3: 0.0, 3e-3: 2.0}[lr]
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """Tokenizers, training and held-out scoring replaced: each call is logged in order; a vocabulary
+    of size V trains at 32000 / V steps/s after 4 s of start-up; held-out P@1 is heldout_of(V, lr)."""
+    calls, runs = [], {}
+
+    def train_tokenizer(pairs, size, out, max_len):
+        calls.append(("tokenizer", size, max_len))
+        return FakeTokenizer(size)
+
+    def train_peer(pairs, tokenizer, out, lr, max_steps, seconds, seed, shape=peer.TINY, **_):
+        calls.append(("train", tokenizer.size, lr, max_steps, seconds))
+        runs[out / "model"] = (tokenizer.size, lr)
+        rate = 32000 / tokenizer.size
+        return max_steps, 4.0 + max_steps / rate, rate
+
+    monkeypatch.setattr(peer, "train_tokenizer", train_tokenizer)
+    monkeypatch.setattr(peer, "train_peer", train_peer)
+    monkeypatch.setattr(peer, "count_tokens", lambda tokenizer, pairs, max_len: 30.0)
+    monkeypatch.setattr(peer, "heldout_score", lambda model_dir, prepared, languages: heldout_of(*runs[model_dir]))
+    return calls
+
+
+def test_coordinate_search_visits_every_vocab_at_the_middle_lr_then_every_lr_at_the_best(tmp_path, fake_training):
+    choice, vocabularies = peer.search_peer(
+        pairs=[("a", "b")],
+        vocab_grid=[32000, 8000, 16000],  # unsorted on purpose: the search goes smallest first
+        lr_grid=[3e-3, 3e-4, 1e-3],
+        seconds=1000.0,
+        grid_fraction=0.25,
+        out=tmp_path,
+        prepared=tmp_path,
+        languages=["de"],
+        shape=peer.TINY,
+        seed=0,
+    )
+    # each grid run: 250 s, and the steps its vocabulary's probe rate gives in them, 4 s of start-up
+    # off: 8000 -> 4 steps/s x 246 s = 984, 16000 -> 2 x 246 = 492, 32000 -> 1 x 246 = 246
+    probe = peer.PROBE_STEPS
+    assert fake_training == [
+        ("tokenizer", 8000, 64),
+        ("train", 8000, 1e-3, probe, None),
+        ("train", 8000, 1e-3, 984, 250.0),
+        ("tokenizer", 16000, 64),
+        ("train", 16000, 1e-3, probe, None),
+        ("train", 16000, 1e-3, 492, 250.0),
+        ("tokenizer", 32000, 64),
+        ("train", 32000, 1e-3, probe, None),
+        ("train", 32000, 1e-3, 246, 250.0),
+        ("train", 16000, 3e-4, 492, 250.0),  # the best vocabulary's other lrs; its 1e-3 run is reused
+        ("train", 16000, 3e-3, 492, 250.0),
+    ]
+    # 3 + 3 - 1 = 5 runs, in order, with held-out 65, 70, 65, 60, 72
+    assert [(p.vocab_size, p.lr, p.heldout) for p in choice.points] == [
+        (8000, 1e-3, 65.0),
+        (16000, 1e-3, 70.0),
+        (32000, 1e-3, 65.0),
+        (16000, 3e-4, 60.0),
+        (16000, 3e-3, 72.0),
+    ]
+    assert (choice.vocab_size, choice.lr) == (16000, 3e-3)
+    assert (choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == (False, True)
+    assert vocabularies[16000].steps_in(1000.0) == 1992  # the final run: 2 steps/s x 996 s
+
+
+@pytest.mark.parametrize(
+    "best, edges",
+    [
+        ((16000, 1e-3), (False, False)),  # inside both grids
+        ((8000, 1e-3), (True, False)),  # the smallest vocabulary
+        ((32000, 1e-3), (True, False)),  # the largest
+        ((16000, 3e-4), (False, True)),  # the smallest lr
+        ((32000, 3e-3), (True, True)),  # the largest of both
+    ],
+)
+def test_edge_flags_on_both_axes(best, edges):
+    def run_point(vocab, lr):  # held-out falls off with the distance (in grid steps) from `best`
+        distance = abs(math.log2(vocab / best[0])) + abs(math.log(lr / best[1], 3))
+        return peer.GridPoint(vocab_size=vocab, lr=lr, heldout=80.0 - distance, steps=1, seconds=1.0)
+
+    choice = peer.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point)
+    assert (choice.vocab_size, choice.lr) == best
+    assert (choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == edges
+
+
+def test_one_vocabulary_size_is_no_vocabulary_grid():
+    # --vocab-size N: the lr grid alone (as before the vocabulary grid), never an edge of one value
+    choice = peer.coordinate_search(
+        [32000],
+        [3e-4, 1e-3, 3e-3],
+        lambda vocab, lr: peer.GridPoint(vocab_size=vocab, lr=lr, heldout=1.0 / lr, steps=1, seconds=1.0),
+    )
+    assert [(p.vocab_size, p.lr) for p in choice.points] == [(32000, 1e-3), (32000, 3e-4), (32000, 3e-3)]
+    assert (choice.lr, choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == (3e-4, False, True)
 
 
 def test_table_gives_ems_over_peer_ratios():
@@ -89,3 +228,174 @@ def test_refit_end_fills_the_budget_at_the_run_s_own_rate():
     assert peer.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=1000) == 540
     assert peer.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=500) == 500  # the loop's bound
     assert peer.refit_end(step=100, elapsed=600.0, steady_rate=1.1, seconds=500.0, cap=1000) == 101  # over budget
+
+
+def _results(tatoeba, flores):
+    def task(name, type_name, rows):
+        return {
+            "task": name,
+            "type": type_name,
+            "metric": "p_at_1",
+            "languages": {lang: {"mean": p} for lang, p in rows.items()},
+            "average": {"mean": sum(rows.values()) / len(rows)},
+            "skipped": {},
+        }
+
+    return {
+        "schema_version": 2,
+        "tasks": {
+            "tatoeba": task("tatoeba", "tatoeba", tatoeba),
+            "flores200": task("flores200", "flores", flores),
+            "heldout": task("heldout", "heldout", {"de": 50.0}),  # not split by group
+        },
+    }
+
+
+def test_grouped_table_from_hand_written_results(tmp_path):
+    from eval.language_groups import grouped_results
+
+    ems_file, peer_file = tmp_path / "ems.json", tmp_path / "peer.json"
+    ems_file.write_text(
+        json.dumps(
+            _results(
+                {"de": 90.0, "fr": 80.0, "zh": 70.0, "wuu": 20.0},
+                {"de": 85.0, "zh": 60.0, "zh-Hant": 50.0, "ace-Arab": 15.0, "fr": 70.0},  # fr: EMS only
+            )
+        )
+    )
+    peer_file.write_text(
+        json.dumps(
+            _results(
+                {"de": 60.0, "fr": 40.0, "zh": 70.0, "wuu": 40.0},
+                {"de": 85.0, "zh": 30.0, "zh-Hant": 20.0, "ace-Arab": 25.0, "ace-Latn": 30.0},  # ace-Latn: peer only
+            )
+        )
+    )
+    # de 12,000 pairs (≥10k), zh 1,000 as cmn (1k–10k, zh-Hant counts zh's), fr 999 (<1k); wuu, ace none (unseen)
+    pairs = {"de": 12_000, "cmn": 1_000, "fr": 999, "en": 14_000}
+    ems_rows, peer_rows = grouped_results(ems_file, pairs), grouped_results(peer_file, pairs)
+    comparison = peer.group_comparison(ems_rows, peer_rows)
+    assert list(comparison) == ["tatoeba", "flores200"]  # the heldout task is not grouped
+    # FLORES 1k–10k: zh, zh-Hant -> EMS (60 + 50) / 2 = 55, peer (30 + 20) / 2 = 25
+    assert comparison["flores200"]["1k–10k"] == {"languages": 2, "ems": 55.0, "peer": 25.0}
+    assert comparison["flores200"]["<1k"] == {"languages": 0, "ems": None, "peer": None}
+    lines = peer.group_table(comparison, {"tatoeba": "tatoeba", "flores200": "flores"}).splitlines()
+    assert "### Tatoeba P@1 (tatoeba) by the language's training pairs" in lines
+    assert "### FLORES-200 P@1 (flores200) by the language's training pairs" in lines
+    tatoeba, flores = lines[4:9], lines[14:19]
+    assert tatoeba == [
+        "| ≥10k pairs | 1 | 90.0 | 60.0 | 1.50 |",  # de
+        "| 1k–10k | 1 | 70.0 | 70.0 | 1.00 |",  # zh
+        "| <1k | 1 | 80.0 | 40.0 | 2.00 |",  # fr
+        "| unseen | 1 | 20.0 | 40.0 | 0.50 |",  # wuu
+        "| **all** | 4 | 65.0 | 52.5 | 1.24 |",  # (90 + 80 + 70 + 20) / 4 = 65, (60 + 40 + 70 + 40) / 4 = 52.5
+    ]
+    assert flores == [
+        "| ≥10k pairs | 1 | 85.0 | 85.0 | 1.00 |",  # de
+        "| 1k–10k | 2 | 55.0 | 25.0 | 2.20 |",  # zh, zh-Hant
+        "| <1k | 0 | – | – | – |",  # fr, scored by EMS alone, is left out
+        "| unseen | 1 | 15.0 | 25.0 | 0.60 |",  # ace-Arab; ace-Latn scored by the peer alone is left out
+        "| **all** | 4 | 52.5 | 40.0 | 1.31 |",  # (85 + 60 + 50 + 15) / 4 = 52.5, (85 + 30 + 20 + 25) / 4 = 40
+    ]
+
+
+def test_grid_table_shows_the_points_run_and_the_choice():
+    points = [
+        peer.GridPoint(8000, 1e-3, 65.0, 1, 1.0),
+        peer.GridPoint(16000, 1e-3, 70.0, 1, 1.0),
+        peer.GridPoint(16000, 3e-3, 72.0, 1, 1.0),
+    ]
+    table = peer.grid_table(peer.GridChoice(points, 16000, 3e-3, False, True))
+    assert table.splitlines() == [
+        "| vocabulary \\ lr | 0.001 | 0.003 |",
+        "|:--|--:|--:|",
+        "| 8,000 | 65.0 | – |",
+        "| 16,000 | 70.0 | **72.0** |",
+    ]
+
+
+def test_main_chooses_on_heldout_and_reports_shape_grid_edges_and_groups(tmp_path, fake_training, monkeypatch):
+    """The whole command on a hand-made all-language layout, training and scoring faked."""
+    from ems.model import config_from_preset
+
+    demo, data = tmp_path / "demo", tmp_path / "data"
+    (demo / "run" / "model").mkdir(parents=True)
+    (data / "tatoeba").mkdir(parents=True)
+    (demo / "demo_stages.json").write_text(json.dumps({"seconds": {"train": 1000.0}, "steps": 1800}))
+    (demo / "run" / "metrics.jsonl").write_text('{"step": 50, "tokens_per_s": 5000.0}\n')
+    cfg = config_from_preset("small", vocab_size=32000, n_languages=3, max_len=288)
+    (demo / "run" / "model" / "config.json").write_text(json.dumps(asdict(cfg)))
+    for l1, l2 in (("de", "en"), ("en", "fr")):
+        (demo / "corpus" / "train" / f"{l1}-{l2}").mkdir(parents=True)
+        (demo / "corpus" / "train" / f"{l1}-{l2}" / f"c.{l1}").write_text("eins\nzwei\n")
+        (demo / "corpus" / "train" / f"{l1}-{l2}" / f"c.{l2}").write_text("one\ntwo\n")
+    (demo / "shards" / "train").mkdir(parents=True)
+    (demo / "shards" / "train" / "index.json").write_text(
+        json.dumps(
+            {
+                "languages": ["de", "en", "fr"],
+                "files": [
+                    {"name": "c", "l1": "de", "l2": "en", "start": 0, "end": 12_000, "n_pairs": 12_000},
+                    {"name": "c", "l1": "en", "l2": "fr", "start": 12_000, "end": 12_999, "n_pairs": 999},
+                ],
+                "n_pairs": 12_999,
+            }
+        )
+    )
+    scored = []
+
+    def score(spec, prepared, data_dir, out, languages, suite):
+        scored.append((spec.split(":")[0], languages, suite.name))
+        ems = spec.startswith("ems:")
+        tatoeba = {"de": 90.0, "fr": 80.0, "wuu": 20.0} if ems else {"de": 60.0, "fr": 40.0, "wuu": 40.0}
+        out.mkdir(parents=True)
+        (out / "results.json").write_text(json.dumps(_results(tatoeba, {"de": 85.0 if ems else 80.0})))
+        return {"Tatoeba": 63.0 if ems else 46.0, "FLORES-200": 85.0 if ems else 80.0, "held-out": 50.0}
+
+    monkeypatch.setattr(peer, "score", score)
+    out = tmp_path / "out"
+    suite = REPO_ROOT / "configs" / "eval" / "suite_multilingual.yaml"
+    argv = ["--demo", str(demo), "--out", str(out), "--data-dir", str(data), "--suite", str(suite)]
+    assert peer.main(argv) == 0
+    # the final run: the chosen (16000, 3e-3) for the whole 1000 s (2 steps/s x 996 s)
+    assert fake_training[-1] == ("train", 16000, 3e-3, 1992, 1000.0)
+    # every language of the suite (None), the EMS model zero-shot where it never trained
+    assert scored == [("st", None, "suite_multilingual.yaml"), ("ems", None, "suite_multilingual.yaml")]
+    report = json.loads((out / "peer_report.json").read_text())
+    assert report["peer_shape"] == {
+        "hidden_size": 192,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "intermediate_size": 768,
+        "max_len": 288,
+    }
+    assert [(p["vocab_size"], p["lr"], p["heldout"]) for p in report["grid"]] == [
+        (8000, 1e-3, 65.0),
+        (16000, 1e-3, 70.0),
+        (32000, 1e-3, 65.0),
+        (16000, 3e-4, 60.0),
+        (16000, 3e-3, 72.0),
+    ]
+    assert (report["vocab_size"], report["lr"], report["vocab_at_grid_edge"], report["lr_at_grid_edge"]) == (
+        16000,
+        3e-3,
+        False,
+        True,
+    )
+    assert report["peer_run"]["steps"] == 1992 and report["score_languages"] == "all"
+    # de 12,000 pairs (≥10k), fr 999 (<1k), wuu unseen
+    assert report["groups"]["tatoeba"]["<1k"] == {"languages": 1, "ems": 80.0, "peer": 40.0}
+    markdown = (out / "peer_report.md").read_text(encoding="utf-8").splitlines()
+    assert "Note: the lr 0.003 is at the grid's edge: extend --lr-grid beyond it." in markdown
+    assert "| unseen | 1 | 20.0 | 40.0 | 0.50 |" in markdown
+    assert any("BertModel d 192, 4 layers, 4 heads, ffn 768, 288 tokens" in line for line in markdown)
+
+    # the demo's suite scores the training languages; --vocab-size N runs the lr grid alone
+    fake_training.clear()
+    scored.clear()
+    argv = ["--demo", str(demo), "--out", str(tmp_path / "out2"), "--data-dir", str(data), "--vocab-size", "8000"]
+    assert peer.main(argv) == 0
+    assert scored[0] == ("st", ["de", "fr"], "suite_demo.yaml")
+    report = json.loads((tmp_path / "out2" / "peer_report.json").read_text())
+    assert [(p["vocab_size"], p["lr"]) for p in report["grid"]] == [(8000, 1e-3), (8000, 3e-4), (8000, 3e-3)]
+    assert report["vocab_at_grid_edge"] is False
