@@ -1,148 +1,233 @@
-"""benchmarks/gpu_acceptance.py on CPU: the --smoke run end to end, a run cut after a stage and
-inside training then resumed, and the one-line errors (no GPU without --smoke, no data)."""
+"""benchmarks/gpu_acceptance.py on CPU: `prepare` on a slice of the real data (its contents, its size
+limit, the segmentation table and its stand-ins), the `run --smoke` path end to end on it, a run with
+too few minutes (every stage cut or failed, reported, within the minutes), the child-process step
+timing and its cap, and the one-line errors."""
 
-import importlib.util
 import json
-import sys
+import lzma
+import shutil
+import tarfile
 import time
 
 import pytest
 import torch
 
+from benchmarks import gpu_acceptance, gpu_prepared
 from ems.cli import run_main
-from tests.conftest import REPO_ROOT
-
-spec = importlib.util.spec_from_file_location("gpu_acceptance", REPO_ROOT / "benchmarks" / "gpu_acceptance.py")
-gpu_acceptance = importlib.util.module_from_spec(spec)
-sys.modules["gpu_acceptance"] = gpu_acceptance  # its dataclasses look their module up
-spec.loader.exec_module(gpu_acceptance)
 
 STAGES = gpu_acceptance.STAGES
+EVAL_SETS = ("tatoeba", "flores200", "sib200", "mlqe", "sts2017")
+# Chinese, Cantonese and Japanese among the trained languages: their evaluation text goes through the
+# segmenters (the recorded table with --segmenters table)
+CORPORA = {"tatoeba_challenge": ["afr-eng", "eng-jpn_Kana", "eng-yue_Hant"], "tico19": ["en-am", "en-zh"]}
+SMALL_DATA = ["vocab_size=3000", "heldout_per_pair=30", "max_train_pairs=300"]
 
 
-def smoke(work, data_dir, *extra) -> int:
-    return run_main(gpu_acceptance.main, ["--work", str(work), "--data-dir", str(data_dir), "--smoke", *extra])
+def main(*argv) -> int:
+    return run_main(gpu_acceptance.main, [str(arg) for arg in argv])
 
 
-def state_of(work) -> dict:
-    return json.loads((work / gpu_acceptance.STATE_FILE).read_text())
+def prepare(out, data_dir, *extra) -> int:
+    return main("prepare", "--out", out, "--data-dir", data_dir, "--set", *SMALL_DATA, "--xz-preset", "0", *extra)
 
 
 @pytest.fixture(scope="module")
-def smoke_run(data_dir, tmp_path_factory):
-    """One uninterrupted --smoke run: (work dir, exit status, wall seconds)."""
-    work = tmp_path_factory.mktemp("smoke")
+def sliced_data(data_dir, tmp_path_factory):
+    """A data root whose corpora hold a few real folders (symbolic links into the shared data)."""
+    root = tmp_path_factory.mktemp("slice")
+    for name in EVAL_SETS:
+        (root / name).symlink_to(data_dir / name)
+    for corpus, folders in CORPORA.items():
+        (root / corpus).mkdir()
+        for folder in folders:
+            (root / corpus / folder).symlink_to(data_dir / corpus / folder)
+    return root
+
+
+@pytest.fixture(scope="module")
+def prepared(sliced_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prepared") / "gpu_data"
     started = time.monotonic()
-    status = smoke(work, data_dir)
-    return work, status, time.monotonic() - started
+    assert prepare(out, sliced_data) == 0
+    print(f"prepare on the slice: {time.monotonic() - started:.1f} s")
+    return out
 
 
-def test_smoke_runs_every_stage_and_reports_them(smoke_run):
-    work, status, seconds = smoke_run
+@pytest.fixture(scope="module")
+def smoke_run(prepared, tmp_path_factory):
+    """One --smoke run on the prepared slice, segmenting through the recorded table: (work dir,
+    report dir, exit status, wall seconds)."""
+    work, reports = tmp_path_factory.mktemp("smoke"), tmp_path_factory.mktemp("reports")
+    started = time.monotonic()
+    status = main("run", "--data", prepared, "--work", work, "--report-dir", reports, "--smoke", "--segmenters=table")
+    return work, reports, status, time.monotonic() - started
+
+
+def archive_names(path) -> set[str]:
+    with tarfile.open(path, "r:xz") as tar:
+        return set(tar.getnames())
+
+
+def test_prepare_keeps_only_what_the_gpu_run_reads_within_the_limit(prepared):
+    manifest = json.loads((prepared / gpu_prepared.MANIFEST).read_text())
+    assert sorted(manifest["files"]) == ["eval.tar.xz", "segmentation.json.xz", "train.tar.xz"]
+    assert manifest["total_bytes"] == sum(f["bytes"] for f in manifest["files"].values())
+    assert gpu_prepared.directory_bytes(prepared) <= manifest["limit_mib"] * gpu_prepared.MIB
+    assert manifest["languages"] == ["af", "am", "ja", "yue", "zh"]
+    assert manifest["data_config"]["vocab_size"] == 3000 and manifest["data_config"]["corpora"] == list(CORPORA)
+    assert manifest["vocab"]["size"] == 3000 and len(manifest["vocab"]["sha1"]) == 40
+    assert manifest["corpus"]["removed_in_eval_set"] > 0
+    train = archive_names(prepared / "train.tar.xz")
+    assert {"vocab/spm.model", "vocab/ems_tokenizer.json", "corpus/languages.json"} <= train
+    assert {"shards/train/tokens.npy", "shards/train/index.json", "shards/heldout/index.json"} <= train
+    assert not any(name.startswith(("corpus/train", "corpus/raw", "corpus/clean")) for name in train)
+    evaluation = archive_names(prepared / "eval.tar.xz")
+    assert {"tatoeba/tatoeba.afr-eng.afr", "flores200/devtest/afr.devtest"} <= evaluation
+    # SIB-200's zero-shot protocol: English train/dev/test and labels, every other language's test only
+    assert {f"sib200/eng_Latn/{name}" for name in ("train.tsv", "dev.tsv", "test.tsv", "labels.txt")} <= evaluation
+    assert "sib200/afr_Latn/test.tsv" in evaluation and "sib200/afr_Latn/train.tsv" not in evaluation
+    assert not any(name.startswith(("mlqe", "sts2017", "tatoeba_challenge", "tico19")) for name in evaluation)
+    with lzma.open(prepared / gpu_prepared.SEGMENTATION, "rt", encoding="utf-8") as f:
+        table = json.load(f)
+    assert all(len(table[kind]) > 1000 for kind in ("jieba", "mecab", "opencc"))
+
+
+def test_a_directory_over_the_limit_is_refused_in_one_line(prepared, sliced_data, tmp_path, capsys):
+    out = tmp_path / "too_big"
+    build = prepared.with_name(prepared.name + ".build")  # the data stage is kept: same config, same data
+    assert prepare(out, sliced_data, "--build", build, "--max-mib", "1") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {out} holds ") and "over the 1 MiB limit" in err and err.count("\n") == 1
+    assert not (out / gpu_prepared.MANIFEST).exists()  # not marked prepared: the run refuses it
+    assert main("run", "--data", out, "--work", tmp_path / "work", "--smoke") == 2
+    assert capsys.readouterr().err.startswith(f"error: {out} is no prepared directory (no manifest.json")
+    # a prepared directory checked against a smaller limit than it was made for
+    assert main("run", "--data", prepared, "--work", tmp_path / "work", "--smoke", "--max-mib", "1") == 2
+    err = capsys.readouterr().err
+    assert "over the 1 MiB limit" in err and err.count("\n") == 1 and not (tmp_path / "work").exists()
+
+
+def test_an_incomplete_or_changed_directory_is_refused_in_one_line(prepared, tmp_path, capsys):
+    copy = shutil.copytree(prepared, tmp_path / "copy")
+    table = copy / gpu_prepared.SEGMENTATION
+    table.write_bytes(table.read_bytes()[:-10])
+    assert main("run", "--data", copy, "--work", tmp_path / "work", "--smoke") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {copy} is incomplete: segmentation.json.xz has ") and err.count("\n") == 1
+    table.unlink()
+    assert main("run", "--data", copy, "--work", tmp_path / "work", "--smoke") == 2
+    assert "segmentation.json.xz missing" in capsys.readouterr().err
+
+
+def test_smoke_runs_every_stage_and_reports_them(smoke_run, prepared):
+    work, reports, status, seconds = smoke_run
     print(f"smoke run: {seconds:.1f} s")
     assert status == 0
-    state, report = state_of(work), json.loads((work / "report.json").read_text())
-    assert all(state["stages"][stage]["finished_at"] and state["stages"][stage]["runs"] == 1 for stage in STAGES)
+    report = json.loads((work / "report.json").read_text())
+    assert (reports / "report.json").read_text() == (work / "report.json").read_text()
     assert list(report["stages"]) == list(STAGES)
-    checks = report["stages"]["environment"]["checks"]
-    assert checks["torch"]["status"] == "ok"
+    assert {stage: record["status"] for stage, record in report["stages"].items()} == dict.fromkeys(STAGES, "done")
+    assert report["cuts"] == [] and report["minutes"] < report["settings"]["total_minutes"]
+    checks = report["environment"]["checks"]
+    assert checks["torch"]["status"] == checks["packages"]["status"] == "ok"
     assert {checks[name]["status"] for name in ("cuda", "nccl", "bf16", "sdpa_flash", "faiss_gpu")} == {"skipped"}
-    eager = report["stages"]["mfu"]["variants"]["eager"]
+    assert report["segmenters"]["mode"] == "table"
+    eager = report["mfu"]["variants"]["eager"]
     assert eager["s_per_step"] > 0 and eager["tflops"] > 0 and eager["mfu"] is None  # no known peak on CPU
-    data = report["stages"]["data"]
-    assert data["languages"] == ["is", "lt", "vi"] and data["train_pairs"] == 900
-    assert all(data["pairs_imported"][lang] >= 2000 for lang in data["languages"])
-    assert data["corpus"]["removed_in_eval_set"] > 1000  # evaluation sentences left the training corpus
+    assert report["mfu"]["pairs"] == 8 and report["mfu"]["shapes"]["vocab_size"] == 3000
+    choice = report["preset_choice"]
+    assert choice["preset"] == "tiny" and choice["candidates"][0]["useful"] is True
+    assert choice["candidates"][0]["gflop_per_pair"] > 0 and choice["predicted_steps"] >= 10
     training = report["training"]
-    assert training["steps"] == training["max_steps"] == 10 and training["pieces"] == 1
+    assert training["steps"] == training["max_steps"] == 10 and training["preset"] == "tiny"
+    assert "no torch.compile" in training["compiled"]
     curve = report["learning_curve"]
     assert [row["step"] for row in curve if "loss" in row] == [2, 4, 6, 8, 10]
     assert [row["step"] for row in curve if "valid_loss" in row] == [0, 5, 10]
-    tasks = report["stages"]["evaluate"]["tasks"]
-    assert list(tasks) == ["tatoeba", "xsim_flores", "sib200_smoke"]
-    for task in tasks.values():
-        assert task["error"] is None
-        assert task["trained"]["n_languages"] == 3 and task["untrained"]["n_languages"] == 1  # is lt vi; nl
-    assert set(tasks["tatoeba"]["per_language"]) == {"is", "lt", "vi", "nl"}
+    tasks = report["evaluation"]["tasks"]
+    assert list(tasks) == ["tatoeba", "xsim_flores_all", "sib200_smoke"]
+    assert all(task["status"] == "done" and task["error"] is None for task in tasks.values())
+    assert report["evaluation"]["languages"] == ["af", "am", "ja", "yue", "zh", "xh"]
+    means = report["evaluation"]["groups"]["means"]
+    assert set(means) == {"tatoeba", "xsim_flores200", "sib200"}
+    for groups in means.values():
+        assert groups["unseen"]["n"] == 1 and groups["<1k"]["n"] >= 5  # xh; the five trained languages
     markdown = (work / "report.md").read_text()
-    for heading in ("## Environment", "## Training-step MFU", "## Data", "## Training", "## Evaluation"):
+    for heading in ("## Environment", "## Training-step MFU", "## Data", "## Preset", "## Training", "## Evaluation"):
         assert heading in markdown
-    assert "| 10 | " in markdown  # the learning curve's last step
+    assert "| 10 | " in markdown and "| unseen | 1 |" in markdown
 
 
-def test_a_rerun_of_a_finished_run_prints_the_report_and_changes_nothing(smoke_run, data_dir, capsys):
-    work, _, _ = smoke_run
-    before = (work / gpu_acceptance.STATE_FILE).read_text()
-    assert smoke(work, data_dir) == 0
-    assert "# GPU acceptance (smoke, cpu)" in capsys.readouterr().out
-    assert (work / gpu_acceptance.STATE_FILE).read_text() == before
-
-
-def test_a_cut_run_resumes_without_redoing_finished_stages(smoke_run, data_dir, tmp_path, capsys):
-    work = tmp_path / "cut"
-    assert smoke(work, data_dir, "--stop-after", "mfu") == 0
-    assert "left: data, train, evaluate, report" in capsys.readouterr().out
-    first = state_of(work)
-    assert [stage for stage in STAGES if first["stages"].get(stage, {}).get("finished_at")] == ["environment", "mfu"]
-
-    assert smoke(work, data_dir, "--stop-at-step", "5") == 0  # data, then training stopped inside
-    assert "left: train, evaluate, report" in capsys.readouterr().out
-    second = state_of(work)
-    assert second["stages"]["train"]["finished_at"] is None and second["stages"]["train"]["output"]["steps"] == 5
-
-    assert smoke(work, data_dir) == 0
-    assert "resumed from" in capsys.readouterr().out
-    last = state_of(work)
-    assert len(last["invocations"]) == 3
-    for stage in ("environment", "mfu"):  # not run again: the same record, the same output
-        assert last["stages"][stage] == first["stages"][stage]
-    assert last["stages"]["data"] == second["stages"]["data"]
-    assert last["stages"]["train"]["runs"] == 2
-    pieces = last["stages"]["train"]["output"]["pieces"]
-    assert [(p["from_step"], p["to_step"], p["stopped_by"]) for p in pieces] == [
-        (0, 5, "stop_at_step=5"),
-        (5, 10, "schedule's end"),
-    ]
+def test_a_run_short_of_minutes_cuts_stages_reports_them_and_ends_in_time(prepared, tmp_path):
+    work = tmp_path / "work"
+    started = time.monotonic()
+    assert main("run", "--data", prepared, "--work", work, "--smoke", "--total-minutes", "0.4") == 0
+    assert time.monotonic() - started < 0.4 * 60
     report = json.loads((work / "report.json").read_text())
-    assert report["stages"]["mfu"] == first["stages"]["mfu"]["output"]
-    # the resumed training is the uninterrupted one: every step logged once, the same validation
-    # losses, the same scores (the extra training record at step 5 closes the first piece's log window)
-    reference = json.loads((smoke_run[0] / "report.json").read_text())
-    steps = [row["step"] for row in report["learning_curve"]]
-    assert len(steps) == len(set(steps)) and steps == [0, 2, 4, 5, 6, 8, 10]
-    validation = {row["step"]: row["valid_loss"] for row in report["learning_curve"] if "valid_loss" in row}
-    expected = {row["step"]: row["valid_loss"] for row in reference["learning_curve"] if "valid_loss" in row}
-    assert validation == pytest.approx(expected, rel=1e-5)
-    for task, summary in report["stages"]["evaluate"]["tasks"].items():
-        assert summary["per_language"] == pytest.approx(
-            reference["stages"]["evaluate"]["tasks"][task]["per_language"], abs=1e-6
-        )
+    status = {stage: record["status"] for stage, record in report["stages"].items()}
+    assert status == {"environment": "cut", "mfu": "cut", "train": "cut", "evaluate": "failed", "report": "done"}
+    assert report["stages"]["environment"]["why"] == "no time left"
+    assert "no trained model" in report["stages"]["evaluate"]["why"]
+    assert report["cuts"][0] == "environment: cut: no time left"
+    assert report["cuts"][4:] == ["training had 0.00 min, under the 0 wanted"]
+    assert "Cut or failed: environment: cut: no time left" in (work / "report.md").read_text()
 
 
-def test_without_smoke_and_without_a_gpu_it_is_one_line_and_status_2(data_dir, tmp_path, monkeypatch, capsys):
+def test_the_segmentation_stand_ins_answer_as_the_installed_packages(prepared, data_dir):
+    import ems.text
+
+    chinese = (data_dir / "tatoeba" / "tatoeba.cmn-eng.cmn").read_text(encoding="utf-8").splitlines()[:50]
+    japanese = (data_dir / "tatoeba" / "tatoeba.jpn-eng.jpn").read_text(encoding="utf-8").splitlines()[:50]
+    preprocess = ems.text.Preprocessing()
+    expected = [preprocess(s, "zh") for s in chinese] + [preprocess(s, "ja") for s in japanese]
+    with gpu_acceptance.segmenters("table", prepared / gpu_prepared.SEGMENTATION) as mode:
+        assert mode["mode"] == "table" and ems.text._jieba().__file__.startswith(str(gpu_acceptance.STANDINS))
+        assert [preprocess(s, "zh") for s in chinese] + [preprocess(s, "ja") for s in japanese] == expected
+        with pytest.raises(LookupError, match="not in the segmentation table"):
+            preprocess("这句话不在任何评测集里。", "zh")
+    assert not ems.text._jieba().__file__.startswith(str(gpu_acceptance.STANDINS))  # the installed one again
+    assert preprocess("这句话不在任何评测集里。", "zh")
+
+
+def test_a_step_timed_in_a_child_process_and_one_cut_at_its_cap(smoke_run):
+    work, _, _, _ = smoke_run
+    request = {
+        "train_data": str(work / "data" / "train"),
+        "preset": "tiny",
+        "overrides": gpu_acceptance.TINY,
+        "pairs": 4,
+        "device": "cpu",
+        "dtype": "fp32",
+        "timing": [1, 1],
+        "work": str(work),
+        "variant": "eager",
+    }
+    assert gpu_acceptance.step_seconds_in_child(request, minutes=1.0) > 0
+    started = time.monotonic()
+    with pytest.raises(gpu_acceptance.OutOfTime, match="eager step cut after"):
+        gpu_acceptance.step_seconds_in_child(request, minutes=0.01)  # killed before its imports are done
+    assert time.monotonic() - started < 5
+
+
+def test_without_smoke_and_without_a_gpu_it_is_one_line_and_status_2(prepared, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     work = tmp_path / "gpu"
-    assert run_main(gpu_acceptance.main, ["--work", str(work), "--data-dir", str(data_dir)]) == 2
+    assert main("run", "--data", prepared, "--work", work) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no CUDA GPU here") and err.count("\n") == 1
     assert not work.exists()  # nothing started
 
 
-def test_a_missing_data_directory_is_one_line_before_anything_runs(tmp_path, capsys):
-    work = tmp_path / "work"
-    assert run_main(gpu_acceptance.main, ["--work", str(work), "--data-dir", str(tmp_path / "nowhere"), "--smoke"]) == 2
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["prepare", "--out", "{tmp}/out", "--data-dir", "{tmp}/nowhere"], "error: {tmp}/nowhere lacks tatoeba/"),
+        (["run", "--data", "{tmp}/nowhere", "--work", "{tmp}/work", "--smoke"], "error: {tmp}/nowhere is no prepared"),
+        (["run", "--data", "{tmp}", "--work", "{tmp}/work", "--smoke", "--total-minutes=0"], "error: --total-minutes"),
+    ],
+)
+def test_bad_inputs_are_one_line_before_anything_runs(argv, message, tmp_path, capsys):
+    assert main(*(arg.format(tmp=tmp_path) for arg in argv)) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "tatoeba_challenge/" in err and err.count("\n") == 1
-    assert not work.exists()
-
-
-def test_a_work_directory_of_other_settings_is_refused(smoke_run, data_dir, capsys):
-    work, _, _ = smoke_run
-    assert (
-        run_main(
-            gpu_acceptance.main, ["--work", str(work), "--data-dir", str(data_dir), "--smoke", "--min-pairs", "5000"]
-        )
-        == 2
-    )
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: {work} holds a run started with other settings (min_pairs: 2000 -> 5000)")
+    assert err.startswith(message.format(tmp=tmp_path)) and err.count("\n") == 1
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
