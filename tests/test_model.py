@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ems.model import PRESETS, EMSConfig, EMSModel, EncoderNetwork, config_from_preset
+from ems.model import PRESET_MAX_LEN, PRESETS, EMSConfig, EMSModel, EncoderNetwork, config_from_preset
 
 PAD = 0
 
@@ -41,9 +41,15 @@ def test_truncates_to_max_len():
     torch.testing.assert_close(encoder(long), encoder(long[:, :4]))
 
 
+def test_every_preset_keeps_long_sentences_whole():
+    assert PRESET_MAX_LEN >= 280  # Thai's 99th percentile on FLORES-200 devtest (docs/results/multilingual.md)
+    assert all(config_from_preset(name, vocab_size=100, n_languages=2).max_len == PRESET_MAX_LEN for name in PRESETS)
+
+
 def test_paper_preset_shapes():
     cfg = config_from_preset("ems-paper")
-    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ffn, cfg.max_len) == (6, 1024, 16, 4096, 120)
+    # max_len: the paper's 120 cut 2.5% of FLORES-200 devtest (45% of Thai) with this corpus's vocabulary
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ffn, cfg.max_len) == (6, 1024, 16, 4096, PRESET_MAX_LEN)
     assert (cfg.d_lang, cfg.d_contrastive, cfg.temperature, cfg.dropout) == (128, 128, 0.1, 0.1)
     assert cfg.vocab_size == 60_000 + 62 + 2 and cfg.n_languages == 62
 
