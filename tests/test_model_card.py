@@ -73,7 +73,7 @@ def test_the_trainers_model_card_has_languages_data_config_and_steps(run):
     read = sum(entry["read"] for pair in clean["pairs"] for entry in pair["files"])
     assert f"The clean stage read {read:,} pairs" in card
     vocab_size = Tokenizer.load(run / "run" / "model").vocab_size
-    assert f"| 64 | 2 | 4 | 128 | {vocab_size} | 120 | 64 |" in card  # tests.conftest.SMALL_MODEL
+    assert f"| 64 | 2 | 4 | 128 | {vocab_size} | {PRESET_MAX_LEN} | 64 |" in card  # conftest's SMALL_MODEL, tiny preset
     assert "Objectives: XTR × 1 (softmax over the vocabulary), contrastive × 1" in card
     assert "No evaluation report was found" in card
     assert json.loads((run / "run" / "run_metadata.json").read_text())["git"]["commit"] in card
