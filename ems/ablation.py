@@ -278,7 +278,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
         prepare_data(data_cfg, data_dir, prepared, Stages())
     prepare_teachers(cfg, prepared)
-    languages = trained_languages(prepared)
+    languages = data_cfg.languages if data_cfg.languages is not None else trained_languages(prepared)
     task_dirs = prepare_task_dirs(cfg, out, data_dir, languages)
     references = {}
     for spec in cfg.reference_encoders:
