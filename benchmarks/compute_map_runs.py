@@ -58,15 +58,21 @@ class MapConfig:
     def __post_init__(self) -> None:
         problems = []
         for name, values in self.sizes.items():
+            if not isinstance(values, dict):
+                problems.append(f"sizes.{name} must be a mapping of budgets and overrides, got {values!r:.80}")
+                continue
             try:
                 size = SizeConfig(**values)
             except TypeError as error:
                 problems.append(f"sizes.{name}: {error}")
                 continue
-            if not size.budgets or any(not isinstance(s, int) or s < 1 for s in size.budgets.values()):
-                problems.append(f"sizes.{name}.budgets must map labels to step counts >= 1, got {size.budgets}")
-            elif len(set(size.budgets.values())) != len(size.budgets):
+            budgets = size.budgets if isinstance(size.budgets, dict) else {}
+            if not budgets or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in budgets.values()):
+                problems.append(f"sizes.{name}.budgets must map labels to step counts >= 1, got {size.budgets!r:.80}")
+            elif len(set(budgets.values())) != len(budgets):
                 problems.append(f"sizes.{name}.budgets must be different step counts, got {size.budgets}")
+            if not isinstance(size.overrides, dict):
+                problems.append(f"sizes.{name}.overrides must map TrainConfig keys, got {size.overrides!r:.60}")
         if not self.sizes:
             problems.append("sizes must name at least one model preset")
         if problems:

@@ -39,12 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from torch import nn
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from ems.configs import yaml_value  # noqa: E402
 from ems.flops import encoder_flops, step_flops  # noqa: E402
 from ems.model import EMSConfig, EMSModel, config_from_preset  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
@@ -381,7 +381,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.overrides = {}
     for item in args.model_set:
         key, _, value = item.partition("=")
-        args.overrides[key] = yaml.safe_load(value)
+        args.overrides[key] = yaml_value(value)  # the project's YAML reading (a key twice refused)
     if args.quick:
         args.preset, args.pairs = QUICK_SHAPES["preset"], QUICK_SHAPES["pairs"]
         args.overrides = {**QUICK_SHAPES["overrides"], **args.overrides}

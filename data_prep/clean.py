@@ -125,7 +125,7 @@ class HashSet:
 
 # Where each evaluation set lies under the data directory, and how to get its sentences from a line.
 def _lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8", errors="replace") as file:
+    with open(path, encoding="utf-8-sig", errors="replace") as file:  # -sig: no BOM in the first line
         yield from (line.rstrip("\n") for line in file)
 
 

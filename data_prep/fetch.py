@@ -26,7 +26,8 @@ data/tatoeba/v1/tatoeba.afr-eng.afr`; a plain directory path works as well as a 
 
 Errors are one line `error: ...` (ems.cli.run_main): an unknown set name names the closest
 known ones (exit 2); a URL that cannot be read, or a file whose checksum differs from the
-manifest's, names the URL or file (exit 1; the bad file is not kept).
+manifest's, names the URL or file (exit 1; the bad file is not kept); a manifest path that leads
+outside DIR (absolute, `..`, a symlink out) is refused before anything is fetched (exit 2).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from ems.cli import UserError, add_debug_option, run_main
-from ems.corpus import check_member_name
+from ems.corpus import check_member_name, resolve_inside
 
 MANIFEST = Path(__file__).with_name("data_manifest.tsv")
 MIRROR_ENV = "EMS_DATA_MIRROR"
@@ -315,6 +316,9 @@ class Fetcher:
     ) -> None:
         self.out, self.mirror, self.force, self.jobs = out, mirror, force, jobs
         self.manifest = read_manifest(manifest)
+        for entries in self.manifest.values():  # each path is written under out and fetched from its URL
+            for entry in entries:
+                resolve_inside(out, entry.path, manifest, home=f"the data directory {out}")
         self.summary = Summary()
 
     def fetch(self, dataset: Dataset) -> None:

@@ -62,10 +62,13 @@ import functools
 import glob
 import itertools
 import json
+import lzma
 import math
+import os
 import random
 import re
 import time
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -74,7 +77,7 @@ from pathlib import Path
 from data_prep.config import CorpusSpec, PrepConfig, split_hf_source
 from ems.artifacts import update_json
 from ems.cli import UserError, one_line
-from ems.corpus import ParallelWriter, has_line_break, pair_dir_name
+from ems.corpus import OutsideRootError, ParallelWriter, has_line_break, pair_dir_name, resolve_inside
 from ems.languages import ENGLISH, UnknownLanguageError, canonical_language, split_language_pair
 
 REPORT_FILE = "hf_import_report.json"
@@ -138,11 +141,12 @@ class Layout:
                 key_a, key_b = self.translation_keys
                 tag_a, tag_b = self.languages
                 for texts, score in zip(dicts, scores):
-                    texts = texts or {}
+                    texts = texts if isinstance(texts, dict) else {}  # a JSON row's null, list or text: no texts
                     yield tag_a, tag_b, texts.get(key_a), texts.get(key_b), score
                 return
             for texts, score in zip(dicts, scores):  # each row's own keys (JSON dicts, or more than two)
-                present = sorted(key for key, text in (texts or {}).items() if text is not None)
+                texts = texts if isinstance(texts, dict) else {}
+                present = sorted(key for key, text in texts.items() if text is not None)
                 if self.languages is not None:  # the two asked for; a row lacking one counts as `null`
                     by_language = {_language_or_none(key): key for key in present}
                     key_a, key_b = (by_language.get(code) for code in self.languages)
@@ -201,6 +205,8 @@ def import_hf(
     }
     reports = read_reports(out_root)
     previous = reports.get(key)
+    for file in _files(previous or {}):  # looked at, and unlinked when stale: never outside out_root
+        _inside(out_root, file, out_root / REPORT_FILE)
     if (
         previous is not None
         and previous["settings"] == settings
@@ -246,6 +252,42 @@ def _files(entry: dict) -> list[str]:
     return [file for pair in entry.get("pairs", {}).values() for file in pair.get("files", [])]
 
 
+def _inside(root: Path, name, where: Path) -> Path:
+    """ems.corpus.resolve_inside as an HFImportError: `name`, read from `where`, stays inside `root`."""
+    try:
+        return resolve_inside(root, name, where)
+    except OutsideRootError as error:
+        raise HFImportError(str(error)) from None
+
+
+def _check_saved_files(local: Path) -> None:
+    """HFImportError unless every file a save_to_disk directory's JSON names lies inside it: the splits
+    of dataset_dict.json (each a sub-directory) and the `_data_files` of each state.json, which
+    datasets.load_from_disk joins to the directory and memory-maps as they are."""
+    dataset_dict = local / "dataset_dict.json"
+    directories = [local]
+    if dataset_dict.is_file():
+        splits = json.loads(dataset_dict.read_text(encoding="utf-8")).get("splits", [])
+        directories = [_inside(local, split, dataset_dict) for split in splits]
+    for directory in directories:
+        state = directory / "state.json"
+        if state.is_file():
+            for data_file in json.loads(state.read_text(encoding="utf-8")).get("_data_files", []):
+                _inside(directory, data_file.get("filename") if isinstance(data_file, dict) else data_file, state)
+
+
+def _check_data_files(local: Path, arguments: dict) -> None:
+    """HFImportError unless every data file datasets would read for a local directory (the paths and
+    globs of its README.md `configs:` block, resolved as datasets resolves them) lies inside it."""
+    import datasets
+
+    builder = datasets.load_dataset_builder(str(local), **arguments)
+    card = local / "README.md"
+    for files in (builder.config.data_files or {}).values():
+        for file in files:
+            _inside(local, os.path.relpath(file, local), f"{card} (data_files)" if card.is_file() else local)
+
+
 # --- opening a dataset ---------------------------------------------------------------------------
 
 
@@ -275,6 +317,7 @@ def open_dataset(
         if local.is_dir() and any((local / f).is_file() for f in ("dataset_dict.json", "state.json")):
             if config is not None:
                 raise HFImportError(f"{path} is a save_to_disk directory, which has no configs; got :{config}")
+            _check_saved_files(local)
             loaded = datasets.load_from_disk(str(local))
             if isinstance(loaded, datasets.DatasetDict):
                 name = _pick_split(list(loaded), split, path)
@@ -285,11 +328,16 @@ def open_dataset(
                 name = "train"
             return (loaded.to_iterable_dataset() if streaming else loaded), name, len(loaded)
         if local.is_dir():
-            dataset, name = load(str(local), **_local_dir_arguments(local, config))
+            arguments = _local_dir_arguments(local, config)
+            _check_data_files(local, arguments)
+            _check_json_rows(sorted(str(file) for file in local.rglob("*.json*") if _json_file(str(file))))
+            dataset, name = load(str(local), **arguments)
         elif local.is_file() or glob.has_magic(path):
             if config is not None:
                 raise HFImportError(f"{path}: data files have no configs; got :{config}")
             builder, arguments = _file_builder(path)
+            if builder == "json":
+                _check_json_rows(sorted(glob.glob(path)) if glob.has_magic(path) else [path])
             dataset, name = load(builder, data_files=path, **arguments)
         elif HUB_ID.fullmatch(path) and not path.startswith((".", "/")):
             dataset, name = _load_hub(load, path, config, cache_dir, offline_reason)
@@ -299,6 +347,8 @@ def open_dataset(
             )
     except HFImportError:
         raise
+    except StopIteration:  # datasets' JSON reader, of a file with no row
+        raise HFImportError(f"{path}{f':{config}' if config else ''}: no rows to import") from None
     except (ValueError, OSError, datasets.exceptions.DatasetsError) as error:
         raise HFImportError(f"{path}{f':{config}' if config else ''}: {one_line(error)}") from error
     total = len(dataset) if isinstance(dataset, datasets.Dataset) else _split_rows(dataset, name)
@@ -326,7 +376,12 @@ def _local_dir_arguments(local: Path, config: str | None) -> dict:
         return {}
     import datasets
 
-    names = datasets.get_dataset_config_names(str(local))
+    try:
+        names = datasets.get_dataset_config_names(str(local))
+    except (TypeError, AttributeError, KeyError, IndexError) as error:  # datasets' reading of a broken card
+        raise HFImportError(
+            f"{local / 'README.md'}: its `configs:` block is not what datasets reads ({one_line(error)})"
+        ) from None
     if config in names:
         return {"name": config}
     if (local / config).is_dir():
@@ -355,6 +410,29 @@ def _file_builder(path: str) -> tuple[str, dict]:
     if FILE_BUILDERS[suffix] != "csv":
         return FILE_BUILDERS[suffix], {}
     return "csv", _csv_arguments(files[0], "\t" if suffix == ".tsv" else ",")
+
+
+def _json_file(name: str) -> bool:
+    parts = [suffix for suffix in Path(name).suffixes if suffix not in COMPRESSIONS]
+    return bool(parts) and FILE_BUILDERS.get(parts[-1]) == "json"
+
+
+def _check_json_rows(files: list[str]) -> None:
+    """HFImportError naming the file and line of a JSON Lines row that is `null` (a row is an object
+    of columns): pyarrow's JSON reader, which datasets reads these files with, kills the process
+    (a segmentation fault, pyarrow 26) on a block of lines that starts with one. Read before the
+    dataset, one pass over each file."""
+    import datasets
+
+    for file in files:
+        opener = datasets.utils.file_utils.xopen if file.endswith(COMPRESSIONS) else open
+        try:
+            with opener(file, "rb") as lines:
+                for number, line in enumerate(lines, 1):
+                    if line.lstrip().startswith(b"null"):
+                        raise HFImportError(f"{file}: line {number} is null, not a JSON object of the row's columns")
+        except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:  # a compressed file cut short or damaged
+            raise HFImportError(f"{file}: cannot be read ({one_line(error)})") from None
 
 
 def _csv_arguments(first_file: str, sep: str) -> dict:

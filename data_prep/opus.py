@@ -4,6 +4,8 @@ In: a `PrepConfig` (languages, pairs, corpora with per-pair caps) and a source:
 - `MirrorSource(root)`: a local directory in the OPUS layout, read offline:
   `ROOT/<Corpus>/<release>/xml/<a>-<b>.xml.gz` (sentence alignments) and
   `ROOT/<Corpus>/<release>/raw/<lang>.zip` (untokenized sentence files), as `opus_read -rd ROOT`.
+  A document the alignment names (fromDoc, toDoc) must lie inside ROOT: an absolute name, a `..`
+  or a symlink out of the mirror is a FetchError naming the alignment file and the name.
 - `OnlineSource(download_dir)`: lists files through OPUS's API (or the catalogue shipped
   inside opustools, `catalog="local"`), downloads the Moses-format zip of each corpus and pair
   with resumable HTTP range requests, then reads it with `opustools.OpusRead`.
@@ -40,7 +42,7 @@ from opustools.parse.sentence_parser import SentenceParserError
 from data_prep.config import CorpusSpec, PrepConfig
 from ems.artifacts import write_json
 from ems.cli import UserError
-from ems.corpus import CorpusError, check_member_name, write_parallel
+from ems.corpus import CorpusError, OutsideRootError, check_member_name, resolve_inside, write_parallel
 
 REPORT_FILE = "fetch_report.json"
 # Any of these inside a sentence would split it over two lines in the Moses files.
@@ -133,7 +135,7 @@ class MirrorSource:
         """Nothing to download: the mirror is read in place."""
 
     def reader(self, job: FetchJob) -> OpusRead:
-        return OpusRead(
+        reader = OpusRead(
             directory=job.corpus.name,
             source=job.opus_l1,
             target=job.opus_l2,
@@ -144,6 +146,8 @@ class MirrorSource:
             suppress_prompts=True,
             chunk_size=100_000,
         )
+        _documents_inside(reader, self.root, self._files(job)[0])
+        return reader
 
 
 @dataclass
@@ -319,6 +323,25 @@ def plan_jobs(config: PrepConfig, source, pairs: list[str] | None = None) -> tup
                     covered = True
                     jobs.append(job)
     return jobs, skipped
+
+
+def _documents_inside(reader: OpusRead, root: Path, alignment: Path) -> None:
+    """Make `reader` refuse (FetchError naming `alignment` and the name) a sentence document whose name
+    in the alignment file (fromDoc, toDoc) leads outside the mirror `root`: opustools opens
+    `root/<name>` when that file exists, so `/etc/x.xml.gz` or `../../x.xml.gz` (or a symlink out of
+    the mirror) would make a local file the corpus. Checked as each document is opened, before it is
+    read; a name inside the mirror is opened as before (that file, else the raw zip's member)."""
+    handler = reader.of_handler
+    open_sentence_file = handler.open_sentence_file
+
+    def open_inside(doc_name: str, direction: str):
+        try:
+            resolve_inside(root, doc_name, alignment, home=f"the mirror {root}")
+        except OutsideRootError as error:
+            raise FetchError(str(error)) from None
+        return open_sentence_file(doc_name, direction)
+
+    handler.open_sentence_file = open_inside
 
 
 def _count_missing_documents(reader: OpusRead, missing: set[str]) -> None:

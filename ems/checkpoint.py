@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ems.artifacts import fsync_path
 from ems.cli import UserError
 
 LATEST = "latest"
@@ -65,14 +66,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _checkpoint_files(tag_dir: Path) -> list[Path]:
     return sorted(p for p in tag_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
 
@@ -81,11 +74,11 @@ def write_manifest(tag_dir: Path) -> None:
     """manifest.json: {relative path: {"bytes", "sha256"}} of every file, all fsynced."""
     files = {}
     for path in _checkpoint_files(tag_dir):
-        _fsync(path)
+        fsync_path(path)
         files[str(path.relative_to(tag_dir))] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
     _write_durably(tag_dir / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
     for directory in {tag_dir, *(p.parent for p in _checkpoint_files(tag_dir))}:
-        _fsync(directory)
+        fsync_path(directory)
 
 
 class UnsafeCheckpointError(UserError):
@@ -94,6 +87,11 @@ class UnsafeCheckpointError(UserError):
 
 class NoUsableCheckpointError(UserError):
     """A run directory has checkpoints, and none of them can be resumed from."""
+
+
+class DamagedCheckpointError(UserError):
+    """A checkpoint file that its manifest vouches for cannot be read (made by other code, or changed
+    and its manifest written again): the message names the file."""
 
 
 def _manifest_entries(manifest_path: Path) -> dict[str, dict]:
@@ -139,7 +137,7 @@ def _write_durably(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
-    _fsync(path.parent)
+    fsync_path(path.parent)
 
 
 def publish(checkpoint_dir: Path, tag: str, keep_last: int, keep: Collection[str] = ()) -> None:
@@ -152,7 +150,7 @@ def publish(checkpoint_dir: Path, tag: str, keep_last: int, keep: Collection[str
     if final.exists():
         shutil.rmtree(final)  # a re-save of the same step (e.g. resumed and stopped again at once)
     staged.rename(final)
-    _fsync(checkpoint_dir)
+    fsync_path(checkpoint_dir)
     shutil.rmtree(partial_dir(checkpoint_dir, tag))
     _write_durably(checkpoint_dir / LATEST, tag)
     for old in [saved for saved in saved_tags(checkpoint_dir) if saved not in keep][:-keep_last]:
@@ -173,7 +171,7 @@ def reject(checkpoint_dir: Path, tag: str) -> Path:
         _write_durably(checkpoint_dir / LATEST, remaining[-1])
     else:
         (checkpoint_dir / LATEST).unlink(missing_ok=True)
-    _fsync(checkpoint_dir)
+    fsync_path(checkpoint_dir)
     return rejected
 
 
@@ -183,14 +181,29 @@ def saved_tags(checkpoint_dir: Path) -> list[str]:
     return sorted(tags, key=lambda t: int(TAG_PATTERN.fullmatch(t).group(1)))
 
 
+def _latest(checkpoint_dir: Path) -> str | None:
+    """The tag `latest` names, or None when there is no `latest` or it names no tag (a warning says
+    so: the newest checkpoint that verifies is used, as without it)."""
+    latest_file = checkpoint_dir / LATEST
+    if not latest_file.is_file():
+        return None
+    try:
+        latest = latest_file.read_bytes().decode("utf-8").strip()
+    except UnicodeDecodeError:
+        latest = None
+    if latest is None or not TAG_PATTERN.fullmatch(latest):
+        log.warning("%s names no checkpoint (step<N>): ignored, the newest one that verifies is used", latest_file)
+        return None
+    return latest
+
+
 def resumable_tags(checkpoint_dir: Path) -> Iterator[str]:
     """The tags to try resuming from, best first: `latest` if it verifies, then each older
     checkpoint that does (a warning names what was wrong with each one skipped). Checked one at a
     time, as the caller asks for the next (a caller also rejects ones whose weights are not finite)."""
     if not checkpoint_dir.is_dir():
         return
-    latest_file = checkpoint_dir / LATEST
-    latest = latest_file.read_text().strip() if latest_file.is_file() else None
+    latest = _latest(checkpoint_dir)
     candidates = saved_tags(checkpoint_dir)[::-1]
     if latest in candidates:  # `latest` first, then older ones; never a newer unpublished one
         candidates = candidates[candidates.index(latest) :]
@@ -220,22 +233,40 @@ def deepspeed_state_classes() -> list:
     return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
 
 
+# What torch.load raises for a file that is not a whole torch file (truncated, bytes changed): its
+# zip reader's RuntimeError, EOFError, and the unpickler's and storage rebuilding's errors.
+DAMAGED_FILE_ERRORS = (RuntimeError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError)
+
+
 def load_tensor_file(path: str | Path, map_location=None):
     """torch.load with weights_only=True and the DeepSpeed allow-list; UnsafeCheckpointError
-    (nothing in the file is run) when it names any other object."""
+    (nothing in the file is run) when it names any other object, DamagedCheckpointError naming the
+    file when it is not a whole torch file."""
     try:
         with torch.serialization.safe_globals(deepspeed_state_classes()):
             return _TORCH_LOAD(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         # torch's message: a generic paragraph, then the line that names what was refused
         found = re.search(r"[^\n]*unsupported[^\n]*", str(error), flags=re.IGNORECASE)
-        refused = found.group(0).rstrip(" .") if found else type(error).__name__
+        if found is None:  # not a refusal: the pickle itself is broken
+            raise DamagedCheckpointError(_damaged(path, error)) from None
+        refused = found.group(0).rstrip(" .")
         raise UnsafeCheckpointError(
             f"refusing to load {path}: it names a Python object outside the allow-list of tensors, plain values and "
             f"DeepSpeed's state records ({refused}); this project never writes one, so the file was made by other "
             "code or tampered with. Nothing in it was run. Delete that checkpoint directory to resume from an "
             "earlier one"
         ) from None
+    except DAMAGED_FILE_ERRORS as error:
+        raise DamagedCheckpointError(_damaged(path, error)) from None
+
+
+def _damaged(path: str | Path, error: BaseException) -> str:
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (
+        f"{path} is not a whole torch file ({reason}) although its checkpoint's manifest lists it as written: "
+        "delete that checkpoint directory to resume from an earlier one"
+    )
 
 
 _TORCH_LOAD = torch.load  # torch's own, also while tensor_files_only() stands in for it
@@ -297,11 +328,35 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    """Set this process's RNG states from `rng_state`'s record; ValueError (nothing set) for one that
+    is not such a record."""
+    try:
+        torch_state = torch.tensor(state["torch"], dtype=torch.uint8)
+        name, keys, *rest = state["numpy"]
+        numpy_state = (name, np.asarray(keys, dtype=np.uint32), *rest)
+        version, internal, gauss = state["python"]
+        python_state = (version, tuple(internal), gauss)
+        # each is checked (on a generator of its own) before any global state changes
+        torch.Generator().set_state(torch_state)
+        np.random.RandomState().set_state(numpy_state)
+        random.Random().setstate(python_state)
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(f"not the RNG states of a checkpoint ({reason})") from None
+    torch.set_rng_state(torch_state)
+    np.random.set_state(numpy_state)
+    random.setstate(python_state)
+
+
+def load_rng_state(path: Path) -> None:
+    """Set this process's RNG states from the file `path` (rng_file) of a checkpoint;
+    DamagedCheckpointError naming it when it is not such a record."""
+    try:
+        set_rng_state(json.loads(Path(path).read_bytes()))
+    except (ValueError, RecursionError) as error:  # ValueError: UnicodeDecodeError, JSONDecodeError, set_rng_state
+        raise DamagedCheckpointError(
+            f"{path}: {' '.join(str(error).split())}; delete that checkpoint directory to resume from an earlier one"
+        ) from None
 
 
 def rng_file(tag_dir: Path, rank: int) -> Path:

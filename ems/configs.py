@@ -17,6 +17,11 @@ A `--set` value is read as the type of the field it names: verbatim for a string
 In a YAML file, YAML's own types count: a number or a boolean for a string field is an error
 (`release: 1.10` would read as 1.1), a string for a number field is read as one (YAML 1.1 reads
 `3e-4` as a string). A key with nothing after it is an empty section, list or mapping.
+
+Every YAML the project reads (a config file, a `--set` value, a run's train_config.yaml and
+config history) goes through `yaml_value` / `load_yaml`: YAML's safe loader, except that a mapping
+with the same key twice (which YAML would read as the last value, silently) is an error naming the
+key and both lines. A merge key (`<<: *defaults`) still fills in the keys a mapping does not set.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+
+from ems.artifacts import write_text
 
 T = TypeVar("T")
 _NONE = type(None)
@@ -74,21 +81,86 @@ def load_config(
 
 def read_yaml(path: str | Path) -> dict:
     """A YAML file's top-level mapping ({} for an empty file); FileNotFoundError, or ConfigError
-    naming the file and the line and column of a syntax error."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        raise ConfigError(str(path), [f"not UTF-8 text ({error.reason} at byte {error.start})"]) from None
-    except yaml.YAMLError as error:
-        raise ConfigError(str(path), [f"not a readable YAML file: {_yaml_problem(error)}"]) from None
+    naming the file and the line and column of a syntax error (load_yaml)."""
+    data = load_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(str(path), [f"expected a mapping of config keys, got {_shown(data)}"])
     return data
+
+
+def load_yaml(path: str | Path) -> Any:
+    """The value in the YAML file `path` (yaml_value: a key twice in one mapping is refused);
+    FileNotFoundError, or ConfigError naming the file and what is wrong: not UTF-8, a syntax error
+    (its line and column), a duplicate key (the key and both lines)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    try:
+        return yaml_value(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(str(path), [f"not UTF-8 text ({error.reason} at byte {error.start})"]) from None
+    except DuplicateKeyError as error:
+        raise ConfigError(str(path), [f"{error.problem}: YAML would keep only the last value; remove one"]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(str(path), [f"not a readable YAML file: {_yaml_problem(error)}"]) from None
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A YAML mapping holds the same key twice; `problem` names the key (its path from the top:
+    `model_overrides.d_model`, `files[2].name`) and the lines of both."""
+
+
+def yaml_value(text: str) -> Any:
+    """yaml.safe_load(text), except that a mapping with a key twice is DuplicateKeyError (a
+    yaml.YAMLError) instead of silently the last value."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_unique_keys(loader, node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_unique_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """DuplicateKeyError for the first mapping under `root` (a composed document) with a key twice."""
+    pending, seen_nodes = [(root, "")], set()
+    while pending:
+        node, where = pending.pop()
+        if id(node) in seen_nodes:  # an alias of a node already checked
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            pending.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(node.value))))
+        elif isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            children = []
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:  # `<<: *defaults`: keys set beside it override the merged ones
+                    children.append((value_node, where))
+                    continue
+                key = loader.construct_object(key_node, deep=True) if isinstance(key_node, yaml.ScalarNode) else None
+                name = f"{where}.{key}" if where else str(key)
+                try:
+                    earlier = first_line.get(key) if key is not None else None
+                except TypeError:  # unhashable: the constructor refuses it anyway
+                    earlier = None
+                if earlier is not None:
+                    raise DuplicateKeyError(
+                        problem=f"key {name!r} appears twice, at lines {earlier} and {key_node.start_mark.line + 1}",
+                        problem_mark=key_node.start_mark,
+                    )
+                if key is not None:
+                    first_line[key] = key_node.start_mark.line + 1
+                children.append((value_node, name))
+            pending.extend(reversed(children))
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:
@@ -119,7 +191,8 @@ def merge(base: dict, extra: dict) -> dict:
 
 
 def dump_config(config: Any, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    """`config` (a dataclass) as YAML in `path`, whole or not at all (ems.artifacts.write_text)."""
+    write_text(path, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False), "config")
 
 
 def out_of_range(name: str, value: Any, low: float | None = None, high: float | None = None) -> list[str]:
@@ -157,7 +230,7 @@ def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> di
         hint, _ = _unwrap(_hint_at(cls, path))
         try:
             if str not in _options(hint) or text[:1] in ("'", '"'):  # a quoted string: YAML unquotes it
-                value = yaml.safe_load(text)
+                value = yaml_value(text)
             else:  # verbatim: YAML would read `no` as false, `1.10` as 1.1
                 value = None if _NONE in _options(hint) and text in _YAML_NULLS else text
         except yaml.YAMLError as error:

@@ -227,12 +227,41 @@ def read_parallel(
             yield text_l1, text_l2
 
 
+def _names_outside(name: str) -> bool:
+    """Whether a relative name, as written, leaves the place it is relative to: absolute (`/x`, `C:x`,
+    `\\x`) or with a `..` part (`\\` counts as a separator: the name may come from another system)."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    return path.is_absolute() or ".." in path.parts or bool(path.parts and path.parts[0].endswith(":"))
+
+
 def check_member_name(name: str, archive: str | Path) -> None:
     """CorpusError for an archive member whose name is absolute or climbs out ('..'): a hostile or
     broken archive, refused before anything is read from it (on every path that opens a zip or tar)."""
-    path = PurePosixPath(name.replace("\\", "/"))
-    if path.is_absolute() or ".." in path.parts or (path.parts and path.parts[0].endswith(":")):
+    if _names_outside(name):
         raise CorpusError(f"{archive}: member {name!r} names a path outside the archive; refused, nothing read from it")
+
+
+class OutsideRootError(ValueError):
+    """A path named inside a file (a manifest, an index, an alignment) leads out of the directory it
+    belongs to; the message names the file, the path and the directory."""
+
+
+def resolve_inside(root: str | Path, name: str, where: str | Path, home: str = "") -> Path:
+    """`root / name` for a `name` read from inside the file `where`, if it stays inside `root`; else
+    OutsideRootError, before anything is opened. Refused: an empty or absolute name, a `..` part (even
+    one that would come back inside) and a name that resolves, through a symlink inside `root`, to a
+    place outside `root` (itself resolved first, so a root that is a symlink is fine). `home` names
+    the root in the message (default: its path)."""
+    home = home or str(root)
+    if not isinstance(name, str) or not name or _names_outside(name):
+        problem = f"outside {home}"
+    else:
+        base = Path(root).resolve()
+        resolved = (base / name).resolve()
+        problem = None if resolved.is_relative_to(base) else f"which a symlink leads to {resolved}, outside {home}"
+    if problem is not None:
+        raise OutsideRootError(f"{where} names the path {name!r}, {problem}; refused, nothing read or written there")
+    return Path(root) / name
 
 
 def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[ParallelFiles]:

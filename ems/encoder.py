@@ -38,7 +38,7 @@ from safetensors.torch import load_file, save_file
 
 from ems.heads import VIEWS, load_head
 from ems.languages import resolve_language
-from ems.model import EMSConfig, EncoderNetwork
+from ems.model import EMSConfig, EncoderNetwork, check_tensor_shapes, encoder_shapes, load_weights, weight_shapes
 from ems.precision import autocast_dtype, precision_name
 from ems.text import UNKNOWN_LANGUAGE, Tokenizer, checked_sentences
 from ems.tokenizer_pool import MIN_POOL_PART, TokenizerPool
@@ -268,6 +268,45 @@ def embed_token_ids(
     return out
 
 
+def read_config(config_file: Path) -> EMSConfig:
+    """The EMSConfig in `config_file` (a model directory's config.json); ValueError naming the file."""
+    try:
+        values = json.loads(config_file.read_text(encoding="utf-8"))
+        if not isinstance(values, dict):
+            raise ValueError("not a JSON object of EMSConfig fields")
+        return EMSConfig.from_dict(values)
+    except (ValueError, TypeError) as error:  # malformed JSON, unknown, missing or mistyped fields
+        raise ValueError(f"{config_file}: {' '.join(str(error).split())}") from None
+
+
+def check_model_directory(path: str | Path) -> tuple[EMSConfig, Tokenizer]:
+    """The config and tokenizer of the model directory `path`, everything in it checked before any
+    weight is loaded: the directory and its files exist, config.json is an EMSConfig, the tokenizer
+    passes Tokenizer's checks (ems.text.check_vocabulary), its piece and language counts are the
+    config's (EMSConfig.check_vocabulary), and model.safetensors holds exactly the tensors of the
+    config's encoder, shape for shape (ems.model.check_tensor_shapes, from the file's header).
+    FileNotFoundError or ValueError, one line naming the file and what is wrong."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"model directory {path} does not exist")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a directory (expected an EMS model directory)")
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path} is not an EMS model directory: {name} is missing")
+    cfg = read_config(path / CONFIG_FILE)
+    tokenizer = Tokenizer.load(path)
+    cfg.check_vocabulary(tokenizer.vocab_size, len(tokenizer.languages), path)
+    check_tensor_shapes(
+        encoder_shapes(cfg), weight_shapes(path / WEIGHTS_FILE), str(path / WEIGHTS_FILE), _model_of(path)
+    )
+    return cfg, tokenizer
+
+
+def _model_of(path: Path) -> str:
+    return f"the model of {path / CONFIG_FILE}"
+
+
 def initialize_from(encoder: EncoderNetwork, tokenizer: Tokenizer, model_dir: str | Path) -> str:
     """Copy the weights of the model in `model_dir` (an `export_encoder` directory) into `encoder`,
     whose vocabulary is `tokenizer`'s: the "extend a trained model to new languages" start.
@@ -279,11 +318,8 @@ def initialize_from(encoder: EncoderNetwork, tokenizer: Tokenizer, model_dir: st
     only one of them has, which keeps its initialisation. Returns a one-line summary; ValueError
     for a model of another width or depth."""
     model_dir = Path(model_dir)
-    for name in (WEIGHTS_FILE, CONFIG_FILE):
-        if not (model_dir / name).is_file():
-            raise FileNotFoundError(f"init_from={model_dir} is not an EMS model directory: {name} is missing")
+    _, source_tokenizer = check_model_directory(model_dir)
     source = load_file(str(model_dir / WEIGHTS_FILE))
-    source_tokenizer = Tokenizer.load(model_dir)
     target = encoder.state_dict()
     copied, kept = [], []
     with torch.no_grad():
@@ -325,15 +361,14 @@ def initialize_from(encoder: EncoderNetwork, tokenizer: Tokenizer, model_dir: st
 
 def load(path: str | Path, device: str = "cpu", precision: str = "auto", tokenizer_workers: int = 0) -> EMSEncoder:
     """Load a model directory written by `export_encoder` (safetensors: no pickle is executed),
-    with the head in `<path>/head/` if there is one; `precision` and `tokenizer_workers` as EMSEncoder's."""
+    with the head in `<path>/head/` if there is one; `precision` and `tokenizer_workers` as EMSEncoder's.
+    A directory that is missing or not a whole, consistent model (check_model_directory) is a
+    FileNotFoundError or ValueError of one line."""
     path = Path(path)
-    for name in (WEIGHTS_FILE, CONFIG_FILE):
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"{path} is not an EMS model directory: {name} is missing")
-    cfg = EMSConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
+    cfg, tokenizer = check_model_directory(path)
     encoder = EncoderNetwork(cfg)
-    encoder.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
-    return EMSEncoder(encoder, Tokenizer.load(path), device, _load_head(path / HEAD_DIR), precision, tokenizer_workers)
+    load_weights(encoder, path / WEIGHTS_FILE, _model_of(path))
+    return EMSEncoder(encoder, tokenizer, device, _load_head(path / HEAD_DIR), precision, tokenizer_workers)
 
 
 def _load_head(directory: Path):

@@ -44,9 +44,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ems.artifacts import staged_directory
+from ems.artifacts import replaced_hint, staged_directory
 from ems.cli import add_debug_option, run_main
-from ems.encoder import CONFIG_FILE, WEIGHTS_FILE
+from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory
 from ems.model import EMSConfig
 from ems.model_card import model_facts, write_model_card
 from ems.run_metadata import RUN_METADATA_FILE, git_state
@@ -65,8 +65,12 @@ CORE_DEFINITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "ems.text",
         (
             "PAD_ID",
+            "UNK_ID",
+            "FIRST_LANG_ID",
             "TOKENIZER_FILE",
             "SPM_FILE",
+            "SPM_SHA1_KEY",
+            "lang_token",
             "_moses",
             "moses_words",
             "_jieba",
@@ -85,15 +89,33 @@ CORE_DEFINITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "guess_language",
             "_SURROGATE",
             "checked_sentences",
+            # the vocabulary checks of ems.text.Tokenizer, made by EMSTextTokenizer too
+            "read_tokenizer_file",
+            "read_sentencepiece",
+            "check_vocabulary",
         ),
     ),
     ("ems.losses", ("OBJECTIVES", "DUPLICATE_NEGATIVES")),
-    ("ems.model", ("EMSConfig", "PackedTokens", "attention_with_dropout", "EncoderLayer", "EncoderNetwork")),
+    (
+        "ems.model",
+        (
+            "EMSConfig",
+            "check_tensor_shapes",
+            "weight_shapes",
+            "encoder_shapes",
+            "load_weights",
+            "PackedTokens",
+            "attention_with_dropout",
+            "EncoderLayer",
+            "EncoderNetwork",
+        ),
+    ),
     (
         "ems.encoder",
         (
             "WEIGHTS_FILE",
             "CONFIG_FILE",
+            "read_config",
             "CPU_BATCH_TOKENS",
             "GPU_BATCH_TOKENS",
             "default_batch_tokens",
@@ -113,10 +135,12 @@ Needs torch, safetensors, numpy, sentencepiece, sacremoses, jieba, fugashi (+ un
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import numbers
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -125,6 +149,7 @@ import numpy as np
 import sentencepiece as spm
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from sacremoses import MosesTokenizer
 from torch import Tensor, nn
@@ -134,13 +159,13 @@ CORE_GLUE = '''
 
 class EMSTextTokenizer:
     """`spm.model` + `ems_tokenizer.json`: raw sentences -> SentencePiece ids after the preprocessing
-    of their language (ems.text.Tokenizer's; languages are the model's codes, no aliases)."""
+    of their language (ems.text.Tokenizer's; languages are the model's codes, no aliases). The files
+    are checked as ems.text.Tokenizer checks them (read_tokenizer_file, check_vocabulary)."""
 
     def __init__(self, spm_file: str | Path, tokenizer_file: str | Path, default_language: str | None = None):
-        meta = json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))
-        self.languages = meta["languages"]
-        self.preprocessing = Preprocessing(**meta["preprocessing"])
-        self.sp = spm.SentencePieceProcessor(model_file=str(spm_file))
+        self.languages, self.preprocessing, recorded_sha1 = read_tokenizer_file(tokenizer_file)
+        self.sp, sha1 = read_sentencepiece(spm_file)
+        check_vocabulary(self.sp, sha1, self.languages, recorded_sha1, str(spm_file))
         self.default_language = None if default_language is None else self.check_language(default_language)
 
     def check_language(self, lang: str) -> str:
@@ -163,16 +188,37 @@ class EMSTextTokenizer:
 
     def save(self, directory: str | Path) -> None:
         """Write `spm.model` and `ems_tokenizer.json` into `directory`."""
-        Path(directory, SPM_FILE).write_bytes(self.sp.serialized_model_proto())
-        meta = {"languages": self.languages, "preprocessing": dataclasses.asdict(self.preprocessing)}
+        proto = self.sp.serialized_model_proto()
+        Path(directory, SPM_FILE).write_bytes(proto)
+        meta = {
+            "languages": self.languages,
+            "preprocessing": dataclasses.asdict(self.preprocessing),
+            SPM_SHA1_KEY: hashlib.sha1(proto).hexdigest(),
+        }
         Path(directory, TOKENIZER_FILE).write_text(json.dumps(meta, indent=2) + "\\n", encoding="utf-8")
 
 
-def load_encoder(config_file: str | Path, weights_file: str | Path) -> EncoderNetwork:
-    """The encoder of an EMS model directory's config.json and model.safetensors, in eval mode."""
-    encoder = EncoderNetwork(EMSConfig.from_dict(json.loads(Path(config_file).read_text(encoding="utf-8"))))
-    encoder.load_state_dict(load_file(str(weights_file)))
-    return encoder.eval()
+def check_tokenizer(cfg: EMSConfig, tokenizer: EMSTextTokenizer, spm_file: str | Path) -> None:
+    """ValueError unless the tokenizer's piece and language counts are the model's (as ems.load checks)."""
+    cfg.check_vocabulary(tokenizer.sp.get_piece_size(), len(tokenizer.languages), Path(spm_file).parent)
+
+
+def load_model(
+    config_file: str | Path,
+    weights_file: str | Path,
+    spm_file: str | Path,
+    tokenizer_file: str | Path,
+    default_language: str | None = None,
+) -> tuple[EncoderNetwork, EMSTextTokenizer]:
+    """The encoder (in eval mode) and tokenizer of an EMS model directory's files, with ems.load's
+    checks, in its order: the config, the tokenizer's own checks, the tokenizer against the config,
+    the weights' tensor names and shapes against the config's model. ValueError (one line) if any fails."""
+    cfg = read_config(Path(config_file))
+    tokenizer = EMSTextTokenizer(spm_file, tokenizer_file, default_language)
+    check_tokenizer(cfg, tokenizer, spm_file)
+    encoder = EncoderNetwork(cfg)
+    load_weights(encoder, weights_file, f"the model of {config_file}")
+    return encoder.eval(), tokenizer
 
 
 def pad_token_ids(ids: list[list[int]], cfg: EMSConfig) -> Tensor:
@@ -200,7 +246,7 @@ from safetensors.torch import save_file
 from sentence_transformers.base.modules import InputModule
 
 from .ems_core import (
-    CONFIG_FILE, SPM_FILE, TOKENIZER_FILE, WEIGHTS_FILE, EMSTextTokenizer, EncoderNetwork, load_encoder, pad_token_ids,
+    CONFIG_FILE, SPM_FILE, TOKENIZER_FILE, WEIGHTS_FILE, EMSTextTokenizer, EncoderNetwork, load_model, pad_token_ids,
 )
 
 
@@ -255,8 +301,8 @@ class EMSSentenceEncoder(InputModule):
         config = cls.load_config(model_name_or_path, **where)
         files = {name: cls.load_file_path(model_name_or_path, name, **where)
                  for name in (CONFIG_FILE, WEIGHTS_FILE, SPM_FILE, TOKENIZER_FILE)}
-        tokenizer = EMSTextTokenizer(files[SPM_FILE], files[TOKENIZER_FILE], config.get("default_language"))
-        return cls(load_encoder(files[CONFIG_FILE], files[WEIGHTS_FILE]), tokenizer)
+        return cls(*load_model(files[CONFIG_FILE], files[WEIGHTS_FILE], files[SPM_FILE], files[TOKENIZER_FILE],
+                               config.get("default_language")))
 '''
 
 HF_MODELING_SOURCE = '''"""The EMS encoder as a transformers model (generated by `python -m ems.export`).
@@ -268,13 +314,18 @@ HF_MODELING_SOURCE = '''"""The EMS encoder as a transformers model (generated by
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import cached_file
 
-from .ems_core import SPM_FILE, TOKENIZER_FILE, EMSConfig, EMSTextTokenizer, EncoderNetwork, embed_token_ids
+from .ems_core import (
+    CONFIG_FILE, SPM_FILE, TOKENIZER_FILE, WEIGHTS_FILE, EMSConfig, EMSTextTokenizer, EncoderNetwork,
+    check_tensor_shapes, check_tokenizer, embed_token_ids, encoder_shapes, weight_shapes,
+)
 
 
 class EMSHFConfig(PretrainedConfig):
@@ -306,6 +357,38 @@ class EMSHFModel(PreTrainedModel):
         """Nothing: every weight is in model.safetensors, and a model built from a config alone keeps
         PyTorch's initialisation."""
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "EMSHFModel":
+        """transformers' from_pretrained, with ems.load's checks: first model.safetensors against the
+        config's model (the tensor names and shapes: transformers would leave a missing tensor as
+        uninitialised memory), then the tokenizer files (a vocabulary or language list that is not the
+        model's fails here, not at encode). ValueError, one line, for the first that fails."""
+        where = {key: kwargs[key] for key in ("cache_dir", "token", "revision", "local_files_only", "subfolder")
+                 if key in kwargs}
+        config = kwargs.get("config")
+        if getattr(config, "ems", None) is None:
+            config = EMSHFConfig.from_pretrained(pretrained_model_name_or_path, **where)
+        weights_file = cached_file(pretrained_model_name_or_path, WEIGHTS_FILE, **where,
+                                   _raise_exceptions_for_missing_entries=False)
+        if weights_file is not None:  # (else transformers finds the weights, or says what is missing)
+            shapes = encoder_shapes(EMSConfig.from_dict(config.ems))
+            expected = {f"encoder.{name}": shape for name, shape in shapes.items()}
+            check_tensor_shapes(expected, weight_shapes(weights_file), weights_file,
+                                f"the model of {Path(weights_file).parent / CONFIG_FILE}")
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model.load_text_tokenizer(**where)
+        return model
+
+    def load_text_tokenizer(self, **where) -> EMSTextTokenizer:
+        """The model's tokenizer (spm.model, ems_tokenizer.json), checked against its config; `where`:
+        cached_file's options (revision, token, ...)."""
+        spm_file, tokenizer_file = (cached_file(self.name_or_path, name, **where)
+                                    for name in (SPM_FILE, TOKENIZER_FILE))
+        tokenizer = EMSTextTokenizer(spm_file, tokenizer_file, self.config.default_language)
+        check_tokenizer(self.encoder.cfg, tokenizer, spm_file)
+        self.text_tokenizer = tokenizer
+        return tokenizer
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 **kwargs) -> BaseModelOutputWithPooling:
         if attention_mask is not None:
@@ -315,8 +398,7 @@ class EMSHFModel(PreTrainedModel):
     def tokenize(self, sentences: list[str], lang: str | None = None) -> list[list[int]]:
         """Sentences in `lang` (None: config.default_language, or each one's script) -> token ids."""
         if self.text_tokenizer is None:
-            files = [cached_file(self.name_or_path, name) for name in (SPM_FILE, TOKENIZER_FILE)]
-            self.text_tokenizer = EMSTextTokenizer(*files, self.config.default_language)
+            self.load_text_tokenizer()
         return self.text_tokenizer.encode(sentences, lang)
 
     def encode(self, sentences: list[str], lang: str | None = None, batch_size: int | None = None) -> np.ndarray:
@@ -354,7 +436,7 @@ def top_level_source(module_name: str, names: tuple[str, ...]) -> str:
 
 def core_source() -> str:
     """The text of ems_core.py: CORE_DEFINITIONS from this package's source, then the exported
-    models' shared glue (EMSTextTokenizer, load_encoder, pad_token_ids)."""
+    models' shared glue (EMSTextTokenizer, check_tokenizer, load_model, pad_token_ids)."""
     git = git_state()
     origin = ", ".join(module for module, _ in CORE_DEFINITIONS)
     if git is not None:
@@ -366,13 +448,15 @@ def core_source() -> str:
 
 
 def check_model_dir(model_dir: Path) -> Tokenizer:
-    """The tokenizer of the EMS model directory `model_dir`; FileNotFoundError (one line) if it is not one."""
+    """The tokenizer of the EMS model directory `model_dir`, checked as ems.load checks it (config,
+    tokenizer, weights: ems.encoder.check_model_directory) so that no broken model is exported;
+    FileNotFoundError or ValueError (one line) otherwise."""
     if not model_dir.is_dir():
-        raise FileNotFoundError(f"{model_dir} is not a directory (expected an EMS model directory, e.g. RUN/model)")
-    for name in (WEIGHTS_FILE, CONFIG_FILE):
-        if not (model_dir / name).is_file():
-            raise FileNotFoundError(f"{model_dir} is not an EMS model directory: {name} is missing")
-    return Tokenizer.load(model_dir)
+        raise FileNotFoundError(
+            f"{model_dir} is not a directory (expected an EMS model directory, e.g. RUN/model)"
+            f"{replaced_hint(model_dir)}"
+        )
+    return check_model_directory(model_dir)[1]
 
 
 def check_language(language: str, tokenizer: Tokenizer) -> str | None:

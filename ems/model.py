@@ -10,10 +10,14 @@ map) of both sides towards a teacher's vector; XTR and contrastive act on u.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from ems.losses import (
@@ -27,7 +31,7 @@ from ems.losses import (
     global_contrastive_loss,
     xtr_loss,
 )
-from ems.text import PAD_ID
+from ems.text import PAD_ID, SPM_FILE, TOKENIZER_FILE
 
 # Token positions of every preset: >= 99% of the FLORES-200 devtest sentences of every language of the
 # all-language corpus (configs/data/multilingual.yaml) whole with its 64k vocabulary. Thai's 99th
@@ -125,6 +129,21 @@ class EMSConfig:
             raise ValueError(f"unknown model config keys: {sorted(unknown)}; known: {sorted(known)}")
         return cls(**values)
 
+    def check_vocabulary(self, vocab_size: int, n_languages: int, where: str | Path) -> None:
+        """ValueError naming `where` (the model directory) unless a vocabulary of `vocab_size` pieces
+        and `n_languages` languages is this model's: the model's token embeddings have one row per
+        piece, and it was trained on that many languages."""
+        if vocab_size != self.vocab_size:
+            raise ValueError(
+                f"{where}: {SPM_FILE} has {vocab_size} pieces, but the model's config has vocab_size="
+                f"{self.vocab_size}: the vocabulary is not the model's"
+            )
+        if n_languages != self.n_languages:
+            raise ValueError(
+                f"{where}: {TOKENIZER_FILE} lists {n_languages} languages, but the model's config has n_languages="
+                f"{self.n_languages}: the language list is not the model's"
+            )
+
 
 # The model sizes, smallest first: EMSConfig fields over its defaults (vocab_size and n_languages come
 # from the tokenizer, except ems-paper's). Parameters and training FLOPs per pair of each:
@@ -176,6 +195,63 @@ def config_from_preset(name: str, **overrides) -> EMSConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose from {sorted(PRESETS)}")
     return EMSConfig.from_dict({**PRESETS[name], **overrides})
+
+
+def check_tensor_shapes(
+    expected: Mapping[str, tuple[int, ...]], found: Mapping[str, tuple[int, ...]], source: str, model: str = "the model"
+) -> None:
+    """ValueError, one line naming `source` (the weights file), unless `found` has exactly the tensor
+    names and shapes of `expected` (those of `model`): the first missing, unexpected or mismatching
+    tensor is named, a mismatch with both shapes."""
+    missing = [name for name in expected if name not in found]
+    if missing:
+        raise ValueError(
+            f"{source} lacks tensor {missing[0]} {tuple(expected[missing[0]])} of {model} "
+            f"({len(missing)} missing in all): the weights are not this model's"
+        )
+    unexpected = [name for name in found if name not in expected]
+    if unexpected:
+        raise ValueError(
+            f"{source} holds tensor {unexpected[0]} {tuple(found[unexpected[0]])}, which {model} has not "
+            f"({len(unexpected)} unexpected in all): the weights are not this model's"
+        )
+    for name, shape in expected.items():
+        if tuple(found[name]) != tuple(shape):
+            raise ValueError(
+                f"{source}: tensor {name} is {tuple(found[name])}, but {model} expects {tuple(shape)}: "
+                "the weights belong to a model of another size"
+            )
+
+
+def weight_shapes(weights_file: str | Path) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of the safetensors file `weights_file`, read from its header alone (no
+    tensor is loaded); ValueError for a file that is no safetensors file."""
+    try:
+        with safe_open(str(weights_file), framework="pt") as weights:
+            return {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
+    except SafetensorError as error:
+        raise ValueError(f"{weights_file}: not a safetensors file ({' '.join(str(error).split())})") from None
+
+
+def encoder_shapes(cfg: EMSConfig) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of the EncoderNetwork of `cfg` (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        return {name: tuple(tensor.shape) for name, tensor in EncoderNetwork(cfg).state_dict().items()}
+
+
+def load_weights(module: nn.Module, weights_file: str | Path, model: str = "the model") -> None:
+    """Load the safetensors file `weights_file` into `module`, its tensor names and shapes checked
+    first (check_tensor_shapes: one line naming the file and the first tensor that differs, never
+    torch's list of every mismatch); ValueError also for a file that is no safetensors file."""
+    try:
+        state = load_file(str(weights_file))
+    except SafetensorError as error:
+        raise ValueError(f"{weights_file}: not a safetensors file ({' '.join(str(error).split())})") from None
+    expected = {name: tuple(tensor.shape) for name, tensor in module.state_dict().items()}
+    check_tensor_shapes(
+        expected, {name: tuple(tensor.shape) for name, tensor in state.items()}, str(weights_file), model
+    )
+    module.load_state_dict(state)
 
 
 class PackedTokens:

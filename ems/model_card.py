@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from ems.configs import read_yaml
 from ems.encoder import CONFIG_FILE
 from ems.model import EMSConfig
 from ems.run_metadata import REPO_ROOT, RUN_METADATA_FILE
@@ -138,7 +139,7 @@ def model_facts(
     metadata_files = [directory / RUN_METADATA_FILE for directory in (model_dir, run_dir) if directory is not None]
     facts.run = next((json.loads(path.read_text()) for path in metadata_files if path.is_file()), None)
     if run_dir is not None:
-        data = (yaml.safe_load((run_dir / TRAIN_CONFIG_FILE).read_text()) or {}).get("data")
+        data = read_yaml(run_dir / TRAIN_CONFIG_FILE).get("data")
         facts.training_data = training_data(resolve_recorded_path(data)) if data else None
         facts.steps = steps if steps is not None else steps_trained(run_dir)
     else:

@@ -17,6 +17,8 @@ import subprocess
 from importlib import metadata as distributions
 from pathlib import Path
 
+from ems.artifacts import write_text
+
 RUN_METADATA_FILE = "run_metadata.json"
 PACKAGES = ("torch", "deepspeed", "sentencepiece", "numpy", "ems")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +67,5 @@ def run_metadata(argv: list[str]) -> dict:
 def write_run_metadata(directory: str | Path, metadata: dict) -> Path:
     """Write `metadata` (a run_metadata dict) as `directory`/run_metadata.json; returns the file's path."""
     path = Path(directory) / RUN_METADATA_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(metadata, indent=2) + "\n")
+    write_text(path, json.dumps(metadata, indent=2) + "\n", "run metadata")  # whole or not at all
     return path

@@ -19,7 +19,8 @@ A shard directory holds:
                  pair or language, so the trainer can tell in-batch translations of one sentence apart
 - `index.json`   languages, the pivot, one entry per corpus file pair with its side order
                  (`sides`) and [start, end) pair range
-                 (so the trainer can sample by language pair) and its report (read, kept,
+                 (so the trainer can sample by language pair; every row of the range carries the
+                 file's language ids in langs.npy, which opening the shards checks) and its report (read, kept,
                  skipped by reason), `format` (SHARD_FORMAT) and the dtypes; written last, so its
                  presence means the shards are complete.
 Shards written before `format` 2 (int32 tokens, no lengths.npy) still read. `read_index` and
@@ -33,11 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.languages import resolve_language
 from ems.mapped import release_mapped_pages
 
 INDEX_FILE = "index.json"
 SHARD_ARRAYS = ("tokens.npy", "offsets.npy", "lengths.npy", "langs.npy", "content_ids.npy")
 SHARD_FORMAT = 2  # 2: narrow token dtype and lengths.npy; 1 (no "format" in index.json): int32 tokens
+CHECK_ROWS = 1 << 22  # langs.npy rows compared at a time when opening shards (16 MiB of int16 pairs)
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -215,6 +218,53 @@ def check_index(directory: Path, shards: PairShards) -> None:
         position = end
     if position != n_pairs:
         raise wrong("files' ranges", f"ending at {position}", f"{n_pairs} pairs")
+    check_file_languages(directory, index, shards.langs)
+
+
+def check_file_languages(directory: Path, index: dict, langs: np.ndarray) -> None:
+    """Every row of each index.json file's [start, end) range carries that file's language ids in
+    langs.npy (`sides` in order; entries written before `sides` existed: l1 then l2), so
+    that sampling, one-pair batches and per-pair validation, which group pairs by these ranges,
+    never take one language pair for another. A disagreement (a boundary moved in index.json) is one
+    ValueError naming the index, the file entry and the first disagreeing row. One vectorised pass
+    over the memory-mapped array (each row's two ids compared as one integer), its pages released."""
+    where = directory / INDEX_FILE
+    if langs.ndim != 2 or langs.shape[1:] != (2,):
+        raise ValueError(f"{directory / 'langs.npy'} has shape {langs.shape}, not (n_pairs, 2); binarize again")
+    languages = index["languages"]
+    if not isinstance(languages, list) or not all(isinstance(lang, str) for lang in languages):
+        raise ValueError(f"{where}: languages must be a list of language codes, got {languages!r:.200}")
+    key_dtype = {1: "<u2", 2: "<u4", 4: "<u8"}.get(langs.dtype.itemsize)
+    as_keys = key_dtype is not None and langs.flags.c_contiguous
+    try:
+        for k, entry in enumerate(index["files"]):
+            name = f"files[{k}] ({entry.get('name')}, {entry.get('l1')}-{entry.get('l2')})"
+            # shards binarized before `sides` existed hold every pair in l1-l2 order
+            sides = entry.get("sides", [entry.get("l1"), entry.get("l2")])
+            try:
+                if not isinstance(sides, list) or len(sides) != 2:
+                    raise ValueError(f"sides must be a list of two languages, got {sides!r}")
+                ids = [languages.index(resolve_language(lang, languages)) for lang in sides]
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{where}: {name} does not name two of the index's languages ({error})") from None
+            expected = np.array(ids).astype(langs.dtype)
+            for start in range(entry["start"], entry["end"], CHECK_ROWS):
+                rows = langs[start : min(start + CHECK_ROWS, entry["end"])]
+                if as_keys:  # each row's two ids as one integer: one comparison a row
+                    bad = rows.view(key_dtype).ravel() != expected.view(key_dtype)[0]
+                else:
+                    bad = (rows != expected).any(axis=1)
+                if bad.any():
+                    row = start + int(np.argmax(bad))
+                    found = [int(i) for i in langs[row]]
+                    shown = "-".join(languages[i] if 0 <= i < len(languages) else str(i) for i in found)
+                    raise ValueError(
+                        f"{where}: {name} spans rows [{entry['start']}, {entry['end']}) but row {row} of "
+                        f"langs.npy is {shown} {found}, not {'-'.join(sides)} {ids}; "
+                        f"the index's ranges do not match the rows' languages (binarize again)"
+                    )
+    finally:
+        release_mapped_pages(langs)
 
 
 class IndexRanges:

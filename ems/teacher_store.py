@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tokenize
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
+from ems.corpus import OutsideRootError, resolve_inside
 from ems.encoder_kinds import PACKAGES, directory_hash, parse_encoder_spec
 
 STORE_FILE = "store.json"
@@ -110,6 +112,50 @@ def source_ids(shards, teacher_lang_ids: np.ndarray) -> tuple[np.ndarray, int]:
     return (np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)), without
 
 
+# What np.load raises for a .npy file cut short or with a damaged header (its header is a Python literal).
+NPY_ERRORS = (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError)
+
+
+def _read_meta(path: Path) -> dict:
+    """store.json, checked: TeacherStoreError naming it and the first key that is not as written."""
+    try:
+        meta = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as error:  # ValueError: not UTF-8, not JSON
+        reason = " ".join(str(error).split())
+        raise TeacherStoreError(f"{path} is not JSON ({reason}); run data_prep teacher again") from None
+    if not isinstance(meta, dict):
+        raise TeacherStoreError(f"{path} is not a JSON object; run data_prep teacher again")
+    checks = {
+        "teacher": lambda v: isinstance(v, str),
+        "identity": lambda v: isinstance(v, str),
+        "languages": lambda v: isinstance(v, list) and all(isinstance(lang, str) for lang in v),
+        "dim": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        "n": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    }
+    for key, check in checks.items():
+        if key not in meta or not check(meta[key]):
+            raise TeacherStoreError(
+                f"{path}: {key} is {meta.get(key, 'missing')!r:.60}, not what data_prep teacher writes; run it again"
+            )
+    return meta
+
+
+def _load_array(path: Path, dtype, ndim: int) -> np.ndarray:
+    """The memory-mapped .npy file `path`, of `dtype` and `ndim` dimensions; TeacherStoreError naming it otherwise."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except NPY_ERRORS as error:
+        raise TeacherStoreError(
+            f"{path} cannot be read as an array ({' '.join(str(error).split())}): run data_prep teacher again"
+        ) from None
+    if array.dtype != np.dtype(dtype) or array.ndim != ndim:
+        raise TeacherStoreError(
+            f"{path} holds {array.dtype} of shape {array.shape}, not the {ndim}-d {np.dtype(dtype)} that data_prep "
+            "teacher writes; run it again"
+        )
+    return array
+
+
 class TeacherStore:
     """A complete teacher store (see the module docstring), memory-mapped read-only."""
 
@@ -118,14 +164,26 @@ class TeacherStore:
         path = self.directory / STORE_FILE
         if not path.is_file():
             raise TeacherStoreError(f"{self.directory} holds no teacher store ({STORE_FILE} is missing)")
-        self.meta = json.loads(path.read_text())
-        generation = self.directory / self.meta["generation"]
-        self.ids = np.load(generation / "ids.npy", mmap_mode="r", allow_pickle=False)
-        self.vectors = np.load(generation / "vectors.npy", mmap_mode="r", allow_pickle=False)
+        self.meta = _read_meta(path)
+        try:  # store.json names the generation it points at: a directory of this store, nowhere else
+            generation = resolve_inside(self.directory, self.meta.get("generation"), path)
+        except OutsideRootError as error:
+            raise TeacherStoreError(
+                f"{error}: remove {self.directory} and run `python -m data_prep teacher` again"
+            ) from None
+        self.ids = _load_array(generation / "ids.npy", np.uint64, 1)
+        self.vectors = _load_array(generation / "vectors.npy", np.float32, 2)
         if not (len(self.ids) == len(self.vectors) == self.meta["n"] and self.vectors.shape[1] == self.meta["dim"]):
             raise TeacherStoreError(
                 f"{generation}: ids.npy, vectors.npy and {STORE_FILE} disagree; run data_prep teacher again"
             )
+        for start in range(0, len(self.ids), CHECK_ROWS):  # `positions` looks ids up by bisection
+            ids = np.asarray(self.ids[start : start + CHECK_ROWS + 1])
+            if (ids[1:] <= ids[:-1]).any():
+                raise TeacherStoreError(
+                    f"{generation / 'ids.npy'} is not sorted without repeats, as data_prep teacher writes it; "
+                    "run data_prep teacher again"
+                )
 
     @property
     def dim(self) -> int:

@@ -19,6 +19,7 @@ sentence-transformers and transformers models fall back to it).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -38,6 +39,9 @@ FIRST_LANG_ID = 2  # <2xx> tokens follow pad and unk, in the order of Tokenizer.
 TOKENIZER_FILE = "ems_tokenizer.json"
 LEGACY_TOKENIZER_FILE = "tokenizer.json"  # read, never written: the name Hugging Face uses for its own tokenizers
 SPM_FILE = "spm.model"
+# The key of TOKENIZER_FILE that records the SHA-1 of the spm.model saved with it (files written
+# before it was recorded have none: their spm.model is not fingerprinted).
+SPM_SHA1_KEY = "spm_sha1"
 
 
 def lang_token(lang: str) -> str:
@@ -170,6 +174,73 @@ def checked_sentences(sentences: list[str]) -> list[str]:
     return sentences
 
 
+def read_tokenizer_file(path: str | Path) -> tuple[list[str], Preprocessing, str | None]:
+    """The language list, preprocessing and recorded spm.model SHA-1 (None in files written before it
+    was recorded) of a TOKENIZER_FILE; ValueError naming the file for one that is not such a file.
+    Settings missing from older files take their old values (Moses for zh and ja, traditional Chinese
+    kept as it was)."""
+    path = Path(path)
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a tokenizer file ({error})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a tokenizer file (a JSON object with languages and preprocessing)")
+    languages = meta.get("languages")
+    if not isinstance(languages, list) or not all(isinstance(lang, str) and lang for lang in languages):
+        raise ValueError(f"{path}: languages must be a list of language codes, got {languages!r:.80}")
+    repeated = sorted({lang for lang in languages if languages.count(lang) > 1})
+    if repeated:
+        raise ValueError(f"{path}: languages lists {', '.join(repeated)} more than once")
+    settings = meta.get("preprocessing")
+    known = [f.name for f in dataclasses.fields(Preprocessing)]
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: preprocessing must be an object with the settings {', '.join(known)}")
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown preprocessing settings {', '.join(unknown)}; known: {', '.join(known)}")
+    not_bool = sorted(key for key, value in settings.items() if not isinstance(value, bool))
+    if not_bool:
+        raise ValueError(f"{path}: preprocessing settings must be true or false: {', '.join(not_bool)}")
+    recorded = meta.get(SPM_SHA1_KEY)
+    if recorded is not None and not (isinstance(recorded, str) and re.fullmatch("[0-9a-f]{40}", recorded)):
+        raise ValueError(f"{path}: {SPM_SHA1_KEY} must be the 40 hex digits of a SHA-1, got {recorded!r:.60}")
+    return languages, Preprocessing(**{"segment_cjk": False, "simplify_chinese": False, **settings}), recorded
+
+
+def read_sentencepiece(spm_file: str | Path) -> tuple[spm.SentencePieceProcessor, str]:
+    """The SentencePiece model in `spm_file` and the SHA-1 of the file; ValueError naming the file for
+    one that is no SentencePiece model (not SentencePiece's own "INTERNAL: ..." RuntimeError)."""
+    data = Path(spm_file).read_bytes()
+    try:
+        sp = spm.SentencePieceProcessor(model_proto=data)
+    except RuntimeError as error:
+        raise ValueError(f"{spm_file}: not a SentencePiece model ({' '.join(str(error).split())})") from None
+    return sp, hashlib.sha1(data).hexdigest()
+
+
+def check_vocabulary(sp, spm_sha1: str, languages: list[str], recorded_sha1: str | None, where: str) -> None:
+    """The checks that a SentencePiece model `sp` (loaded from `where`, its file's SHA-1 `spm_sha1`)
+    and a language list belong together, made by Tokenizer and by the exported models' code alike:
+    the file is the one the tokenizer file recorded (`recorded_sha1`, when it recorded one); pad and
+    unk are ids PAD_ID and UNK_ID; the language token of the i-th language is id FIRST_LANG_ID + i.
+    ValueError naming `where` and the first check that fails."""
+    if recorded_sha1 is not None and spm_sha1 != recorded_sha1:
+        raise ValueError(
+            f"{where}: not the file {TOKENIZER_FILE} was saved with (its SHA-1 is {spm_sha1}, {TOKENIZER_FILE} "
+            f"records {recorded_sha1}); the vocabulary and the language list do not belong together"
+        )
+    for name, found, wanted in (("pad", sp.pad_id(), PAD_ID), ("unk", sp.unk_id(), UNK_ID)):
+        if found != wanted:
+            raise ValueError(f"{where}: {name} is id {found}, not {wanted}: not an EMS vocabulary")
+    for i, lang in enumerate(languages):
+        if sp.piece_to_id(lang_token(lang)) != FIRST_LANG_ID + i:
+            raise ValueError(
+                f"{where}: piece {lang_token(lang)} is not id {FIRST_LANG_ID + i}; "
+                "the vocabulary and the language list do not belong together"
+            )
+
+
 @dataclass
 class Tokenizer:
     """SentencePiece model + language list + preprocessing; `encode` maps raw text to ids."""
@@ -177,15 +248,12 @@ class Tokenizer:
     spm_path: str
     languages: list[str]
     preprocessing: Preprocessing = field(default_factory=Preprocessing)
+    # the SHA-1 of spm.model that the tokenizer file records (None: not recorded, not checked)
+    recorded_sha1: str | None = None
 
     def __post_init__(self) -> None:
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.spm_path))
-        for i, lang in enumerate(self.languages):
-            if self.sp.piece_to_id(lang_token(lang)) != FIRST_LANG_ID + i:
-                raise ValueError(
-                    f"{self.spm_path}: piece {lang_token(lang)} is not id {FIRST_LANG_ID + i}; "
-                    "the vocabulary and the language list do not belong together"
-                )
+        self.sp, sha1 = read_sentencepiece(self.spm_path)
+        check_vocabulary(self.sp, sha1, self.languages, self.recorded_sha1, str(self.spm_path))
 
     @property
     def vocab_size(self) -> int:
@@ -236,7 +304,11 @@ class Tokenizer:
         target = directory / SPM_FILE
         if Path(self.spm_path).resolve() != target.resolve():
             target.write_bytes(Path(self.spm_path).read_bytes())
-        meta = {"languages": self.languages, "preprocessing": asdict(self.preprocessing)}
+        meta = {
+            "languages": self.languages,
+            "preprocessing": asdict(self.preprocessing),
+            SPM_SHA1_KEY: hashlib.sha1(target.read_bytes()).hexdigest(),
+        }
         (directory / TOKENIZER_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
@@ -248,8 +320,5 @@ class Tokenizer:
         )
         if meta_path is None or not (directory / SPM_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {SPM_FILE} + {TOKENIZER_FILE}: not a vocabulary directory")
-        meta = json.loads(meta_path.read_text())
-        # tokenizer files written before these options existed used Moses for zh and ja too, and
-        # kept traditional Chinese as it was.
-        preprocessing = Preprocessing(**{"segment_cjk": False, "simplify_chinese": False, **meta["preprocessing"]})
-        return cls(str(directory / SPM_FILE), meta["languages"], preprocessing)
+        languages, preprocessing, recorded_sha1 = read_tokenizer_file(meta_path)
+        return cls(str(directory / SPM_FILE), languages, preprocessing, recorded_sha1)

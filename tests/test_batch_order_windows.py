@@ -130,7 +130,7 @@ def _write_shards(directory, n_pairs, length):
     """Format-2 shards of n_pairs pairs of `length` tokens per side (tokens.npy sparse)."""
     directory.mkdir()
     np.save(directory / "lengths.npy", np.full((n_pairs, 2), length, dtype=np.uint8))
-    np.save(directory / "langs.npy", np.zeros((n_pairs, 2), dtype=np.int16))
+    np.save(directory / "langs.npy", np.tile(np.array([1, 0], dtype=np.int16), (n_pairs, 1)))  # xx-en, as indexed
     np.save(directory / "content_ids.npy", np.arange(2 * n_pairs, dtype=np.uint64).reshape(-1, 2))
     np.save(directory / "offsets.npy", np.arange(2 * n_pairs + 1, dtype=np.int64) * length)
     np.lib.format.open_memmap(directory / "tokens.npy", "w+", np.uint16, (2 * n_pairs * length,)).flush()

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from ems.configs import ConfigError, load_config
 from ems.heads.base import HEAD_JSON, ParallelEmbeddings, check_language
+from ems.model import load_weights
 
 WEIGHTS_FILE = "head.safetensors"
 
@@ -299,6 +300,6 @@ class TrainedHead:
             meta["dim"],
         )
         head.module = head.build_module(head.dim, len(head.classifier_languages))
-        head.module.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
+        load_weights(head.module, directory / WEIGHTS_FILE, f"the {cls.name} head of {directory / HEAD_JSON}")
         head.module.eval()
         return head

@@ -8,7 +8,9 @@ shard only; encoding holds one chunk of lines and its vectors (plus one chunk pe
 worker). Two different lines share a digest with probability ~n^2 / 2^65 (1e-6 at 10M distinct
 lines); the later one is then dropped as a duplicate.
 
-Lines end at "\\n" only; a trailing "\\r" is dropped (as eval.evaluators.retrieval.read_lines).
+Lines end at "\\n" only; a trailing "\\r" is dropped (as eval.evaluators.retrieval.read_lines), and
+so is a UTF-8 byte order mark at the start of the file (Windows editors write one): the first
+line's offset is the byte after it, so it is in no text, vector or output line.
 Empty (or whitespace-only) lines are skipped and counted; so are lines that are not UTF-8,
 lines holding a NUL byte (binary debris in a crawl, not sentences) and lines holding a tab (the
 mined pairs are written as tab-separated columns, where it would shift every column after it),
@@ -17,6 +19,7 @@ each reason counted with its first line number, so nothing is lost silently.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import sys
@@ -100,7 +103,8 @@ def scan_distinct(path: Path, shard_lines: int, on_shard: Callable[[int, np.ndar
     """One pass over `path`: its distinct non-empty lines (by an 8-byte blake2b digest of the
     text) in file order, handed to `on_shard(shard number, (n, 2) int64 array)` `shard_lines` at
     a time (the last shard may be shorter), each row the byte offset and 0-based line number of a
-    distinct line's first occurrence. Returns the counts (`LineCounts`); MissingDataError if the
+    distinct line's first occurrence (the first line's offset is after a leading byte order
+    mark, which is no part of its text). Returns the counts (`LineCounts`); MissingDataError if the
     file is not there."""
     if shard_lines < 1:
         raise ValueError(f"shard_lines must be >= 1, got {shard_lines}")
@@ -110,9 +114,11 @@ def scan_distinct(path: Path, shard_lines: int, on_shard: Callable[[int, np.ndar
         mtime_ns, offset = os.fstat(f.fileno()).st_mtime_ns, 0
         for number, raw in enumerate(f):
             digest.update(raw)
-            text = None if b"\0" in raw else _text(raw)
+            bom = len(codecs.BOM_UTF8) if number == 0 and raw.startswith(codecs.BOM_UTF8) else 0
+            line = raw[bom:]
+            text = None if b"\0" in line else _text(line)
             if text is None:
-                counts.skip(NOT_UTF8 if b"\0" not in raw else NUL_BYTE, number + 1)
+                counts.skip(NOT_UTF8 if b"\0" not in line else NUL_BYTE, number + 1)
             elif not text.strip():
                 counts.empty += 1
             elif "\t" in text:
@@ -121,7 +127,7 @@ def scan_distinct(path: Path, shard_lines: int, on_shard: Callable[[int, np.ndar
                 key = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
                 if key not in seen:
                     seen.add(key)
-                    rows.extend((offset, number))
+                    rows.extend((offset + bom, number))
                     if len(rows) == 2 * shard_lines:
                         on_shard(shards, np.frombuffer(rows, dtype=np.int64).reshape(-1, 2))
                         rows, shards = array("q"), shards + 1

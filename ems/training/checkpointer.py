@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import torch
 
+from ems.artifacts import free_space
 from ems.checkpoint import TAG_PATTERN, partial_dir, publish, reject, rng_file, rng_state, saved_tags, step_tag
 from ems.cli import UserError
 from ems.losses import OBJECTIVES
@@ -131,13 +132,10 @@ class Checkpointer:
             if isinstance(error, RuntimeError) and not any(word in str(error) for word in WRITE_FAILURE_WORDS):
                 raise
             shutil.rmtree(staging, ignore_errors=True)
-            free = shutil.disk_usage(self.directory).free
             newest = step_tag(self.last_saved) if self.last_saved else "none yet"
             raise CheckpointSaveFailed(
-                f"checkpoint save failed at step {state.step} ({_first_line(error)}); "
-                f"{free / 2**20:.0f} MiB free on the "
-                f"filesystem of {self.directory}{' (no space left)' if free < 2**26 else ''}; the newest intact "
-                f"checkpoint is {newest}: free space and rerun to resume from it"
+                f"checkpoint save failed at step {state.step} ({_first_line(error)}); {free_space(self.directory)}; "
+                f"the newest intact checkpoint is {newest}: free space and rerun to resume from it"
             ) from None
         dist.barrier()
         self.last_saved = state.step

@@ -9,6 +9,7 @@ in metrics.jsonl, scalars loss/total, loss/xtr, ... in TensorBoard.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ems.artifacts import write_text, writing
 from ems.losses import OBJECTIVES
 
 if TYPE_CHECKING:
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 LOSSES = ("loss", *OBJECTIVES)  # "loss": the weighted sum that is backpropagated
 METRICS_FILE = "metrics.jsonl"
+# what a refused append (a full disk) leaves: the records before it (a resume drops a half-written last line)
+KEPT_UP_TO_THE_FAILURE = "the records before it are kept"
 
 
 @dataclass
@@ -96,7 +100,7 @@ def _keep_metrics_up_to(path: Path, step: int) -> None:
             continue
         if record["step"] <= step:
             kept.append(line)
-    path.write_text("".join(line + "\n" for line in kept))
+    write_text(path, "".join(line + "\n" for line in kept), "metrics")
 
 
 class MetricsLog:
@@ -111,22 +115,32 @@ class MetricsLog:
 
         if resumed_step:
             _keep_metrics_up_to(out / METRICS_FILE, resumed_step)
-        self.writer = SummaryWriter(str(out / "tb"), purge_step=resumed_step + 1 if resumed_step else None)
-        self.file = (out / METRICS_FILE).open("a")
+        self.path, self.tb = out / METRICS_FILE, out / "tb"
+        with writing(self.tb, "TensorBoard log", KEPT_UP_TO_THE_FAILURE):
+            self.writer = SummaryWriter(str(self.tb), purge_step=resumed_step + 1 if resumed_step else None)
+        with writing(self.path, "metrics", KEPT_UP_TO_THE_FAILURE):
+            self.file = self.path.open("a")
 
     def write(self, record: dict, scalars: dict[str, float]) -> None:
-        """Append `record` to metrics.jsonl and `scalars` to TensorBoard at record["step"] (rank 0)."""
+        """Append `record` to metrics.jsonl and `scalars` to TensorBoard at record["step"] (rank 0);
+        a refused write (a full disk) is WriteFailed naming the file."""
         if self.rank != 0:
             return
-        for name, value in scalars.items():
-            self.writer.add_scalar(name, value, record["step"])
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        with writing(self.tb, "TensorBoard log", KEPT_UP_TO_THE_FAILURE):
+            for name, value in scalars.items():
+                self.writer.add_scalar(name, value, record["step"])
+        with writing(self.path, "metrics", KEPT_UP_TO_THE_FAILURE):
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
 
     def close(self) -> None:
         if self.rank == 0:
-            self.writer.close()
-            self.file.close()
+            try:
+                with writing(self.tb, "TensorBoard log", KEPT_UP_TO_THE_FAILURE):
+                    self.writer.close()
+            finally:
+                with contextlib.suppress(OSError):  # its lines were flushed as written (a failure: raised then)
+                    self.file.close()
 
 
 @dataclass

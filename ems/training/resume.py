@@ -29,21 +29,22 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ems.artifacts import write_text
 from ems.checkpoint import (
     LATEST,
     TAG_PATTERN,
+    load_rng_state,
     no_usable_checkpoint,
     resumable_tags,
     rng_file,
     saved_tags,
-    set_rng_state,
     tensor_files_only,
     to_universal,
     verify,
     zero_partitions,
 )
 from ems.cli import UserError
-from ems.configs import dump_config
+from ems.configs import dump_config, load_yaml
 from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.config import TrainConfig
 from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
@@ -241,7 +242,7 @@ def _restore_rngs(checkpointer: Checkpointer, tag_dir: Path, client_state: dict)
     dropout stream has no saved counterpart: a fresh one per rank, seeded by the step."""
     rank = checkpointer.rank
     if client_state["world_size"] == checkpointer.layout.world_size:
-        set_rng_state(json.loads(rng_file(tag_dir, rank).read_text()))
+        load_rng_state(rng_file(tag_dir, rank))
     else:
         seed_rngs(np.random.SeedSequence([checkpointer.cfg.seed, rank, client_state["step"]]))
 
@@ -385,7 +386,7 @@ def record_config(cfg: TrainConfig, out: Path, step: int, changes: dict[str, lis
     run (from which step, what changed, the whole config). Rank 0's to call."""
     dump_config(cfg, out / "train_config.yaml")
     history_path = out / CONFIG_HISTORY_FILE
-    history = yaml.safe_load(history_path.read_text()) if step and history_path.is_file() else None
+    history = load_yaml(history_path) if step and history_path.is_file() else None
     history = history if isinstance(history, list) else []
     if not history or changes:
         history.append(
@@ -395,4 +396,4 @@ def record_config(cfg: TrainConfig, out: Path, step: int, changes: dict[str, lis
                 "config": dataclasses.asdict(cfg),
             }
         )
-        history_path.write_text(yaml.safe_dump(history, sort_keys=False))
+        write_text(history_path, yaml.safe_dump(history, sort_keys=False), "config history")

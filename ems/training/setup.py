@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ems.artifacts import staged_directory
-from ems.encoder import export_encoder, initialize_from
+from ems.artifacts import recover_replaced, staged_directory
+from ems.encoder import check_model_directory, export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
 from ems.model import EMSConfig, EMSModel, config_from_preset
 from ems.run_metadata import run_metadata, write_run_metadata
@@ -96,8 +96,10 @@ def check_inputs(cfg: TrainConfig) -> None:
             )
         if not Path(cfg.probe_data).is_dir():
             raise FileNotFoundError(f"probe_data={cfg.probe_data} is not a directory")
-    if cfg.init_from and not Path(cfg.init_from).is_dir():
-        raise FileNotFoundError(f"init_from={cfg.init_from} is not a model directory")
+    if cfg.init_from:
+        if not Path(cfg.init_from).is_dir():
+            raise FileNotFoundError(f"init_from={cfg.init_from} is not a model directory")
+        check_model_directory(cfg.init_from)  # whole: its weights its config's model, its vocabulary its own
     deepspeed_config(cfg)
 
 
@@ -253,6 +255,8 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
     model, teacher = build_model(cfg, shards, tokenizer, rank)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
+        for exported in ("model", "model-init"):  # a re-export a kill cut short (the run's lock is held)
+            recover_replaced(out / exported)
         write_run_metadata(out, run_metadata(sys.argv))
         if cfg.export_init:
             with staged_directory(out / "model-init", "model export", replace=True) as staging:

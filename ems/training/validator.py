@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ems.artifacts import write_text
 from ems.losses import OBJECTIVES
 from ems.shards import PairShards
 from ems.training.batch_order import apportion
@@ -87,7 +88,7 @@ def validation_sample(out: Path, shards: PairShards, n: int, seed: int, write: b
             "pairs_per_language_pair": counts,
             "indices": sample.tolist(),
         }
-        path.write_text(json.dumps(record) + "\n")
+        write_text(path, json.dumps(record) + "\n", "validation sample")
     return sample
 
 

@@ -131,8 +131,9 @@ def read_text(path: Path, encoding: str = "utf-8") -> str:
 
 
 def read_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file without their line endings; only "\n" ends a line."""
-    lines = read_text(path).split("\n")
+    """Lines of a UTF-8 text file without their line endings; only "\n" ends a line. A byte order
+    mark at the start (Windows editors write one) is not part of the first line."""
+    lines = read_text(path, "utf-8-sig").split("\n")
     if lines[-1] == "":
         lines.pop()  # the end of the last line, or an empty file
     return [line.rstrip("\r") for line in lines]

@@ -12,10 +12,16 @@ A unit is finished when its record exists and every file it lists still has its 
 after its files are in place, so a unit killed at any point is simply not finished. A manifest
 made with other settings is refused (`SettingChanged`, one line naming the setting), except the
 score stage's, which is cheap to recompute: its files are dropped and the new settings written.
+
+Both are checked as they are read: a manifest that is not what its stage wrote (not JSON, a key
+missing or of another type: edited by hand, or cut short on disk) is `DamagedManifest`, one line
+naming the file and the folders to delete; a unit record that is not is a unit not finished (it is
+done again, with a note on stderr), as one whose files changed.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -36,17 +42,92 @@ STAGE_OF_STEP = {
 RECOMPUTED = ("score",)  # a change of these stages' settings redoes them instead of refusing
 
 
+INPUTS = ("src", "tgt", "src_embeddings", "tgt_embeddings")  # the files an embed manifest fingerprints
+SIDE_COUNTS = ("lines", "empty", "distinct", "shards")  # an embed manifest's counts of each side
+
+
 class SettingChanged(UserError):
     """A work dir's stage was made with other settings or inputs than this run's."""
+
+
+class DamagedManifest(UserError):
+    """A stage's manifest is not what the stage wrote (not JSON, a key missing or of another type)."""
 
 
 def stage_dir(work: Path, stage: str) -> Path:
     return Path(work) / stage
 
 
+def _json_object(path: Path) -> tuple[dict | None, str | None]:
+    """(the JSON object in `path`, None), or (None, what is wrong with the file)."""
+    try:
+        record = read_json(path)
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except (ValueError, RecursionError) as error:  # ValueError: JSONDecodeError, a number of too many digits
+        return None, f"not JSON ({' '.join(str(error).split())})"
+    if not isinstance(record, dict):
+        return None, f"not a JSON object but {type(record).__name__}"
+    return record, None
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _fingerprint_problem(fingerprint) -> str | None:
+    if not isinstance(fingerprint, dict):
+        return "is not a mapping"
+    if not (_is_count(fingerprint.get("size")) and isinstance(fingerprint.get("mtime_ns"), int)):
+        return "lacks the size or modification time"
+    return None if isinstance(fingerprint.get("blake2b"), str) else "lacks the digest"
+
+
+def _embed_problem(manifest: dict) -> str | None:
+    """What is wrong with an embed manifest's inputs and sides (ems.mining.pipeline.plan), or None."""
+    settings, inputs, sides = manifest["settings"], manifest.get("inputs"), manifest.get("sides")
+    if "model_id" not in settings or not _is_count(settings.get("shard_lines")) or not settings["shard_lines"]:
+        return "settings lack the model id or the shard size"
+    expected = INPUTS if settings.get("src_embeddings") else INPUTS[:2]
+    if not isinstance(inputs, dict) or set(inputs) != set(expected):
+        return f"inputs must fingerprint the files {', '.join(expected)}"
+    for name, fingerprint in inputs.items():
+        if problem := _fingerprint_problem(fingerprint):
+            return f"the fingerprint of {name} {problem}"
+    if not isinstance(sides, dict) or not all(isinstance(sides.get(side), dict) for side in ("src", "tgt")):
+        return "sides must hold the counts of src and tgt"
+    for side in ("src", "tgt"):
+        counts = sides[side]
+        if not all(_is_count(counts.get(name)) for name in SIDE_COUNTS):
+            return f"sides.{side} lacks one of the counts {', '.join(SIDE_COUNTS)}"
+        if not counts["distinct"] or counts["shards"] != math.ceil(counts["distinct"] / settings["shard_lines"]):
+            return f"sides.{side}: {counts['distinct']} distinct lines do not make {counts['shards']} shards"
+        sizes = counts.get("lines_bytes")
+        if not isinstance(sizes, list) or len(sizes) != counts["shards"] or not all(map(_is_count, sizes)):
+            return f"sides.{side}.lines_bytes must list the size of each of its {counts['shards']} shards"
+        skipped = counts.get("skipped")
+        if not isinstance(skipped, dict) or not all(_is_count(count) for count in skipped.values()):
+            return f"sides.{side}.skipped must count the lines skipped by reason"
+    return None
+
+
 def read_manifest(work: Path, stage: str) -> dict | None:
+    """`stage`'s manifest (None: there is none yet); DamagedManifest naming the file and what to
+    delete when it is not what the stage wrote."""
     path = stage_dir(work, stage) / "manifest.json"
-    return read_json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    manifest, problem = _json_object(path)
+    if problem is None and not isinstance(manifest.get("settings"), dict):
+        problem = "no settings"
+    if problem is None and stage == "embed":
+        problem = _embed_problem(manifest)
+    if problem is not None:
+        later = " ".join(str(stage_dir(work, s)) for s in STAGES[STAGES.index(stage) :])
+        raise DamagedManifest(
+            f"{path} is damaged ({problem}), not what the {stage} stage wrote: delete {later} to redo them"
+        )
+    return manifest
 
 
 def _difference(old: dict, new: dict) -> str | None:
@@ -88,11 +169,19 @@ def mark_done(work: Path, step: str, unit: str, files: dict[Path, int], **extra)
 
 
 def _problem(work: Path, step: str, unit: str) -> tuple[dict | None, str | None]:
-    """(the unit's record, or None; what is wrong with its files, or None)."""
+    """(the unit's record, or None; what is wrong with it or its files, or None)."""
     path = done_path(work, step, unit)
     if not path.is_file():
         return None, None
-    record = read_json(path)
+    record, problem = _json_object(path)
+    if problem is None:
+        files = record.get("files")
+        if not isinstance(files, dict) or not all(_is_count(size) for size in files.values()):
+            problem = "no sizes of its files"
+        elif step == "write" and not _is_count(record.get("written")):
+            problem = "no count of the pairs written"
+    if problem is not None:
+        return None, f"the record {path} is damaged ({problem})"
     for name, size in record["files"].items():
         file = Path(work) / name
         actual = file.stat().st_size if file.is_file() else None
@@ -115,10 +204,13 @@ def file_size(work: Path, step: str, unit: str, path: Path) -> int:
     """The size `path` had when `unit` of `step` finished; a UserError naming the step to run
     when that unit is not finished, or its files are not as it wrote them (cut short on disk)."""
     record, problem = _problem(work, step, unit)
+    name = str(_name(work, path))
+    if record is not None and name not in record["files"]:
+        record, problem = None, f"the record of {step} {unit} does not list {path}"
     if record is None:
         found = problem or f"{path} is not there yet"
         raise UserError(f"{found}: run the {step} step ({step} {unit}) first")
-    return record["files"][str(_name(work, path))]
+    return record["files"][name]
 
 
 def _name(work: Path, path: Path) -> Path:

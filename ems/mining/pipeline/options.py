@@ -51,7 +51,10 @@ class MineOptions:
     k, margin, mode, index, threshold: the mining itself (ems.mining.margin, ems.mining.index).
     line_numbers: also write each sentence's 1-based line number (first occurrence).
     cache_dir, device, chunk_lines, chunk_rows, tokenizer_workers, workers: how it runs (local
-    launcher: `workers` processes over the shards of a step); they never change the output."""
+    launcher: `workers` processes over the shards of a step); they never change the output, except
+    that a model encoder's vectors can differ in their last bits with the device and chunk_lines
+    (the lines encoded in one call: blocks at fixed row numbers, ems.mining.pipeline.embed), and so
+    can the scores; shard_lines, workers and chunk_rows never do."""
 
     src: str
     src_lang: str

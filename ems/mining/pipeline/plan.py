@@ -218,7 +218,23 @@ def plan(options: MineOptions, encoder=None) -> Plan:
     for stage in STAGES[1:]:
         ensure_manifest(work, stage, cumulative[stage])
     save_json(work / "options.json", dataclasses.asdict(options))
+    _note_blocks_across_shards(options, embed["sides"])
     return Plan(work, options, embed["sides"], model_id)
+
+
+def _note_blocks_across_shards(options: MineOptions, sides: dict) -> None:
+    """A note when the encoder's blocks of --chunk-lines lines (ems.mining.pipeline.embed) cross
+    shard edges, so that some lines are encoded twice."""
+    if options.src_embeddings is not None or options.shard_lines % options.chunk_lines == 0:
+        return
+    if all(sides[side]["shards"] < 2 for side in SIDES):
+        return
+    print(
+        f"note: --shard-lines {options.shard_lines} is not a multiple of --chunk-lines {options.chunk_lines}: a "
+        f"block of {options.chunk_lines} lines that two shards share is encoded by both (vectors must not depend "
+        "on the sharding); a multiple encodes every line once",
+        file=sys.stderr,
+    )
 
 
 def load_plan(work_dir: Path) -> Plan:
