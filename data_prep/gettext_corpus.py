@@ -156,6 +156,12 @@ def parse_po(data: bytes, source: str) -> tuple[list[CatalogEntry], list[str]]:
             catalog = read_po(io.BytesIO(data), ignore_obsolete=True)
     except (PoFileError, ValueError, LookupError) as error:  # ValueError: UnicodeDecodeError
         raise PoParseError(f"{source}: not a readable .po catalog: {error}") from None
+    except (AttributeError, TypeError, IndexError, KeyError) as error:  # babel's own failures on broken input
+        # e.g. a header line folded onto the next ("POT-Creation-Date: 2026-11-27\n" " 02:55\n"): its date
+        # parser's regex does not match and it calls .group() on None
+        raise PoParseError(
+            f"{source}: not a readable .po catalog: babel failed on it ({type(error).__name__}: {error})"
+        ) from None
     entries = []
     for message in catalog:
         if not message.id or message.fuzzy:

@@ -329,7 +329,7 @@ def open_dataset(
             return (loaded.to_iterable_dataset() if streaming else loaded), name, len(loaded)
         if local.is_dir():
             arguments = _local_dir_arguments(local, config)
-            _check_data_files(local, arguments)
+            _check_data_files(local, {**arguments, "cache_dir": cache_dir})
             _check_json_rows(sorted(str(file) for file in local.rglob("*.json*") if _json_file(str(file))))
             dataset, name = load(str(local), **arguments)
         elif local.is_file() or glob.has_magic(path):

@@ -92,6 +92,22 @@ class EMSConfig:
     pad_id: int = PAD_ID
 
     def __post_init__(self) -> None:
+        # each value of its field's type first (a config.json edited by hand: `"n_heads": false`, `"max_len":
+        # null`), and the sizes that shape the tensors >= 1, before any arithmetic or tensor uses them
+        for field in dataclasses.fields(self):
+            wanted = self._wanted(field.type, getattr(self, field.name))
+            if wanted is not None:
+                raise ValueError(f"{field.name} must be {wanted}, got {getattr(self, field.name)!r:.60}")
+        sizes = ("vocab_size", "n_languages", "d_model", "n_layers", "n_heads", "d_ffn", "max_len", "d_lang")
+        small = [name for name in (*sizes, "d_contrastive") if getattr(self, name) < 1]
+        if small:
+            raise ValueError(f"{small[0]} must be >= 1, got {getattr(self, small[0])}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(
+                f"pad_id must be a piece of the vocabulary (0 to {self.vocab_size - 1}), got {self.pad_id}"
+            )
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.attention not in ("auto", "sdpa", "matmul"):
@@ -111,6 +127,25 @@ class EMSConfig:
             raise ValueError(f"attention_group_rows must be >= 0 (0: no groups), got {self.attention_group_rows}")
         if self.d_output is not None and self.d_output < 1:
             raise ValueError(f"d_output must be a positive number of dimensions or null, got {self.d_output}")
+
+    @staticmethod
+    def _wanted(annotation, value) -> str | None:
+        """What a field annotated `annotation` holds, when `value` is not that; None when it is (or for
+        an annotation not checked). Self-contained: ems.export copies this class into ems_core.py."""
+        name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        if name == "int":
+            return None if integer else "an integer"
+        if name == "int | None":
+            return None if integer or value is None else "an integer or null"
+        if name == "float":
+            finite = integer or isinstance(value, float) and value == value and abs(value) != float("inf")
+            return None if finite else "a finite number"
+        if name == "bool":
+            return None if isinstance(value, bool) else "true or false"
+        if name == "str":
+            return None if isinstance(value, str) else "a string"
+        return None
 
     def weight(self, objective: str) -> float:
         """The weight of `objective` (one of ems.losses.OBJECTIVES) in the training loss."""

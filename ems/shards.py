@@ -30,6 +30,7 @@ Shards written before `format` 2 (int32 tokens, no lengths.npy) still read. `rea
 from __future__ import annotations
 
 import json
+import tokenize
 from pathlib import Path
 
 import numpy as np
@@ -62,14 +63,14 @@ class PairShards:
         directory = Path(directory)
         self.directory = directory
         self.index = read_index(directory)
-        self.tokens = _load_array(directory / "tokens.npy")
-        self.offsets = _load_array(directory / "offsets.npy")
-        self.langs = _load_array(directory / "langs.npy")
+        self.tokens = load_array(directory / "tokens.npy")
+        self.offsets = load_array(directory / "offsets.npy")
+        self.langs = load_array(directory / "langs.npy")
         # (n_pairs, 2) uint64 ids of each side's text; None in shards binarized before they existed
         ids_path = directory / "content_ids.npy"
-        self.content_ids = _load_array(ids_path) if ids_path.is_file() else None
+        self.content_ids = load_array(ids_path) if ids_path.is_file() else None
         lengths_path = directory / "lengths.npy"
-        self.lengths = _load_array(lengths_path) if lengths_path.is_file() else None
+        self.lengths = load_array(lengths_path) if lengths_path.is_file() else None
         check_index(directory, self)
         self.languages: list[str] = self.index["languages"]
 
@@ -138,9 +139,12 @@ def read_index(directory: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
     try:
-        return json.loads(path.read_text())
+        index = json.loads(path.read_text())
     except ValueError as error:
         raise ValueError(f"{path} is not valid JSON ({error}): binarize again") from None
+    if not isinstance(index, dict):
+        raise ValueError(f"{path} holds a JSON {type(index).__name__}, not the object binarize writes: binarize again")
+    return index
 
 
 def language_pair_counts(index: dict) -> dict[tuple[str, str], int]:
@@ -153,14 +157,17 @@ def language_pair_counts(index: dict) -> dict[tuple[str, str], int]:
     return pairs
 
 
-def _load_array(path: Path) -> np.ndarray:
-    """A memory-mapped .npy file; a truncated or damaged one is an error naming it."""
+# What np.load raises for a .npy file that is cut short or damaged (its header is parsed as Python tokens).
+NPY_ERRORS = (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError)
+
+
+def load_array(path: Path, remedy: str = "binarize again") -> np.ndarray:
+    """A memory-mapped .npy file; a truncated or damaged one is a ValueError naming it and `remedy`."""
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as error:
+    except NPY_ERRORS as error:
         raise ValueError(
-            f"{path} cannot be read as an array ({' '.join(str(error).split())}): "
-            f"it is truncated or damaged; binarize again"
+            f"{path} cannot be read as an array ({' '.join(str(error).split())}): it is truncated or damaged; {remedy}"
         ) from None
 
 

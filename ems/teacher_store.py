@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tokenize
 from importlib import metadata
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import numpy as np
 
 from ems.corpus import OutsideRootError, resolve_inside
 from ems.encoder_kinds import PACKAGES, directory_hash, parse_encoder_spec
+from ems.shards import NPY_ERRORS
 
 STORE_FILE = "store.json"
 TEACHER_DIR = "teacher"
@@ -110,10 +110,6 @@ def source_ids(shards, teacher_lang_ids: np.ndarray) -> tuple[np.ndarray, int]:
         without += int((~has).sum())
         parts.append(np.unique(ids[np.flatnonzero(has), sides[has]]))
     return (np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)), without
-
-
-# What np.load raises for a .npy file cut short or with a damaged header (its header is a Python literal).
-NPY_ERRORS = (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError)
 
 
 def _read_meta(path: Path) -> dict:

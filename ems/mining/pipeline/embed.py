@@ -27,6 +27,7 @@ from ems.mining.pipeline.files import save_rows
 from ems.mining.pipeline.manifest import SettingChanged, mark_done
 from ems.mining.pipeline.plan import Plan, parse_unit
 from ems.mining.streaming import chunk_embeddings, texts_at
+from ems.shards import load_array
 
 _loaded: dict[tuple, object] = {}  # one encoder per process, loaded by its first embed unit
 
@@ -78,7 +79,7 @@ def embed_unit(plan: Plan, unit: str, encoder=None) -> None:
     lines = np.array(plan.lines(side, shard))
     precomputed = getattr(options, f"{side}_embeddings")
     if precomputed is not None:
-        vectors = np.load(precomputed, mmap_mode="r", allow_pickle=False)
+        vectors = load_array(precomputed, "write it again")
         numbers = lines[:, 1]
         step = options.chunk_lines
         chunks = (vectors[numbers[start : start + step]] for start in range(0, len(numbers), step))

@@ -42,6 +42,7 @@ from ems.mining.pipeline.files import ShardedRows, read_json, save_array, save_j
 from ems.mining.pipeline.manifest import STAGES, ensure_manifest, file_size, read_manifest, stage_dir
 from ems.mining.pipeline.options import MineOptions
 from ems.mining.streaming import file_fingerprint, same_file, scan_distinct
+from ems.shards import load_array
 
 SIDES = ("src", "tgt")
 STEPS = ("embed", "train", "populate", "merge", "knn", "score", "write")
@@ -155,7 +156,7 @@ def _scan_side(options: MineOptions, side: str, directory: Path) -> dict:
         print(f"note: {path}: skipped {counts.describe_skipped()}", file=sys.stderr)
     embeddings = getattr(options, f"{side}_embeddings")
     if embeddings is not None:
-        shape = np.load(embeddings, mmap_mode="r", allow_pickle=False).shape
+        shape = load_array(embeddings, "write it again").shape
         if len(shape) != 2 or shape[0] != counts.lines:
             raise ValueError(f"{embeddings} has shape {shape}; expected one row per line ({counts.lines}, d) of {path}")
     return {**dataclasses.asdict(counts), "shards": len(sizes), "lines_bytes": sizes}
