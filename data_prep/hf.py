@@ -252,10 +252,10 @@ def _files(entry: dict) -> list[str]:
     return [file for pair in entry.get("pairs", {}).values() for file in pair.get("files", [])]
 
 
-def _inside(root: Path, name, where: Path) -> Path:
+def _inside(root: Path, name, where: Path, links_within: Path | None = None) -> Path:
     """ems.corpus.resolve_inside as an HFImportError: `name`, read from `where`, stays inside `root`."""
     try:
-        return resolve_inside(root, name, where)
+        return resolve_inside(root, name, where, links_within=links_within)
     except OutsideRootError as error:
         raise HFImportError(str(error)) from None
 
@@ -283,9 +283,13 @@ def _check_data_files(local: Path, arguments: dict) -> None:
 
     builder = datasets.load_dataset_builder(str(local), **arguments)
     card = local / "README.md"
+    # A snapshot of the hub's cache (REPO/snapshots/REV/) holds symlinks into REPO/blobs/: they stay in REPO.
+    repository = local.resolve().parent.parent
+    snapshot = local.resolve().parent.name == "snapshots" and (repository / "blobs").is_dir()
     for files in (builder.config.data_files or {}).values():
         for file in files:
-            _inside(local, os.path.relpath(file, local), f"{card} (data_files)" if card.is_file() else local)
+            where = f"{card} (data_files)" if card.is_file() else local
+            _inside(local, os.path.relpath(file, local), where, repository if snapshot else None)
 
 
 # --- opening a dataset ---------------------------------------------------------------------------

@@ -246,19 +246,23 @@ class OutsideRootError(ValueError):
     belongs to; the message names the file, the path and the directory."""
 
 
-def resolve_inside(root: str | Path, name: str, where: str | Path, home: str = "") -> Path:
+def resolve_inside(
+    root: str | Path, name: str, where: str | Path, home: str = "", links_within: str | Path | None = None
+) -> Path:
     """`root / name` for a `name` read from inside the file `where`, if it stays inside `root`; else
     OutsideRootError, before anything is opened. Refused: an empty or absolute name, a `..` part (even
     one that would come back inside) and a name that resolves, through a symlink inside `root`, to a
     place outside `root` (itself resolved first, so a root that is a symlink is fine). `home` names
-    the root in the message (default: its path)."""
+    the root in the message (default: its path). `links_within`: a directory around `root` that its
+    symlinks may lead into (a Hugging Face cache snapshot's links into the repository's `blobs/`)."""
     home = home or str(root)
     if not isinstance(name, str) or not name or _names_outside(name):
         problem = f"outside {home}"
     else:
         base = Path(root).resolve()
         resolved = (base / name).resolve()
-        problem = None if resolved.is_relative_to(base) else f"which a symlink leads to {resolved}, outside {home}"
+        allowed = base if links_within is None else Path(links_within).resolve()
+        problem = None if resolved.is_relative_to(allowed) else f"which a symlink leads to {resolved}, outside {home}"
     if problem is not None:
         raise OutsideRootError(f"{where} names the path {name!r}, {problem}; refused, nothing read or written there")
     return Path(root) / name

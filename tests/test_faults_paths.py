@@ -223,3 +223,32 @@ def test_a_hf_import_report_naming_files_outside_the_output_removes_nothing(data
     line = one_error_line(capsys)
     assert status == 2 and str(out / "hf_import_report.json") in line and "'../victim.txt'" in line, line
     assert victim.is_file() and not list(out.rglob("talks.*"))
+
+
+@pytest.mark.parametrize("blob_home", ["repository", "outside"])
+def test_a_hub_cache_snapshot_may_link_into_its_own_blobs_only(blob_home, tmp_path, capsys):
+    """The hub's cache keeps REPO/snapshots/REV/FILE as a symlink to REPO/blobs/HASH: a snapshot folder
+    imports; a snapshot link that leaves REPO is refused as any other."""
+    repository = tmp_path / "datasets--someone--pairs"
+    snapshot = repository / "snapshots" / "0123abcd"
+    (snapshot / "en-de").mkdir(parents=True)
+    (repository / "blobs").mkdir()
+    blobs = repository / "blobs" if blob_home == "repository" else tmp_path / "outside"
+    blobs.mkdir(exist_ok=True)
+    secret_table().to_parquet(blobs / "f00d")
+    (snapshot / "en-de" / "train.parquet").symlink_to(blobs / "f00d")
+    (snapshot / "README.md").write_text(
+        "---\nconfigs:\n- config_name: en-de\n  data_files:\n  - split: train\n    path: en-de/*.parquet\n---\n"
+    )
+    out = tmp_path / "out"
+    capsys.readouterr()
+
+    status = import_cli(f"{snapshot}:en-de", out)
+
+    if blob_home == "repository":  # before: refused, "a symlink leads to .../blobs/f00d"
+        assert status == 0, capsys.readouterr().err
+        assert files_under(out)
+    else:
+        line = one_error_line(capsys)
+        assert status == 2 and "outside" in line and "f00d" in line, line
+        assert not files_under(out)
