@@ -70,6 +70,9 @@ READ_ERRORS = (
     OSError,
     KeyError,
     ValueError,
+    IndexError,  # opustools: a link whose xtargets has no ";"
+    NotImplementedError,  # zipfile: an unknown compression method
+    RuntimeError,  # zipfile: an encrypted member
 )
 MISSING_DOCUMENTS_LISTED = 10  # names of missing documents kept in a report entry (all are counted)
 

@@ -114,8 +114,8 @@ def verify(tag_dir: Path) -> str | None:
         return f"{tag_dir} has no {MANIFEST} (an incomplete write)"
     try:
         expected = _manifest_entries(manifest_path)
-    except ValueError as error:
-        return f"{manifest_path} is unreadable: {error}"
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep, not a manifest
+        return f"{manifest_path} is unreadable: {' '.join(str(error).split())}"
     for name, entry in expected.items():
         path = tag_dir / name
         if not path.resolve().is_relative_to(tag_dir.resolve()):

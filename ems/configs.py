@@ -105,6 +105,8 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(str(path), [f"{error.problem}: YAML would keep only the last value; remove one"]) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"not a readable YAML file: {_yaml_problem(error)}"]) from None
+    except RecursionError:
+        raise ConfigError(str(path), ["not a readable YAML file: nested too deep"]) from None
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):

@@ -275,7 +275,7 @@ def read_config(config_file: Path) -> EMSConfig:
         if not isinstance(values, dict):
             raise ValueError("not a JSON object of EMSConfig fields")
         return EMSConfig.from_dict(values)
-    except (ValueError, TypeError) as error:  # malformed JSON, unknown, missing or mistyped fields
+    except (ValueError, TypeError, RecursionError) as error:  # malformed or too deeply nested JSON, bad fields
         raise ValueError(f"{config_file}: {' '.join(str(error).split())}") from None
 
 

@@ -140,7 +140,7 @@ def read_index(directory: str | Path) -> dict:
         raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
     try:
         index = json.loads(path.read_text())
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested too deep for the parser
         raise ValueError(f"{path} is not valid JSON ({error}): binarize again") from None
     if not isinstance(index, dict):
         raise ValueError(f"{path} holds a JSON {type(index).__name__}, not the object binarize writes: binarize again")
@@ -177,6 +177,15 @@ def check_index(directory: Path, shards: PairShards) -> None:
     A mismatch (an index edited by hand, arrays from another binarize) is one error naming the
     file and the field."""
     index, where = shards.index, directory / INDEX_FILE
+    for name, array, ndim in (
+        ("tokens.npy", shards.tokens, 1),
+        ("offsets.npy", shards.offsets, 1),
+        ("langs.npy", shards.langs, 2),
+        ("content_ids.npy", shards.content_ids, 2),
+        ("lengths.npy", shards.lengths, 2),
+    ):
+        if array is not None and array.ndim != ndim:
+            raise ValueError(f"{directory / name} has shape {array.shape}, not {ndim}-dimensional; binarize again")
     n_pairs = len(shards.langs)
 
     def wrong(field: str, found, expected) -> ValueError:
@@ -213,6 +222,8 @@ def check_index(directory: Path, shards: PairShards) -> None:
             raise wrong(field, index[field], array.dtype.name)
     position = 0
     for k, entry in enumerate(index["files"]):
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(side), str) for side in ("l1", "l2")):
+            raise ValueError(f"{where}: files[{k}] is not an entry with the languages l1 and l2: {entry!r:.200}")
         start, end = entry.get("start"), entry.get("end")
         if start != position or not isinstance(end, int) or not start <= end <= n_pairs:
             raise wrong(

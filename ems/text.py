@@ -182,8 +182,8 @@ def read_tokenizer_file(path: str | Path) -> tuple[list[str], Preprocessing, str
     path = Path(path)
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a tokenizer file ({error})") from None
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep for the parser
+        raise ValueError(f"{path}: not a tokenizer file ({' '.join(str(error).split())})") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{path}: not a tokenizer file (a JSON object with languages and preprocessing)")
     languages = meta.get("languages")

@@ -17,8 +17,10 @@ the check is on the path as opened, `..` collapsed, not on where a symlink leads
 
 Profiles (EMS_FUZZ_PROFILE): "ci" (the default; derandomized, so CI runs the same examples every
 time; EXAMPLES per reader) and "long" (LONG_FACTOR times as many, random). EMS_FUZZ_EXAMPLES=N sets
-every reader's count. No example database is written (database=None).
-benchmarks/fuzz_readers.py runs the long profile reader by reader and tabulates what it found.
+every reader's count. No example database is written (database=None), and hypothesis's caches go to
+a temporary folder, not into the repository. What the long profile found
+is pinned as @example cases, which both profiles run first: each stays as the regression test of
+its fix. benchmarks/fuzz_readers.py runs the long profile reader by reader and tabulates what it found.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, example, note, settings
 from hypothesis import given as _given
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from ems.cli import USER_ERRORS, one_line, run_main
 
@@ -103,6 +106,9 @@ _COMMON = dict(
 # matter; the shrunk example is enough to read)
 settings.register_profile("ci", derandomize=True, phases=[p for p in Phase if p is not Phase.explain], **_COMMON)
 settings.register_profile("long", derandomize=False, **_COMMON)
+# hypothesis's own caches (the constants it collects from the source, Unicode tables) go to a temporary
+# folder, not to .hypothesis/ in the repository (there is no example database: database=None)
+set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "ems-fuzz-hypothesis")
 if PROFILE not in ("ci", "long"):
     raise ValueError(f"EMS_FUZZ_PROFILE must be ci or long, got {PROFILE!r}")
 
@@ -212,15 +218,26 @@ def attempt(root: Path, call, also: tuple[str, ...] = ()):
 
 def run_cli(root: Path, main, argv: list[str], also: tuple[str, ...] = ()) -> tuple[int, str, str]:
     """main(argv) through ems.cli.run_main, stdout and stderr captured: (status, stdout, stderr).
-    Non-zero: exactly one `error: ` line on stderr."""
-    out, err = io.StringIO(), io.StringIO()
+    Non-zero: exactly one `error: ` line on stderr, from a user error that says what is wrong
+    (check_user_error)."""
+    out, err, raised = io.StringIO(), io.StringIO(), []
+
+    def recorded(arguments):  # main, with the user error it raises kept for check_user_error
+        try:
+            return main(arguments)
+        except USER_ERRORS as error:
+            raised.append(error)
+            raise
+
     with watching_opens(root, also), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = run_main(main, argv)
+        status = run_main(recorded, argv)
     note(f"status {status}; stderr: {err.getvalue()[-2000:]!r}")
     if status != 0:
         errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
         assert len(errors) == 1, f"exit {status} with {len(errors)} error lines: {err.getvalue()[-2000:]!r}"
         assert len(errors[0]) > len("error: ")
+        if raised:
+            check_user_error(raised[0])
     return status, out.getvalue(), err.getvalue()
 
 
@@ -328,7 +345,11 @@ HOSTILE_VALUES = [
     "@DEEP:40@",
     "@BIGINT@",
 ]
+# the values that need a placeholder (deep nesting, a 5000-digit number, paths out of the folder) get
+# a branch of their own, so that each comes up in about 1 in 50 values
+SPECIAL_VALUES = [value for value in HOSTILE_VALUES if isinstance(value, str) and value.startswith("@")]
 HOSTILE = st.one_of(
+    st.sampled_from(SPECIAL_VALUES),
     st.sampled_from(HOSTILE_VALUES),
     st.integers(),
     st.floats(),
@@ -741,7 +762,7 @@ HOSTILE_DOCS = [
     "/etc/hostname",
     "de/doc0.xml",
 ]
-HOSTILE_XTARGETS = ["1;", ";", "a;b", "1 2;3", "99999;1", "-1;1", "1;1;1", "", "0;0", "1 1 1;"]
+HOSTILE_XTARGETS = ["1;", ";", "a;b", "1 2;3", "99999;1", "-1;1", "1;1;1", "", "0;0", "1 1 1;", "2", "1:1"]
 
 
 def _fetch_config(root: Path, outside: Path, corpus_op=None) -> Path:
@@ -792,6 +813,16 @@ def _rezip(path: Path, edit) -> None:
         st.sampled_from(["..", "../..", "a/../..", OUTSIDE, OUTSIDE_REL, "/", "x/y", " ", "v1/../../.."]),
     ),
 )
+@example(  # found by the long profile: a link whose xtargets has no ';'
+    target="xml_attribute",
+    mutation=[],
+    attribute="xtargets",
+    doc="",
+    xtargets="2",
+    member="",
+    lang="de",
+    corpus_op=("name", ".."),
+)
 def test_opus_mirror(base, outside, opus_mirror, target, mutation, attribute, doc, xtargets, member, lang, corpus_op):
     from data_prep.__main__ import main
 
@@ -830,7 +861,9 @@ MOSES_ZIP = "TED2020_v1_moses_de-en.txt.zip"
 
 @fuzz(
     "opus_moses_zip",
-    target=st.sampled_from(["zip", "member_text", "member_name", "member_missing"]),
+    target=st.sampled_from(
+        ["zip", "zip", "zip_method", "zip_encrypted", "member_text", "member_name", "member_missing"]
+    ),
     mutation=BYTE_MUTATIONS,
     lang=st.sampled_from(["de", "en"]),
     member=st.sampled_from(
@@ -845,6 +878,8 @@ MOSES_ZIP = "TED2020_v1_moses_de-en.txt.zip"
         ]
     ),
 )
+@example(target="zip_method", mutation=[], lang="de", member="README")  # found by the long profile
+@example(target="zip_encrypted", mutation=[], lang="de", member="README")  # found by the long profile
 def test_opus_moses_zip(base, outside, target, mutation, lang, member):
     from data_prep.__main__ import main
 
@@ -867,6 +902,14 @@ def test_opus_moses_zip(base, outside, target, mutation, lang, member):
                 archive.writestr(name, data)
         if target == "zip":
             (downloads / MOSES_ZIP).write_bytes(mutate_bytes((downloads / MOSES_ZIP).read_bytes(), mutation))
+        elif target in ("zip_method", "zip_encrypted"):  # the first member's central directory entry
+            data = bytearray((downloads / MOSES_ZIP).read_bytes())
+            entry = data.index(b"PK\x01\x02")
+            if target == "zip_method":
+                data[entry + 10 : entry + 12] = (99).to_bytes(2, "little")  # a compression method zipfile lacks
+            else:
+                data[entry + 8] |= 1  # general purpose flag bit 0: encrypted
+            (downloads / MOSES_ZIP).write_bytes(bytes(data))
         config = _fetch_config(root, outside)
         argv = ["fetch", "--config", str(config), "--downloads", str(downloads), "--catalog", "local"]
         status, _, _ = run_cli(root, main, [*argv, "--out", str(root / "out")])
@@ -898,6 +941,9 @@ def _hf_readme(data_files: str) -> dict:
     mutation=st.one_of(st.just([]), BYTE_MUTATIONS),
     file_op=st.one_of(st.none(), FILE_OPS),
 )
+@example(layout="jsonl", rows=[("set", 0, None)], mutation=[], file_op=None)  # `null`: pyarrow's segfault
+@example(layout="jsonl", rows=[], mutation=[], file_op="empty")  # datasets' StopIteration
+@example(layout="folder", rows=[("set", 3, None)], mutation=[], file_op=None)  # a null in the card's configs
 def test_hf_local_layouts(base, outside, layout, rows, mutation, file_op):
     from data_prep.__main__ import main
 
@@ -958,6 +1004,7 @@ TOKENIZER_TARGETS = st.sampled_from(["json", "json", "json", "spm", "spm", "lega
 
 
 @fuzz("tokenizer", target=TOKENIZER_TARGETS, mutation=DOC_MUTATIONS, file_op=FILE_OPS)
+@example(target="json", mutation=([("set", 0, "@DEEP:3000@")], []), file_op="delete")  # found by the long profile
 def test_tokenizer_folder(base, outside, vocab_dir, target, mutation, file_op):
     from ems.text import Tokenizer
 
@@ -1014,6 +1061,19 @@ def _safetensors_bytes(header: bytes, payload: bytes) -> bytes:
     file_op=FILE_OPS,
     which=st.sampled_from(["config.json", "model.safetensors"]),
     tokenizer_target=TOKENIZER_TARGETS,
+)
+@example(
+    target="config", mutation=([("set", 5, False)], []), file_op="delete", which="config.json", tokenizer_target="json"
+)
+@example(
+    target="config", mutation=([("set", 24, True)], []), file_op="delete", which="config.json", tokenizer_target="json"
+)
+@example(
+    target="config",
+    mutation=([("set", 0, "@DEEP:3000@")], []),
+    file_op="delete",
+    which="config.json",
+    tokenizer_target="json",
 )
 def test_model_folder(base, outside, model_dir, target, mutation, file_op, which, tokenizer_target):
     from safetensors import safe_open
@@ -1118,6 +1178,12 @@ def change_array(path: Path, op, outside: Path) -> None:
     index_mutation=DOC_MUTATIONS,
     array_op=ARRAY_OPS,
 )
+# found by the long profile: offsets.npy 0-d and (n, 1); files[0] without l1 (path 16 of the seed's
+# index.json); index.json nested too deep for the JSON parser
+@example(target="offsets.npy", index_mutation=([], []), array_op=("array", 11, 0))
+@example(target="offsets.npy", index_mutation=([], []), array_op=("array", 5, 0))
+@example(target="index", index_mutation=([("delete", 16)], []), array_op=("swap_row", 0))
+@example(target="index", index_mutation=([("set", 0, "@DEEP:3000@")], []), array_op=("swap_row", 0))
 def test_shards(base, outside, shards_dir, target, index_mutation, array_op):
     from ems.shards import PairShards
 
@@ -1269,6 +1335,7 @@ def config_readers():
 
 
 @fuzz("configs", kind=st.sampled_from(CONFIG_KINDS), mutation=DOC_MUTATIONS, task=st.integers(0, 10))
+@example(kind="train", mutation=([("set", 0, "@DEEP:3000@")], []), task=0)  # found by the long profile
 def test_config_yaml(base, outside, config_readers, kind, mutation, task):
     seed, read = config_readers[kind]
     with example_root(base) as root:
@@ -1313,6 +1380,7 @@ def teacher_store(base) -> Path:
     array_op=ARRAY_OPS,
     generation=st.sampled_from(["symlink_outside", "file", "missing"]),
 )
+@example(target="gen0/ids.npy", mutation=([], []), array_op=("array", 8, 0), generation="file")  # ids reversed
 def test_teacher_store(base, outside, teacher_store, target, mutation, array_op, generation):
     from ems.teacher_store import TeacherStore
 
@@ -1512,6 +1580,12 @@ def kept_rng_states():
     latest=st.sampled_from(["", "step5", "step99", "../step10", OUTSIDE, "step10\n\n", "STEP10", "step010"]),
     which=st.sampled_from(["manifest.json", MODEL_STATES, "rng_rank0.json"]),
     file_op=FILE_OPS,
+)
+@example(target="latest", mutation=([], [("insert", 0, b"\xff")]), latest="", which="manifest.json", file_op="delete")
+@example(target="tensors", mutation=([], [("truncate", 4)]), latest="", which="manifest.json", file_op="delete")
+@example(target="rng", mutation=([("set", 0, None)], []), latest="", which="manifest.json", file_op="delete")
+@example(
+    target="manifest", mutation=([("set", 0, "@DEEP:3000@")], []), latest="", which="manifest.json", file_op="delete"
 )
 def test_checkpoints(base, outside, checkpoints, target, mutation, latest, which, file_op):
     import torch

@@ -130,6 +130,18 @@ def read_manifest(work: Path, stage: str) -> dict | None:
     return manifest
 
 
+def read_options(work: Path) -> dict:
+    """WORK/options.json, the options a plan wrote for its `stage` jobs (a mapping, checked by the
+    caller as MineOptions); DamagedManifest naming it when it is not a JSON object."""
+    path = Path(work) / "options.json"
+    options, problem = _json_object(path)
+    if problem is not None:
+        raise DamagedManifest(
+            f"{path} is damaged ({problem}), not what `python -m ems.mine plan` wrote: run the plan again"
+        )
+    return options
+
+
 def _difference(old: dict, new: dict) -> str | None:
     for name in sorted(set(old) | set(new)):
         if old.get(name) != new.get(name):

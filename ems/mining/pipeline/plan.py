@@ -35,11 +35,19 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError, UserError
-from ems.configs import load_config
+from ems.configs import ConfigError, load_config
 from ems.encoder_kinds import checked_language
 from ems.mining.index import as_index_spec, chosen_kind
-from ems.mining.pipeline.files import ShardedRows, read_json, save_array, save_json
-from ems.mining.pipeline.manifest import STAGES, ensure_manifest, file_size, read_manifest, stage_dir
+from ems.mining.pipeline.files import ShardedRows, save_array, save_json
+from ems.mining.pipeline.manifest import (
+    STAGES,
+    DamagedManifest,
+    ensure_manifest,
+    file_size,
+    read_manifest,
+    read_options,
+    stage_dir,
+)
 from ems.mining.pipeline.options import MineOptions
 from ems.mining.streaming import file_fingerprint, same_file, scan_distinct
 from ems.shards import load_array
@@ -246,7 +254,10 @@ def load_plan(work_dir: Path) -> Plan:
         raise MissingDataError(
             f"{work} holds no mining plan: run `python -m ems.mine plan --work-dir {work} ...` first"
         )
-    options = load_config(MineOptions, values=read_json(work / "options.json"))
+    try:
+        options = load_config(MineOptions, values=read_options(work))
+    except ConfigError as error:  # a hand-edited options.json: one line naming it
+        raise DamagedManifest(f"{work / 'options.json'}: {'; '.join(error.problems)}; run the plan again") from None
     _check_inputs(options, embed)  # a job that reads an input changed since the plan would mine garbage
     return Plan(work, options, embed["sides"], embed["settings"]["model_id"])
 
