@@ -350,3 +350,14 @@ def test_a_head_of_mismatched_weights_is_one_line_naming_its_file(built, tmp_pat
     assert message.startswith(f"{folder / 'head' / 'head.safetensors'}: tensor ") and "\n" not in message
     assert "(32, 32), but the dream head of" in message and "expects (64, 64)" in message, message
     assert np.isfinite(ems.load(built["model"]).encode(ENGLISH[:1], "en")).all()
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "[" * 3000 + "]" * 3000, "{not json"])
+def test_a_damaged_head_json_is_one_line_naming_it(text, tmp_path):
+    from ems.heads import HEAD_JSON, load_head
+
+    (tmp_path / HEAD_JSON).write_text(text)
+    # before: AttributeError ('list' has no .get) and RecursionError leaked
+    with pytest.raises(ValueError) as raised:
+        load_head(tmp_path)
+    assert str(tmp_path / HEAD_JSON) in str(raised.value) and "\n" not in str(raised.value)

@@ -29,7 +29,11 @@ def load_head(directory: Path) -> Head:
     path = Path(directory) / HEAD_JSON
     if not path.is_file():
         raise FileNotFoundError(f"no saved head in {directory} (missing {HEAD_JSON})")
-    name = json.loads(path.read_text(encoding="utf-8")).get("name")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep for the parser
+        raise ValueError(f"{path}: not a head file ({' '.join(str(error).split())})") from None
+    name = meta.get("name") if isinstance(meta, dict) else None
     if name not in HEADS:
         raise ValueError(f"{path}: unknown head {name!r}; known heads: {', '.join(HEADS)}")
     return HEADS[name].load(directory)
