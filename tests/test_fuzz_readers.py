@@ -446,6 +446,11 @@ def mutated_doc(doc, mutation, root: Path, outside: Path, dump=dump_json) -> byt
 FILE_OPS = st.sampled_from(["delete", "empty", "directory", "symlink_outside"])
 
 
+def mutate_json_file(path: Path, mutation, root: Path, outside: Path) -> None:
+    """Rewrite the JSON file `path` as mutated_doc of its document."""
+    path.write_bytes(mutated_doc(json.loads(path.read_text(encoding="utf-8")), mutation, root, outside))
+
+
 def change_file(path: Path, op: str, outside: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -990,8 +995,7 @@ def _tokenizer_files(directory: Path, target: str, mutation, file_op, root: Path
     one of them as a whole."""
     meta_path, spm_path = directory / "ems_tokenizer.json", directory / "spm.model"
     if target == "json":
-        doc = json.loads(meta_path.read_text(encoding="utf-8"))
-        meta_path.write_bytes(mutated_doc(doc, mutation, root, outside))
+        mutate_json_file(meta_path, mutation, root, outside)
     elif target == "spm":
         spm_path.write_bytes(mutate_bytes(spm_path.read_bytes(), mutation[1] or [("truncate", 1000)]))
     elif target == "legacy_name":
@@ -1083,8 +1087,7 @@ def test_model_folder(base, outside, model_dir, target, mutation, file_op, which
     with example_root(base, model_dir) as root:
         weights = root / "model.safetensors"
         if target == "config":
-            doc = json.loads((root / "config.json").read_text())
-            (root / "config.json").write_bytes(mutated_doc(doc, mutation, root, outside))
+            mutate_json_file(root / "config.json", mutation, root, outside)
         elif target == "header":
             header, payload = _safetensors_parts(weights.read_bytes())
             weights.write_bytes(_safetensors_bytes(mutated_doc(header, mutation, root, outside), payload))
@@ -1189,8 +1192,7 @@ def test_shards(base, outside, shards_dir, target, index_mutation, array_op):
 
     with example_root(base, shards_dir) as root:
         if target == "index":
-            doc = json.loads((root / "index.json").read_text())
-            (root / "index.json").write_bytes(mutated_doc(doc, index_mutation, root, outside))
+            mutate_json_file(root / "index.json", index_mutation, root, outside)
         else:
             change_array(root / target, array_op, outside)
         ok, shards = attempt(root, lambda: PairShards(root))
@@ -1387,8 +1389,7 @@ def test_teacher_store(base, outside, teacher_store, target, mutation, array_op,
     with example_root(base, teacher_store) as root:
         store = root / "store"
         if target == "store.json":
-            doc = json.loads((store / "store.json").read_text())
-            (store / "store.json").write_bytes(mutated_doc(doc, mutation, root, outside))
+            mutate_json_file(store / "store.json", mutation, root, outside)
         elif target == "generation":
             shutil.rmtree(store / "gen0")
             if generation == "symlink_outside":
@@ -1600,16 +1601,14 @@ def test_checkpoints(base, outside, checkpoints, target, mutation, latest, which
         elif target == "latest_text":
             (directory / "latest").write_bytes(outside_values(latest, root, outside).encode())
         elif target == "manifest":
-            doc = json.loads((tag_dir / "manifest.json").read_text())
-            (tag_dir / "manifest.json").write_bytes(mutated_doc(doc, mutation, root, outside))
+            mutate_json_file(tag_dir / "manifest.json", mutation, root, outside)
         elif target in ("tensors", "tensors_unlisted"):
             path = tag_dir / MODEL_STATES
             path.write_bytes(mutate_bytes(path.read_bytes(), mutation[1] or [("flip", 100, 0)]))
             if target == "tensors":  # a manifest that matches: the file itself must be checked
                 write_manifest(tag_dir)
         elif target == "rng":
-            doc = json.loads((tag_dir / "rng_rank0.json").read_text())
-            (tag_dir / "rng_rank0.json").write_bytes(mutated_doc(doc, mutation, root, outside))
+            mutate_json_file(tag_dir / "rng_rank0.json", mutation, root, outside)
             write_manifest(tag_dir)
         else:
             change_file(tag_dir / which, file_op, outside)
