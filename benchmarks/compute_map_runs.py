@@ -87,8 +87,8 @@ def resolved(path: str) -> Path:
 
 
 def prepared_data(cfg: MapConfig, data_dir: Path, out: Path) -> Path:
-    """The corpus, vocabulary and shards (ems.demo.prepare_data), made once under OUT/data."""
-    from ems.demo import DemoDataConfig, Stages, prepare_data
+    """The corpus, vocabulary and shards (ems.apps.demo.prepare_data), made once under OUT/data."""
+    from ems.apps.demo import DemoDataConfig, Stages, prepare_data
 
     prepared = out / "data"
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
@@ -97,7 +97,7 @@ def prepared_data(cfg: MapConfig, data_dir: Path, out: Path) -> Path:
 
 
 def train_config(cfg: MapConfig, size: str, prepared: Path, data_dir: Path, values: dict):
-    from ems.demo import data_paths
+    from ems.apps.demo import data_paths
     from ems.training.config import TrainConfig
 
     overrides = {**cfg.size(size).overrides}
@@ -122,7 +122,7 @@ def train_config(cfg: MapConfig, size: str, prepared: Path, data_dir: Path, valu
 def timed_train(cfg) -> float:
     """Train (or resume) `cfg`; the wall seconds of this invocation, summed into OUT/train_seconds.json
     over invocations (a resumed run counts each of its pieces)."""
-    from ems.train import train
+    from ems.training.train import train
 
     times = Path(cfg.out) / TIMES_FILE
     before = json.loads(times.read_text())["seconds"] if times.is_file() else 0.0

@@ -4,7 +4,7 @@
 
 For each N: writes format-2 shards (data_prep.binarize's layout; tokens.npy sparse, since only
 the rows of a few batches are read; 8 language pairs; unique content ids; side lengths drawn
-around 20 tokens), then, in a fresh process, runs what one rank of ems.train does with them and
+around 20 tokens), then, in a fresh process, runs what one rank of ems.training.train does with them and
 prints its resident set after each stage, split into anonymous memory (the process's own arrays)
 and file-backed pages (the memory-mapped shards, page cache the kernel can drop), and getrusage's
 peak: open the shards, `build_order` (side lengths, language-pair groups, duplicate spreading at

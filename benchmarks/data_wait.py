@@ -4,7 +4,7 @@ read ahead by ems.training.batches.Prefetcher: the real trainer, one process, on
     python benchmarks/data_wait.py --data SHARDS --vocab VOCAB [--config configs/train/demo.yaml]
         [--steps 60] [--skip 20] [--out /tmp/ems_data_wait]
 
-Runs `ems.train.train` for --steps steps once per `prefetch_batches` setting (0, then 2), logging
+Runs `ems.training.train.train` for --steps steps once per `prefetch_batches` setting (0, then 2), logging
 every 20 steps, and prints per setting the mean `data_wait_fraction` and tokens/s of the log
 records after step --skip (the first steps also build the batch order and warm up).
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ems.configs import load_config  # noqa: E402
-from ems.train import train  # noqa: E402
 from ems.training.config import TrainConfig  # noqa: E402
+from ems.training.train import train  # noqa: E402
 
 
 def measure(cfg: TrainConfig, skip: int) -> dict:

@@ -98,8 +98,8 @@ def main(argv: list[str]) -> int:
     from sentence_transformers import SentenceTransformer
 
     import ems
+    from ems.apps.export import export_sentence_transformers
     from ems.encoder import TruncationWarning, default_batch_tokens
-    from ems.export import export_sentence_transformers
 
     model = ems.load(args.model, precision=args.precision, tokenizer_workers=args.tokenizer_workers)
     languages = [lang.strip() for lang in args.languages.split(",") if lang.strip()]

@@ -3,10 +3,10 @@
     python benchmarks/export_language_benchmark.py MODEL_DIR --languages de,fr,ja,zh,en [--data-dir ../shared/data]
 
 For each language, LASER's Tatoeba sentences are encoded by `ems.load(MODEL_DIR)` with the right
-language (the reference) and by the model exported with `ems.export --format sentence-transformers`
+language (the reference) and by the model exported with `ems.apps.export --format sentence-transformers`
 without `lang=` (the by-script `auto` default) and with each wrong fixed default. Printed per row:
 the cosine to the reference (mean, 5th percentile, min, share identical) and Tatoeba P@1 xx->en
-(for en: en->de). The numbers in ems/export.py's docstring come from this script.
+(for en: en->de). The numbers in ems/apps/export.py's docstring come from this script.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ems  # noqa: E402
-from ems.export import export_sentence_transformers  # noqa: E402
+from ems.apps.export import export_sentence_transformers  # noqa: E402
 from ems.languages import lang_to_tatoeba_code  # noqa: E402
 from ems.text import guess_language  # noqa: E402
 

@@ -24,8 +24,8 @@ unpacks it under --work and runs, each stage capped in time, all within --total-
   mfu          (<= 1.5 min) the ems-paper training step (train config's model overrides, the prepared
                vocabulary) on 1024 real training pairs, bf16 autocast, eager and torch.compile'd (the
                compiled one in a child process, killed at the cap): s/step, tokens/s, TFLOP/s, MFU
-  train        (what is left less the evaluation's 2 minutes and the report's) ems.train on the carried
-               shards with configs/train/gpu.yaml, bf16, eager (ems.train has no torch.compile path: the
+  train        (what is left less the evaluation's 2 minutes and the report's) ems.training.train on the carried
+               shards with configs/train/gpu.yaml, bf16, eager (ems.training.train has no torch.compile path: the
                probe's compiled figure is what compiling would gain). The preset: the largest of
                ems.model.PRESETS that trains usefully, i.e. >= USEFUL_STEPS (2000) optimizer steps of
                the config's batch (1024 pairs: ~5 passes over the ~417k training pairs, 10% of them
@@ -615,7 +615,7 @@ def choose_preset(ctx: Context, base, loop_minutes: float) -> dict:
 def train_values(ctx: Context, loop_minutes: float, choice: dict) -> dict:
     """TrainConfig values over configs/train/gpu.yaml: the profile's, the data, the clock's limits and,
     when the profile fits them, warm-up, logging and validation intervals from the predicted steps."""
-    from ems.demo import data_paths
+    from ems.apps.demo import data_paths
 
     values = {
         **ctx.profile.train_overrides,
@@ -640,12 +640,12 @@ def train_values(ctx: Context, loop_minutes: float, choice: dict) -> dict:
 
 
 def stage_train(ctx: Context, output: dict) -> None:
-    """ems.train into --work/run (fresh); output: the preset's choice, the config, steps, seconds, the model."""
+    """ems.training.train into --work/run (fresh); out: the preset's choice, the config, steps, seconds, the model."""
     import shutil
 
     from ems.configs import load_config
-    from ems.train import train
     from ems.training.config import TrainConfig
+    from ems.training.train import train
 
     loop_minutes = max(0.1, ctx.stages["train"]["loop_minutes"])
     base = load_config(TrainConfig, TRAIN_CONFIG, values=ctx.profile.train_overrides)
@@ -653,7 +653,7 @@ def stage_train(ctx: Context, output: dict) -> None:
     print(f"preset {choice['preset']} ({choice['rule']})", flush=True)
     cfg = load_config(TrainConfig, TRAIN_CONFIG, values=train_values(ctx, loop_minutes, choice))
     output["config"] = dataclasses.asdict(cfg)
-    output["compiled"] = "no: ems.train has no torch.compile path (see the MFU probe for what it would gain)"
+    output["compiled"] = "no: ems.training.train has no torch.compile path (see the MFU probe for what it would gain)"
     write_report(ctx)
     shutil.rmtree(ctx.run_dir, ignore_errors=True)
     started = time.monotonic()

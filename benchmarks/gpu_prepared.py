@@ -19,7 +19,7 @@ tree), holding nothing the GPU run does not read:
     wheels/                 (--wheels) the Python packages the GPU run imports that the GPU image
                             lacks, built or downloaded here for its Python (cp312, x86-64)
 
-The corpus, vocabulary and shards are made by the demo's data stage (ems.demo.prepared_corpus) in a
+The corpus, vocabulary and shards are made by the demo's data stage (ems.apps.demo.prepared_corpus) in a
 build directory beside the output (kept and reused when prepared with the same config); the archives
 are xz-compressed (the 64k-vocabulary shards shrink ~2.5x: their uint16 tokens are far from uniform).
 The GPU run checks the manifest (`open_prepared`) before anything slow and unpacks the archives
@@ -282,8 +282,8 @@ def prepare(
 ) -> Prepared:
     """The data stage on this machine, then `out` as the module docstring says; UserError (one line) for a
     missing data directory or an `out` over `limit_mib` (then it holds no manifest: the GPU run refuses it)."""
+    from ems.apps.demo import DemoDataConfig, Stages, prepared_corpus, trained_languages
     from ems.configs import load_config
-    from ems.demo import DemoDataConfig, Stages, prepared_corpus, trained_languages
     from ems.shards import PairShards
     from ems.text import Tokenizer
 

@@ -13,8 +13,8 @@ TICO-19: ~900k a side; gold = the Tatoeba and Tatoeba Challenge translation pair
 Written once to WORK/n<N>/{src,tgt}.txt, with the gold as 1-based line-number pairs (gold.npy).
 
 The run goes through the local launcher's steps, each unit in a child process
-(`python -m ems.mine stage STEP --unit I`), --workers at a time, after the plan (`python -m
-ems.mine plan`, the scan). Per step: wall seconds, CPU seconds of its processes, their largest
+(`python -m ems.apps.mine stage STEP --unit I`), --workers at a time, after the plan (`python -m
+ems.apps.mine plan`, the scan). Per step: wall seconds, CPU seconds of its processes, their largest
 peak RSS (os.wait4), the disk the stage holds, and the mean wall and CPU seconds of a unit. Then:
 recall@k of the run's neighbours against exact search on --recall-sample rows a direction; P/R/F1
 of the mined pairs against the gold at the best threshold; with --f1-subset M, P/R/F1 of the pairs
@@ -51,7 +51,7 @@ from ems.mining.pipeline.plan import STEPS, load_plan  # noqa: E402
 from ems.mining.search import blockwise_knn  # noqa: E402
 from eval.evaluators.bucc import best_threshold, precision_recall_f1  # noqa: E402
 
-# Runs `python -m ems.mine ARGS` and writes its peak resident set (VmHWM, KiB) to the file in
+# Runs `python -m ems.apps.mine ARGS` and writes its peak resident set (VmHWM, KiB) to the file in
 # argv[1] at exit: a forked child's ru_maxrss starts at its parent's peak, VmHWM afresh at exec.
 WITH_PEAK = """
 import atexit, runpy, sys
@@ -60,8 +60,8 @@ def record():
     with open("/proc/self/status") as status, open(peak_file, "w") as out:
         out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
 atexit.register(record)
-sys.argv[0] = "ems.mine"
-runpy.run_module("ems.mine", run_name="__main__", alter_sys=True)
+sys.argv[0] = "ems.apps.mine"
+runpy.run_module("ems.apps.mine", run_name="__main__", alter_sys=True)
 """
 REAL_PER_SIDE = 900_000  # the real sentences the shared data holds a side (908k / 903k)
 PROJECT_TO = {"10M": 10_000_000, "1B": 1_000_000_000}
@@ -103,7 +103,7 @@ def _expand(units: str) -> list[int]:
 def _children(
     commands: list[list[str]], workers: int, log: Path, stdout: Path | None = None
 ) -> tuple[float, float, float, list[tuple]]:
-    """Run `python -m ems.mine` with each argument list, `workers` at a time, their output appended
+    """Run `python -m ems.apps.mine` with each argument list, `workers` at a time, their output appended
     to `log` (stdout to `stdout` if given); (wall s, CPU s, largest peak RSS MiB, per command
     (wall s, CPU s))."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -9,7 +9,7 @@
 What a new user would try instead of this project, built the way its documentation teaches, on the
 same training pairs (`DEMO/corpus/train`, what `ems-demo` wrote, `--recipe demo` or `multilingual`),
 on the same machine, for the same wall-clock training time as the EMS run (its "train" stage in
-`DEMO/demo_stages.json`: the whole `ems.train` call, DeepSpeed set-up, validations and
+`DEMO/demo_stages.json`: the whole `ems.training.train` call, DeepSpeed set-up, validations and
 learning-curve probes included):
 
 - a from-scratch `transformers.BertModel` of the EMS model's shape, read from its config
@@ -421,7 +421,7 @@ def search_peer(
 
 def ems_budget(demo: Path) -> dict:
     """The demo's EMS training: seconds and steps (demo_stages.json), mean real tokens/s (metrics.jsonl)."""
-    from ems.demo import STAGES_FILE
+    from ems.apps.demo import STAGES_FILE
 
     stages_file, metrics_file = demo / STAGES_FILE, demo / "run" / "metrics.jsonl"
     for path in (stages_file, metrics_file, demo / "run" / "model"):
@@ -601,7 +601,7 @@ def positive_float(text: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    from ems.demo import DEMO_SUITE
+    from ems.apps.demo import DEMO_SUITE
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(

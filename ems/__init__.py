@@ -1,6 +1,6 @@
 """EMS: efficient and effective massively multilingual sentence encoders, trained from scratch.
 
-The names below are imported on first use, so that `import ems` (and `python -m ems.train`, which
+The names below are imported on first use, so that `import ems` (and `python -m ems.training.train`, which
 imports this package first) does not wait seconds for torch before its own first line runs.
 """
 

@@ -4,7 +4,7 @@
 
 `run_main` calls `main(argv)`. An exception that is the user's to fix becomes one line
 `error: <message>` on stderr and exit status USAGE_EXIT_CODE (2, as argparse's own usage errors;
-distinct from ems.train's 99 = pre-empted). User errors are UserError and the exception families
+distinct from ems.training.train's 99 = pre-empted). User errors are UserError and the exception families
 that reading configs, arguments and files raise: ValueError (bad values, unknown keys, bad
 UTF-8, malformed JSON), OSError (missing or unreadable files) and yaml.YAMLError. Anything else
 is a bug and keeps its traceback. `--debug` anywhere on the command line (taken out before main

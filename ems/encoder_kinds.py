@@ -120,8 +120,8 @@ class SentenceTransformerEncoder:
     cache the first time; offline, only what is cached loads). `prompt` is put before every
     sentence (E5: "query: "), `prompts` ({lang: prompt}) overrides it for one language, which is
     how the two sides of a task get different prompts (every task here pairs a language with
-    another: xx with en); `trust_remote_code` runs the model's own module (an `ems.export`
-    directory needs it). A model that declares a `lang` keyword (an `ems.export` folder) gets each
+    another: xx with en); `trust_remote_code` runs the model's own module (an `ems.apps.export`
+    directory needs it). A model that declares a `lang` keyword (an `ems.apps.export` folder) gets each
     call's language and reports its `languages`; other models never see the language."""
 
     languages = None
@@ -151,7 +151,7 @@ class SentenceTransformerEncoder:
         except (OSError, ValueError) as exc:  # offline and not cached, a hub id that does not exist, a bad directory
             raise MissingDataError(f"sentence-transformers could not load {name_or_path}: {one_line(exc)}") from exc
         self.batch_size, self.prompt, self.prompts = batch_size, prompt, dict(prompts or {})
-        # a model that takes the language per call (an `ems.export` folder) gets it, and says which it has
+        # a model that takes the language per call (an `ems.apps.export` folder) gets it, and says which it has
         self.takes_lang = "lang" in self.model.get_model_kwargs()
         self.languages = (
             getattr(getattr(self.model[0], "tokenizer", None), "languages", None) if self.takes_lang else None

@@ -131,7 +131,7 @@ class EMSConfig:
     @staticmethod
     def _wanted(annotation, value) -> str | None:
         """What a field annotated `annotation` holds, when `value` is not that; None when it is (or for
-        an annotation not checked). Self-contained: ems.export copies this class into ems_core.py."""
+        an annotation not checked). Self-contained: ems.apps.export copies this class into ems_core.py."""
         name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
         integer = isinstance(value, int) and not isinstance(value, bool)
         if name == "int":

@@ -5,7 +5,7 @@ over ems.mining, large-scale retrieval, held-out bitext retrieval, FLORES-200, x
 bitext, zero-shot classification, WMT20 QE and STS2017 correlation, the language-ID probe): an
 encoder and a test set in, a result mapping out. eval/tasks/ holds the task types, what a task
 config's `type:` names (its typed config, runner and table; eval.task). `python -m eval.run_all`
-runs a suite of task configs (configs/eval/*.yaml); mining users' corpora is `python -m ems.mine`.
+runs a suite of task configs (configs/eval/*.yaml); mining users' corpora is `python -m ems.apps.mine`.
 
 An encoder is anything with `encode(sentences: list[str], lang: str) -> np.ndarray` (n, d) and a
 `languages` attribute (canonical codes it was trained on, or None for any); ems.encoder_kinds loads

@@ -32,7 +32,9 @@ def read_metrics(run_dir: str | Path) -> dict[str, list[dict]]:
     step order. FileNotFoundError / ValueError with the path for a missing or unreadable file."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: RUN must be a training output directory (ems.train's `out`)")
+        raise FileNotFoundError(
+            f"{path} not found: RUN must be a training output directory (ems.training.train's `out`)"
+        )
     kinds: dict[str, list[dict]] = {"train": [], "valid": [], "probe": []}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():

@@ -25,7 +25,7 @@ DATA_ERRORS = "data_errors"
 # a malformed line or header, an unknown language code). Encoding and scoring stay outside.
 DATA_FAULTS = (OSError, ValueError)
 # The exit status of eval.run_all when a requested task or language could not run: the status of
-# every other user error (ems.cli), distinct from 0 and from ems.train's 99 (pre-empted).
+# every other user error (ems.cli), distinct from 0 and from ems.training.train's 99 (pre-empted).
 NOT_RUN_EXIT_CODE = USAGE_EXIT_CODE
 
 T = TypeVar("T")

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Bitext mining at web scale under SLURM: one array job per step of ems.mine's staged run (embed
+# Bitext mining at web scale under SLURM: one array job per step of ems.apps.mine's staged run (embed
 # each shard -> train each side's index on a sample -> populate it per shard -> merge it on disk ->
 # k nearest neighbours per shard -> margin scores per shard -> write the TSV), each step starting
 # once the previous one has succeeded (--dependency=afterok). Run it where sbatch works; it plans
@@ -8,7 +8,7 @@
 #   WORK=/scratch/mine-de-en bash slurm/mine.sh --encoder ems:runs/x/model --src de.txt --src-lang de \
 #       --tgt en.txt --tgt-lang en --out pairs.tsv --shard-lines 1000000 --dtype float16 --index ivf-sq8
 #
-# The arguments are those of `python -m ems.mine` (--work-dir is $WORK). Every unit writes its files
+# The arguments are those of `python -m ems.apps.mine` (--work-dir is $WORK). Every unit writes its files
 # atomically and records itself as finished, so a pre-empted task (--requeue) just runs again, and
 # after a failure or a scancel the same command submits only the units that are not finished (a
 # step with none is left out). What a user edits: the #SBATCH lines, and extra sbatch options for
@@ -32,7 +32,7 @@ if [[ -z "${STEP:-}" ]]; then
     LOGS=${LOGS:-logs}
     mkdir -p "$LOGS"
     # one line per step: "STEP UNITS", UNITS an --array value of its unfinished units, "-" for none
-    plan=$("$PYTHON" -m ems.mine plan --work-dir "$WORK" "$@")
+    plan=$("$PYTHON" -m ems.apps.mine plan --work-dir "$WORK" "$@")
     dependency=()
     while read -r step units; do
         [[ $units == - ]] && continue
@@ -48,4 +48,4 @@ if [[ -z "${STEP:-}" ]]; then
     exit 0
 fi
 
-exec "$PYTHON" -m ems.mine stage "$STEP" --work-dir "$WORK" --unit "$SLURM_ARRAY_TASK_ID"
+exec "$PYTHON" -m ems.apps.mine stage "$STEP" --work-dir "$WORK" --unit "$SLURM_ARRAY_TASK_ID"

@@ -91,13 +91,13 @@ launch_deepspeed() {
     printf '%q ' "$PYTHON" -m deepspeed.launcher.runner --hostfile "$HOSTFILE" --no_ssh
     printf -- '--node_rank=%s ' "$1"
     printf '%q ' --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --num_gpus "$PROCS_PER_NODE" \
-        --module ems.train "${TRAIN_ARGS[@]}"
+        --module ems.training.train "${TRAIN_ARGS[@]}"
 }
 
 launch_torchrun() {
     printf '%q ' "$PYTHON" -m torch.distributed.run --nnodes "$NNODES" --nproc_per_node "$PROCS_PER_NODE"
     printf -- '--node_rank=%s ' "$1"
-    printf '%q ' --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" -m ems.train "${TRAIN_ARGS[@]}"
+    printf '%q ' --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" -m ems.training.train "${TRAIN_ARGS[@]}"
 }
 
 declare -F "launch_$LAUNCHER" >/dev/null || { echo "LAUNCHER must be deepspeed or torchrun, not '$LAUNCHER'" >&2; exit 2; }

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import ems.ablation
+import ems.apps.ablation
 import ems.encoder
-import ems.train
-from ems.ablation import (
+import ems.training.train
+from ems.apps.ablation import (
     DEFAULT_METRICS,
     AblationConfig,
     MetricNotFound,
@@ -64,9 +64,9 @@ def test_metric_value_names_what_is_missing(metric, message):
 
 def ablation_out(tmp_path, monkeypatch, fake_train, fake_score):
     """An ablation OUT whose data are prepared, with training, loading and scoring replaced."""
-    monkeypatch.setattr(ems.train, "train", fake_train)
+    monkeypatch.setattr(ems.training.train, "train", fake_train)
     monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
-    monkeypatch.setattr(ems.ablation, "score_encoder", fake_score)
+    monkeypatch.setattr(ems.apps.ablation, "score_encoder", fake_score)
     out = tmp_path / "ablation"
     (out / "data" / "shards" / "heldout").mkdir(parents=True)
     (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")  # data prepared before
@@ -90,10 +90,10 @@ def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_pat
     out = ablation_out(tmp_path, monkeypatch, fake_train, fake_score)
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     with pytest.raises(MetricNotFound):
-        ems.ablation.run_ablation(cfg, out, tmp_path, [])
-    ems.ablation.run_ablation(cfg, out, tmp_path, [])
+        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
+    ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
     assert trainings == [0] and len(scorings) == 2  # trained once, scored twice
-    scores = json.loads((out / "runs" / "v" / "seed0" / ems.ablation.SCORES_FILE).read_text())
+    scores = json.loads((out / "runs" / "v" / "seed0" / ems.apps.ablation.SCORES_FILE).read_text())
     assert scores["steps"] == 7 and scores["x"] == 1.0
 
 
@@ -102,7 +102,7 @@ def test_a_stopped_training_is_not_recorded_as_trained_and_resumes(tmp_path, mon
 
     def fake_train(cfg):
         calls.append(cfg.out)
-        if len(calls) == 1:  # SIGTERM at step 3: ems.train checkpoints and returns without a model
+        if len(calls) == 1:  # SIGTERM at step 3: ems.training.train checkpoints and returns without a model
             (tmp_path / "checkpoint").mkdir()
             return {"steps": 3, "max_steps": 2600, "model_dir": None, "preempted": True}
         assert (tmp_path / "checkpoint").is_dir()  # what the stopped run saved is still there to resume
@@ -112,12 +112,12 @@ def test_a_stopped_training_is_not_recorded_as_trained_and_resumes(tmp_path, mon
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     run_dir = out / "runs" / "v" / "seed0"
-    with pytest.raises(ems.ablation.TrainingStopped, match="v, seed 0: training stopped at step 3 of 2600"):
-        ems.ablation.run_ablation(cfg, out, tmp_path, [])
-    assert not (run_dir / ems.ablation.TRAINED_FILE).exists()
-    ems.ablation.run_ablation(cfg, out, tmp_path, [])
+    with pytest.raises(ems.apps.ablation.TrainingStopped, match="v, seed 0: training stopped at step 3 of 2600"):
+        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
+    assert not (run_dir / ems.apps.ablation.TRAINED_FILE).exists()
+    ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
     assert calls == [str(run_dir / "run")] * 2
-    assert json.loads((run_dir / ems.ablation.SCORES_FILE).read_text())["steps"] == 2600
+    assert json.loads((run_dir / ems.apps.ablation.SCORES_FILE).read_text())["steps"] == 2600
 
 
 def test_training_seconds_sum_every_invocation_that_trained_a_run(tmp_path, monkeypatch):
@@ -137,17 +137,17 @@ def test_training_seconds_sum_every_invocation_that_trained_a_run(tmp_path, monk
             "preempted": outcome == "preempted",
         }
 
-    monkeypatch.setattr(ems.ablation, "time", SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(ems.apps.ablation, "time", SimpleNamespace(time=lambda: clock[0]))
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     with pytest.raises(RuntimeError, match="went away"):
-        ems.ablation.run_ablation(cfg, out, tmp_path, [])
-    with pytest.raises(ems.ablation.TrainingStopped):
-        ems.ablation.run_ablation(cfg, out, tmp_path, [])
-    ems.ablation.run_ablation(cfg, out, tmp_path, [])
+        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
+    with pytest.raises(ems.apps.ablation.TrainingStopped):
+        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
+    ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
     run_dir = out / "runs" / "v" / "seed0"
-    assert json.loads((run_dir / ems.ablation.TRAINED_FILE).read_text())["train_seconds"] == 390
-    assert json.loads((run_dir / ems.ablation.SCORES_FILE).read_text())["train_seconds"] == 390
+    assert json.loads((run_dir / ems.apps.ablation.TRAINED_FILE).read_text())["train_seconds"] == 390
+    assert json.loads((run_dir / ems.apps.ablation.SCORES_FILE).read_text())["train_seconds"] == 390
 
 
 def test_summary_table_has_reference_rows_and_mean_sd():
@@ -173,7 +173,7 @@ def test_one_seed_has_no_spread_rather_than_a_zero_one(tmp_path):
 def test_a_column_added_later_is_read_from_the_stored_results(tmp_path, schema):
     import json
 
-    from ems.ablation import AblationConfig, with_all_columns
+    from ems.apps.ablation import AblationConfig, with_all_columns
     from eval.results import write_results_json
 
     (tmp_path / "eval").mkdir()
@@ -208,11 +208,11 @@ def test_variants_runs_only_those_named_and_refuses_unknown_names(tmp_path, monk
     config = out / "ablation.yaml"
     config.write_text("variants:\n  a: {}\n  b: {}\n  c: {}\nseeds: [0]\nmetrics: {x: {task: t, path: [p]}}\n")
     with pytest.raises(UserError, match="no variant 'd' in the config; it has 'a', 'b', 'c'"):
-        ems.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "d"])
+        ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "d"])
     assert trained == []  # refused before anything ran
-    ems.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "a"])
+    ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "a"])
     assert [path.split("/")[-3] for path in trained] == ["a", "c"]  # the config's order
     assert "| b |" not in (out / "ablation.md").read_text()
-    ems.ablation.main(["--config", str(config), "--out", str(out)])  # all: only b is new
+    ems.apps.ablation.main(["--config", str(config), "--out", str(out)])  # all: only b is new
     assert [path.split("/")[-3] for path in trained] == ["a", "c", "b"]
     assert "| b |" in (out / "ablation.md").read_text()

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from data_prep.config import PrepConfig
-from ems.ablation import AblationConfig
+from ems.apps.ablation import AblationConfig
+from ems.apps.demo import DemoDataConfig
 from ems.configs import ConfigError, FieldsOf, load_config, merge
-from ems.demo import DemoDataConfig
 from ems.model import EMSConfig
 from ems.training.config import TrainConfig
 from eval.run_all import SuiteConfig, suite_task_configs

@@ -9,11 +9,11 @@ import pytest
 SCRIPTS = {
     "ems-prep": "data_prep",
     "ems-data": "data_prep.fetch",
-    "ems-train": "ems.train",
+    "ems-train": "ems.training.train",
     "ems-eval": "eval.run_all",
-    "ems-mine": "ems.mine",
-    "ems-export": "ems.export",
-    "ems-demo": "ems.demo",
+    "ems-mine": "ems.apps.mine",
+    "ems-export": "ems.apps.export",
+    "ems-demo": "ems.apps.demo",
 }
 
 

@@ -4,8 +4,8 @@ import json
 
 import yaml
 
+from ems.apps.demo import CHART_FILE, REPORT_FILE, main
 from ems.cli import run_main
-from ems.demo import CHART_FILE, REPORT_FILE, main
 from ems.training.stopping import PREEMPTED_EXIT_CODE
 from eval.results import read_results as stored_results
 
@@ -62,9 +62,9 @@ def test_demo_without_its_corpus_is_one_clear_error(tmp_path, capsys):
 
 def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(tmp_path, capsys, monkeypatch):
     # before: a TypeError from deep inside the evaluation (no model directory to load)
-    monkeypatch.setattr("ems.demo.prepare_data", lambda *args: {})
+    monkeypatch.setattr("ems.apps.demo.prepare_data", lambda *args: {})
     monkeypatch.setattr(
-        "ems.train.train",
+        "ems.training.train.train",
         lambda cfg: {"steps": 40, "max_steps": 1800, "history": [], "model_dir": None, "preempted": True},
     )
     assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == PREEMPTED_EXIT_CODE

@@ -26,9 +26,9 @@ from ems.teacher_store import (
     teacher_store_dir,
 )
 from ems.text import Tokenizer
-from ems.train import train
 from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
+from ems.training.train import train
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 
 TEACHER_DIM = 24
@@ -370,7 +370,7 @@ def test_missing_store_and_half_configured_distillation_are_one_line_errors(tiny
             [
                 sys.executable,
                 "-m",
-                "ems.train",
+                "ems.training.train",
                 "--set",
                 f"data={tiny_pipeline / 'shards'}",
                 f"vocab={tiny_pipeline / 'vocab'}",

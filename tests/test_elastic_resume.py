@@ -4,11 +4,11 @@ after the pairs consumed so far and says so. 2 processes run under torchrun with
 
 import pytest
 
-from ems.checkpoint import load_tensor_file
-from ems.train import train
+from ems.training.checkpoint import load_tensor_file
 from ems.training.config import TrainConfig
 from ems.training.resume import resumed_position
 from ems.training.runtime import BatchLayout, gradient_accumulation, optimizer_layout
+from ems.training.train import train
 from tests.conftest import SMALL_MODEL
 from tests.test_train_scale import (  # noqa: F401 (one_thread_like_the_subprocesses: an autouse fixture)
     assert_same_parameters,

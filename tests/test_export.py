@@ -1,4 +1,4 @@
-"""`python -m ems.export`: the real sentence-transformers and transformers packages load the
+"""`python -m ems.apps.export`: the real sentence-transformers and transformers packages load the
 exported directories and give ems.load's vectors; old `tokenizer.json` directories still load."""
 
 import json
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import ems
+from ems.apps.export import CORE_FILE, export_hf, export_sentence_transformers, main, top_level_source
 from ems.cli import run_main
-from ems.export import CORE_FILE, export_hf, export_sentence_transformers, main, top_level_source
 from ems.text import LEGACY_TOKENIZER_FILE, TOKENIZER_FILE, Tokenizer
 from tests.conftest import REPO_ROOT
 

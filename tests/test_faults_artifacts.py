@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from ems.cli import run_main
-from ems.train import main
+from ems.training.train import main
 from tests.test_faults_reliability import copy_shards, no_deepspeed, untrained_model
 from tests.test_faults_train import cli_args, one_error_line
 
@@ -144,7 +144,7 @@ def test_disk_full_at_a_model_export_of_a_run_is_one_line_and_status_2(
 
 
 def test_disk_full_in_ems_export_is_the_same_one_line(tiny_pipeline, tmp_path, capsys, monkeypatch):
-    from ems import export
+    from ems.apps import export
 
     model, _ = untrained_model(tiny_pipeline, tmp_path / "model")
     out = tmp_path / "exported"
@@ -184,8 +184,8 @@ def test_disk_full_at_each_file_a_run_writes_is_one_line_naming_it(
 
 
 def test_a_re_export_killed_between_its_renames_loses_nothing_and_leaves_nothing(tiny_pipeline, tmp_path, capsys):
+    from ems.apps.export import main as export_main
     from ems.artifacts import staged_directory
-    from ems.export import main as export_main
 
     final = tmp_path / "model"
     for version in ("v1", "v2"):

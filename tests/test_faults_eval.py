@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import ems.encoder_kinds
+from ems.apps.mine import main as mine_main
 from ems.cli import USAGE_EXIT_CODE, run_main
 from ems.encoder_kinds import EncoderKind, embedding_key
-from ems.mine import main as mine_main
 from eval.curves import main as curves_main
 from eval.faults import NOT_RUN_EXIT_CODE, not_run
 from eval.make_flores_bucc import main as make_flores_bucc_main
@@ -323,7 +323,7 @@ def test_results_json_is_written_even_when_a_task_crashes(tmp_path):
     }
 
 
-# --- ems.mine --src-lang / --tgt-lang (item 4) -----------------------------------------------
+# --- ems.apps.mine --src-lang / --tgt-lang (item 4) -----------------------------------------------
 
 
 def _mine_argv(tmp_path: Path, encoder: str, src_lang: str, tgt_lang: str = "en") -> list:
@@ -346,7 +346,7 @@ def _mine_argv(tmp_path: Path, encoder: str, src_lang: str, tgt_lang: str = "en"
 
 
 def test_mine_rejects_an_unknown_language_before_reading_files(tmp_path, capsys, trigram_kind):
-    """`ems.mine --src-lang xx` -> before: ran (and wrote pairs) -> now: one error line naming the
+    """`ems.apps.mine --src-lang xx` -> before: ran (and wrote pairs) -> now: one error line naming the
     encoder's languages (an EMS-like encoder) or saying the code is no language (an encoder of any
     language), exit status 2, before any file is read (--src does not even exist) or written."""
     status, err = cli(mine_main, _mine_argv(tmp_path, "bilingual", "xx"), capsys)
@@ -403,7 +403,7 @@ def _cli_cases(tmp_path: Path) -> dict:
             "encoder 'laser': unknown kind 'laser'",
             ValueError,
         ),
-        "ems.mine": (
+        "ems.apps.mine": (
             mine_main,
             _mine_argv(tmp_path, "trigram", "xx"),
             "'xx' does not name a registered language",
@@ -442,7 +442,7 @@ def _cli_cases(tmp_path: Path) -> dict:
         "eval.run_all --suite",
         "eval.run_all --model",
         "eval.run_all --encoder",
-        "ems.mine",
+        "ems.apps.mine",
         "eval.train_head",
         "eval.curves",
         "eval.make_flores_bucc",

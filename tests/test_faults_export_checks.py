@@ -24,10 +24,10 @@ from safetensors.torch import load_file, save_file
 import ems
 from data_prep.binarize import binarize
 from data_prep.vocab import train_vocab
+from ems.apps.export import export_hf, export_sentence_transformers
 from ems.cli import run_main
 from ems.corpus import write_parallel
 from ems.encoder import export_encoder, initialize_from
-from ems.export import export_hf, export_sentence_transformers
 from ems.model import EncoderNetwork, config_from_preset
 from ems.text import TOKENIZER_FILE, Tokenizer
 from tests.conftest import SMALL_MODEL
@@ -290,7 +290,7 @@ def test_eval_ems_encoder_of_mismatched_weights_is_one_error_line(built, tmp_pat
 
 
 def test_export_of_mismatched_weights_is_one_error_line_and_writes_nothing(built, tmp_path, capsys):
-    from ems.export import main
+    from ems.apps.export import main
 
     folder = mismatched_model(built, tmp_path)
     for export_format in ("sentence-transformers", "hf"):
@@ -300,12 +300,12 @@ def test_export_of_mismatched_weights_is_one_error_line_and_writes_nothing(built
 
 
 def test_init_from_mismatched_weights_is_one_error_line_before_deepspeed(built, tmp_path, capsys, monkeypatch):
-    from ems.train import main
+    from ems.training.train import main
 
     def refuse():
         raise AssertionError("DeepSpeed was started before the inputs were checked")
 
-    monkeypatch.setattr("ems.train.init_distributed", refuse)
+    monkeypatch.setattr("ems.training.train.init_distributed", refuse)
     folder = mismatched_model(built, tmp_path)
     settings = [f"data={built['shards']}", f"vocab={built['vocab']}", f"out={tmp_path / 'run'}", f"init_from={folder}"]
     settings += [f"model_overrides.{key}={value}" for key, value in SMALL_MODEL.items()]

@@ -1,7 +1,7 @@
-"""Bad input and faults of the staged miner (ems.mine, ems.mining.pipeline): each is one clear
+"""Bad input and faults of the staged miner (ems.apps.mine, ems.mining.pipeline): each is one clear
 line (status 2) or a counted skip, nothing half-written is ever taken for finished, and a rerun
 finishes the job with the bytes of an uninterrupted run, redoing no finished unit. Kills are real
-SIGKILLs of a `python -m ems.mine` process, at a chosen point of each stage."""
+SIGKILLs of a `python -m ems.apps.mine` process, at a chosen point of each stage."""
 
 import errno
 import os
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ems.apps.mine import main as mine_main
 from ems.cli import run_main
-from ems.mine import main as mine_main
 from tests.conftest import REPO_ROOT
 from tests.test_mine_pipeline import real_sides
 
@@ -77,7 +77,7 @@ def killing(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
     return real(*args, **kwargs)
 setattr(target, name, killing)
-from ems.mine import main
+from ems.apps.mine import main
 sys.exit(main(sys.argv[5:]))
 """
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from data_prep.clean import load_eval_sentences, normalize, overlap_key, text_hash
+from ems.apps.mine import main as mine_main
 from ems.cli import run_main
-from ems.mine import main as mine_main
 from ems.mining.streaming import scan_distinct, texts_at
 from eval.evaluators.retrieval import read_aligned_files, read_lines
 

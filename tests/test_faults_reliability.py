@@ -19,7 +19,7 @@ import torch
 from data_prep.opus import FetchError, OnlineSource, fetch
 from ems.cli import run_main
 from ems.locks import LOCK_FILE, DirectoryInUse, exclusive
-from ems.train import main
+from ems.training.train import main
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 from tests.test_faults_train import cli_args, one_error_line
 
@@ -36,7 +36,7 @@ def no_deepspeed(monkeypatch):
     def refuse():
         raise AssertionError("DeepSpeed was started before the inputs were checked")
 
-    monkeypatch.setattr("ems.train.init_distributed", refuse)
+    monkeypatch.setattr("ems.training.train.init_distributed", refuse)
 
 
 def untrained_model(pipeline: Path, out: Path) -> tuple[Path, int]:
@@ -72,7 +72,7 @@ def test_two_concurrent_trainers_exactly_one_runs(tiny_pipeline, tmp_path):
     command = [
         sys.executable,
         "-m",
-        "ems.train",
+        "ems.training.train",
         *cli_args(tiny_pipeline, out, "max_steps=60", "log_every=5", "save_every=30"),
     ]
     first = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -83,7 +83,7 @@ def test_two_concurrent_trainers_exactly_one_runs(tiny_pipeline, tmp_path):
         )
         time.sleep(0.2)
     second = subprocess.run(
-        [sys.executable, "-m", "ems.train", *cli_args(tiny_pipeline, out, "seed=4")],
+        [sys.executable, "-m", "ems.training.train", *cli_args(tiny_pipeline, out, "seed=4")],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -248,7 +248,7 @@ def test_fetch_archives_refuse_member_names_outside_them(tmp_path):
 
 def test_an_export_killed_half_way_leaves_nothing_loadable_and_a_rerun_works(tiny_pipeline, tmp_path, monkeypatch):
     import ems
-    from ems import export
+    from ems.apps import export
 
     model, d_model = untrained_model(tiny_pipeline, tmp_path / "model")
     out = tmp_path / "exported"
@@ -274,7 +274,7 @@ def test_an_export_killed_half_way_leaves_nothing_loadable_and_a_rerun_works(tin
 
 
 def test_an_incomplete_export_of_an_older_version_is_named(tiny_pipeline, tmp_path, capsys):
-    from ems import export
+    from ems.apps import export
 
     model, _ = untrained_model(tiny_pipeline, tmp_path / "model")
     out = tmp_path / "exported"

@@ -1,4 +1,4 @@
-"""Faults of the trainer (issue 13): what a hostile but fair user does to `python -m ems.train`
+"""Faults of the trainer (issue 13): what a hostile but fair user does to `python -m ems.training.train`
 and a run directory, and the one clear outcome each must have."""
 
 import math
@@ -14,14 +14,14 @@ import pytest
 import torch
 import yaml
 
-from ems.checkpoint import NoUsableCheckpointError, UnsafeCheckpointError, load_tensor_file, write_manifest
 from ems.cli import run_main
-from ems.train import main, train
+from ems.training.checkpoint import NoUsableCheckpointError, UnsafeCheckpointError, load_tensor_file, write_manifest
 from ems.training.checkpointer import DIVERGED_EXIT_CODE, TrainingDiverged
 from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, ResumeConfigError
 from ems.training.schedule import LinearSchedule
 from ems.training.stopping import PREEMPTED_EXIT_CODE
+from ems.training.train import main, train
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
@@ -317,7 +317,7 @@ def test_all_checkpoints_bad_is_one_line(tiny_pipeline, tmp_path, capsys):
 
 def test_debug_shows_the_traceback(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "ems.train", "--set", "lr=abc", f"out={tmp_path}"]
+    command = [sys.executable, "-m", "ems.training.train", "--set", "lr=abc", f"out={tmp_path}"]
     plain = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert plain.returncode == 2 and plain.stderr.strip().splitlines() == [
         "error: TrainConfig: lr must be a number, got 'abc'"
@@ -337,14 +337,14 @@ def _catches(pid: int, signum: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see when the handler is in place")
-@pytest.mark.parametrize("command", ["python -m ems.train", "ems-train"])
+@pytest.mark.parametrize("command", ["python -m ems.training.train", "ems-train"])
 def test_sigterm_during_start_up_exits_99_to_be_requeued(tiny_pipeline, tmp_path, command):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     out = tmp_path / "run"
     script = Path(sys.executable).parent / "ems-train"  # the console script pip installed beside python
-    program = [sys.executable, "-m", "ems.train"] if command.startswith("python") else [str(script)]
+    program = [sys.executable, "-m", "ems.training.train"] if command.startswith("python") else [str(script)]
     process = subprocess.Popen(
         [*program, *cli_args(tiny_pipeline, out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -1228,9 +1228,9 @@ def _map_config_class():
 def _config_readers():
     """{name: (seed file under configs/, the reader: path -> what it read)} for every kind of config."""
     from data_prep.config import PrepConfig
-    from ems.ablation import AblationConfig
+    from ems.apps.ablation import AblationConfig
+    from ems.apps.demo import DemoDataConfig
     from ems.configs import load_config
-    from ems.demo import DemoDataConfig
     from ems.training.config import TrainConfig
     from eval.run_all import suite_task_configs
     from eval.task import read_task_config
@@ -1460,7 +1460,7 @@ def _check_mined(folder: Path, src: bytes, tgt: bytes) -> None:
     array_op=ARRAY_OPS,
 )
 def test_mining_inputs(base, outside, target, mutation, array_op):
-    from ems.mine import main
+    from ems.apps.mine import main
 
     with example_root(base) as root:
         _mine_inputs(root)
@@ -1478,7 +1478,7 @@ def test_mining_inputs(base, outside, target, mutation, array_op):
 def mining_work(base) -> tuple[Path, bytes]:
     """A finished mining run (inputs, work dir, pairs.tsv) made at the path the examples are copied to
     (manifests record absolute paths), kept in a seed folder; and the TSV it wrote."""
-    from ems.mine import main
+    from ems.apps.mine import main
 
     folder = base / "mining_work"
     folder.mkdir()
@@ -1500,7 +1500,7 @@ def mining_work(base) -> tuple[Path, bytes]:
     command=st.sampled_from(["rerun", "stage"]),
 )
 def test_mining_work_dir(base, outside, mining_work, target, which, mutation, npy, file_op, command):
-    from ems.mine import main
+    from ems.apps.mine import main
 
     seed, expected = mining_work
     with example_root(base, seed, fixed="mining_work") as root:
@@ -1525,7 +1525,7 @@ def test_mining_work_dir(base, outside, mining_work, target, which, mutation, np
             assert (root / "pairs.tsv").read_bytes() == expected, "a resumed run wrote other pairs"
 
 
-# --- checkpoints (ems.checkpoint: `latest`, manifests, the tensor files, the RNG states) ---------------
+# --- checkpoints (ems.training.checkpoint: `latest`, manifests, the tensor files, the RNG states) ---------------
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
 
@@ -1534,7 +1534,7 @@ MODEL_STATES = "mp_rank_00_model_states.pt"
 def checkpoints(base) -> Path:
     import torch
 
-    from ems.checkpoint import rng_state, write_manifest
+    from ems.training.checkpoint import rng_state, write_manifest
 
     directory = base / "checkpoint_seed" / "checkpoints"
     for step in (5, 10):
@@ -1550,7 +1550,7 @@ def checkpoints(base) -> Path:
 def resume_like(directory: Path):
     """What ems.training.resume reads of a run's checkpoints, without an engine: the newest tag that
     verifies, its tensor file (as DeepSpeed's loader would read it) and its RNG states."""
-    from ems.checkpoint import load_rng_state, load_tensor_file, resumable_tags, rng_file
+    from ems.training.checkpoint import load_rng_state, load_tensor_file, resumable_tags, rng_file
 
     for tag in resumable_tags(directory):
         state = load_tensor_file(directory / tag / MODEL_STATES)
@@ -1591,7 +1591,7 @@ def kept_rng_states():
 def test_checkpoints(base, outside, checkpoints, target, mutation, latest, which, file_op):
     import torch
 
-    from ems.checkpoint import write_manifest
+    from ems.training.checkpoint import write_manifest
 
     with example_root(base, checkpoints) as root:
         directory = root / "checkpoints"

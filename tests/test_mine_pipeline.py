@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ems.apps.mine import main as mine_main
 from ems.encoder_kinds import NgramEncoder
-from ems.mine import main as mine_main
 from ems.mining.pipeline.launch import mine_files
 from ems.mining.pipeline.options import MineOptions
 from ems.mining.pipeline.plan import unit_ranges

@@ -1,4 +1,4 @@
-"""ems.mine streams its input (ems.mining.streaming): the same pairs as reading the files whole, and
+"""ems.apps.mine streams its input (ems.mining.streaming): the same pairs as reading the files whole, and
 multi-process tokenising gives the vectors of single-process encoding."""
 
 from pathlib import Path
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import ems.encoder_kinds
+from ems.apps.mine import main as mine_main
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import EncoderKind, load_encoder
-from ems.mine import main as mine_main
 from ems.mining.margin import mine
 from ems.mining.pipeline.launch import mine_files
 from ems.mining.pipeline.options import MineOptions

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ems.mining.index
+from ems.apps.mine import main as mine_main
 from ems.cli import run_main
-from ems.mine import main as mine_main
 from ems.mining.index import INDEX_KINDS, IndexSpec, build_index, index_bytes, parse_index_spec, resolve_index
 from ems.mining.margin import RETRIEVAL, margin_neighbours, mine
 

@@ -14,11 +14,11 @@ import yaml
 
 from data_prep.binarize import binarize
 from data_prep.clean import CleanSettings, HashSet, clean_corpus
-from ems.export import export_sentence_transformers
+from ems.apps.export import export_sentence_transformers
 from ems.model import PRESET_MAX_LEN
-from ems.model_card import model_facts, render_model_card
 from ems.text import Tokenizer
-from ems.train import train
+from ems.training.model_card import model_facts, render_model_card
+from ems.training.train import train
 from tests.conftest import REPO_ROOT
 from tests.test_train import config
 

@@ -7,8 +7,8 @@ import sys
 import pytest
 import yaml
 
+from ems.apps.demo import LANGUAGES_FILE, DemoDataConfig, build_corpus
 from ems.configs import ConfigError, load_config
-from ems.demo import LANGUAGES_FILE, DemoDataConfig, build_corpus
 from tests.conftest import REPO_ROOT
 
 EVAL_SETS = ("tatoeba", "flores200", "sib200", "mlqe", "sts2017")
@@ -92,8 +92,8 @@ def test_bad_data_configs_are_one_error_naming_the_key(tmp_path):
 def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data, tmp_path, monkeypatch, capsys):
     """ems-demo --recipe multilingual on the slice, a small model for a few steps; the suite cut to
     Tatoeba and FLORES of af, ms and an unseen language (Xhosa), so the test stays short."""
-    import ems.demo
-    from ems.demo import REPORT_FILE, main
+    import ems.apps.demo
+    from ems.apps.demo import REPORT_FILE, main
 
     suite = tmp_path / "suite.yaml"
     (tmp_path / "tatoeba.yaml").write_text(TATOEBA_TASK.format(languages="[afr, zsm, xho]"))
@@ -101,7 +101,7 @@ def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data
         "type: flores\nname: flores200\ndata_subdir: flores200/devtest\nlanguages: [af, ms, xh]\n"
     )
     suite.write_text("tasks: [tatoeba.yaml, flores.yaml]\n")
-    monkeypatch.setattr(ems.demo, "MULTILINGUAL_SUITE", suite)
+    monkeypatch.setattr(ems.apps.demo, "MULTILINGUAL_SUITE", suite)
     data_config = tmp_path / "data.yaml"
     values = yaml.safe_load((REPO_ROOT / "configs/data/multilingual.yaml").read_text())
     data_config.write_text(yaml.safe_dump({**values, "vocab_size": 3000}))

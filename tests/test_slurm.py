@@ -66,7 +66,7 @@ def test_dry_run_deepspeed_launch_lines_for_two_nodes_of_four_gpus():
         args = parse_args(argv[3:])  # what DeepSpeed's launcher will make of the line
         assert (args.no_ssh, args.node_rank, args.num_gpus, args.master_addr) == (True, rank, 4, "node1")
         assert args.hostfile == "runs/ems-train-12345/hostfile"
-        assert (args.module, args.user_script) == (True, "ems.train")
+        assert (args.module, args.user_script) == (True, "ems.training.train")
         assert args.user_args == [
             "--config",
             "configs/train/ems-paper.yaml",
@@ -87,7 +87,7 @@ def test_dry_run_torchrun_launch_lines_for_two_nodes_of_four_gpus():
         assert argv[:3] == ["python", "-m", "torch.distributed.run"]
         args = get_args_parser().parse_args(argv[3:])
         assert (args.nnodes, args.nproc_per_node, args.node_rank, args.master_addr) == ("2", "4", rank, "node1")
-        assert (args.module, args.training_script) == (True, "ems.train")
+        assert (args.module, args.training_script) == (True, "ems.training.train")
         assert args.training_script_args[-2:] == ["max_steps=10", "save_every=5"]
 
 
@@ -459,7 +459,7 @@ def test_sbatch_mining_resumes_after_a_scancel_and_writes_the_local_launchers_by
     sides = mining_sides(data_dir, tmp_path)
     local = tmp_path / "local.tsv"
     subprocess.run(
-        [sys.executable, "-m", "ems.mine", *sides, "--out", str(local), *MINING, "--workers", "2"],
+        [sys.executable, "-m", "ems.apps.mine", *sides, "--out", str(local), *MINING, "--workers", "2"],
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
         cwd=REPO_ROOT,
         check=True,

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import ems
-from ems.train import train
 from ems.training.config import TrainConfig
 from ems.training.schedule import LinearSchedule
+from ems.training.train import train
 from tests.conftest import SMALL_MODEL
 
 

@@ -1,4 +1,4 @@
-"""The training loop (ems.train.train_loop) and its components' cadences on their own: the real
+"""The training loop (ems.training.train.train_loop) and its components' cadences on their own: the real
 loop and components over fake steps, with what they write, save, validate and probe recorded
 instead of run."""
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import ems.train as train_module
 import ems.training.schedule as schedule_module
+import ems.training.train as train_module
 from ems.training.batches import Prefetcher
 from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import ems
-from ems.checkpoint import LATEST, saved_tags
-from ems.train import train
+from ems.training.checkpoint import LATEST, saved_tags
 from ems.training.config import TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE, STOP_FILE
+from ems.training.train import train
 from tests.conftest import REPO_ROOT, SMALL_MODEL
 
 # dropout stays on (0.1, the tiny preset's) in the resume tests: the per-rank RNG must be restored
@@ -61,7 +61,7 @@ def launch(values: dict, nproc: int = 1) -> subprocess.Popen:
         else [sys.executable]
     )
     return subprocess.Popen(
-        [*launcher, "-m", "ems.train", *as_args(values)],
+        [*launcher, "-m", "ems.training.train", *as_args(values)],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -173,7 +173,7 @@ def test_stop_file_and_corrupt_latest_checkpoint(tiny_pipeline, tmp_path, straig
     # truncate the newest checkpoint's model file: resuming warns and uses step8
     model_file = next((out / "checkpoints" / "step9").rglob("*model_states.pt"))
     model_file.write_bytes(model_file.read_bytes()[:1000])
-    with caplog.at_level("WARNING", logger="ems.checkpoint"):
+    with caplog.at_level("WARNING", logger="ems.training.checkpoint"):
         resumed = train(cfg(stop_at_step=STEPS))
     assert "skipping checkpoint step9" in caplog.text and "truncated" in caplog.text
     assert resumed["history"][0]["step"] == 9  # replays step 9 from step8

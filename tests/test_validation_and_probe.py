@@ -13,8 +13,8 @@ from ems.encoder import load
 from ems.model import EncoderNetwork, config_from_preset
 from ems.shards import PairShards
 from ems.text import Tokenizer
-from ems.train import train
 from ems.training.config import TrainConfig
+from ems.training.train import train
 from ems.training.validator import SAMPLE_FILE, equal_shares, stratified_sample, validation_sample
 from eval.curves import main as curves_main
 from eval.curves import read_metrics

@@ -6,13 +6,13 @@ import pytest
 import torch
 import yaml
 
-from ems.checkpoint import load_tensor_file
 from ems.configs import ConfigError, load_config
 from ems.losses import OBJECTIVES
-from ems.train import train
+from ems.training.checkpoint import load_tensor_file
 from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, BranchError
 from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
+from ems.training.train import train
 from tests.test_train import config
 
 # --- the schedule --------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def test_the_plateau_does_not_depend_on_the_end_and_a_fitted_end_moves_the_decay
             short, longer = WSDSchedule(7, budget, 0.2), WSDSchedule(7, long, 0.2)
             assert [short(s) for s in range(point)] == [longer(s) for s in range(point)]
     f = WSDSchedule(5, 1000, 0.2)
-    f.max_steps = 50  # a time budget's fitted end (TimeBudget, ems.train)
+    f.max_steps = 50  # a time budget's fitted end (TimeBudget, ems.training.train)
     assert (f.decay_start, f(39), f(45), f(50)) == (40, 1.0, 0.5, 0.0)
 
 

@@ -8,6 +8,6 @@ embeddings in, scored candidate pairs out.
     pipeline   the staged miner: files between stages, resumable, one machine or SLURM
 
 Shared by the BUCC task (whose P/R/F1 and threshold live in eval.evaluators.bucc), the large-scale
-retrieval and xSIM tasks (in memory: ems.mining.margin) and the `ems-mine` command (ems.mine:
+retrieval and xSIM tasks (in memory: ems.mining.margin) and the `ems-mine` command (ems.apps.mine:
 the pipeline, built from the same search and margin code).
 """

@@ -1,4 +1,4 @@
-"""The trainer's components, one module each; ems.train (the command line) holds the loop that
+"""The trainer's components, one module each; ems.training.train (the command line) holds the loop that
 calls them, in this order:
 
     config        TrainConfig and its checks
@@ -13,6 +13,6 @@ calls them, in this order:
     probe         the retrieval probe behind the learning curves
 
 Each component that runs periodically owns its cadence (`should_run(step, last)` or the like,
-from TrainConfig). The package imports nothing on its own: `python -m ems.train` holds its stop
+from TrainConfig). The package imports nothing on its own: `python -m ems.training.train` holds its stop
 signals before any of it is imported (ems.stop_signals).
 """

@@ -4,7 +4,7 @@ them: ems.training.resume).
 
 In: the DeepSpeed engine and the RunState; out: step<N>/ checkpoints under out/checkpoints (the
 engine's state, RunState and the batch layout as DeepSpeed's client state, every rank's RNG state,
-RUN_CONFIG_FILE), published atomically by ems.checkpoint. A model with non-finite weights is never
+RUN_CONFIG_FILE), published atomically by ems.training.checkpoint. A model with non-finite weights is never
 saved (TrainingDiverged), the checkpoints of the branch points (TrainConfig.branch_steps) are kept
 whatever keep_checkpoints says, a failed write is one error naming the newest intact checkpoint
 (CheckpointSaveFailed), and a non-finite step moves aside the checkpoint it started from.
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, NoReturn
 import torch
 
 from ems.artifacts import free_space
-from ems.checkpoint import TAG_PATTERN, partial_dir, publish, reject, rng_file, rng_state, saved_tags, step_tag
 from ems.cli import UserError
 from ems.losses import OBJECTIVES
+from ems.training.checkpoint import TAG_PATTERN, partial_dir, publish, reject, rng_file, rng_state, saved_tags, step_tag
 from ems.training.config import TrainConfig
 from ems.training.metrics import StepValues
 from ems.training.runtime import BatchLayout, any_rank
@@ -111,7 +111,7 @@ class Checkpointer:
         return step % self.cfg.save_every == 0 or step in self.branch_points
 
     def save(self, state: RunState) -> None:
-        """Checkpoint the engine and `state` at its step (every rank; see ems.checkpoint)."""
+        """Checkpoint the engine and `state` at its step (every rank; see ems.training.checkpoint)."""
         import torch.distributed as dist
 
         bad = nonfinite_parameters(self.engine.module)
@@ -141,7 +141,7 @@ class Checkpointer:
         self.last_saved = state.step
 
     def _write(self, state: RunState, staging: Path, tag: str) -> None:
-        """Every rank's part of checkpoint `tag` into `staging`, then rank 0 publishes it (ems.checkpoint)."""
+        """Every rank's part of checkpoint `tag` into `staging`, then rank 0 publishes it (ems.training.checkpoint)."""
         import torch.distributed as dist
 
         layout = self.layout

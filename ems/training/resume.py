@@ -30,7 +30,9 @@ import numpy as np
 import yaml
 
 from ems.artifacts import write_text
-from ems.checkpoint import (
+from ems.cli import UserError
+from ems.configs import dump_config, load_yaml
+from ems.training.checkpoint import (
     LATEST,
     TAG_PATTERN,
     load_rng_state,
@@ -43,8 +45,6 @@ from ems.checkpoint import (
     verify,
     zero_partitions,
 )
-from ems.cli import UserError
-from ems.configs import dump_config, load_yaml
 from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.config import TrainConfig
 from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
@@ -140,7 +140,7 @@ def resumed_position(client_state: dict, layout: BatchLayout, rank: int) -> tupl
 def load_checkpoint(checkpointer: Checkpointer, tag: str, directory: Path | None = None) -> tuple[str | None, dict]:
     """engine.load_checkpoint of `tag` in `directory` (default: the run's own). A checkpoint whose
     optimizer state is split over another number of ranks (ZeRO 1/2, bf16) goes through
-    DeepSpeed's universal format first (ems.checkpoint.to_universal, rank 0, into the run's own
+    DeepSpeed's universal format first (ems.training.checkpoint.to_universal, rank 0, into the run's own
     checkpoint directory, deleted once loaded), which DeepSpeed re-partitions."""
     import torch.distributed as dist
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ems.checkpoint import load_only_tensors
 from ems.configs import merge
 from ems.precision import bf16_is_fast
+from ems.training.checkpoint import load_only_tensors
 from ems.training.config import TrainConfig, resolve
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def build_engine(
 ) -> DeepSpeedEngine:
     """The DeepSpeed engine of `model`: AdamW at peak `lr` with `schedule` (step -> lr factor, e.g.
     ems.training.schedule.LinearSchedule) as its lr factor, the
-    engine's checkpoint loader restricted to tensors (ems.checkpoint.load_only_tensors)."""
+    engine's checkpoint loader restricted to tensors (ems.training.checkpoint.load_only_tensors)."""
     import deepspeed
     import torch.distributed as dist
 

@@ -2,7 +2,7 @@
 engine, the resume and the components the training loop calls.
 
 In: a TrainConfig (and the stop request held since start-up); out: a Run, everything the loop
-(ems.train) holds: the engine, the RunState to go on from, the batches from that position, and
+(ems.training.train) holds: the engine, the RunState to go on from, the batches from that position, and
 the checkpointer, metrics, validator, probe, time budget and stop conditions.
 """
 

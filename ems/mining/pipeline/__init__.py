@@ -9,9 +9,9 @@ TSV of scored pairs out, through a work dir that every step reads from and write
     index     a side's IVF index: trained on a sample, populated per shard, merged on disk (HNSW: whole)
     knn       a shard's k nearest neighbours on the other side
     score     a shard's margins, best pairs and sorted run; the runs merged into the TSV
-    launch    one unit (a SLURM array task: `python -m ems.mine stage`), or every step on this machine
+    launch    one unit (a SLURM array task: `python -m ems.apps.mine stage`), or every step on this machine
 
 The stages use the in-memory miner's own pieces (ems.mining.search, ems.mining.margin), so their
-TSV is that of ems.mining.margin.mine, byte for byte. ems.mine is the command line; slurm/mine.sh
+TSV is that of ems.mining.margin.mine, byte for byte. ems.apps.mine is the command line; slurm/mine.sh
 submits the steps as dependent sbatch array jobs.
 """

@@ -137,7 +137,7 @@ def read_options(work: Path) -> dict:
     options, problem = _json_object(path)
     if problem is not None:
         raise DamagedManifest(
-            f"{path} is damaged ({problem}), not what `python -m ems.mine plan` wrote: run the plan again"
+            f"{path} is damaged ({problem}), not what `python -m ems.apps.mine plan` wrote: run the plan again"
         )
     return options
 

@@ -1,6 +1,6 @@
 """What a mining run is asked to do: one typed dataclass, the same for every launcher.
 
-In: the command line's values (ems.mine), or a mapping read back from a work dir's options.json
+In: the command line's values (ems.apps.mine), or a mapping read back from a work dir's options.json
 (ems.configs.load_config, so a hand-edited file is type-checked). Out: `MineOptions`, checked
 (one ValueError naming the setting), and `OUTPUT_SETTINGS`: which of its fields each stage's
 files depend on (the rest only change how a run goes: devices, workers, chunk sizes).

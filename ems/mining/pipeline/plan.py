@@ -252,7 +252,7 @@ def load_plan(work_dir: Path) -> Plan:
     embed = read_manifest(work, "embed")
     if embed is None or not (work / "options.json").is_file():
         raise MissingDataError(
-            f"{work} holds no mining plan: run `python -m ems.mine plan --work-dir {work} ...` first"
+            f"{work} holds no mining plan: run `python -m ems.apps.mine plan --work-dir {work} ...` first"
         )
     try:
         options = load_config(MineOptions, values=read_options(work))

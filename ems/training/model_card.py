@@ -1,10 +1,10 @@
 """Model cards: the README.md with Hugging Face YAML front matter that every exported model
-directory gets (the trainer's `model/` and each `python -m ems.export` format).
+directory gets (the trainer's `model/` and each `python -m ems.apps.export` format).
 
     facts = model_facts(MODEL_DIR)            # what the directory and its run directory record
     write_model_card(OUT, facts, "sentence-transformers", default_language=None)
 
-A model directory trained by ems.train sits in its run directory (`RUN/model`), which holds
+A model directory trained by ems.training.train sits in its run directory (`RUN/model`), which holds
 `train_config.yaml` (the shard directory it trained on, whose `index.json` counts the pairs per
 language pair), `metrics.jsonl` (the steps) and, after `python -m eval.run_all --model RUN/model`,
 `RUN/model/eval/report.md`. What cannot be found is said to be unknown in the card.
@@ -29,7 +29,7 @@ from ems.text import Tokenizer
 CARD_FILE = "README.md"
 TRAIN_CONFIG_FILE = "train_config.yaml"
 METRICS_FILE = "metrics.jsonl"
-CLEAN_REPORT = Path("clean") / "clean_report.json"  # beside the corpus's train/ folder (data_prep, ems.demo)
+CLEAN_REPORT = Path("clean") / "clean_report.json"  # beside the corpus's train/ folder (data_prep, ems.apps.demo)
 EVAL_DIR = "eval"
 FORMATS = ("ems", "sentence-transformers", "hf")
 PAPER = "Mao, Chu, Kurohashi: Efficient and Effective Massively Multilingual Sentence Representation Learning"
@@ -266,7 +266,7 @@ def _usage_lines(export_format: str, lang: str) -> list[str]:
         ]
     return ems_code + [
         "",
-        "The same model for other libraries: `python -m ems.export MODEL_DIR OUT --format "
+        "The same model for other libraries: `python -m ems.apps.export MODEL_DIR OUT --format "
         "sentence-transformers` (or `--format hf` for transformers' AutoModel).",
     ]
 

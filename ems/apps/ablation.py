@@ -1,10 +1,10 @@
 """Seeded ablations at a fixed step budget (the EMS paper's Table 13, small): train every variant
 with every seed on the same prepared data, score each model, print mean ± sd per variant.
 
-    python -m ems.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
+    python -m ems.apps.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
                            [--seeds 0 1 2] [--variants NAME ...] [--set max_steps=300 ...]
 
-Data are prepared once with the demo's data stages (ems.demo.prepare_data) under OUT/data, and
+Data are prepared once with the demo's data stages (ems.apps.demo.prepare_data) under OUT/data, and
 for a variant that distils (TrainConfig.teacher), its teacher's vectors of the training and
 held-out shards once (data_prep.teacher). Each run trains with the base training config, the
 variant's overrides and its seed into OUT/runs/<variant>/seed<k>/, and is scored with the config's
@@ -13,7 +13,7 @@ FLORES-200 devtest) on the config's `metrics`. Reference encoders (e.g. the teac
 once with the same suite, as rows of the table. A run that already has its scores is not trained
 again, and one whose training finished (trained.json) but whose scoring did not (killed, or a metric
 path the results lack: one line naming what they have) is scored again without retraining. A run
-whose training was stopped (SIGTERM, SIGUSR1 or a STOP file: one line, exit 99 as ems.train) or
+whose training was stopped (SIGTERM, SIGUSR1 or a STOP file: one line, exit 99 as ems.training.train) or
 killed resumes from its newest checkpoint, so an interrupted ablation resumes where it stopped;
 its recorded training seconds are those of all its invocations (training_seconds.json).
 `--variants` runs (and tabulates) only the variants named, so several processes or machines can
@@ -34,9 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+from ems.apps.demo import (
+    DEFAULT_DATA_DIR,
+    DEMO_SUITE,
+    DemoDataConfig,
+    Stages,
+    data_paths,
+    prepare_data,
+    trained_languages,
+)
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import FieldsOf, load_config, merge
-from ems.demo import DEFAULT_DATA_DIR, DEMO_SUITE, DemoDataConfig, Stages, data_paths, prepare_data, trained_languages
 from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
@@ -266,7 +274,7 @@ def prepare_teachers(cfg: AblationConfig, prepared: Path) -> None:
 def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list[str]) -> str:
     """Prepare the data (once), train and score every (variant, seed) not yet scored (`overrides`:
     `--set` items of every run's TrainConfig), write and return the table."""
-    from ems.train import train
+    from ems.training.train import train
 
     if not cfg.variants:
         raise ValueError("the ablation config lists no variants")
@@ -307,7 +315,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
             if not scores_file.is_file():
                 print(f"\n== {variant}, seed {seed} ==", flush=True)
                 if not trained_file.is_file():
-                    # a run stopped or killed in training resumes from its newest checkpoint (ems.train)
+                    # a run stopped or killed in training resumes from its newest checkpoint (ems.training.train)
                     values = {**data_paths(prepared, data_dir), "out": str(run_dir / "run"), "seed": seed}
                     values = merge(merge(values, cfg.train_overrides), variant_overrides)
                     train_cfg = load_config(TrainConfig, _resolve(cfg.train_config), overrides, values)

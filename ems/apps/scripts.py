@@ -24,11 +24,11 @@ def data() -> int:
 
 
 def train() -> int:
-    """`ems-train`: python -m ems.train, stop signals held from this first line."""
+    """`ems-train`: python -m ems.training.train, stop signals held from this first line."""
     from ems.stop_signals import hold_stop_signals
 
     hold_stop_signals()
-    return _run("ems.train")
+    return _run("ems.training.train")
 
 
 def evaluate() -> int:
@@ -37,15 +37,15 @@ def evaluate() -> int:
 
 
 def mine() -> int:
-    """`ems-mine`: python -m ems.mine."""
-    return _run("ems.mine")
+    """`ems-mine`: python -m ems.apps.mine."""
+    return _run("ems.apps.mine")
 
 
 def export() -> int:
-    """`ems-export`: python -m ems.export."""
-    return _run("ems.export")
+    """`ems-export`: python -m ems.apps.export."""
+    return _run("ems.apps.export")
 
 
 def demo() -> int:
-    """`ems-demo`: python -m ems.demo."""
-    return _run("ems.demo")
+    """`ems-demo`: python -m ems.apps.demo."""
+    return _run("ems.apps.demo")

@@ -1,13 +1,13 @@
 """Train an EMS model with DeepSpeed, on one process or many, resumable exactly.
 
-    python -m ems.train --config configs/train/demo.yaml --set data=SHARDS vocab=VOCAB out=RUN
-    deepspeed --num_gpus 4 --module ems.train --config ...      # 4 GPU processes through the launcher
-    torchrun --nproc_per_node 4 -m ems.train --config ...       # the same through torchrun (also on CPU, gloo)
+    python -m ems.training.train --config configs/train/demo.yaml --set data=SHARDS vocab=VOCAB out=RUN
+    deepspeed --num_gpus 4 --module ems.training.train --config ...      # 4 GPU processes through the launcher
+    torchrun --nproc_per_node 4 -m ems.training.train --config ...       # the same through torchrun (also on CPU, gloo)
 
 Reads `data_prep binarize` shards; writes, under `out`:
     checkpoints/   step<N>/ checkpoints (DeepSpeed model/optimizer/scheduler/loss-scaler state,
                    step, data position, every rank's RNG states, run_config.json, manifest.json)
-                   and `latest`; see ems.checkpoint. A rerun with the same `out` resumes from
+                   and `latest`; see ems.training.checkpoint. A rerun with the same `out` resumes from
                    the newest checkpoint that verifies and has finite weights.
     tb/            TensorBoard: loss/{total,xtr,contrastive,distill}, lr, grad_norm, overflow_steps (fp16),
                    tokens_per_s, real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate),
@@ -49,7 +49,7 @@ gradient norm and the lr, exit status DIVERGED_EXIT_CODE (3). A model with non-f
 never checkpointed, resume skips a checkpoint whose weights are not finite, and the checkpoint the
 diverging step started from is moved aside (rejected-step<N>/), so a resume with a lower lr works.
 
-Checkpoint files are loaded as tensors only (ems.checkpoint.load_tensor_file): a file naming any
+Checkpoint files are loaded as tensors only (ems.training.checkpoint.load_tensor_file): a file naming any
 other Python object is refused, and nothing in it runs. User errors (bad values, missing files,
 unusable checkpoints) are one line `error: ...` and status 2 (ems.cli; --debug for the traceback).
 
@@ -79,11 +79,11 @@ from ems.artifacts import staged_directory
 from ems.cli import add_debug_option, run_main
 from ems.configs import load_config
 from ems.encoder import export_encoder
-from ems.model_card import model_facts, write_model_card
 from ems.run_metadata import RUN_METADATA_FILE
 from ems.training.batches import real_and_padded_tokens
 from ems.training.config import TrainConfig
 from ems.training.metrics import LOSSES, StepValues, show_losses
+from ems.training.model_card import model_facts, write_model_card
 from ems.training.runtime import any_rank, init_distributed, world_of_one_unless_launched
 from ems.training.setup import Run, check_inputs, run_directory_lock, setup
 from ems.training.stopping import PREEMPTED_EXIT_CODE, Stop, StopRequest

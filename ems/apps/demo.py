@@ -5,12 +5,12 @@
     through DeepSpeed (a fixed number of steps, with learning curves) -> Tatoeba, FLORES-200 and
     held-out retrieval of the untrained and the trained model, side by side.
 
-    python -m ems.demo [--out runs/demo] [--data-dir ../shared/data] [--set max_steps=300 ...]
+    python -m ems.apps.demo [--out runs/demo] [--data-dir ../shared/data] [--set max_steps=300 ...]
 
 The schedule is a number of steps, so the same machine type gives the same model whatever its
 load; `--set time_budget_minutes=8` fits it to a wall-clock budget instead.
 
-    python -m ems.demo --recipe multilingual [--out runs/multilingual] [--set ...]
+    python -m ems.apps.demo --recipe multilingual [--out runs/multilingual] [--set ...]
 
 trains on every language of the Tatoeba Translation Challenge and TICO-19 (configs/data/multilingual.yaml,
 configs/train/multilingual.yaml), resumes where it stopped (the data are kept when prepared with the
@@ -388,7 +388,7 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
     """Every stage (`overrides`: `--set` items of the TrainConfig); returns the report (also written
     to out/demo_report.md)."""
     from ems.encoder import load
-    from ems.train import train
+    from ems.training.train import train
     from eval.chart import write_comparison_chart
     from eval.curves import CURVES_FILE, plot_curves, read_metrics
     from eval.run_all import run_all
@@ -480,7 +480,7 @@ def run_multilingual(
     cover, zero-shot on those the model never saw (`ems:DIR,unseen=neutral`), split by each
     language's training pairs (eval.language_groups); returns the report (out/demo_report.md)."""
     from ems.encoder_kinds import load_encoder
-    from ems.train import train
+    from ems.training.train import train
     from eval.language_groups import MARKDOWN_FILE, grouped_results, training_pairs, write_grouped
     from eval.run_all import run_all
 

@@ -2,14 +2,14 @@
 one machine or as SLURM array jobs.
 
     # one command, every stage on this machine (`ems-mine` is the same)
-    python -m ems.mine --encoder ems:runs/x/model --src corpus.de --src-lang de --tgt corpus.en --tgt-lang en \\
+    python -m ems.apps.mine --encoder ems:runs/x/model --src corpus.de --src-lang de --tgt corpus.en --tgt-lang en \\
         --out pairs.tsv [--threshold 1.05] [--mode max] [--margin ratio] [--k 4] [--index ivf-sq8:nprobe=64]
         [--work-dir DIR] [--workers N] [--shard-lines 1000000] [--dtype float16] [--line-numbers]
         [--src-embeddings src.npy --tgt-embeddings tgt.npy]   # precomputed, one row per file line
         [--cache-dir DIR] [--device cuda] [--chunk-lines 20000] [--tokenizer-workers 2]
     # the same run as separate jobs (slurm/mine.sh runs these)
-    python -m ems.mine plan --work-dir DIR <the options above>   # prints each step's unfinished units
-    python -m ems.mine stage STEP --work-dir DIR [--unit I]      # one unit of a step, or all of them
+    python -m ems.apps.mine plan --work-dir DIR <the options above>   # prints each step's unfinished units
+    python -m ems.apps.mine stage STEP --work-dir DIR [--unit I]      # one unit of a step, or all of them
 
 One sentence per line in, "<score>\\t<src sentence>\\t<tgt sentence>" lines out (with
 --line-numbers also each sentence's 1-based line number), best first. Identical lines are mined
@@ -102,7 +102,7 @@ def plan_main(argv: list[str]) -> int:
     """`plan`: write the plan; print one line per step, "STEP UNITS" (a SLURM --array value of
     its unfinished units, "-" for none), on stdout. The encoder is loaded here on the CPU (a login
     node may have no GPU), only for its languages and model id; --device is the jobs'."""
-    options = _options(_mining_parser("python -m ems.mine plan", True).parse_args(argv))
+    options = _options(_mining_parser("python -m ems.apps.mine plan", True).parse_args(argv))
     planned = plan(options, None if options.encoder is None else load_encoder(options.encoder, options.cache_dir))
     for step in STEPS:
         units = planned.units(step)
@@ -113,7 +113,7 @@ def plan_main(argv: list[str]) -> int:
 
 def stage_main(argv: list[str]) -> int:
     """`stage STEP --work-dir DIR [--unit I]`."""
-    parser = argparse.ArgumentParser(prog="python -m ems.mine stage", description="Run one step of a planned run.")
+    parser = argparse.ArgumentParser(prog="python -m ems.apps.mine stage", description="Run one step of a planned run.")
     parser.add_argument("step", choices=STEPS)
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--unit", type=int, help="the unit to run (a SLURM array task id); default: all")
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
         return {"plan": plan_main, "stage": stage_main}[argv[0]](argv[1:])
-    parser = _mining_parser("python -m ems.mine", False)
-    parser.epilog = "Commands for separate jobs: python -m ems.mine {plan,stage} --help"
+    parser = _mining_parser("python -m ems.apps.mine", False)
+    parser.epilog = "Commands for separate jobs: python -m ems.apps.mine {plan,stage} --help"
     options = _options(parser.parse_args(argv))
     counts = mine_files(options)
     print(f"wrote {counts['written']} pairs to {options.out}; {counts}")
