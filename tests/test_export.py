@@ -1,6 +1,7 @@
 """`python -m ems.apps.export`: the real sentence-transformers and transformers packages load the
 exported directories and give ems.load's vectors; old `tokenizer.json` directories still load."""
 
+import ast
 import json
 import shutil
 import subprocess
@@ -11,7 +12,18 @@ import pytest
 import torch
 
 import ems
-from ems.apps.export import CORE_FILE, export_hf, export_sentence_transformers, main, top_level_source
+from ems.apps.export import (
+    CORE_FILE,
+    HF_MODELING_FILE,
+    ST_MODULE_FILE,
+    check_runs_without_ems,
+    core_definitions,
+    export_hf,
+    export_sentence_transformers,
+    main,
+    shipped_source,
+    top_level_source,
+)
 from ems.cli import run_main
 from ems.text import LEGACY_TOKENIZER_FILE, TOKENIZER_FILE, Tokenizer
 from tests.conftest import REPO_ROOT
@@ -202,6 +214,42 @@ def test_exported_code_is_generated_from_the_package_source(st_dir):
     assert source[start : source.index("\nclass XTRHead")].strip() in core
     assert "import ems" not in core and "from ems" not in core
     compile(core, CORE_FILE, "exec")
+
+
+def test_the_shipped_modules_are_the_package_modules_and_the_core_template_fills_in_the_source(st_dir, hf_dir):
+    """ems/apps/exported_code/ holds the shipped code as real modules: the two entry modules are copied
+    as they are, ems_core.py is its template with the definitions its imports from ems name in their place."""
+    assert (st_dir / ST_MODULE_FILE).read_text() == shipped_source(ST_MODULE_FILE)
+    assert (hf_dir / HF_MODELING_FILE).read_text() == shipped_source(HF_MODELING_FILE)
+    template, core = shipped_source(CORE_FILE), (st_dir / CORE_FILE).read_text()
+    assert core == (hf_dir / CORE_FILE).read_text() and "{source}" in ast.get_docstring(ast.parse(template))
+    assert "source (ems.text, ems.losses, ems.model, ems.encoder" in ast.get_docstring(ast.parse(core))
+    glue = template[template.index("\nclass EMSTextTokenizer") :]
+    assert glue in core and "from ems." in template  # the glue as it is; the imports from ems replaced
+    definitions = core_definitions(ast.parse(template))
+    assert list(definitions) == ["ems.text", "ems.losses", "ems.model", "ems.encoder"]  # dependency order
+    assert "read_tokenizer_file" in definitions["ems.text"] and "EncoderNetwork" in definitions["ems.model"]
+    assert core.index("def read_tokenizer_file") < core.index("class EncoderNetwork") < core.index(glue)
+    with pytest.raises(ValueError, match="the exported x.py imports the ems package \\(line 2\\)"):
+        check_runs_without_ems("x.py", "import torch\nfrom ems.text import PAD_ID\n")
+
+
+def test_the_shipped_modules_import_from_the_package_with_ems_definitions(model_dir, sentences):
+    """Imported from the package, the template ems_core uses the package's own definitions, and its glue
+    reads a model as the exported copy does."""
+    import ems.text
+    from ems.apps.exported_code import ems_core
+    from ems.apps.exported_code.ems_sentence_transformers import EMSSentenceEncoder
+
+    assert ems_core.Preprocessing is ems.text.Preprocessing
+    encoder, tokenizer = ems_core.load_model(
+        model_dir / "config.json", model_dir / "model.safetensors", model_dir / "spm.model", model_dir / TOKENIZER_FILE
+    )
+    assert tokenizer.encode(sentences["ja"], "ja") == Tokenizer.load(model_dir).encode(sentences["ja"], "ja")
+    module = EMSSentenceEncoder(encoder, tokenizer)
+    with torch.no_grad():
+        got = module(module.preprocess(sentences["de"], lang="de"))["sentence_embedding"].numpy()
+    assert row_cosines(got, ems.load(model_dir).encode(sentences["de"], "de")).min() >= 0.9999
 
 
 def test_the_evaluation_loads_the_export_as_an_st_encoder_with_its_languages(model_dir, st_dir, sentences):
