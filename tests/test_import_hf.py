@@ -15,7 +15,10 @@ import pytest
 
 from data_prep.__main__ import main
 from data_prep.config import CorpusSpec, PrepConfig
-from data_prep.hf import REPORT_FILE, HFImportError, _Pair, import_hf
+from data_prep.hf.errors import HFImportError
+from data_prep.hf.importer import import_hf
+from data_prep.hf.report import REPORT_FILE
+from data_prep.hf.rows import Pair
 from ems.cli import run_main
 from ems.configs import ConfigError, load_config
 from ems.corpus import list_parallel, read_parallel
@@ -240,7 +243,7 @@ def test_algorithm_r_gives_every_pair_the_same_chance():
     """Over 4000 seeds, each of 20 eligible pairs is in a sample of 5 with probability 1/4."""
     hits = [0] * 20
     for seed in range(4000):
-        pair = _Pair("de", "en", cap=5, sample="reservoir", seed=seed)
+        pair = Pair("de", "en", cap=5, sample="reservoir", seed=seed)
         for row in range(20):
             pair.keep(row, f"de {row}", f"en {row}", open_writer=None)
         assert len(pair.reservoir) == 5
@@ -333,7 +336,7 @@ def test_bad_datasets_are_one_clear_error_and_write_nothing(
 
 
 def test_a_killed_import_resumes_and_a_finished_one_reads_nothing(parallel_sentences, real, tmp_path, monkeypatch):
-    import data_prep.hf
+    import data_prep.hf.importer
     from ems.corpus import ParallelWriter
 
     spec = CorpusSpec(hf=f"{parallel_sentences}:en-de")
@@ -358,7 +361,7 @@ def test_a_killed_import_resumes_and_a_finished_one_reads_nothing(parallel_sente
     def no_reading(*args, **kwargs):
         raise AssertionError("the finished import read its source again")
 
-    monkeypatch.setattr(data_prep.hf, "open_dataset", no_reading)
+    monkeypatch.setattr(data_prep.hf.importer, "open_dataset", no_reading)
     again = import_hf(spec, tmp_path, progress=False)
     assert again["status"] == "exists" and again["pairs"] == done["pairs"]
     monkeypatch.undo()
