@@ -2,7 +2,7 @@
 
     # on the CPU machine, once: the data stage, packed to travel (benchmarks/gpu_prepared.py)
     python benchmarks/gpu_acceptance.py prepare --out runs/gpu_data --wheels
-    # on the GPU machine (runs/gpu_data carried; README, "Installing on a GPU machine"): checks, MFU
+    # on the GPU machine (runs/gpu_data carried; docs/getting-started.md, "GPU machines"): checks, MFU
     # probe, training, evaluation, report
     python3 -m pip install -q --no-index --no-deps --target /tmp/site runs/gpu_data/wheels/*.whl
     PYTHONPATH=/tmp/site python3 benchmarks/gpu_acceptance.py run --data runs/gpu_data --work /tmp/ga --report-dir DIR
@@ -383,7 +383,9 @@ def package_versions() -> str:
         except PackageNotFoundError:
             found.append(name)
     if missing:
-        raise RuntimeError(f"not installed: {', '.join(missing)} (prepare --wheels, README); found {', '.join(found)}")
+        raise RuntimeError(
+            f"not installed: {', '.join(missing)} (prepare --wheels, docs/getting-started.md); found {', '.join(found)}"
+        )
     return ", ".join(found)
 
 

@@ -1,6 +1,6 @@
 """Throughput and peak memory of `ems-prep import --format hf` on parquet sources of 250k and 1M+ pairs,
 to show that the import streams (its memory does not grow with the source); and the local
-parallel-sentences layout of the README's distillation example.
+parallel-sentences layout of the distillation recipe in docs/data.md.
 
     python benchmarks/import_hf.py --data-dir ../shared/data --work runs/bench_hf [--sizes 250000 1200000]
     python benchmarks/import_hf.py --data-dir ../shared/data --parallel-sentences runs/parallel-sentences \\

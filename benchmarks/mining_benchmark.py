@@ -22,8 +22,8 @@ short sentences; 546k gold pairs).
 
 Embeddings: --encoder takes any ems.encoder_kinds spec, or `ngram` (default): hashed character
 trigrams projected to --dim dims (256 by default; 64 for the large run, see below), a lexical
-baseline fast enough for 1.8M sentences on 2 cores (the learned encoders here run at 40-150
-sentences/s). Embeddings and the exact-search sample are cached in the work dir.
+baseline fast enough for 1.8M sentences on 2 cores (the learned encoders are far slower on a CPU:
+docs/results/throughput.md). Embeddings and the exact-search sample are cached in the work dir.
 
 Each miner runs in its own process (time, CPU seconds, peak RSS): `plain` = LASER's recipe,
 both sides read into memory and normalised in place, one faiss.IndexFlatIP per side, all queries
@@ -40,7 +40,7 @@ the gold at the method's best threshold, and against exact search:
   miner's on the sample, and margin_error the mean |score - exact score| of those pairs;
 - pairs vs flat: P/R/F1 of the method's thresholded pairs against the `flat` method's, only when
   `flat` ran in the same report (listed first): full exact mining costs 4 n^2 d flops, about
-  1e14 at 900k x 64 (faiss runs ~80 GFLOP/s on this machine's 2 cores: ~40 CPU-minutes), so the
+  1e14 at 900k x 64 (tens of CPU-minutes on 2 cores: docs/results/throughput.md), so the
   large run measures exact search on the sample only; the 200k run can afford `flat`.
 --throughput also measures encode speed (sentences/s) of the listed encoders on FLORES English.
 """

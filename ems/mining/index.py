@@ -58,15 +58,10 @@ class IndexSpec:
 
     - n_lists: round(4 sqrt(n)), at most n / 39 (faiss wants 39 training points per list).
     - nprobe: DEFAULT_NPROBE lists searched per query (at most n_lists), a fixed number rather than
-      a fraction of the lists, so the search cost per query stays ~nprobe * n / n_lists rows.
-      Measured with benchmarks/mining_benchmark.py at 900k x 900k real sentences, hashed
-      character-trigram embeddings, d = 64, 3795 lists, both directions (recall@4 against exact
-      search on 10k sampled queries each way; CPU seconds on 2 AVX2 cores): IVFFlat nprobe 32:
-      recall 52.8 / 48.6 %, 334 CPU s; nprobe 128: 74.0 / 71.7 %, 1078 CPU s (nlist / 8 = 474
-      would cost ~4000). Those vectors are nearly isotropic, a hard case for any IVF. Learned
-      embeddings cluster: on the 178k cached multilingual-e5-small vectors (d = 384, 1688 lists;
-      benchmarks/mining_recall_cached.py) nprobe 8 / 32 / 128 reach recall@4 84 / 94 / 98 %
-      (IVFFlat) and 83 / 92 / 97 % (SQ8), on 165k mUSE vectors 87 / 95 / 99 % and 86 / 94 / 97 %.
+      a fraction of the lists, so the search cost per query stays ~nprobe * n / n_lists rows (nlist / 8
+      made CPU search take hours). Hashed n-gram vectors are nearly isotropic, a hard case for any IVF;
+      learned embeddings cluster, and nprobe 32 finds over 90 % of their exact neighbours (measured with
+      benchmarks/mining_benchmark.py and benchmarks/mining_recall_cached.py: docs/results/throughput.md).
       Raise nprobe (e.g. "ivf-sq8:nprobe=128") where recall matters more than time, and measure on
       your own encoder's embeddings.
     - pq_m: d / 4 sub-quantisers (16x smaller than float32), or the largest divisor of d below that.
@@ -75,12 +70,9 @@ class IndexSpec:
     - rerank: ivf-pq and ivf-sq8 only: search rerank * k candidates in the index, then re-rank them
       by their exact cosine, read from the (memory-mapped) input vectors. 0 = none. Default:
       DEFAULT_PQ_RERANK for ivf-pq, 0 for ivf-sq8. PQ cosines are coarse and margin scores are
-      ratios of cosines: on the benchmark above (m = 16, nprobe 32), PQ without re-ranking found
-      29 % of the exact neighbours and agreed with exact margin mining on 24 % of best pairs
-      (mean margin error 0.037); re-ranking 16 candidates gave 43 % and 42 % (0.030) at no extra
-      CPU time (298 vs 312 s). SQ8 needs none: 52.4 / 48.2 % recall against IVFFlat's
-      52.8 / 48.6 %, with a 3.6x smaller index (63 vs 228 MiB), which is why "auto" picks it
-      from IVF_MIN_ROWS rows.
+      ratios of cosines: re-ranking recovers much of what PQ loses, at no extra CPU time. SQ8 needs
+      none: about IVFFlat's recall with a 3.6x smaller index, which is why "auto" picks it from
+      IVF_MIN_ROWS rows (measured: docs/results/throughput.md).
     hnsw_m (graph degree), ef_construction and ef_search (candidate list sizes when building and
     searching; at least k is used) are HNSW's usual settings.
     """
