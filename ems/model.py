@@ -70,19 +70,16 @@ class EMSConfig:
     # A linear map of the pooled vector u to this many dimensions, kept in the exported encoder (its
     # output is then d_output-dimensional): how a student of width d_model matches a teacher of
     # another dimension. Distillation trains it; XTR and contrastive act on u before it (acting on
-    # the mapped vector, they fought the distillation term over its scale: measured in the README).
+    # the mapped vector, they fought the distillation term over its scale: docs/results/ablations.md).
     d_output: int | None = None
-    global_negatives: bool = False  # contrastive negatives from all ranks' batches (training only)
     # In-batch pairs that share a sentence with a row (translations of the same sentence, common in
     # English-centric data): "mask" them out of its softmax, count them as "positive"s, or "keep"
     # them as negatives (the paper's loss). Needs content ids in the batch (data_prep.binarize).
     duplicate_negatives: str = "mask"
     # "sdpa": F.scaled_dot_product_attention; "matmul": `attention_with_dropout`; "auto": matmul on
     # CPU when gradients are computed, sdpa otherwise. Training on CPU, sdpa's flash kernel is slow at
-    # these lengths in bf16 (tiny model, demo batches, AVX512-BF16, 2 cores: 0.315 s a step against
-    # 0.176 s with matmul; fp32 0.267 vs 0.259), and it has no fused kernel with dropout (see
-    # attention_with_dropout); encoding (no gradients, no dropout) it is the faster one (tiny model,
-    # 7084 FLORES sentences, 1 thread: 2.6 s against 3.1 s in bf16, 4.8 against 5.3 in fp32).
+    # these lengths in bf16, and it has no fused kernel with dropout (see attention_with_dropout);
+    # encoding (no gradients, no dropout) it is the faster one (measured: docs/results/throughput.md).
     attention: str = "auto"
     # Attention over groups of this many length-sorted rows, each padded to its own longest (0: the
     # whole batch in one layout); the same result, less padding in batches of mixed lengths (see
@@ -158,6 +155,9 @@ class EMSConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> EMSConfig:
+        """The config of `values` (e.g. a config.json's object); ValueError for an unknown key. Older
+        versions saved global_negatives here; it is dropped: a training setting (TrainConfig's), not the model's."""
+        values = {key: value for key, value in values.items() if key != "global_negatives"}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:
@@ -184,8 +184,8 @@ class EMSConfig:
 # from the tokenizer, except ems-paper's). Parameters and training FLOPs per pair of each:
 # python benchmarks/presets_table.py. The demo (12 languages of short Tatoeba sentences) cuts at 64.
 PRESETS: dict[str, dict] = {
-    # CPU-sized model for the demo and tests. (On 2 CPU cores this size sees ~1.5 epochs of the demo
-    # corpus in 8 minutes, which beat d=256 x 4 layers seeing 0.4 epochs on Tatoeba by 8.3 vs 3.5 mean P@1.)
+    # CPU-sized model for the demo and tests: in a fixed time on CPU cores, more epochs of this size beat
+    # fewer of a larger one (measured: docs/results/ablations.md).
     "tiny": dict(
         d_model=128,
         n_layers=2,
@@ -298,9 +298,8 @@ class PackedTokens:
 
     With `group_rows`, the rows are also sorted by length and cut into `groups` of that many rows,
     each with its own (rows, L_g) layout, L_g its longest row: attention over a batch of mixed
-    lengths then costs about what it costs over a length-bucketed one (the demo's random batches,
-    tiny model, fp32, 2 CPU cores: 0.58 s a step in one (512, ~56) layout, 0.32 s in groups of 128;
-    length-bucketed batches 0.29 s). The attention masks are then built per group only.
+    lengths then costs about what it costs over a length-bucketed one (measured:
+    docs/results/throughput.md). The attention masks are then built per group only.
     """
 
     def __init__(self, mask: Tensor, group_rows: int = 0):
@@ -332,7 +331,7 @@ class PackedTokens:
     def unpack(self, packed: Tensor) -> Tensor:
         """(N, k) -> (B, L, k), zeros at pad positions"""
         flat = packed.new_zeros(self.shape.numel(), packed.shape[-1])
-        # index_put: 5x faster than index_copy on CPU in fp32 (a 128 x 52 layout of 384 wide rows: 1.5 against 8.3 ms)
+        # index_put, not index_copy: several times faster on CPU (measured: docs/results/throughput.md)
         flat[self.index] = packed
         return flat.view(*self.shape, packed.shape[-1])
 
@@ -472,11 +471,14 @@ class ContrastiveHead(nn.Module):
 
 
 class EMSModel(nn.Module):
-    """Encoder + training heads. forward(batch) -> dict of batch-mean losses (paper Eq. 12)."""
+    """Encoder + training heads. forward(batch) -> dict of batch-mean losses (paper Eq. 12).
+    `global_negatives`: the contrastive softmax and the duplicate mask take every rank's batch
+    (TrainConfig.global_negatives: how the loss is computed across ranks, not saved with the model)."""
 
-    def __init__(self, cfg: EMSConfig):
+    def __init__(self, cfg: EMSConfig, global_negatives: bool = False):
         super().__init__()
         self.cfg = cfg
+        self.global_negatives = global_negatives
         self.encoder = EncoderNetwork(cfg)
         self.xtr_head = XTRHead(cfg)
         self.contrastive_head = ContrastiveHead(cfg)
@@ -527,11 +529,11 @@ class EMSModel(nn.Module):
             xtr = xtr_both[:b] + xtr_both[b:]
         duplicates = None
         if content_ids is not None:
-            pool, offset = gather_rows(content_ids) if self.cfg.global_negatives else (content_ids, 0)
+            pool, offset = gather_rows(content_ids) if self.global_negatives else (content_ids, 0)
             duplicates = duplicate_mask(content_ids, pool, offset)
         if self.cfg.contrastive_weight:
             h_u, h_v = self.contrastive_head(uv).chunk(2)
-            in_batch_loss = global_contrastive_loss if self.cfg.global_negatives else contrastive_loss
+            in_batch_loss = global_contrastive_loss if self.global_negatives else contrastive_loss
             contrastive = in_batch_loss(
                 h_u, h_v, self.cfg.temperature, duplicates, self.cfg.duplicate_negatives, self.cfg.contrastive_margin
             )

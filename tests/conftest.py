@@ -1,11 +1,17 @@
-"""Shared fixtures. Real benchmark data is read from $EMS_DATA_DIR (default: ../shared/data
+"""Shared fixtures and helpers. Real benchmark data is read from $EMS_DATA_DIR (default: ../shared/data
 next to the repository), never copied into the repository."""
+
+from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from ems.training.config import TrainConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,8 +47,44 @@ def tiny_pipeline(tmp_path_factory):
     return root
 
 
+# The evaluation sets of the shared data, linked whole into every sliced_data root.
+EVAL_SETS = ("tatoeba", "flores200", "sib200", "mlqe", "sts2017")
+
+
+@pytest.fixture(scope="module")
+def sliced_data(data_dir, tmp_path_factory, request):
+    """A data root of the shared data's evaluation sets and, of each corpus, the folders that the test
+    module's SLICED_CORPORA ({corpus: [folder, ...]}) names: symbolic links into the shared data."""
+    root = tmp_path_factory.mktemp("slice")
+    for name in EVAL_SETS:
+        (root / name).symlink_to(data_dir / name)
+    for corpus, folders in request.module.SLICED_CORPORA.items():
+        (root / corpus).mkdir()
+        for folder in folders:
+            (root / corpus / folder).symlink_to(data_dir / corpus / folder)
+    return root
+
+
 # A model small enough that a few dozen DeepSpeed steps take seconds.
 SMALL_MODEL = {"d_model": 64, "n_heads": 4, "d_ffn": 128, "n_layers": 2, "d_lang": 16, "d_contrastive": 32}
+
+
+def small_run(pipeline: Path, out: str | Path, *layers: dict, **settings) -> TrainConfig:
+    """The TrainConfig of a short run of SMALL_MODEL (the tiny preset) on the shards and vocabulary of
+    tiny_pipeline (`pipeline`) into `out`: the dicts `layers` (a test file's run, say) and then `settings`
+    over that, each later one winning (a model_overrides replaces SMALL_MODEL whole)."""
+    from ems.training.config import TrainConfig
+
+    values = {
+        "data": str(pipeline / "shards"),
+        "vocab": str(pipeline / "vocab"),
+        "out": str(out),
+        "model": "tiny",
+        "model_overrides": dict(SMALL_MODEL),
+    }
+    for layer in (*layers, settings):
+        values.update(layer)
+    return TrainConfig(**values)
 
 
 @pytest.fixture(scope="module")

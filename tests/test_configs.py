@@ -116,6 +116,23 @@ def test_model_overrides_are_emsconfig_fields_checked_at_load():
     assert type(cfg.model_overrides["dropout"]) is float
 
 
+def test_global_negatives_is_a_training_setting_and_its_old_model_overrides_spelling_an_error(tmp_path):
+    # a run's train_config.yaml as every version wrote it: global_negatives beside the other TrainConfig keys
+    (tmp_path / "train_config.yaml").write_text("global_negatives: true\nmodel_overrides: {dropout: 0.0}\n")
+    cfg = load_config(TrainConfig, tmp_path / "train_config.yaml")
+    assert cfg.global_negatives is True and cfg.model_overrides == {"dropout": 0.0}
+    assert "global_negatives" not in EMSConfig.__dataclass_fields__  # not saved with the model
+    # the model_overrides spelling (once an EMSConfig field that silently won over the TrainConfig key) is refused
+    with pytest.raises(ConfigError, match=r"^TrainConfig: model_overrides: unknown key\(s\) \['global_negatives'\]"):
+        load_config(TrainConfig, None, ["model_overrides.global_negatives=true"])
+    with pytest.raises(
+        ConfigError,
+        match=r"^TrainConfig: model_overrides.global_negatives is no model setting: set global_negatives "
+        r"\(a TrainConfig key\)$",
+    ):
+        TrainConfig(model_overrides={"global_negatives": True})
+
+
 def test_set_reads_a_value_as_the_type_of_the_key_it_names(tmp_path):
     (tmp_path / "data.yaml").write_text("languages: [de, en]\npivot: en\nclean: {max_chars: 300}\n")
     cfg = load_config(

@@ -29,7 +29,7 @@ from ems.text import Tokenizer
 from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
 from ems.training.train import train
-from tests.conftest import REPO_ROOT, SMALL_MODEL
+from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
 
 TEACHER_DIM = 24
 
@@ -288,37 +288,34 @@ def ems_teacher(tiny_pipeline, tmp_path_factory):
     return spec
 
 
-def distill_config(pipeline, out, teacher, **overrides) -> TrainConfig:
-    values = dict(
-        data=str(pipeline / "shards"),
-        vocab=str(pipeline / "vocab"),
-        out=str(out),
-        model="tiny",
-        model_overrides={
-            **SMALL_MODEL,
-            "dropout": 0.0,
-            "xtr_weight": 0.0,
-            "contrastive_weight": 0.0,
-            "distill_weight": 1.0,
-        },
-        teacher=teacher,
-        batch_size=32,
-        lr=3e-3,
-        warmup_steps=5,
-        max_steps=60,
-        log_every=5,
-        save_every=1000,
-        seed=3,
-        valid_data=str(pipeline / "valid_shards"),
-        valid_every=1000,
-        valid_pairs=128,
-        bucket_batches=50,
-    )
-    return TrainConfig(**{**values, **overrides})
+# conftest.small_run's settings of a distillation run (with teacher=<spec>)
+DISTILL = dict(
+    model_overrides={
+        **SMALL_MODEL,
+        "dropout": 0.0,
+        "xtr_weight": 0.0,
+        "contrastive_weight": 0.0,
+        "distill_weight": 1.0,
+    },
+    batch_size=32,
+    lr=3e-3,
+    warmup_steps=5,
+    max_steps=60,
+    log_every=5,
+    save_every=1000,
+    seed=3,
+    valid_every=1000,
+    valid_pairs=128,
+    bucket_batches=50,
+)
 
 
 def test_training_distils_the_teacher(tiny_pipeline, ems_teacher, tmp_path):
-    result = train(distill_config(tiny_pipeline, tmp_path / "run", ems_teacher, export_init=True))
+    valid_data = str(tiny_pipeline / "valid_shards")
+    cfg = small_run(
+        tiny_pipeline, tmp_path / "run", DISTILL, teacher=ems_teacher, valid_data=valid_data, export_init=True
+    )
+    result = train(cfg)
     valid = [h for h in result["history"] if "valid_loss" in h]
     assert valid[-1]["valid_distill"] < 0.7 * valid[0]["valid_distill"]
     student, untrained = ems.load(result["model_dir"]), ems.load(tmp_path / "run" / "model-init")
@@ -344,12 +341,12 @@ def test_distillation_resumes_exactly_without_the_teacher(tiny_pipeline, ems_tea
     common = dict(
         max_steps=16,
         log_every=1,
-        valid_data=None,
         model_overrides={**SMALL_MODEL, "dropout": 0.0, "distill_weight": 1.0},
+        teacher=ems_teacher,
     )
-    straight = train(distill_config(tiny_pipeline, tmp_path / "straight", ems_teacher, **common))
-    train(distill_config(tiny_pipeline, tmp_path / "resumed", ems_teacher, stop_at_step=8, **common))
-    resumed = train(distill_config(tiny_pipeline, tmp_path / "resumed", ems_teacher, **common))
+    straight = train(small_run(tiny_pipeline, tmp_path / "straight", DISTILL, common))
+    train(small_run(tiny_pipeline, tmp_path / "resumed", DISTILL, common, stop_at_step=8))
+    resumed = train(small_run(tiny_pipeline, tmp_path / "resumed", DISTILL, common))
     losses = [h["distill"] for h in straight["history"] if "distill" in h]
     assert len(losses) == 16 and all(loss > 0 for loss in losses)
     resumed_losses = [
@@ -498,11 +495,12 @@ def test_init_from_copies_the_model_and_matches_embeddings_by_piece(tiny_pipelin
 
 
 def test_training_starts_from_init_from(tiny_pipeline, tmp_path):
-    from tests.test_train import config
+    from tests.test_train import RUN
 
-    first = train(config(tiny_pipeline, tmp_path / "first", max_steps=10))
+    validated = dict(RUN, max_steps=10, valid_data=str(tiny_pipeline / "valid_shards"))
+    first = train(small_run(tiny_pipeline, tmp_path / "first", validated))
     second = train(
-        config(tiny_pipeline, tmp_path / "second", max_steps=10, init_from=first["model_dir"], export_init=True, seed=4)
+        small_run(tiny_pipeline, tmp_path / "second", validated, init_from=first["model_dir"], export_init=True, seed=4)
     )
     a = ems.load(first["model_dir"]).model.state_dict()
     b = ems.load(tmp_path / "second" / "model-init").model.state_dict()

@@ -9,7 +9,7 @@ from ems.training.config import TrainConfig
 from ems.training.resume import resumed_position
 from ems.training.runtime import BatchLayout, gradient_accumulation, optimizer_layout
 from ems.training.train import train
-from tests.conftest import SMALL_MODEL
+from tests.conftest import SMALL_MODEL, small_run
 from tests.test_train_scale import (  # noqa: F401 (one_thread_like_the_subprocesses: an autouse fixture)
     assert_same_parameters,
     finish,
@@ -17,7 +17,6 @@ from tests.test_train_scale import (  # noqa: F401 (one_thread_like_the_subproce
     logged_losses,
     one_thread_like_the_subprocesses,
     parameters,
-    settings,
 )
 
 NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0)  # with dropout, 2 ranks draw other masks than 1 (see resume)
@@ -38,9 +37,7 @@ STOP, STEPS = 3, 6
 def one_process(tiny_pipeline, tmp_path_factory):
     """The uninterrupted run: 1 process accumulating 2 x 16 pairs (= 2 processes x 16, local negatives)."""
     out = tmp_path_factory.mktemp("straight")
-    result = train(
-        TrainConfig(**settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"))
-    )
+    result = train(small_run(tiny_pipeline, out, ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"))
     return {"losses": logged_losses(out), "params": parameters(result["model_dir"])}
 
 
@@ -57,14 +54,14 @@ def test_two_processes_with_zero1_resumed_on_one_equal_an_uninterrupted_run(tiny
     out = tmp_path / "run"
     status, output = finish(
         launch(
-            settings(tiny_pipeline, out, **ELASTIC, stop_at_step=STOP, deepspeed_config="configs/deepspeed/zero1.json"),
+            small_run(tiny_pipeline, out, ELASTIC, stop_at_step=STOP, deepspeed_config="configs/deepspeed/zero1.json"),
             nproc=2,
         )
     )
     assert status == 0, output[-3000:]
     assert len(list((out / "checkpoints" / f"step{STOP}").glob("zero_pp_rank_*_optim_states.pt"))) == 2
     status, output = finish(
-        launch(settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"))
+        launch(small_run(tiny_pipeline, out, ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"))
     )
     assert status == 0, output[-3000:]
     assert "holds optimizer partitions of 2 ranks; this run has 1" in output
@@ -80,15 +77,9 @@ def test_two_processes_with_zero1_resumed_on_one_equal_an_uninterrupted_run(tiny
 def test_one_process_resumed_on_two_equals_an_uninterrupted_run(tiny_pipeline, tmp_path, one_process):
     """ZeRO-1 on 1 rank: one partition, re-split over 2 ranks on resume."""
     out = tmp_path / "run"
-    train(
-        TrainConfig(
-            **settings(
-                tiny_pipeline, out, **ELASTIC, stop_at_step=STOP, deepspeed_config="configs/deepspeed/zero1.json"
-            )
-        )
-    )
+    train(small_run(tiny_pipeline, out, ELASTIC, stop_at_step=STOP, deepspeed_config="configs/deepspeed/zero1.json"))
     status, output = finish(
-        launch(settings(tiny_pipeline, out, **ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"), nproc=2)
+        launch(small_run(tiny_pipeline, out, ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"), nproc=2)
     )
     assert status == 0, output[-3000:]
     assert "1 process x 2 accumulation x 16 pairs -> 2 processes x 1 accumulation x 16 pairs" in output
@@ -97,9 +88,9 @@ def test_one_process_resumed_on_two_equals_an_uninterrupted_run(tiny_pipeline, t
 
 def test_another_global_batch_goes_on_after_the_pairs_consumed_and_says_so(tiny_pipeline, tmp_path, capsys):
     out = tmp_path / "run"
-    train(TrainConfig(**settings(tiny_pipeline, out, **ELASTIC, stop_at_step=STOP)))  # position (0, 3): 96 pairs
+    train(small_run(tiny_pipeline, out, ELASTIC, stop_at_step=STOP))  # position (0, 3): 96 pairs
     capsys.readouterr()
-    train(TrainConfig(**settings(tiny_pipeline, out, **{**ELASTIC, "global_batch_size": 64}, stop_at_step=STOP + 1)))
+    train(small_run(tiny_pipeline, out, ELASTIC, global_batch_size=64, stop_at_step=STOP + 1))
     said = capsys.readouterr().out
     assert (
         "the global batch changed from 32 to 64 pairs (1 process x 2 accumulation x 16 pairs -> 1 process x 4 "

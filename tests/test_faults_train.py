@@ -1,6 +1,7 @@
 """Faults of the trainer (issue 13): what a hostile but fair user does to `python -m ems.training.train`
 and a run directory, and the one clear outcome each must have."""
 
+import json
 import math
 import os
 import re
@@ -16,33 +17,19 @@ import yaml
 
 from ems.cli import run_main
 from ems.training.checkpoint import NoUsableCheckpointError, UnsafeCheckpointError, load_tensor_file, write_manifest
-from ems.training.checkpointer import DIVERGED_EXIT_CODE, TrainingDiverged
+from ems.training.checkpointer import DIVERGED_EXIT_CODE, RUN_CONFIG_FILE, TrainingDiverged
 from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, ResumeConfigError
 from ems.training.schedule import LinearSchedule
 from ems.training.stopping import PREEMPTED_EXIT_CODE
 from ems.training.train import main, train
-from tests.conftest import REPO_ROOT, SMALL_MODEL
+from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
 
 
-def config(pipeline, out, **overrides) -> TrainConfig:
-    values = dict(
-        data=str(pipeline / "shards"),
-        vocab=str(pipeline / "vocab"),
-        out=str(out),
-        model_overrides=SMALL_MODEL,
-        batch_size=32,
-        lr=2e-3,
-        warmup_steps=5,
-        max_steps=12,
-        log_every=4,
-        save_every=4,
-        seed=3,
-        bucket_batches=50,
-    )
-    return TrainConfig(**{**values, **overrides})
+# conftest.small_run's settings of this file's runs: 12 steps, a checkpoint every 4
+RUN = dict(batch_size=32, lr=2e-3, warmup_steps=5, max_steps=12, log_every=4, save_every=4, seed=3, bucket_batches=50)
 
 
 def cli_args(pipeline, out, *settings: str) -> list[str]:
@@ -97,12 +84,12 @@ class Payload:
 
 def test_malicious_checkpoint_is_refused_and_its_payload_never_runs(tiny_pipeline, tmp_path, capsys):
     out, marker = tmp_path / "run", tmp_path / "PWNED"
-    train(config(tiny_pipeline, out, stop_at_step=4))
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=4))
     rewrite_model_states(out / "checkpoints" / "step4", lambda states: states.update(extra=Payload(marker)))
     with pytest.raises(
         UnsafeCheckpointError, match=r"refusing to load .*step4/mp_rank_00_model_states.pt.*GLOBAL posix.system"
     ):
-        train(config(tiny_pipeline, out))
+        train(small_run(tiny_pipeline, out, RUN))
     assert not marker.exists()
     capsys.readouterr()
     assert run_main(main, cli_args(tiny_pipeline, out, "max_steps=12", "warmup_steps=5")) == 2
@@ -150,16 +137,18 @@ def test_divergence_stops_at_its_step_with_a_diagnostic_and_no_non_finite_checkp
         and "Nothing non-finite was checkpointed" in message
     )
     assert assert_all_checkpoints_finite(out) == []
-    result = train(config(tiny_pipeline, out, lr=2e-3, warmup_steps=1, max_steps=30, log_every=20, save_every=5))
+    result = train(
+        small_run(tiny_pipeline, out, RUN, lr=2e-3, warmup_steps=1, max_steps=30, log_every=20, save_every=5)
+    )
     assert result["steps"] == 30 and all(math.isfinite(h["loss"]) for h in result["history"] if "loss" in h)
 
 
 def test_after_divergence_a_sane_lr_resumes_from_the_last_good_checkpoint(tiny_pipeline, tmp_path, capsys):
     out = tmp_path / "run"
-    train(config(tiny_pipeline, out, stop_at_step=4, save_every=2))
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=4, save_every=2))
     # lr=1e6 from step 4: an update explodes the weights (finite, saved), a later step is NaN
     with pytest.raises(TrainingDiverged) as diverged:
-        train(config(tiny_pipeline, out, lr=1e6, save_every=1, log_every=20, max_steps=30))
+        train(small_run(tiny_pipeline, out, RUN, lr=1e6, save_every=1, log_every=20, max_steps=30))
     found = re.search(
         r"diverged at step (\d+) .* Checkpoint step(\d+), whose weights this step started from, was moved "
         r"aside to rejected-step\2\. The last checkpoint: step(\d+)",
@@ -173,7 +162,7 @@ def test_after_divergence_a_sane_lr_resumes_from_the_last_good_checkpoint(tiny_p
     assert (out / "checkpoints" / "latest").read_text() == f"step{last}"
     assert (out / "checkpoints" / f"rejected-step{rejected}").is_dir()
     capsys.readouterr()
-    result = train(config(tiny_pipeline, out, save_every=2, log_every=20, max_steps=30))
+    result = train(small_run(tiny_pipeline, out, RUN, save_every=2, log_every=20, max_steps=30))
     assert f"checkpoints/step{last}/mp_rank_00_model_states.pt at step {last}," in capsys.readouterr().out
     assert result["steps"] == 30 and all(math.isfinite(h["loss"]) for h in result["history"] if "loss" in h)
     assert assert_all_checkpoints_finite(out)[-1] == "step30"
@@ -181,10 +170,10 @@ def test_after_divergence_a_sane_lr_resumes_from_the_last_good_checkpoint(tiny_p
 
 def test_resume_skips_a_checkpoint_with_non_finite_weights(tiny_pipeline, tmp_path, capsys):
     out = tmp_path / "run"
-    train(config(tiny_pipeline, out, stop_at_step=8))
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=8))
     name = next(iter(module_weights(out / "checkpoints" / "step8")))
     rewrite_model_states(out / "checkpoints" / "step8", lambda states: states["module"][name].fill_(math.nan))
-    result = train(config(tiny_pipeline, out))
+    result = train(small_run(tiny_pipeline, out, RUN))
     assert f"skipping checkpoint step8: non-finite weights in {name}" in capsys.readouterr().out
     assert [h["step"] for h in result["history"] if "loss" in h] == [8, 12]  # resumed at step 4, not 8
 
@@ -226,8 +215,8 @@ def test_divergence_at_a_new_runs_first_step_is_the_one_line_diagnostic(tmp_path
 
 def test_a_changed_lr_takes_effect_on_resume_and_is_recorded(tiny_pipeline, tmp_path):
     out = tmp_path / "run"
-    train(config(tiny_pipeline, out, stop_at_step=4, log_every=1))
-    resumed = train(config(tiny_pipeline, out, lr=5e-4, log_every=1, save_every=6))
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=4, log_every=1))
+    resumed = train(small_run(tiny_pipeline, out, RUN, lr=5e-4, log_every=1, save_every=6))
     schedule = LinearSchedule(5, 12)
     assert [h["lr"] for h in resumed["history"] if "lr" in h] == pytest.approx(
         [5e-4 * schedule(s) for s in range(5, 13)], rel=1e-6
@@ -254,12 +243,31 @@ def test_a_changed_lr_takes_effect_on_resume_and_is_recorded(tiny_pipeline, tmp_
 )
 def test_a_change_that_fixes_model_or_data_order_is_refused_on_resume(tiny_pipeline, tmp_path, change):
     out = tmp_path / "run"
-    train(config(tiny_pipeline, out, stop_at_step=4))
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=4))
     key = next(iter(change))
     with pytest.raises(
         ResumeConfigError, match=rf"{key if key != 'deepspeed_overrides' else 'deepspeed'} .*->.*new out="
     ):
-        train(config(tiny_pipeline, out, **change))
+        train(small_run(tiny_pipeline, out, RUN, **change))
+
+
+def test_an_older_versions_model_overrides_global_negatives_resumes_as_the_training_setting(tiny_pipeline, tmp_path):
+    """Older versions also took global_negatives from model_overrides, where it won over the TrainConfig key:
+    a checkpoint whose run_config.json holds it there resumes as that global_negatives; a change is refused."""
+    out = tmp_path / "run"
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=4))
+    tag_dir = out / "checkpoints" / "step4"
+    stored = json.loads((tag_dir / RUN_CONFIG_FILE).read_text())
+    stored["config"]["model_overrides"]["global_negatives"] = False  # the run's: each rank's own negatives
+    stored["config"]["global_negatives"] = True  # (overridden by the model_overrides key)
+    (tag_dir / RUN_CONFIG_FILE).write_text(json.dumps(stored))
+    (tag_dir / "manifest.json").unlink()
+    write_manifest(tag_dir)
+    with pytest.raises(ResumeConfigError) as refused:
+        train(small_run(tiny_pipeline, out, RUN, global_negatives=True))
+    assert "global_negatives False -> True" in str(refused.value) and "model_overrides" not in str(refused.value)
+    resumed = train(small_run(tiny_pipeline, out, RUN))
+    assert [h["step"] for h in resumed["history"] if "loss" in h] == [8, 12]
 
 
 # --- 4. one line and status 2 for every user error -------------------------------------------------
@@ -296,20 +304,20 @@ def test_a_missing_config_file_is_one_line(tmp_path, capsys):
 
 def test_a_hand_edited_manifest_falls_back_to_the_previous_checkpoint(tiny_pipeline, tmp_path, caplog):
     out = tmp_path / "run"
-    train(config(tiny_pipeline, out, stop_at_step=8))
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=8))
     (out / "checkpoints" / "step8" / "manifest.json").write_text('{"files": ["mp_rank_00_model_states.pt"]}')
-    result = train(config(tiny_pipeline, out))
+    result = train(small_run(tiny_pipeline, out, RUN))
     assert "skipping checkpoint step8" in caplog.text and "manifest.json is unreadable" in caplog.text
     assert [h["step"] for h in result["history"] if "loss" in h] == [8, 12]
 
 
 def test_all_checkpoints_bad_is_one_line(tiny_pipeline, tmp_path, capsys):
     out = tmp_path / "run"
-    train(config(tiny_pipeline, out, stop_at_step=8))
+    train(small_run(tiny_pipeline, out, RUN, stop_at_step=8))
     for tag_dir in (out / "checkpoints").glob("step*"):
         (tag_dir / MODEL_STATES).write_bytes(b"truncated")
     with pytest.raises(NoUsableCheckpointError):
-        train(config(tiny_pipeline, out))
+        train(small_run(tiny_pipeline, out, RUN))
     capsys.readouterr()
     assert run_main(main, cli_args(tiny_pipeline, out, "max_steps=12", "warmup_steps=5")) == 2
     assert "no checkpoint verifies and holds finite weights" in one_error_line(capsys)

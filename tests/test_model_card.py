@@ -19,8 +19,8 @@ from ems.model import PRESET_MAX_LEN
 from ems.text import Tokenizer
 from ems.training.model_card import model_facts, render_model_card
 from ems.training.train import train
-from tests.conftest import REPO_ROOT
-from tests.test_train import config
+from tests.conftest import REPO_ROOT, small_run
+from tests.test_train import RUN
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,7 @@ def run(tiny_pipeline, tmp_path_factory):
     clean_corpus(root / "corpus" / "raw", root / "corpus" / "clean", CleanSettings(), HashSet())
     shutil.copytree(root / "corpus" / "clean", root / "corpus" / "train", ignore=shutil.ignore_patterns("*.json"))
     binarize(root / "corpus" / "train", tiny_pipeline / "vocab", root / "shards")
-    cfg = config(tiny_pipeline, root / "run", data=str(root / "shards"), max_steps=12, log_every=4, valid_data=None)
-    train(cfg)
+    train(small_run(tiny_pipeline, root / "run", RUN, data=str(root / "shards"), max_steps=12, log_every=4))
     return root
 
 

@@ -11,24 +11,12 @@ from ems.apps.demo import LANGUAGES_FILE, DemoDataConfig, build_corpus
 from ems.configs import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 
-EVAL_SETS = ("tatoeba", "flores200", "sib200", "mlqe", "sts2017")
+# The corpus folders of conftest's sliced_data
+SLICED_CORPORA = {"tatoeba_challenge": ["eng-msa", "afr-eng"], "tico19": ["en-am", "en-ha", "en-id"]}
 TATOEBA_TASK = (
     "type: tatoeba\nname: tatoeba\ndata_subdir: tatoeba\nfile_pattern: 'tatoeba.{{code}}-eng.{{side}}'\n"
     "metric: p_at_1\nlanguages: {languages}\n"
 )
-
-
-@pytest.fixture(scope="module")
-def sliced_data(data_dir, tmp_path_factory):
-    """A data root whose corpora hold a few real folders (symbolic links into the shared data)."""
-    root = tmp_path_factory.mktemp("slice")
-    for name in EVAL_SETS:
-        (root / name).symlink_to(data_dir / name)
-    for corpus, folders in (("tatoeba_challenge", ["eng-msa", "afr-eng"]), ("tico19", ["en-am", "en-ha", "en-id"])):
-        (root / corpus).mkdir()
-        for folder in folders:
-            (root / corpus / folder).symlink_to(data_dir / corpus / folder)
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from tests.hf_datasets import pairs_config
 PAIRS = ("de-en", "en-fr")
 # Per stage: the function a running pair task is inside of when the other task runs.
 MIDDLE = {
-    "fetch": "data_prep.hf._import_rows",
+    "fetch": "data_prep.hf.importer.import_rows",
     "clean": "data_prep.clean.clean_language_pair",
     "pretokenize": "data_prep.pretokenize._pretokenize_files",
 }

@@ -1,42 +1,38 @@
 """The trainer end to end on a real (small) corpus through DeepSpeed, single process."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 import ems
-from ems.training.config import TrainConfig
 from ems.training.schedule import LinearSchedule
 from ems.training.train import train
-from tests.conftest import SMALL_MODEL
+from tests.conftest import SMALL_MODEL, small_run
 
-
-def config(pipeline, out, **overrides) -> TrainConfig:
-    values = dict(
-        data=str(pipeline / "shards"),
-        vocab=str(pipeline / "vocab"),
-        out=str(out),
-        model="tiny",
-        model_overrides=SMALL_MODEL,
-        batch_size=32,
-        lr=2e-3,
-        warmup_steps=10,
-        max_steps=80,
-        log_every=5,
-        save_every=1000,
-        seed=3,
-        valid_data=str(pipeline / "valid_shards"),
-        valid_every=1000,
-        valid_pairs=128,
-        bucket_batches=50,
-    )
-    return TrainConfig(**{**values, **overrides})
+# conftest.small_run's settings of this file's runs (other test files' short runs start from them too)
+RUN = dict(
+    batch_size=32,
+    lr=2e-3,
+    warmup_steps=10,
+    max_steps=80,
+    log_every=5,
+    save_every=1000,
+    seed=3,
+    valid_every=1000,
+    valid_pairs=128,
+    bucket_batches=50,
+)
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_pipeline, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    return out, train(config(tiny_pipeline, out, export_init=True))
+    return out, train(
+        small_run(tiny_pipeline, out, RUN, valid_data=str(tiny_pipeline / "valid_shards"), export_init=True)
+    )
 
 
 def test_short_run_lowers_both_held_out_losses(trained):
@@ -72,6 +68,26 @@ def test_export_round_trips_to_identical_outputs(trained, tiny_pipeline):
     np.testing.assert_array_equal(model.encode(sentences, lang="en"), again)
 
 
+def test_a_model_directory_of_an_older_version_with_global_negatives_in_its_config_loads(trained, tmp_path):
+    """Older versions saved the training setting global_negatives in config.json: such a model still loads,
+    the same model; this version's export leaves it out."""
+    import shutil
+
+    from ems.encoder import CONFIG_FILE
+    from ems.training.model_card import model_facts
+
+    _, result = trained
+    config = json.loads((Path(result["model_dir"]) / CONFIG_FILE).read_text())
+    assert "global_negatives" not in config
+    old = shutil.copytree(result["model_dir"], tmp_path / "old-model")
+    (old / CONFIG_FILE).write_text(json.dumps({**config, "global_negatives": True}, indent=2))
+    sentences = ["Enter a valid date.", "Save and continue editing"]
+    np.testing.assert_array_equal(
+        ems.load(old).encode(sentences, "en"), ems.load(result["model_dir"]).encode(sentences, "en")
+    )
+    assert model_facts(old).config == ems.load(result["model_dir"]).model.cfg
+
+
 def test_training_changed_the_encoder(trained):
     out, result = trained
     sentences = ["Enter a valid date."]
@@ -81,10 +97,10 @@ def test_training_changed_the_encoder(trained):
 
 
 def test_resume_from_checkpoint_equals_uninterrupted_run(tiny_pipeline, tmp_path):
-    common = dict(max_steps=20, warmup_steps=5, log_every=1, valid_data=None)
-    straight = train(config(tiny_pipeline, tmp_path / "straight", **common))
-    first_half = train(config(tiny_pipeline, tmp_path / "resumed", stop_at_step=10, **common))
-    second_half = train(config(tiny_pipeline, tmp_path / "resumed", **common))
+    common = dict(max_steps=20, warmup_steps=5, log_every=1)
+    straight = train(small_run(tiny_pipeline, tmp_path / "straight", RUN, common))
+    first_half = train(small_run(tiny_pipeline, tmp_path / "resumed", RUN, common, stop_at_step=10))
+    second_half = train(small_run(tiny_pipeline, tmp_path / "resumed", RUN, common))
     assert (first_half["steps"], second_half["steps"]) == (10, 20)
     resumed_history = [h for h in first_half["history"] + second_half["history"] if "loss" in h]
     assert [h["step"] for h in resumed_history] == list(range(1, 21))
@@ -109,17 +125,16 @@ def test_time_budget_fits_the_schedule_and_a_resume_keeps_the_fitted_end(tiny_pi
         time_budget_minutes=0.05,
         budget_probe_steps=5,
         log_every=1,
-        valid_data=None,
         save_every=100_000,
     )
-    first = train(config(tiny_pipeline, tmp_path / "run", stop_at_step=12, **budget))
+    first = train(small_run(tiny_pipeline, tmp_path / "run", RUN, budget, stop_at_step=12))
     fitted = first["max_steps"]
     assert first["steps"] == 12 and 12 < fitted < 100_000  # timed on steps 5-10, fitted to ~3 s of steps
-    second = train(config(tiny_pipeline, tmp_path / "run", **budget))  # resumes at 12: no new timing
+    second = train(small_run(tiny_pipeline, tmp_path / "run", RUN, budget))  # resumes at 12: no new timing
     assert second["max_steps"] == fitted and second["steps"] == fitted
     assert second["history"][-1]["lr"] == 0.0  # the decay ended exactly at the fitted end
     straight = train(
-        config(tiny_pipeline, tmp_path / "plain", **{**budget, "max_steps": fitted, "time_budget_minutes": None})
+        small_run(tiny_pipeline, tmp_path / "plain", RUN, budget, max_steps=fitted, time_budget_minutes=None)
     )
     assert [h["lr"] for h in straight["history"]] == [h["lr"] for h in first["history"] + second["history"]]
 
@@ -133,14 +148,13 @@ def test_warmup_in_samples_and_scaled_lr_drive_the_logged_lr_and_survive_a_resum
         warmup_samples=160,
         lr_scaling="linear",
         reference_global_batch=64,
-        valid_data=None,
         save_every=10,
     )
-    first = train(config(tiny_pipeline, tmp_path / "run", stop_at_step=10, **common))
+    first = train(small_run(tiny_pipeline, tmp_path / "run", RUN, common, stop_at_step=10))
     printed = capsys.readouterr().out
     assert "schedule: global batch 32 pairs (1 ranks x 1 accumulation x 32); peak lr 0.001" in printed
     assert "warm-up 5 steps = 160 pairs (warmup_samples 160 / 32), 25.0% of 20 steps" in printed
-    second = train(config(tiny_pipeline, tmp_path / "run", **common))
+    second = train(small_run(tiny_pipeline, tmp_path / "run", RUN, common))
     schedule = LinearSchedule(5, 20)
     logged = {h["step"]: h["lr"] for h in first["history"] + second["history"] if "lr" in h}
     # the record of step s holds the lr the scheduler set after step s, i.e. for step s + 1 (0-based s)

@@ -10,10 +10,11 @@ import torch
 
 import ems.training.schedule as schedule_module
 import ems.training.train as train_module
+from ems.model import EMSConfig
 from ems.training.batches import Prefetcher
 from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig
-from ems.training.metrics import MetricSums, StepValues, TrainingMetrics
+from ems.training.metrics import MetricSums, StepValues, TrainingMetrics, show_losses
 from ems.training.probe import Probe
 from ems.training.runtime import BatchLayout
 from ems.training.schedule import LinearSchedule, TimeBudget
@@ -26,6 +27,7 @@ CPU = torch.device("cpu")
 
 class FakeEngine:
     device = CPU
+    module = SimpleNamespace(cfg=EMSConfig(vocab_size=10, n_languages=2))  # the model: its objectives' weights
 
     def fp16_enabled(self) -> bool:
         return False
@@ -131,6 +133,25 @@ def test_the_loop_ends_at_stop_at_step_and_on_a_stop_file(tmp_path, calls):
     (tmp_path / STOP_FILE).touch()
     train_module.train_loop(fake_run(tmp_path, calls, step=5, max_steps=10, log_every=2))
     assert calls == [("finish", 5, True)]
+
+
+def test_the_progress_bar_shows_the_total_and_the_objectives_trained(tmp_path, calls, monkeypatch):
+    class Bar:
+        def set_postfix(self, **shown):
+            self.shown = shown
+
+    record = {"loss": 1.0, "xtr": 0.5, "contrastive": 0.5, "distill": 0.0, "duplicate_rows": 0.25}
+    bar = Bar()
+    show_losses(bar, record, EMSConfig(vocab_size=10, n_languages=2))  # distill_weight 0: no "distill=0.000"
+    assert bar.shown == {"loss": "1.000", "xtr": "0.500", "contrastive": "0.500", "dup": "25.0%"}
+    show_losses(bar, record, EMSConfig(vocab_size=10, n_languages=2, xtr_weight=0.0, distill_weight=1.0))
+    assert list(bar.shown) == ["loss", "contrastive", "distill", "dup"]
+    # the loop shows each log record with the config of the model it trains
+    shown = []
+    monkeypatch.setattr(train_module, "show_losses", lambda bar, record, cfg: shown.append((record["step"], cfg)))
+    run = fake_run(tmp_path, calls, log_every=3)
+    train_module.train_loop(run)
+    assert shown == [(3, run.engine.module.cfg), (6, run.engine.module.cfg)]
 
 
 def test_a_log_window_starts_afresh_after_each_record(calls):

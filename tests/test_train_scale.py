@@ -15,39 +15,23 @@ import pytest
 import torch
 
 import ems
+from ems.configs import dump_config
 from ems.training.checkpoint import LATEST, saved_tags
 from ems.training.config import TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE, STOP_FILE
 from ems.training.train import train
-from tests.conftest import REPO_ROOT, SMALL_MODEL
+from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
 
 # dropout stays on (0.1, the tiny preset's) in the resume tests: the per-rank RNG must be restored
 RESUME = dict(batch_size=32, lr=2.0e-3, warmup_steps=4, max_steps=1000, log_every=1, save_every=4, seed=3)
 STEPS = 12
 
 
-def settings(pipeline, out, **overrides) -> dict:
-    return {
-        "data": str(pipeline / "shards"),
-        "vocab": str(pipeline / "vocab"),
-        "out": str(out),
-        "model": "tiny",
-        "model_overrides": dict(SMALL_MODEL),
-        **overrides,
-    }
-
-
-def as_args(values: dict) -> list[str]:
-    args = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            args += [f"{key}.{k}={json.dumps(v)}" for k, v in value.items()]
-        else:
-            args.append(f"{key}={json.dumps(value)}")
-    return ["--set", *args]
-
-
-def launch(values: dict, nproc: int = 1) -> subprocess.Popen:
+def launch(cfg: TrainConfig, nproc: int = 1) -> subprocess.Popen:
+    """`python -m ems.training.train` (under torchrun with `nproc` > 1 processes) of `cfg`, given as
+    the YAML file OUT.yaml beside its run directory."""
+    config = Path(cfg.out).parent / f"{Path(cfg.out).name}.yaml"
+    dump_config(cfg, config)
     # without the in-process runs' world-of-one variables (their MASTER_PORT is taken)
     env = {
         k: v
@@ -61,7 +45,7 @@ def launch(values: dict, nproc: int = 1) -> subprocess.Popen:
         else [sys.executable]
     )
     return subprocess.Popen(
-        [*launcher, "-m", "ems.training.train", *as_args(values)],
+        [*launcher, "-m", "ems.training.train", "--config", str(config)],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -106,7 +90,7 @@ def one_thread_like_the_subprocesses():
 def straight(tiny_pipeline, tmp_path_factory):
     """The uninterrupted run every resumed run must reproduce, step by step."""
     out = tmp_path_factory.mktemp("straight")
-    result = train(TrainConfig(**settings(tiny_pipeline, out, **RESUME, stop_at_step=STEPS)))
+    result = train(small_run(tiny_pipeline, out, RESUME, stop_at_step=STEPS))
     return {"losses": {h["step"]: h["loss"] for h in result["history"]}, "params": parameters(result["model_dir"])}
 
 
@@ -132,13 +116,13 @@ def wait_for(condition, process: subprocess.Popen, timeout: float = 120) -> None
 
 def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_pipeline, tmp_path, straight):
     out = tmp_path / "run"
-    process = launch(settings(tiny_pipeline, out, **RESUME))
+    process = launch(small_run(tiny_pipeline, out, RESUME))
     wait_for(lambda: (out / "checkpoints" / LATEST).is_file(), process)
     process.send_signal(signal.SIGKILL)
     assert finish(process)[0] == -signal.SIGKILL
     killed_at = int((out / "checkpoints" / LATEST).read_text().removeprefix("step"))
     assert killed_at < STEPS
-    resumed = train(TrainConfig(**settings(tiny_pipeline, out, **RESUME, stop_at_step=STEPS)))
+    resumed = train(small_run(tiny_pipeline, out, RESUME, stop_at_step=STEPS))
     assert [h["step"] for h in resumed["history"]][0] == killed_at + 1
     assert_resumed_equals_straight(out, straight)
 
@@ -146,7 +130,7 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_pipeli
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGUSR1])
 def test_preemption_signal_checkpoints_exits_99_and_resumes_exactly(tiny_pipeline, tmp_path, straight, stop_signal):
     out = tmp_path / "run"
-    process = launch(settings(tiny_pipeline, out, **{**RESUME, "save_every": 1000}))
+    process = launch(small_run(tiny_pipeline, out, RESUME, save_every=1000))
     wait_for(
         lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2, process
     )
@@ -156,14 +140,14 @@ def test_preemption_signal_checkpoints_exits_99_and_resumes_exactly(tiny_pipelin
     stopped_at = int((out / "checkpoints" / LATEST).read_text().removeprefix("step"))
     assert 2 <= stopped_at < STEPS and not (out / "model").exists()
     assert max(logged_losses(out)) == stopped_at
-    resumed = train(TrainConfig(**settings(tiny_pipeline, out, **RESUME, stop_at_step=STEPS)))
+    resumed = train(small_run(tiny_pipeline, out, RESUME, stop_at_step=STEPS))
     assert resumed["history"][0]["step"] == stopped_at + 1
     assert_resumed_equals_straight(out, straight)
 
 
 def test_stop_file_and_corrupt_latest_checkpoint(tiny_pipeline, tmp_path, straight, caplog):
     out = tmp_path / "run"
-    cfg = lambda **k: TrainConfig(**settings(tiny_pipeline, out, **{**RESUME, "keep_checkpoints": 2, **k}))  # noqa: E731
+    cfg = lambda **k: small_run(tiny_pipeline, out, RESUME, keep_checkpoints=2, **k)  # noqa: E731
     assert train(cfg(stop_at_step=9))["steps"] == 9
     assert saved_tags(out / "checkpoints") == ["step8", "step9"]  # keep_checkpoints=2: step4 deleted
     # a STOP file: stop at once (nothing new to save), exit code 99 from main, STOP consumed
@@ -190,10 +174,10 @@ SCALE_ATOL = 1e-5
 def test_two_processes_with_global_negatives_and_zero2_equal_one_process_with_the_global_batch(tiny_pipeline, tmp_path):
     """Global negatives make 2 x 16 pairs the same optimisation problem as 1 x 32."""
     no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = settings(
+    two = small_run(
         tiny_pipeline,
         tmp_path / "two",
-        **SCALE,
+        SCALE,
         batch_size=16,
         global_negatives=True,
         deepspeed_config="configs/deepspeed/zero2.json",
@@ -201,9 +185,7 @@ def test_two_processes_with_global_negatives_and_zero2_equal_one_process_with_th
     )
     status, output = finish(launch(two, nproc=2))
     assert status == 0, output[-3000:]
-    one = train(
-        TrainConfig(**settings(tiny_pipeline, tmp_path / "one", **SCALE, batch_size=32, model_overrides=no_dropout))
-    )
+    one = train(small_run(tiny_pipeline, tmp_path / "one", SCALE, batch_size=32, model_overrides=no_dropout))
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
     for step, loss in logged_losses(tmp_path / "two").items():
         assert loss == pytest.approx(logged_losses(tmp_path / "one")[step], rel=1e-5)
@@ -214,10 +196,10 @@ def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumula
 ):
     """Local negatives: rank r's 16 pairs are micro-batch r of one process accumulating 2 x 16."""
     no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = settings(
+    two = small_run(
         tiny_pipeline,
         tmp_path / "two",
-        **SCALE,
+        SCALE,
         batch_size=16,
         deepspeed_config="configs/deepspeed/zero1.json",
         model_overrides=no_dropout,
@@ -225,22 +207,18 @@ def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumula
     status, output = finish(launch(two, nproc=2))
     assert status == 0, output[-3000:]
     one = train(
-        TrainConfig(
-            **settings(
-                tiny_pipeline,
-                tmp_path / "one",
-                **SCALE,
-                batch_size=16,
-                model_overrides=no_dropout,
-                deepspeed_overrides={"gradient_accumulation_steps": 2},
-            )
+        small_run(
+            tiny_pipeline,
+            tmp_path / "one",
+            SCALE,
+            batch_size=16,
+            model_overrides=no_dropout,
+            deepspeed_overrides={"gradient_accumulation_steps": 2},
         )
     )
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
     # and this differs from one process with in-batch negatives over all 32 pairs
-    whole = train(
-        TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=no_dropout))
-    )
+    whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=no_dropout))
     assert not torch.allclose(
         parameters(whole["model_dir"])["layers.0.qkv.weight"],
         parameters(one["model_dir"])["layers.0.qkv.weight"],
@@ -264,24 +242,20 @@ def test_one_process_skips_deepspeeds_identity_all_reduce_and_trains_bit_identic
         return engine
 
     accumulating = dict(
-        **SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2}, model_overrides=SMALL_MODEL
+        SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2}, model_overrides=SMALL_MODEL
     )
     monkeypatch.setattr(ems.training.setup, "build_engine", recorded)
-    skipped = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "skipped", **accumulating)))
+    skipped = train(small_run(tiny_pipeline, tmp_path / "skipped", accumulating))
     assert engines[-1].enable_backward_allreduce is False
     monkeypatch.setattr(ems.training.setup, "build_engine", lambda *args: recorded(*args, reduce=True))
-    reduced = train(TrainConfig(**settings(tiny_pipeline, tmp_path / "reduced", **accumulating)))
+    reduced = train(small_run(tiny_pipeline, tmp_path / "reduced", accumulating))
     a, b = parameters(skipped["model_dir"]), parameters(reduced["model_dir"])
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
     assert [h["loss"] for h in skipped["history"] if "loss" in h] == [
         h["loss"] for h in reduced["history"] if "loss" in h
     ]
     monkeypatch.setattr(ems.training.setup, "build_engine", recorded)
-    train(
-        TrainConfig(
-            **settings(tiny_pipeline, tmp_path / "zero1", **SCALE, deepspeed_config="configs/deepspeed/zero1.json")
-        )
-    )
+    train(small_run(tiny_pipeline, tmp_path / "zero1", SCALE, deepspeed_config="configs/deepspeed/zero1.json"))
     assert engines[-1].enable_backward_allreduce is True
 
 
@@ -290,20 +264,16 @@ def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline,
     in-batch contrastive loss is not, hence its weight 0 here)."""
     xtr_only = dict(SMALL_MODEL, dropout=0.0, contrastive_weight=0.0)
     accumulated = train(
-        TrainConfig(
-            **settings(
-                tiny_pipeline,
-                tmp_path / "acc",
-                **SCALE,
-                batch_size=16,
-                model_overrides=xtr_only,
-                deepspeed_overrides={"gradient_accumulation_steps": 2},
-            )
+        small_run(
+            tiny_pipeline,
+            tmp_path / "acc",
+            SCALE,
+            batch_size=16,
+            model_overrides=xtr_only,
+            deepspeed_overrides={"gradient_accumulation_steps": 2},
         )
     )
-    whole = train(
-        TrainConfig(**settings(tiny_pipeline, tmp_path / "whole", **SCALE, batch_size=32, model_overrides=xtr_only))
-    )
+    whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=xtr_only))
     assert_same_parameters(parameters(accumulated["model_dir"]), parameters(whole["model_dir"]), atol=SCALE_ATOL)
     a, b = [[h["xtr"] for h in r["history"]] for r in (accumulated, whole)]
     np.testing.assert_allclose(a, b, rtol=1e-5)
@@ -314,8 +284,6 @@ def test_fp16_on_a_cpu_without_fp16_support_is_a_clear_error(tiny_pipeline, tmp_
 
     if get_accelerator().is_fp16_supported():
         pytest.skip("this accelerator supports fp16")
-    cfg = TrainConfig(
-        **settings(tiny_pipeline, tmp_path, **SCALE, deepspeed_config="configs/deepspeed/zero0-fp16.json")
-    )
+    cfg = small_run(tiny_pipeline, tmp_path, SCALE, deepspeed_config="configs/deepspeed/zero0-fp16.json")
     with pytest.raises(ValueError, match="enables fp16, which DeepSpeed's cpu accelerator does not support"):
         train(cfg)

@@ -13,7 +13,6 @@ from ems.encoder import load
 from ems.model import EncoderNetwork, config_from_preset
 from ems.shards import PairShards
 from ems.text import Tokenizer
-from ems.training.config import TrainConfig
 from ems.training.train import train
 from ems.training.validator import SAMPLE_FILE, equal_shares, stratified_sample, validation_sample
 from eval.curves import main as curves_main
@@ -21,7 +20,7 @@ from eval.curves import read_metrics
 from eval.evaluators.retrieval import bidirectional_p_at_1
 from eval.evaluators.tatoeba import load_tatoeba_pair
 from eval.probe import RetrievalProbe
-from tests.conftest import SMALL_MODEL
+from tests.conftest import SMALL_MODEL, small_run
 
 
 def test_equal_shares_give_small_groups_all_they_have_and_share_the_rest():
@@ -91,12 +90,9 @@ def test_probe_reports_languages_without_a_test_set(tmp_path, data_dir):
 @pytest.fixture(scope="module")
 def probed_run(tiny_pipeline, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("probed")
-    cfg = TrainConfig(
-        data=str(tiny_pipeline / "shards"),
-        vocab=str(tiny_pipeline / "vocab"),
-        out=str(out),
-        model="tiny",
-        model_overrides=SMALL_MODEL,
+    cfg = small_run(
+        tiny_pipeline,
+        out,
         batch_size=32,
         lr=2e-3,
         warmup_steps=5,
@@ -151,12 +147,10 @@ def test_shards_without_content_ids_train_with_a_warning(tiny_pipeline, tmp_path
     old = tmp_path / "old_shards"
     binarize(tiny_pipeline / "corpus" / "train", tiny_pipeline / "vocab", old)
     (old / "content_ids.npy").unlink()  # as written before content ids existed
-    cfg = TrainConfig(
+    cfg = small_run(
+        tiny_pipeline,
+        tmp_path / "run",
         data=str(old),
-        vocab=str(tiny_pipeline / "vocab"),
-        out=str(tmp_path / "run"),
-        model="tiny",
-        model_overrides=SMALL_MODEL,
         batch_size=32,
         warmup_steps=2,
         max_steps=4,

@@ -13,7 +13,8 @@ from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, BranchError
 from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
 from ems.training.train import train
-from tests.test_train import config
+from tests.conftest import small_run
+from tests.test_train import RUN
 
 # --- the schedule --------------------------------------------------------------------------------
 
@@ -115,7 +116,6 @@ WSD = dict(
     decay_fraction=0.2,
     warmup_steps=5,
     log_every=1,
-    valid_data=None,
     save_every=5,
     keep_checkpoints=1,
 )
@@ -135,7 +135,7 @@ def final_weights(out) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def long_run(tiny_pipeline, tmp_path_factory):
     out = tmp_path_factory.mktemp("long")
-    return out, train(config(tiny_pipeline, out, max_steps=LONG, branch_steps=[BUDGET], **WSD))
+    return out, train(small_run(tiny_pipeline, out, RUN, WSD, max_steps=LONG, branch_steps=[BUDGET]))
 
 
 def test_a_long_run_keeps_its_branch_point_checkpoint(long_run):
@@ -147,9 +147,11 @@ def test_a_long_run_keeps_its_branch_point_checkpoint(long_run):
 
 def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, tiny_pipeline, tmp_path):
     long_out, long_result = long_run
-    straight = train(config(tiny_pipeline, tmp_path / "straight", max_steps=BUDGET, **WSD))
+    straight = train(small_run(tiny_pipeline, tmp_path / "straight", RUN, WSD, max_steps=BUDGET))
     branch_from = long_out / "checkpoints" / f"step{POINT}"
-    branched = train(config(tiny_pipeline, tmp_path / "branch", max_steps=BUDGET, branch_from=str(branch_from), **WSD))
+    branched = train(
+        small_run(tiny_pipeline, tmp_path / "branch", RUN, WSD, max_steps=BUDGET, branch_from=str(branch_from))
+    )
     assert branched["steps"] == BUDGET
     long_history, branch_history = trajectory(long_result["history"]), trajectory(branched["history"])
     assert [h[0] for h in branch_history] == list(range(POINT + 1, BUDGET + 1))
@@ -184,7 +186,7 @@ def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, 
 def test_a_branch_from_the_wrong_checkpoint_is_refused_in_one_line(long_run, tiny_pipeline, tmp_path, change, message):
     branch_from = long_run[0] / "checkpoints" / f"step{POINT}"
     with pytest.raises(BranchError) as caught:
-        train(config(tiny_pipeline, tmp_path / "branch", branch_from=str(branch_from), **{**WSD, **change}))
+        train(small_run(tiny_pipeline, tmp_path / "branch", RUN, WSD, change, branch_from=str(branch_from)))
     assert str(caught.value).startswith(f"cannot branch from branch_from={branch_from}: {message}")
     assert "\n" not in str(caught.value)
     assert not list((tmp_path / "branch").glob("checkpoints/step*"))

@@ -39,12 +39,15 @@ class TrainConfig:
     # batch_size), so the run keeps its global batch, and resumes replaying the same samples, on
     # any number of processes (elastic resume). Null: accumulation from the DeepSpeed config.
     global_batch_size: int | None = None
-    global_negatives: bool = False  # contrastive negatives from all ranks (the paper's code: each GPU's own batch)
+    # Contrastive negatives (and the duplicate mask's candidates) from every rank's batch; false: each rank's
+    # own (the paper's code: each GPU's batch). How the loss is computed across ranks, so a training setting
+    # (ems.model.EMSModel's argument), not a model_overrides key, and not in the exported config.json.
+    global_negatives: bool = False
     temperature: float | None = None  # sample language pairs with q ∝ (n/N)^(1/T) (the paper's code: off; T=5 when on)
     # Sort pairs by both sides' lengths within windows of this many global batches (>= 95% real
     # tokens at the paper's scale). On a tiny corpus a window that spans it all makes every batch
     # length-uniform and the same each epoch, and the contrastive loss stalls in short runs
-    # (measured: 80 steps on 2k pairs, 6.18 vs 5.28-5.67 with 50): use ~50 there. The demo's
+    # (measured: docs/results/ablations.md): use ~50 there. The demo's
     # 134k pairs (524 batches, one window) do not stall: batches differ each epoch.
     bucket_batches: int = 1000
     # Each batch from one language pair (random pairs of it, not length-sorted), so a sentence's in-batch
@@ -164,6 +167,10 @@ class TrainConfig:
         ]
         if not (math.isfinite(self.lr) and self.lr > 0):
             problems.append(f"lr must be a positive number, got {self.lr!r}")
+        if "global_negatives" in self.model_overrides:  # (load_config refuses it as no EMSConfig field)
+            problems.append(
+                "model_overrides.global_negatives is no model setting: set global_negatives (a TrainConfig key)"
+            )
         if not 0 <= self.padding_budget < 1:
             problems.append(f"padding_budget must be in [0, 1), got {self.padding_budget!r}")
         if self.warmup_samples is not None and not self.warmup_samples >= 0:

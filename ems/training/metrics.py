@@ -22,6 +22,7 @@ import torch
 
 from ems.artifacts import write_text, writing
 from ems.losses import OBJECTIVES
+from ems.model import EMSConfig
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
@@ -200,6 +201,8 @@ class TrainingMetrics:
         return record
 
 
-def show_losses(bar, record: dict) -> None:
-    """A training log record's losses on the progress bar (tqdm)."""
-    bar.set_postfix(**{key: f"{record[key]:.3f}" for key in LOSSES}, dup=f"{100 * record['duplicate_rows']:.1f}%")
+def show_losses(bar, record: dict, model_cfg: EMSConfig) -> None:
+    """A training log record's losses on the progress bar (tqdm): the total and each objective the
+    model trains (weight > 0; metrics.jsonl and TensorBoard keep them all)."""
+    shown = ["loss", *(name for name in OBJECTIVES if model_cfg.weight(name) > 0)]
+    bar.set_postfix(**{key: f"{record[key]:.3f}" for key in shown}, dup=f"{100 * record['duplicate_rows']:.1f}%")

@@ -177,12 +177,17 @@ def load_checkpoint(checkpointer: Checkpointer, tag: str, directory: Path | None
 def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] | None:
     """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
     RUN_CONFIG_FILE, with Checkpointer.fixed) and this run's; None when it has no RUN_CONFIG_FILE.
-    A key the checkpoint's version did not have is not compared."""
+    A key the checkpoint's version did not have is not compared; an older version's
+    model_overrides.global_negatives is compared as the global_negatives it was in effect."""
     path = tag_dir / RUN_CONFIG_FILE
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
     saved = {**stored["config"], **stored["fixed"]}
+    overrides = saved.get("model_overrides") or {}
+    if "global_negatives" in overrides:  # older versions' model_overrides key, which won over the TrainConfig key
+        saved["global_negatives"] = overrides["global_negatives"]
+        saved["model_overrides"] = {key: value for key, value in overrides.items() if key != "global_negatives"}
     if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
         saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
     current = _as_json({**dataclasses.asdict(checkpointer.cfg), **checkpointer.fixed})

@@ -143,8 +143,8 @@ def build_engine(
     import deepspeed
     import torch.distributed as dist
 
-    # fused: one kernel over all parameters (the default loops over tensors: tiny model on 2 CPU cores,
-    # 15 ms against 2.5 ms a step, ~5% of a demo step)
+    # fused: one kernel over all parameters (the default loops over tensors: ~5% of a demo step;
+    # measured: docs/results/throughput.md)
     optimizer = torch.optim.AdamW(
         parameter_groups(model, cfg.weight_decay), lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True
     )
@@ -160,7 +160,7 @@ def build_engine(
     load_only_tensors(engine)
     # One process, ZeRO 0, a plain torch optimizer: DeepSpeed's gradient all-reduce would still flatten
     # every gradient into one buffer, divide it by 1 and copy it back, an exact no-op costing ~7% of a
-    # demo step (fp32, 2 CPU cores, 4 alternated pairs of 60-step runs: 0.372 s a step against 0.400).
+    # demo step (measured: docs/results/throughput.md).
     # ZeRO's and DeepSpeed's fp16/bf16 optimizers keep it: their reduction does their gradient bookkeeping.
     if dist.get_world_size() == 1 and not engine.zero_optimization() and type(engine.optimizer) is type(optimizer):
         engine.enable_backward_allreduce = False

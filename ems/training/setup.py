@@ -160,10 +160,7 @@ def build_model(
     of the training shards (None without distillation)."""
     torch.manual_seed(cfg.seed)
     model_cfg = config_from_preset(
-        cfg.model,
-        vocab_size=tokenizer.vocab_size,
-        n_languages=len(tokenizer.languages),
-        **{"global_negatives": cfg.global_negatives, **cfg.model_overrides},
+        cfg.model, vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **cfg.model_overrides
     )
     teacher = teacher_targets(cfg, model_cfg, cfg.data, shards, rank)
     if teacher is not None and model_cfg.d_sentence != teacher.store.dim:
@@ -173,7 +170,7 @@ def build_model(
                 f"{teacher.store.dim}-d vectors"
             )
         model_cfg = dataclasses.replace(model_cfg, d_output=teacher.store.dim)
-    model = EMSModel(model_cfg)
+    model = EMSModel(model_cfg, cfg.global_negatives)
     if cfg.init_from:
         report = initialize_from(model.encoder, tokenizer, cfg.init_from)
         if rank == 0:

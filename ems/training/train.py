@@ -200,7 +200,7 @@ def train_loop(run: Run) -> dict:
             last = run.stopping.last_step(state.max_steps)
             if run.metrics.should_log(state.step, last):
                 history.append(logged := run.metrics.log(state.step, epoch))
-                show_losses(bar, logged)
+                show_losses(bar, logged, run.engine.module.cfg)
             if run.checkpointer.should_save(state.step):
                 run.checkpointer.save(state)
             for evaluation in (run.validator, run.probe):  # not at the last step: finish runs them
