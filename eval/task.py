@@ -6,17 +6,20 @@ result mapping), its markdown table and the score its chart shows per language. 
 types are the modules of eval/tasks (`type: qe` is eval/tasks/qe.py); a config may also name any
 importable module that defines `TASK` (`type: my_project.my_task`). `read_task_config` reads a
 config file into its type's dataclass with ems.configs.load_config, the project's one config
-loader: keys the type does not take, missing keys, values of the wrong type, then misspelled
-language codes are one error naming the file. The evaluators (eval/evaluators/) know nothing of
-configs: a task module is the glue, as MTEB keeps tasks (data plus metadata) apart from its
-evaluators. Adding a task is one new module plus its YAML.
+loader: keys the type does not take, missing keys, values of the wrong type, the type's own checks
+(its __post_init__: `one_of`, `refuse`), then misspelled language codes are one error naming the
+file. That config is the one typed object of a task: the evaluator (eval/evaluators/) that defines
+it takes it as it is, with the data directory and the run's options (language filter, sentence
+cap) as arguments, and checks none of its keys again. A task module is the glue (the run's options
+-> the evaluator's arguments), as MTEB keeps tasks (data plus metadata) apart from its evaluators.
+Adding a task is one new module plus its YAML.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
@@ -34,8 +37,10 @@ Languages = list[str] | Literal["all"]
 class TaskConfig(Mapping):
     """The keys every task config has: `name` (the task's name in the results), `data_subdir` (its
     data under the data root), `type` (the task type; tatoeba when absent) and `source` (where the
-    data comes from, named when it is missing). A task type's config is a subclass adding its own
-    keys, each typed and with the evaluator's default where it has one. It also reads as the YAML
+    data comes from, named when it is missing). A task type's config is a subclass, defined beside
+    the evaluator that takes it (qe and sts: a subclass of correlation's HeadsConfig adding the keys
+    that pick their files), adding its own keys, each typed, with a default where it has one and
+    checked in its __post_init__ where its type says too little. It also reads as the YAML
     mapping it came from (`config["name"]`, `"heads" in config`): the keys that have a value."""
 
     name: str
@@ -64,6 +69,19 @@ class TaskConfig(Mapping):
 
 def _keys(cls: type) -> list[str]:
     return [f.name for f in fields(cls)]
+
+
+def one_of(key: str, value: str, choices: Iterable[str]) -> list[str]:
+    """For a config's own checks: [] when `value` is one of `choices`, else the problem naming `key`."""
+    choices = list(choices)
+    return [] if value in choices else [f"{key} must be one of {', '.join(choices)}; got {value!r}"]
+
+
+def refuse(config: object, problems: list[str]) -> None:
+    """End a config's own checks (its __post_init__): one ConfigError naming its type and every
+    problem, if there is one (load_config reports them with the file's name)."""
+    if problems:
+        raise ConfigError(type(config).__name__, problems)
 
 
 @dataclass

@@ -5,7 +5,8 @@ scoring and LASER's duplicate rule on hand-built vectors."""
 import numpy as np
 import pytest
 
-from eval.evaluators.bitext import BitextTask, evaluate_bitext
+from ems.configs import ConfigError, load_config
+from eval.evaluators.bitext import BitextConfig, evaluate_bitext
 from eval.evaluators.retrieval import read_lines
 from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
@@ -14,6 +15,12 @@ from tests.test_eval_tatoeba import TrigramEncoder
 N = 30
 # NTREX file codes (3-letter, BCP-47 with region or script) -> the FLORES file holding the same language
 NTREX_FROM_FLORES = {"deu": "deu", "fra-CA": "fra", "zho-CN": "cmn_Hans", "srp-Cyrl": "srp_Cyrl"}
+
+
+def bitext_config(source: dict, targets: dict, languages: list[str], **keys) -> BitextConfig:
+    """A bitext task config read by the config system, as from a YAML file."""
+    values = {"name": "bitext", "data_subdir": "bitext", "source": source, "targets": targets, "languages": languages}
+    return load_config(BitextConfig, values={**values, **keys})
 
 
 def write_ntrex_like(data_dir, root):
@@ -92,14 +99,13 @@ def test_a_misspelled_code_is_one_error_line(data_dir, tmp_path, monkeypatch, ca
 
 def test_languages_the_encoder_lacks_are_listed_and_codes_map_to_its_own(data_dir, tmp_path):
     write_ntrex_like(data_dir, tmp_path)
-    task = BitextTask(
-        tmp_path / "ntrex" / "NTREX-128",
+    config = bitext_config(
         {"pattern": "newstest2019-src.{lang}.txt", "lang": "eng"},
         {"pattern": "newstest2019-ref.{lang}.txt"},
         ["deu", "zho-CN", "srp-Cyrl"],
     )
     encoder = TrigramEncoder(languages=["en", "de", "zh"])
-    result = evaluate_bitext(encoder, task, progress=False)
+    result = evaluate_bitext(encoder, config, tmp_path / "ntrex" / "NTREX-128", progress=False)
     assert list(result["languages"]) == ["deu", "zho-CN"] and result["skipped"] == {
         "not covered by the encoder": ["srp-Cyrl"]
     }
@@ -130,9 +136,9 @@ def test_margin_scoring_and_laser_duplicates_on_hand_built_vectors(tmp_path):
         }
     )
     sides = ({"pattern": "src.{lang}", "lang": "eng"}, {"pattern": "ref.{lang}"})
-    cosine = evaluate_bitext(encoder, BitextTask(tmp_path, *sides, ["deu"]), progress=False)["languages"]["deu"]
+    cosine = evaluate_bitext(encoder, bitext_config(*sides, ["deu"]), tmp_path, progress=False)["languages"]["deu"]
     assert cosine["xx2en"] == pytest.approx(100 / 3) and cosine["en2xx"] == 100.0
-    margin = evaluate_bitext(encoder, BitextTask(tmp_path, *sides, ["deu"], scoring="margin", k=2), progress=False)
+    margin = evaluate_bitext(encoder, bitext_config(*sides, ["deu"], scoring="margin", k=2), tmp_path, progress=False)
     assert margin["languages"]["deu"]["xx2en"] == 100.0 and margin["settings"]["margin"] == "ratio"
     # English side "A", "B", "B": x2's pick y1 now has its gold's text; counted only with the rule.
     (tmp_path / "src.eng").write_text("A\nB\nB\n", encoding="utf-8")
@@ -141,10 +147,10 @@ def test_margin_scoring_and_laser_duplicates_on_hand_built_vectors(tmp_path):
     encoder.encode = lambda sentences, lang: (
         y_dup if lang == "en" else np.array([x[s] for s in sentences], dtype=np.float32)
     )
-    off = evaluate_bitext(encoder, BitextTask(tmp_path, *sides, ["deu"]), progress=False)["languages"]["deu"]
-    on = evaluate_bitext(encoder, BitextTask(tmp_path, *sides, ["deu"], laser_duplicates=True), progress=False)
+    off = evaluate_bitext(encoder, bitext_config(*sides, ["deu"]), tmp_path, progress=False)["languages"]["deu"]
+    on = evaluate_bitext(encoder, bitext_config(*sides, ["deu"], laser_duplicates=True), tmp_path, progress=False)
     assert off["xx2en"] == pytest.approx(100 / 3) and off["duplicate_hits"] == 0
     assert on["languages"]["deu"]["xx2en"] == pytest.approx(200 / 3) and on["languages"]["deu"]["duplicate_hits"] == 1
     assert on["laser_duplicates"] is True
-    with pytest.raises(ValueError, match="scoring"):
-        BitextTask(tmp_path, *sides, ["deu"], scoring="dot")
+    with pytest.raises(ConfigError, match=r"^BitextConfig: scoring must be one of cosine, margin; got 'dot'$"):
+        bitext_config(*sides, ["deu"], scoring="dot")

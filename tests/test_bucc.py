@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from ems.cli import MissingDataError
+from ems.configs import ConfigError, load_config
 from ems.mining.margin import margin_neighbours, mine
 from eval.evaluators.bucc import (
-    BuccTask,
+    BuccConfig,
     best_threshold,
     evaluate_bucc,
     load_bucc_split,
@@ -20,6 +21,11 @@ from eval.evaluators.bucc import (
 from eval.make_flores_bucc import build_flores_bucc
 
 SQRT3_2 = np.sqrt(3) / 2
+
+
+def bucc_config(languages: list[str], **keys) -> BuccConfig:
+    """A BUCC task config read by the config system, as from a YAML file."""
+    return load_config(BuccConfig, values={"name": "bucc", "data_subdir": "bucc", "languages": languages, **keys})
 
 
 def unit(degrees: float) -> list[float]:
@@ -189,8 +195,8 @@ def test_bucc_end_to_end_with_duplicates_threshold_and_test_f1(tmp_path):
         {"d1": "house", "d2": "tree", "d3": "car"},
         [("c1", "d1"), ("c2", "d2")],
     )
-    task = BuccTask(tmp_path, ["de", "fr"], k=1, margin="absolute", mode="max")
-    result = evaluate_bucc(TableEncoder(VECTORS), task, progress=False)
+    config = bucc_config(["de", "fr"], k=1, margin="absolute", mode="max")
+    result = evaluate_bucc(TableEncoder(VECTORS), config, tmp_path, progress=False)
     de = result["languages"]["de"]
     assert de["threshold"] == pytest.approx((1 / np.sqrt(1.01) + 1 / np.sqrt(1.09)) / 2, abs=1e-6)
     assert de["train"]["n_predicted"] == 3 and de["train"]["precision"] == pytest.approx(200 / 3)
@@ -209,10 +215,19 @@ def test_bucc_end_to_end_with_duplicates_threshold_and_test_f1(tmp_path):
         and "fr-en.training.fr" in result["data_errors"]["fr"]
     )
 
-    only_fr = evaluate_bucc(TableEncoder(VECTORS, languages=["en", "fr"]), task, progress=False)
+    only_fr = evaluate_bucc(TableEncoder(VECTORS, languages=["en", "fr"]), config, tmp_path, progress=False)
     assert only_fr["skipped"]["not covered by the encoder"] == ["de"]
+    assert evaluate_bucc(TableEncoder(VECTORS), config, tmp_path, ["de"], progress=False)["data_errors"] == {}
     with pytest.raises(MissingDataError, match=r"nowhere.*de-en\.training\.de"):
-        evaluate_bucc(TableEncoder(VECTORS), BuccTask(tmp_path / "nowhere", ["de"]), progress=False)
+        evaluate_bucc(TableEncoder(VECTORS), bucc_config(["de"]), tmp_path / "nowhere", progress=False)
+    with pytest.raises(ConfigError) as error:  # every problem of the config at once, each naming its key
+        bucc_config([], margin="cosine", mode="union", index="ivf:bogus=1")
+    assert error.value.problems == [
+        "languages must list at least one language",
+        "margin must be one of ratio, distance, absolute; got 'cosine'",
+        "mode must be one of forward, backward, max, intersect; got 'union'",
+        "index 'ivf:bogus=1': bad option 'bogus=1'; ivf takes n_lists, nprobe, train_size",
+    ]
 
 
 def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
@@ -240,8 +255,10 @@ def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
     assert results["sq8"].error is None and results["sq8"]["settings"]["index"] == "ivf-sq8:nprobe=64"
     assert results["sq8"]["languages"]["de"]["train"] == results["flat"]["languages"]["de"]["train"]
     assert results["sq8"]["languages"]["de"]["train"]["f1"] == 100.0  # Hund-dog, Katze-cat (.995) over Baum-car (.958)
-    assert results["bad"].error == "index 'ivf-sq8:nprobe=x': option 'nprobe=x': must be an integer, got 'x'"
-    assert BuccTask(tmp_path, ["de"], index="hnsw:ef_search=128").index == "hnsw:ef_search=128"
+    assert results["bad"].error == (  # refused when its config is read: one line naming the file and the key
+        f"{configs / 'bad.yaml'}: index 'ivf-sq8:nprobe=x': option 'nprobe=x': must be an integer, got 'x'"
+    )
+    assert bucc_config(["de"], index="hnsw:ef_search=128").index == "hnsw:ef_search=128"
 
 
 def test_bucc_reader_on_the_official_layout(data_dir):
@@ -272,7 +289,7 @@ def test_bucc_reader_rejects_bad_files(tmp_path):
     write_split(tmp_path, "de", "training", {"a1": "Hund"}, {"b1": "dog"}, [])
     assert (
         "non-empty gold"
-        in evaluate_bucc(TableEncoder(VECTORS), BuccTask(tmp_path, ["de"]), progress=False)["data_errors"]["de"]
+        in evaluate_bucc(TableEncoder(VECTORS), bucc_config(["de"]), tmp_path, progress=False)["data_errors"]["de"]
     )
     assert unique_texts(["a", "b", "c"], ["x", "y", "x"]) == (["x", "y"], [["a", "c"], ["b"]])
 

@@ -8,12 +8,28 @@ import numpy as np
 import pytest
 import yaml
 
-from eval.evaluators.classification import PRESETS, MlpSettings, evaluate_classification, mlp_settings, train_mlps
+from ems.configs import ConfigError, load_config
+from eval.evaluators.classification import (
+    PRESETS,
+    ClassificationConfig,
+    MlpSettings,
+    evaluate_classification,
+    mlp_settings,
+    train_mlps,
+)
 from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.report import classification_table
 
 REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "eval"
 TINY = MlpSettings(hidden=(8, 6), epochs=20, batch_size=6, learning_rate=0.01)
+
+
+def classification_config(seeds: list[int], mlp: MlpSettings = TINY, directions=("en2xx",)) -> ClassificationConfig:
+    """A classification task config read by the config system (`mlp`: its settings as keys)."""
+    values = {"name": "c", "data_subdir": "c", "format": "mldoc", "languages": "all", "seeds": seeds}
+    return load_config(
+        ClassificationConfig, values={**values, "mlp": dataclasses.asdict(mlp), "directions": list(directions)}
+    )
 
 
 def test_laser_settings_are_the_default():
@@ -92,12 +108,10 @@ def test_xx2en_trains_on_x_and_tests_on_english():
 
     result = evaluate_classification(
         encoder,
+        classification_config([0, 1], directions=["en2xx", "xx2en"]),
         task("en", ["de", "fr"]),
-        seeds=[0, 1],
-        settings=TINY,
+        read_train_task,
         progress=False,
-        directions=["en2xx", "xx2en"],
-        read_train_task=read_train_task,
     )
     assert reads == ["de", "fr"]
     forward, reverse = result["directions"]["en2xx"], result["directions"]["xx2en"]
@@ -116,12 +130,10 @@ def test_xx2en_trains_on_x_and_tests_on_english():
 
     only = evaluate_classification(
         TableEncoder(vectors),
+        classification_config([0], directions=["xx2en"]),
         task("en", ["de"]),
-        seeds=[0],
-        settings=TINY,
+        lambda lang: task(lang, ["en"]),
         progress=False,
-        directions=["xx2en"],
-        read_train_task=lambda lang: task(lang, ["en"]),
     )
     assert only["languages"] == {} and list(only["directions"]) == ["xx2en"]
     assert "No language was evaluated." not in classification_table(only, "only")
@@ -130,20 +142,20 @@ def test_xx2en_trains_on_x_and_tests_on_english():
         raise FileNotFoundError(f"no {lang} train file")
 
     missing = evaluate_classification(
-        TableEncoder(vectors),
-        task("en", ["de"]),
-        seeds=[0],
-        settings=TINY,
-        progress=False,
-        directions=["xx2en"],
-        read_train_task=broken,
+        TableEncoder(vectors), classification_config([0], directions=["xx2en"]), task("en", ["de"]), broken, False
     )
     assert missing["data_errors"] == {"de (xx2en training data)": "no de train file"}
     assert missing["directions"]["xx2en"] == {"languages": {}, "average": None}
     with pytest.raises(ValueError, match="read_train_task"):
-        evaluate_classification(TableEncoder(vectors), task("en", ["de"]), seeds=[0], directions=["xx2en"])
-    with pytest.raises(ValueError, match="directions"):
-        evaluate_classification(TableEncoder(vectors), task("en", ["de"]), seeds=[0], directions=["de2fr"])
+        evaluate_classification(
+            TableEncoder(vectors), classification_config([0], directions=["xx2en"]), task("en", ["de"])
+        )
+    with pytest.raises(ConfigError) as error:  # refused when the config is read, every problem at once
+        classification_config([], directions=["de2fr"])
+    assert error.value.problems == [
+        "seeds: need at least one seed",
+        "directions must be some of en2xx, xx2en, got ['de2fr']",
+    ]
 
 
 def test_poisoned_test_labels_change_no_choice():
@@ -162,7 +174,7 @@ def test_poisoned_test_labels_change_no_choice():
     for test_documents in (test, poisoned):
         task = ClassificationTask("noisy", ["a", "b"], "en", train, dev, {"en": test_documents, "de": test_documents})
         encoder = TableEncoder({**vectors, **{("de", s): v for (lang, s), v in vectors.items()}})
-        runs.append(evaluate_classification(encoder, task, seeds=[0, 1, 2], settings=settings, progress=False))
+        runs.append(evaluate_classification(encoder, classification_config([0, 1, 2], settings), task, progress=False))
     clean, dirty = runs
     assert clean["dev"] == dirty["dev"]  # same epochs kept, same dev accuracies
     assert len(set(clean["dev"]["best_epoch"])) > 1 or clean["dev"]["best_epoch"][0] < 30

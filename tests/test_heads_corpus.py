@@ -5,9 +5,9 @@ import pytest
 
 from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus
 from ems.cli import MissingDataError
+from eval.evaluators.correlation import HeadTrainingConfig
 from eval.parallel_data import PIVOT, capped, pivot_pairs
 from eval.run_all import run_all
-from eval.tasks.qe import HeadTrainingConfig
 from tests.test_qe_sts import HashEncoder, tiny_suite
 
 
@@ -48,10 +48,8 @@ def test_a_correlation_task_trains_its_heads_on_a_corpus(spanish_corpus, tmp_pat
 
 def test_head_training_takes_one_source():
     with pytest.raises(ValueError, match="one of flores_subdir and pairs_dir"):
-        HeadTrainingConfig(flores_subdir="f", pairs_dir="p").training(["centering"], "root")
+        HeadTrainingConfig(flores_subdir="f", pairs_dir="p").check(["centering"])
     with pytest.raises(ValueError, match="one of flores_subdir and pairs_dir"):
-        HeadTrainingConfig(max_pairs=5).training(["centering"], "root")
-    assert (
-        HeadTrainingConfig(pairs_dir="/abs/corpus").training(["centering"], "root").pairs_dir.as_posix()
-        == "/abs/corpus"
-    )
+        HeadTrainingConfig(max_pairs=5).check(["centering"])
+    assert HeadTrainingConfig(pairs_dir="/abs/corpus").directory("root").as_posix() == "/abs/corpus"
+    assert HeadTrainingConfig(flores_subdir="f").directory("root").as_posix() == "root/f"

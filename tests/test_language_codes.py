@@ -5,6 +5,7 @@ language an encoder lacks is skipped with the reason."""
 import numpy as np
 import pytest
 
+from ems.configs import ConfigError, load_config
 from ems.languages import (
     UnknownLanguageError,
     canonical_language,
@@ -12,7 +13,7 @@ from ems.languages import (
     covered_language,
     resolve_language,
 )
-from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval
+from eval.evaluators.large_retrieval import LargeRetrievalConfig, evaluate_large_retrieval
 from eval.faults import not_run
 from eval.run_all import run_all, split_language_filter
 
@@ -100,14 +101,13 @@ def test_three_letter_codes_in_a_task_config_run_for_a_model_with_two_letter_lan
         {"src": "q.deu", "tgt": "c.eng", "src_lang": "deu", "tgt_lang": "eng"},
         {"src": "q.deu", "tgt": "c.eng", "src_lang": "jpn", "tgt_lang": "eng"},
     ]
-    task = LargeRetrievalTask(tmp_path, pairs, n_queries=8, n_candidates=8, k=2, index="flat")
-    result = evaluate_large_retrieval(ListedLanguagesEncoder(), task, progress=False)
+    values = {"name": "r", "data_subdir": "r", "pairs": pairs, "n_queries": 8, "n_candidates": 8, "k": 2}
+    config = load_config(LargeRetrievalConfig, values={**values, "index": "flat"})
+    result = evaluate_large_retrieval(ListedLanguagesEncoder(), config, tmp_path, progress=False)
     assert result["languages"]["deu-eng"]["p_at_1"] == 100.0
     assert result["skipped"] == {"not covered by the encoder": ["jpn-eng"]}  # skipped with the reason
-    with pytest.raises(UnknownLanguageError, match="'deuu'.*closest known codes: deu"):
-        LargeRetrievalTask(
-            tmp_path, [{"src": "q.deu", "tgt": "c.eng", "src_lang": "deuu"}], n_queries=8, n_candidates=8
-        )
+    with pytest.raises(ConfigError, match=r"^LargeRetrievalConfig: pairs\[0\]: 'deuu'.*closest known codes: deu"):
+        load_config(LargeRetrievalConfig, values={**values, "pairs": [{"src": "q", "tgt": "c", "src_lang": "deuu"}]})
 
 
 def _retrieval_suite(tmp_path, src_lang: str):

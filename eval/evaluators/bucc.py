@@ -5,6 +5,10 @@ lines, DIR/xx-en.{split}.gold holds "<xx id>\\t<en id>" lines. As in LASER's BUC
 identical sentences are embedded and mined once and a mined pair stands for every id pair with
 those texts; the score threshold that maximises F1 on the training split is applied to the test
 split (whose gold, if present, gives the test P/R/F1).
+
+In: an encoder, a BuccConfig (configs/eval/bucc2018.yaml: the languages, the splits, the mining
+settings), the data directory, optionally the languages of the run and a sentence cap. Out:
+P/R/F1 per language and their averages (`evaluate_bucc`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ems.cli import MissingDataError, check_choice
+from ems.cli import MissingDataError
 from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import ENGLISH
 from ems.mining.index import parse_index_spec
@@ -22,35 +26,36 @@ from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.evaluators.items import not_covered, score_items
 from eval.evaluators.retrieval import read_lines
 from eval.faults import DATA_ERRORS
+from eval.task import TaskConfig, one_of, refuse
 
 BUCC_SOURCE = "https://comparable.limsi.fr/bucc2018/bucc2018-task.html (BUCC 2017/2018 shared task)"
 NO_TEST_SPLIT = "no test split (threshold and training F1 only)"
 NO_TEST_GOLD = "test split without gold (threshold applied, no test F1)"
 
 
-@dataclass
-class BuccTask:
-    """Which BUCC sets to mine and how: data_dir holds xx-en.{split}.{xx,en,gold} files."""
+@dataclass(kw_only=True)
+class BuccConfig(TaskConfig):
+    """configs/eval/bucc2018.yaml: the languages (each mined against English), the splits (the
+    threshold is chosen on `train_split`, applied to `test_split`), the mining settings (ems.mining:
+    k, margin, mode and `index`, an index spec such as auto, flat, ivf-sq8:nprobe=64) and `source`,
+    where the files come from (BUCC_SOURCE when absent), for missing-data messages."""
 
-    data_dir: Path
     languages: list[str]
-    name: str = "bucc2018"
     train_split: str = "training"
     test_split: str = "test"
     k: int = DEFAULT_K
     margin: str = "ratio"
     mode: str = "max"
-    index: str = "auto"  # an index spec (ems.mining.index): auto, flat, ivf-sq8:nprobe=64, ...
-    max_sentences: int | None = None  # per side and split, for quick runs (drops gold pairs it cuts)
-    source: str = BUCC_SOURCE  # where the files come from, for missing-data messages
+    index: str = "auto"
 
     def __post_init__(self):
-        self.data_dir = Path(self.data_dir)
-        if isinstance(self.languages, str) or not self.languages:
-            raise ValueError(f"languages must be a non-empty list of codes, got {self.languages!r}")
-        check_choice("margin", self.margin, MARGINS)
-        check_choice("mode", self.mode, RETRIEVAL)
-        parse_index_spec(self.index)
+        problems = [] if self.languages else ["languages must list at least one language"]
+        problems += one_of("margin", self.margin, MARGINS) + one_of("mode", self.mode, RETRIEVAL)
+        try:
+            parse_index_spec(self.index)
+        except ValueError as error:
+            problems.append(str(error))
+        refuse(self, problems)
 
 
 @dataclass
@@ -169,13 +174,15 @@ def mine_ids(
     return MinedIdPairs(pairs, np.asarray(scores, dtype=np.float64))
 
 
-def mine_split(encoder, split: BuccSplit, lang: str, task: BuccTask) -> MinedIdPairs:
+def mine_split(encoder, split: BuccSplit, lang: str, config: BuccConfig) -> MinedIdPairs:
     """Embed a split's distinct sentences with `encoder` and mine them (see `mine_ids`)."""
     xx_texts, xx_holders = unique_texts(split.xx_ids, split.xx)
     en_texts, en_holders = unique_texts(split.en_ids, split.en)
     xx_embeddings = encode_checked(encoder, xx_texts, lang)
     en_embeddings = encode_checked(encoder, en_texts, ENGLISH)
-    return mine_ids(xx_embeddings, en_embeddings, xx_holders, en_holders, task.k, task.margin, task.mode, task.index)
+    return mine_ids(
+        xx_embeddings, en_embeddings, xx_holders, en_holders, config.k, config.margin, config.mode, config.index
+    )
 
 
 def precision_recall_f1(predicted: set, gold: set) -> dict:
@@ -218,32 +225,35 @@ def scores_at_threshold(mined: MinedIdPairs, gold: set, threshold: float) -> dic
     return precision_recall_f1(predicted, gold)
 
 
-def load_bucc_language(task: BuccTask, lang: str) -> tuple[BuccSplit, BuccSplit | None]:
+def load_bucc_language(
+    config: BuccConfig, data_dir: Path, lang: str, max_sentences: int | None = None
+) -> tuple[BuccSplit, BuccSplit | None]:
     """The training split (with a non-empty gold) and the test split (None if it has no
     sentence files) of one language. MissingDataError / ValueError for missing or bad files."""
-    train = load_bucc_split(task.data_dir, lang, task.train_split, task.max_sentences, task.source)
+    source = config.source or BUCC_SOURCE
+    train = load_bucc_split(data_dir, lang, config.train_split, max_sentences, source)
     if not train.gold:
         raise ValueError(
-            f"{split_paths(task.data_dir, lang, task.train_split)['gold']}: the training split needs a "
+            f"{split_paths(data_dir, lang, config.train_split)['gold']}: the training split needs a "
             "non-empty gold file to choose the threshold"
         )
-    if not split_paths(task.data_dir, lang, task.test_split)["xx"].is_file():
+    if not split_paths(data_dir, lang, config.test_split)["xx"].is_file():
         return train, None
-    return train, load_bucc_split(task.data_dir, lang, task.test_split, task.max_sentences, task.source)
+    return train, load_bucc_split(data_dir, lang, config.test_split, max_sentences, source)
 
 
-def score_bucc_language(encoder, task: BuccTask, lang: str, train: BuccSplit, test: BuccSplit | None) -> dict:
+def score_bucc_language(encoder, config: BuccConfig, lang: str, train: BuccSplit, test: BuccSplit | None) -> dict:
     """Threshold from the training split, P/R/F1 on training and (if it has gold) test.
 
     Returns {"threshold", "train": {precision, recall, f1, n_predicted, n_gold}, "test": same or
     None, "n_test_predicted", "note"?}."""
-    mined = mine_split(encoder, train, lang, task)
+    mined = mine_split(encoder, train, lang, config)
     threshold = best_threshold(mined.scores, [pair in train.gold for pair in mined.pairs], len(train.gold))
     row = {"threshold": threshold, "train": scores_at_threshold(mined, train.gold, threshold), "test": None}
     if test is None:
         row["note"] = NO_TEST_SPLIT
         return row
-    test_mined = mine_split(encoder, test, lang, task)
+    test_mined = mine_split(encoder, test, lang, config)
     row["n_test_predicted"] = int((test_mined.scores >= threshold).sum())
     if test.gold is None:
         row["note"] = NO_TEST_GOLD
@@ -252,8 +262,17 @@ def score_bucc_language(encoder, task: BuccTask, lang: str, train: BuccSplit, te
     return row
 
 
-def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
-    """BUCC F1 for each of the task's languages the encoder covers.
+def evaluate_bucc(
+    encoder,
+    config: BuccConfig,
+    data_dir: Path,
+    languages: list[str] | None = None,
+    max_sentences: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """BUCC F1 for each of `languages` (the run's choice among the config's; None: the config's)
+    the encoder covers, in the files of `data_dir`; `max_sentences` keeps the first N lines of each
+    side and split (quick runs; gold pairs it cuts are dropped).
 
     Returns {"task", "metric": "mining_f1", "data_dir", "settings", "languages": {lang: row of
     `score_bucc_language`}, "average": {"train_f1", "test_f1" (None without test gold),
@@ -261,18 +280,19 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
     MissingDataError if the data directory is missing; a language whose files are missing or
     bad is a data error (eval.faults), the other languages still run.
     """
-    if not task.data_dir.is_dir():
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
         raise MissingDataError(
-            f"BUCC data directory {task.data_dir} does not exist; it should hold "
-            f"xx-en.{{training,test}}.{{xx,en,gold}} files (e.g. de-en.training.de) from {task.source}"
+            f"BUCC data directory {data_dir} does not exist; it should hold "
+            f"xx-en.{{training,test}}.{{xx,en,gold}} files (e.g. de-en.training.de) from {config.source or BUCC_SOURCE}"
         )
     covered = encoder_languages(encoder)
     scored = score_items(
-        task.languages,
-        lambda lang: load_bucc_language(task, lang),
-        lambda lang, splits: score_bucc_language(encoder, task, lang, *splits),
+        config.languages if languages is None else languages,
+        lambda lang: load_bucc_language(config, data_dir, lang, max_sentences),
+        lambda lang, splits: score_bucc_language(encoder, config, lang, *splits),
         skip=lambda lang: not_covered(covered, lang, ENGLISH),
-        desc=task.name,
+        desc=config.name,
         progress=progress,
     )
     per_language = scored.rows
@@ -286,18 +306,18 @@ def evaluate_bucc(encoder, task: BuccTask, progress: bool = True) -> dict:
             "n_languages": len(per_language),
         }
     settings = {
-        "k": task.k,
-        "margin": task.margin,
-        "mode": task.mode,
-        "index": task.index,
-        "train_split": task.train_split,
-        "test_split": task.test_split,
-        "max_sentences": task.max_sentences,
+        "k": config.k,
+        "margin": config.margin,
+        "mode": config.mode,
+        "index": config.index,
+        "train_split": config.train_split,
+        "test_split": config.test_split,
+        "max_sentences": max_sentences,
     }
     return {
-        "task": task.name,
+        "task": config.name,
         "metric": "mining_f1",
-        "data_dir": str(task.data_dir),
+        "data_dir": str(data_dir),
         "settings": settings,
         "languages": per_language,
         "average": average,

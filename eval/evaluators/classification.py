@@ -1,6 +1,7 @@
 """Zero-shot cross-lingual document classification on frozen sentence embeddings (LASER/EMS protocol).
 
-In: an encoder (`encode(sentences, lang) -> (n, d)` and `languages`) and a ClassificationTask
+In: an encoder (`encode(sentences, lang) -> (n, d)` and `languages`), a ClassificationConfig
+(configs/eval/sib200.yaml: the seeds, the MLP, the directions) and a ClassificationTask, the data
 (eval.evaluators.classification_data). A document's embedding is the mean of its sentences'
 embeddings; the sentences of one split of one language go to the encoder in a single call (so a
 cache hits).
@@ -30,18 +31,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Annotated
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from ems.cli import one_line
+from ems.configs import FieldsOf
 from ems.encoder_kinds import encode_checked, encoder_languages
-from ems.languages import covered_language
+from ems.languages import ENGLISH, covered_language
 from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.evaluators.items import NOT_COVERED
 from eval.faults import DATA_ERRORS, DATA_FAULTS
+from eval.task import Languages, TaskConfig, refuse
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 EN2XX, XX2EN = "en2xx", "xx2en"
@@ -98,6 +102,47 @@ def mlp_settings(values: dict | None) -> MlpSettings:
     if preset not in PRESETS:
         raise ValueError(f"unknown MLP preset {preset!r}; expected one of {', '.join(PRESETS)}")
     return MlpSettings(**{**PRESETS[preset], **values})
+
+
+@dataclass
+class MlpConfig(MlpSettings):
+    """The keys of a classification config's `mlp:`: a `preset` (a key of PRESETS) and MlpSettings
+    fields overriding it (mlp_settings)."""
+
+    preset: str = "laser"
+
+
+@dataclass(kw_only=True)
+class ClassificationConfig(TaskConfig):
+    """configs/eval/{sib200,mldoc,amazon}.yaml. `languages`: "all" (every language in the data) or
+    a list (the train language is always read); `format` and `reader`, its format's keyword
+    settings (eval.evaluators.classification_data.READERS); `seeds`: a list, or a count n for
+    seeds 0..n-1; `mlp`: a `preset` and settings overriding it (mlp_settings); `directions`: en2xx
+    (train on the train language, test each language) and/or xx2en (train on each language X,
+    select on X's dev, test on the train language)."""
+
+    format: str
+    languages: Languages
+    train_language: str = ENGLISH
+    seeds: int | list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))  # a list after __init__
+    mlp: Annotated[dict, FieldsOf(MlpConfig)] = field(default_factory=dict)  # MlpSettings after __init__
+    reader: dict = field(default_factory=dict)
+    directions: list[str] = field(default_factory=lambda: [EN2XX])
+
+    def __post_init__(self):
+        self.seeds = list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+        self.directions = list(dict.fromkeys(self.directions))
+        problems = [] if self.seeds else ["seeds: need at least one seed"]
+        if not self.directions or set(self.directions) - set(DIRECTIONS):
+            problems.append(f"directions must be some of {', '.join(DIRECTIONS)}, got {self.directions}")
+        try:
+            self.mlp = mlp_settings(self.mlp)
+        except ValueError as error:
+            problems.append(str(error))
+        refuse(self, problems)
+
+    def language_codes(self) -> list[str]:
+        return [*super().language_codes(), self.train_language]
 
 
 def document_embeddings(encoder, documents: list[Document], lang: str) -> np.ndarray:
@@ -221,29 +266,23 @@ def _fit(encoder, task: ClassificationTask, seeds: list[int], settings: MlpSetti
 
 def evaluate_classification(
     encoder,
+    config: ClassificationConfig,
     task: ClassificationTask,
-    seeds=DEFAULT_SEEDS,
-    settings: MlpSettings | None = None,
-    progress: bool = True,
-    directions=(EN2XX,),
     read_train_task: Callable[[str], ClassificationTask] | None = None,
+    progress: bool = True,
 ) -> dict:
     """{"task", "metric": "accuracy", "train_language", "languages": {lang: {"n", "accuracy", "std",
     "per_seed"}} (en2xx: non-train languages), "in_language": that row for the train language or
     None, "average": {"n_languages", "accuracy"} or None, "dev": {"n", "accuracy", "std",
     "best_epoch"}, "directions": {direction: {"languages", "average"}}, "settings", "skipped":
-    {reason: [items]}, "data_errors": the task's}; accuracies in percent, mean/std over `seeds`.
+    {reason: [items]}, "data_errors": the task's}; accuracies in percent, mean/std over the seeds,
+    the MLP and the directions of `config`.
 
     "xx2en" needs `read_train_task(X)`: a task whose train language is X (its train and dev splits)
     and whose test splits include this task's train language; its rows are {"n" (test documents
     in the train language), "accuracy", "std", "per_seed", "dev": X's dev row}. A language whose
     training data cannot be read is a data error "X (xx2en training data)"."""
-    settings = settings or MlpSettings()
-    seeds, directions = list(seeds), list(dict.fromkeys(directions))
-    if not seeds:
-        raise ValueError("need at least one seed")
-    if not directions or set(directions) - set(DIRECTIONS):
-        raise ValueError(f"directions must be some of {', '.join(DIRECTIONS)}, got {directions}")
+    seeds, settings, directions = config.seeds, config.mlp, config.directions
     if XX2EN in directions and read_train_task is None:
         raise ValueError("the xx2en direction needs read_train_task")
     covered = encoder_languages(encoder)

@@ -2,13 +2,14 @@
 (eval.evaluators.sts).
 
 In: `RatedPairs` (sentence pairs in two languages with a gold score each, from a task reader),
-an encoder, and trained heads. Out: per pair set the Pearson r and Spearman rho (scipy.stats)
+an encoder, and the task's config (a HeadsConfig: the heads and their training). Out: per pair
+set the Pearson r and Spearman rho (scipy.stats)
 between cosine(sent1, sent2) and the gold score, for the raw embeddings and for each head's
 meaning view, plus their averages over pair sets.
 
 Nothing here is chosen on the scored pairs: the heads are trained and early-stopped (or, for the
 projection head, their ridge strength chosen) on held-out training pairs alone (FLORES-200 or a
-parallel corpus: HeadTraining), and the reported
+parallel corpus: HeadTrainingConfig), and the reported
 split (e.g. WMT20 test20) is only scored. A task may also score a dev split (`dev_pair_sets`,
 e.g. MLQE-PE dev) with the same heads, reported beside the test numbers, so that choices between
 heads or settings can be made on dev.
@@ -28,6 +29,7 @@ from ems.languages import flores_file
 from eval.evaluators.items import score_items
 from eval.faults import DATA_ERRORS, DataErrors
 from eval.parallel_data import PIVOT, SentencePairs, capped, flores_pairs, pivot_pairs
+from eval.task import TaskConfig
 from eval.train_head import train_heads
 
 RAW = "raw"
@@ -122,43 +124,68 @@ def _mean(values: list) -> float | None:
 
 
 @dataclass
-class HeadTraining:
-    """Which heads a correlation task trains and on what: English-X pairs of the task's languages
-    from FLORES-200 (`flores_dir`) or from a Moses-format corpus (`pairs_dir`, e.g. the shared
-    Tatoeba Challenge and TICO-19 pairs after `ems-prep import` and `ems-prep clean`), at most
-    `max_pairs` per language (a sample drawn with `seed`), `valid_fraction` held out for early
-    stopping and every selection."""
+class HeadTrainingConfig:
+    """`head_training:` where the heads' English-X training pairs come from: `flores_subdir` (a
+    FLORES-200 split under the data root) or `pairs_dir` (a Moses-format corpus root, absolute or
+    under the data root, e.g. the shared Tatoeba Challenge and TICO-19 pairs after `ems-prep
+    import` and `ems-prep clean`), at most `max_pairs` per language (a sample drawn with `seed`),
+    `valid_fraction` held out for early stopping and every selection."""
 
-    flores_dir: Path | None = None
-    heads: list[str] = field(default_factory=list)
+    flores_subdir: str | None = None
+    pairs_dir: str | None = None
     valid_fraction: float = 0.1
     seed: int = 0
     max_pairs: int | None = None
-    pairs_dir: Path | None = None
 
-    @property
-    def source(self) -> str:
-        return f"FLORES-200 {self.flores_dir}" if self.pairs_dir is None else f"the corpus {self.pairs_dir}"
+    def check(self, heads: list[str]) -> None:
+        """ValueError when `heads` are asked for without exactly one source of training pairs."""
+        if heads and (self.flores_subdir is None) == (self.pairs_dir is None):
+            raise ValueError(
+                "head_training takes one of flores_subdir and pairs_dir (with heads), valid_fraction, "
+                f"seed, max_pairs; got {self}"
+            )
 
-    def pair_sets(self, languages: list[str]) -> list[SentencePairs]:
+    def directory(self, data_root: Path) -> Path | None:
+        """The corpus root (`pairs_dir`; an absolute one as it is) or else the FLORES split under
+        `data_root`; None when the config names neither."""
+        subdir = self.flores_subdir if self.pairs_dir is None else self.pairs_dir
+        return None if subdir is None else Path(data_root) / subdir
+
+    def source(self, data_root: Path) -> str:
+        """Where the pairs come from, in words (the result's head_training.source)."""
+        return f"{'FLORES-200' if self.pairs_dir is None else 'the corpus'} {self.directory(data_root)}"
+
+    def pair_sets(self, languages: list[str], data_root: Path) -> list[SentencePairs]:
         """The English-X training pairs for every X in `languages` (MissingDataError naming the
         languages without any)."""
-        pairs = (
-            flores_pairs(self.flores_dir, languages)
-            if self.pairs_dir is None
-            else pivot_pairs(self.pairs_dir, languages)
-        )
+        directory = self.directory(data_root)
+        pairs = flores_pairs(directory, languages) if self.pairs_dir is None else pivot_pairs(directory, languages)
         return capped(pairs, self.max_pairs, self.seed)
 
 
-def _with_head_data(pair_sets: list[RatedPairs], training: HeadTraining, errors: DataErrors) -> list[RatedPairs]:
+@dataclass(kw_only=True)
+class HeadsConfig(TaskConfig):
+    """The keys of a task that scores the heads' meaning views (configs/eval/{mlqe,sts2017}.yaml):
+    `heads` (names in ems.heads.HEADS) and their `head_training`."""
+
+    heads: list[str] = field(default_factory=list)
+    head_training: HeadTrainingConfig = field(default_factory=HeadTrainingConfig)
+
+    def __post_init__(self):
+        self.head_training.check(self.heads)
+
+
+def _with_head_data(
+    pair_sets: list[RatedPairs], config: HeadsConfig, data_root: Path, errors: DataErrors
+) -> list[RatedPairs]:
     """The pair sets whose languages all have training pairs for the heads; the others become
     data errors. (Without FLORES's English file no head trains: the training says so.)"""
-    if not training.heads or (training.pairs_dir is None and flores_file(training.flores_dir, PIVOT) is None):
+    training = config.head_training
+    if not config.heads or (training.pairs_dir is None and flores_file(training.directory(data_root), PIVOT) is None):
         return pair_sets
     found = score_items(
         pair_sets,
-        lambda pairs: training.pair_sets([pairs.lang1, pairs.lang2]),
+        lambda pairs: training.pair_sets([pairs.lang1, pairs.lang2], data_root),
         lambda pairs, _: pairs,
         key=lambda pairs: pairs.name,
         errors=errors,
@@ -168,38 +195,37 @@ def _with_head_data(pair_sets: list[RatedPairs], training: HeadTraining, errors:
 
 def evaluate_correlation_task(
     encoder,
-    name: str,
+    config: HeadsConfig,
     metric: str,
     pair_sets: list[RatedPairs],
-    training: HeadTraining,
-    skipped: dict | None = None,
+    data_root: Path,
     progress: bool = True,
     data_errors: dict | None = None,
     dev_split: str | None = None,
     dev_pair_sets: list[RatedPairs] | None = None,
     dev_data_errors: dict | None = None,
 ) -> dict:
-    """Train the heads on `training`'s pairs for the languages of `pair_sets`, then correlations
-    per set and view. A pair set with a language that has no training pairs for the heads joins
-    `data_errors` ({set name: reason}, eval.faults) instead. Result: {"task", "metric", "views",
-    "languages": {set name: row}, "average", "heads": training logs, "head_training", "skipped",
-    "data_errors"}, plus "dev": {"split", "languages", "average", "data_errors"} when
+    """Train the config's heads on its head_training pairs (under `data_root`) for the languages
+    of `pair_sets`, then correlations per set and view. A pair set with a language that has no
+    training pairs for the heads joins `data_errors` ({set name: reason}, eval.faults) instead.
+    Result: {"task", "metric", "views", "languages": {set name: row}, "average", "heads": training
+    logs, "head_training", "skipped", "data_errors"}, plus "dev": {"split", "languages", "average", "data_errors"} when
     `dev_split` is given: the dev pair sets scored by the same heads (a dev set whose languages
     the heads were not trained for is a dev data error). The scored pairs never reach the heads'
     training or selection."""
-    skipped = {reason: list(items) for reason, items in (skipped or {}).items()}
+    name, training, source = config.name, config.head_training, config.head_training.source(data_root)
+    skipped: dict[str, list] = {}
     errors = DataErrors(data_errors or {})
-    pair_sets = _with_head_data(pair_sets, training, errors)
+    pair_sets = _with_head_data(pair_sets, config, data_root, errors)
     languages = sorted({lang for pairs in pair_sets for lang in (pairs.lang1, pairs.lang2)})
     heads, logs = {}, {}
-    if training.heads and pair_sets:
+    if config.heads and pair_sets:
         if progress:
             print(
-                f"{name}: training heads {', '.join(training.heads)} on en-X pairs of {training.source} "
-                f"for {', '.join(languages)}"
+                f"{name}: training heads {', '.join(config.heads)} on en-X pairs of {source} for {', '.join(languages)}"
             )
         heads, logs, head_skips = train_heads(
-            encoder, training.heads, training.pair_sets(languages), training.valid_fraction, training.seed
+            encoder, config.heads, training.pair_sets(languages, data_root), training.valid_fraction, training.seed
         )
         for reason, items in head_skips.items():
             skipped.setdefault(reason, []).extend(items)
@@ -231,7 +257,7 @@ def evaluate_correlation_task(
         "average": average_correlations(per_set, views) if per_set else None,
         "heads": logs,
         "head_training": {
-            "source": training.source,
+            "source": source,
             "languages": languages,
             "valid_fraction": training.valid_fraction,
             "seed": training.seed,

@@ -8,6 +8,10 @@ Files: `<data_dir>/<stem>.<split>` as ems.languages.flores_file finds them (`deu
 says: the canonical code (`de`, `zh`), a variety key where FLORES has several files of one
 language (`zh-Hant`, `ace-Arab`, `ace-Latn`, `twi`). FLORES sentences are also SIB-200's: a model
 trained on them must not be scored here.
+
+In: an encoder, a FloresConfig (configs/eval/flores_bitext.yaml: the language keys, the split),
+the split directory, optionally the run's language keys and a sentence cap. Out: P@1 per language
+and their average, shaped as Tatoeba's (`evaluate_flores`).
 """
 
 from __future__ import annotations
@@ -19,26 +23,20 @@ from ems.cli import MissingDataError
 from ems.languages import ENGLISH, FLORES_FILES, flores_file, flores_languages
 from eval.evaluators.items import score_items
 from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.task import Languages, TaskConfig
 
 FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
 NOT_IN_FLORES = "no FLORES-200 file for the language"
 
 
-@dataclass
-class FloresTask:
-    """data_dir: a FLORES-200 split directory (`flores200/devtest`); languages: language keys
-    (canonical codes, or variety keys such as `zh-Hant`: ems.languages.flores_language), None =
-    every file there but English; max_sentences: the first N lines only."""
+@dataclass(kw_only=True)
+class FloresConfig(TaskConfig):
+    """configs/eval/flores_bitext.yaml: language keys (canonical codes, or FLORES variety keys such as
+    `zh-Hant`: ems.languages.flores_language), or "all" (every file of the split directory but
+    English), and the split (the files' suffix)."""
 
-    data_dir: Path
-    languages: list[str] | None = None
-    max_sentences: int | None = None
-    name: str = "flores200"
+    languages: Languages
     split: str = "devtest"
-
-    def __post_init__(self):
-        self.data_dir = Path(self.data_dir)
-        check_max_sentences(self.max_sentences)
 
 
 def load_flores_pair(
@@ -62,29 +60,41 @@ def load_flores_pair(
     return read_aligned_files(*paths, max_sentences)
 
 
-def evaluate_flores(encoder, task: FloresTask, progress: bool = True) -> dict:
-    """Bidirectional P@1 (%) per language, the result shaped as
+def evaluate_flores(
+    encoder,
+    config: FloresConfig,
+    data_dir: Path,
+    languages: list[str] | None = None,
+    max_sentences: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Bidirectional P@1 (%) per language of the split directory `data_dir`: `languages` (the
+    run's keys, replacing the config's) or else the config's, the first `max_sentences` lines of
+    each (None: all); the result shaped as
     eval.evaluators.tatoeba.evaluate_tatoeba's ("languages": {lang: {source, n, xx2en, en2xx,
     mean}}, "average", "skipped", "data_errors").
-    A language FLORES-200 does not have is skipped, and with `languages` None so is one whose
-    file is absent; a requested language whose file is missing or unreadable is a data error."""
-    if flores_file(task.data_dir, ENGLISH, task.split) is None:
+    A language FLORES-200 does not have is skipped, and with "all" so is one whose file is
+    absent; a requested language whose file is missing or unreadable is a data error."""
+    check_max_sentences(max_sentences)
+    data_dir, split = Path(data_dir), config.split
+    if flores_file(data_dir, ENGLISH, split) is None:
         raise MissingDataError(
-            f"no FLORES-200 {task.split} split in {task.data_dir} (missing "
-            f"{FLORES_FILES[ENGLISH]}.{task.split}); get it from {FLORES_SOURCE}"
+            f"no FLORES-200 {split} split in {data_dir} (missing "
+            f"{FLORES_FILES[ENGLISH]}.{split}); get it from {FLORES_SOURCE}"
         )
-    requested = task.languages
-    if requested is None:
-        requested = [lang for lang in flores_languages(task.data_dir, task.split) if lang != ENGLISH]
+    every_file = languages is None and config.languages == "all"
+    requested = languages if languages is not None else config.languages
+    if every_file:
+        requested = [lang for lang in flores_languages(data_dir, split) if lang != ENGLISH]
 
     def absent(lang: str) -> str | None:  # a requested FLORES language without its file is a data error naming it
-        missing = flores_file(task.data_dir, lang, task.split) is None
-        return NOT_IN_FLORES if missing and (task.languages is None or lang not in FLORES_FILES) else None
+        missing = flores_file(data_dir, lang, split) is None
+        return NOT_IN_FLORES if missing and (every_file or lang not in FLORES_FILES) else None
 
     def read(lang: str) -> Bitext:
-        xx, en = load_flores_pair(task.data_dir, lang, task.split, task.max_sentences)
-        return Bitext(lang=lang, source=flores_file(task.data_dir, lang, task.split).name, xx=xx, en=en)
+        xx, en = load_flores_pair(data_dir, lang, split, max_sentences)
+        return Bitext(lang=lang, source=flores_file(data_dir, lang, split).name, xx=xx, en=en)
 
-    found = score_items(requested, read, skip=absent, desc=task.name)
-    result = evaluate_bitexts(encoder, list(found.rows.values()), task.name, found.skipped, progress, found.errors)
-    return {"task": result.pop("task"), "data_dir": str(task.data_dir), "max_sentences": task.max_sentences, **result}
+    found = score_items(requested, read, skip=absent, desc=config.name)
+    result = evaluate_bitexts(encoder, list(found.rows.values()), config.name, found.skipped, progress, found.errors)
+    return {"task": result.pop("task"), "data_dir": str(data_dir), "max_sentences": max_sentences, **result}

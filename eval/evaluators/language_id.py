@@ -1,7 +1,9 @@
 """Language neutrality (Libovický et al., 2020): how well a linear language-ID probe recognises
 the language of an embedding, on raw embeddings and on each head's meaning and language views.
 
-In: FLORES-200 (multi-parallel), a list of languages, an encoder and head names. The FLORES lines
+In: FLORES-200 (multi-parallel), an encoder and a LanguageIdConfig (configs/eval/language_id.yaml:
+the languages, head names, line blocks, the probe's penalty), optionally the run's languages and
+a cap on the lines of each block. The FLORES lines
 are cut into three disjoint blocks: the first `head_lines` train the heads (English paired with
 each language), the next `probe_train_lines` train the probe, the next `probe_test_lines` test
 it; so no sentence is shared between head training, probe training and probe testing. Out:
@@ -28,9 +30,11 @@ from eval.evaluators.items import score_items
 from eval.faults import DATA_ERRORS
 from eval.parallel_data import PIVOT, flores_pairs
 from eval.pca_plot import write_pca_plot
+from eval.task import TaskConfig
 from eval.train_head import train_head
 
 PCA_FILE = "language_pca.png"
+BLOCKS = {"head_lines": 612, "probe_train_lines": 200, "probe_test_lines": 200}  # where a config sets none
 
 
 @dataclass
@@ -79,22 +83,29 @@ def probe_accuracy(train: dict[str, np.ndarray], test: dict[str, np.ndarray], l2
     return 100.0 * correct / sum(len(test[lang]) for lang in languages)
 
 
-@dataclass
-class LanguageIdTask:
-    """FLORES split directory, languages (English included or not: it always is), line blocks,
-    probe L2 penalty and the pair to plot (e.g. "de-en")."""
+@dataclass(kw_only=True)
+class LanguageIdConfig(TaskConfig):
+    """configs/eval/language_id.yaml: the languages probed (English always is), the heads (names
+    in ems.heads.HEADS) and their training (`valid_fraction`, `seed`), the three blocks of FLORES
+    lines (`blocks`), the probe's L2 penalty and the pair the PCA plot shows (e.g. "de-en")."""
 
-    data_dir: Path
     languages: list[str]
-    name: str = "language_id"
-    head_lines: int = 612
-    probe_train_lines: int = 200
-    probe_test_lines: int = 200
+    heads: list[str] = field(default_factory=list)
+    head_lines: int | None = None
+    probe_train_lines: int | None = None
+    probe_test_lines: int | None = None
     l2: float = 1e-3
     pca_pair: str | None = None
     valid_fraction: float = 0.1
     seed: int = 0
-    heads: list[str] = field(default_factory=list)
+
+    def blocks(self, max_sentences: int | None = None) -> dict[str, int]:
+        """The lines of each block in a run: the config's, else BLOCKS's or, with `max_sentences`,
+        max_sentences; `max_sentences` caps each."""
+        sizes = {key: getattr(self, key) for key in BLOCKS}
+        if max_sentences is None:
+            return {key: BLOCKS[key] if lines is None else lines for key, lines in sizes.items()}
+        return {key: min(max_sentences if lines is None else lines, max_sentences) for key, lines in sizes.items()}
 
 
 def pivot_embeddings(embeddings: dict[str, np.ndarray], rows: slice, pivot: str = PIVOT) -> ParallelEmbeddings:
@@ -109,36 +120,47 @@ def pivot_embeddings(embeddings: dict[str, np.ndarray], rows: slice, pivot: str 
     return ParallelEmbeddings(x, y, x_lang, y_lang, languages)
 
 
-def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = None, progress: bool = True) -> dict:
-    """Train the task's heads on the head block, then LID probe accuracy on the raw view and on
-    every head's meaning and language views; the PCA plot goes to out_dir/PCA_FILE if out_dir
-    is given. A language without a FLORES file is left out as a data error (eval.faults).
+def evaluate_language_id(
+    encoder,
+    config: LanguageIdConfig,
+    data_dir: Path,
+    languages: list[str] | None = None,
+    max_sentences: int | None = None,
+    out_dir: Path | None = None,
+    progress: bool = True,
+) -> dict:
+    """Train the config's heads on the head block, then LID probe accuracy on the raw view and on
+    every head's meaning and language views, for `languages` (the run's choice among the
+    config's; None: the config's) in the FLORES split directory `data_dir`, the blocks
+    `config.blocks(max_sentences)`; the PCA plot goes to out_dir/PCA_FILE if out_dir is given. A
+    language without a FLORES file is left out as a data error (eval.faults).
     Result: {"task", "metric": "lid_accuracy", "views": {view: accuracy}, "chance", "lines",
     "heads" (training logs), "pca_plot", "skipped", "data_errors": {lang: reason}}."""
-    if flores_file(task.data_dir, PIVOT) is None:
-        flores_pairs(task.data_dir, [PIVOT])  # MissingDataError naming the English file: nothing can run
-    found = score_items(sorted(set(task.languages) - {PIVOT}), lambda lang: flores_pairs(task.data_dir, [lang])[0])
+    data_dir, probed = Path(data_dir), config.languages if languages is None else languages
+    if flores_file(data_dir, PIVOT) is None:
+        flores_pairs(data_dir, [PIVOT])  # MissingDataError naming the English file: nothing can run
+    found = score_items(sorted(set(probed) - {PIVOT}), lambda lang: flores_pairs(data_dir, [lang])[0])
     errors, pair_sets = found.errors, list(found.rows.values())
     if not pair_sets:
-        raise MissingDataError(f"{task.name}: no language besides English to probe in {task.data_dir} ({dict(errors)})")
+        raise MissingDataError(f"{config.name}: no language besides English to probe in {data_dir} ({dict(errors)})")
     languages = sorted({PIVOT, *(pairs.y_lang for pairs in pair_sets)})
     sentences = {PIVOT: pair_sets[0].x, **{pairs.y_lang: pairs.y for pairs in pair_sets}}
     n_lines = min(len(lines) for lines in sentences.values())
-    blocks = _blocks(task, n_lines)
+    blocks = _blocks(config.blocks(max_sentences), data_dir, n_lines)
     used = blocks["probe_test"].stop  # only the lines of the three blocks are encoded
     embeddings = {}
     for lang in languages:
         if progress:
-            print(f"{task.name}: encoding {used} {lang} sentences ({flores_file(task.data_dir, lang).name})")
+            print(f"{config.name}: encoding {used} {lang} sentences ({flores_file(data_dir, lang).name})")
         embeddings[lang] = np.asarray(encoder.encode(sentences[lang][:used], lang), dtype=np.float32)
 
     train_block, test_block = blocks["probe_train"], blocks["probe_test"]
     views = {"raw": {lang: (e[train_block], e[test_block]) for lang, e in embeddings.items()}}
     logs, skipped = {}, {}
     head_data = pivot_embeddings(embeddings, blocks["heads"])
-    for name in task.heads:
+    for name in config.heads:
         try:
-            head, logs[name] = train_head(name, head_data, task.valid_fraction, task.seed)
+            head, logs[name] = train_head(name, head_data, config.valid_fraction, config.seed)
         except ValueError as exc:
             skipped.setdefault("head could not be trained", []).append(f"{name}: {exc}")
             continue
@@ -149,14 +171,14 @@ def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = N
     accuracies = {}
     for view, parts in views.items():
         train, test = {lang: a for lang, (a, _) in parts.items()}, {lang: b for lang, (_, b) in parts.items()}
-        accuracies[view] = probe_accuracy(train, test, task.l2)
-    plot = None
-    if task.pca_pair and set(task.pca_pair.split("-")) - set(languages):
-        skipped.setdefault("PCA plot not drawn (a language of pca_pair was not probed)", []).append(task.pca_pair)
-    elif out_dir is not None and task.pca_pair:
-        plot = str(_pca_plot(views, task.pca_pair, Path(out_dir) / PCA_FILE))
+        accuracies[view] = probe_accuracy(train, test, config.l2)
+    plot, pca_pair = None, config.pca_pair
+    if pca_pair and set(pca_pair.split("-")) - set(languages):
+        skipped.setdefault("PCA plot not drawn (a language of pca_pair was not probed)", []).append(pca_pair)
+    elif out_dir is not None and pca_pair:
+        plot = str(_pca_plot(views, pca_pair, Path(out_dir) / PCA_FILE))
     return {
-        "task": task.name,
+        "task": config.name,
         "metric": "lid_accuracy",
         "views": accuracies,
         "chance": 100.0 / len(languages),
@@ -169,11 +191,11 @@ def evaluate_language_id(encoder, task: LanguageIdTask, out_dir: Path | None = N
     }
 
 
-def _blocks(task: LanguageIdTask, n_lines: int) -> dict[str, slice]:
-    sizes = {"heads": task.head_lines, "probe_train": task.probe_train_lines, "probe_test": task.probe_test_lines}
+def _blocks(lines: dict[str, int], data_dir: Path, n_lines: int) -> dict[str, slice]:
+    sizes = dict(zip(("heads", "probe_train", "probe_test"), lines.values()))
     if min(sizes.values()) < 1 or sum(sizes.values()) > n_lines:
         raise MissingDataError(
-            f"{task.data_dir}: need {' + '.join(map(str, sizes.values()))} = {sum(sizes.values())} aligned lines "
+            f"{data_dir}: need {' + '.join(map(str, sizes.values()))} = {sum(sizes.values())} aligned lines "
             f"(head training + probe train + probe test, each >= 1), the files have {n_lines}"
         )
     blocks, start = {}, 0

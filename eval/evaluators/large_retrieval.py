@@ -5,6 +5,10 @@ Built from any pair of line-aligned files: the first n lines of the query file a
 the first m lines of the candidate file the candidates, so query i's gold candidate is line i and
 the other m - n lines are distractors. A retrieved candidate whose text equals the gold one
 counts as correct (LASER's rule for duplicates).
+
+In: an encoder, a LargeRetrievalConfig (configs/eval/paracrawl.yaml: the file pairs, the pool, the
+margin search), the data directory, optionally the run's pairs and a sentence cap. Out: P@1 per
+pair and their average (`evaluate_large_retrieval`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ems.cli import MissingDataError, check_choice
+from ems.cli import MissingDataError
 from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import ENGLISH, canonical_language, covered_language
 from ems.mining.index import parse_index_spec
@@ -22,8 +26,10 @@ from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.items import not_covered, score_items
 from eval.evaluators.retrieval import read_aligned_files
 from eval.faults import DATA_ERRORS
+from eval.task import TaskConfig, one_of, refuse
 
 SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"
+POOL = {"n_queries": 2000, "n_candidates": 200_000}  # the paper's pool, where a config sets no size
 
 
 @dataclass
@@ -44,27 +50,42 @@ class RetrievalPair:
         return f"{self.src_lang}-{self.tgt_lang}"
 
 
-@dataclass
-class LargeRetrievalTask:
-    """n_queries queries among n_candidates candidates for each pair of files under data_dir."""
+@dataclass(kw_only=True)
+class LargeRetrievalConfig(TaskConfig):
+    """configs/eval/{paracrawl,flores_retrieval}.yaml: the file pairs ({src, tgt, src_lang,
+    tgt_lang}: RetrievalPair), n_queries queries among n_candidates candidates for each (`pool`),
+    the margin search (`k`, `margin` and `index`, an index spec such as auto, flat,
+    ivf-sq8:nprobe=64) and `source`, where to get the files, for the missing-data message."""
 
-    data_dir: Path
     pairs: list[RetrievalPair]
-    n_queries: int = 2000
-    n_candidates: int = 200_000
-    name: str = "large_retrieval"
+    n_queries: int | None = None
+    n_candidates: int | None = None
     k: int = DEFAULT_K
     margin: str = "ratio"
-    index: str = "auto"  # an index spec (ems.mining.index): auto, flat, ivf-sq8:nprobe=64, ...
-    source: str | None = None  # where to get the files, for the missing-data message
+    index: str = "auto"
 
     def __post_init__(self):
-        self.data_dir = Path(self.data_dir)
-        self.pairs = [p if isinstance(p, RetrievalPair) else RetrievalPair(**p) for p in self.pairs]
-        if not 0 < self.n_queries <= self.n_candidates:
-            raise ValueError(f"need 0 < n_queries <= n_candidates, got {self.n_queries} and {self.n_candidates}")
-        check_choice("margin", self.margin, MARGINS)
-        parse_index_spec(self.index)
+        problems = one_of("margin", self.margin, MARGINS)
+        n_queries, n_candidates = self.pool()
+        if not 0 < n_queries <= n_candidates:
+            problems.append(f"need 0 < n_queries <= n_candidates, got {n_queries} and {n_candidates}")
+        try:
+            parse_index_spec(self.index)
+        except ValueError as error:
+            problems.append(str(error))
+        refuse(self, problems)
+
+    def pool(self, max_sentences: int | None = None) -> tuple[int, int]:
+        """(n_queries, n_candidates) of a run: each the config's, else POOL's or, with
+        `max_sentences`, max_sentences; `max_sentences` caps both, and then the queries are never
+        more than the candidates."""
+        sizes = {key: getattr(self, key) for key in POOL}
+        if max_sentences is None:
+            return tuple(POOL[key] if size is None else size for key, size in sizes.items())
+        n_queries, n_candidates = (
+            min(max_sentences if size is None else size, max_sentences) for size in sizes.values()
+        )
+        return min(n_queries, n_candidates), n_candidates
 
 
 def margin_p_at_1(
@@ -83,51 +104,64 @@ def margin_p_at_1(
     return 100.0 * float(np.mean(hits))
 
 
-def read_retrieval_pair(task: LargeRetrievalTask, pair: RetrievalPair) -> tuple[list[str], list[str]]:
+def read_retrieval_pair(
+    data_dir: Path, pair: RetrievalPair, n_candidates: int, source: str | None = None
+) -> tuple[list[str], list[str]]:
     """The first n_candidates lines of a pair's two files; MissingDataError naming the missing
-    files (and where to get them), ValueError for unequal line counts or bad UTF-8."""
-    missing = [str(path) for path in (task.data_dir / pair.src, task.data_dir / pair.tgt) if not path.is_file()]
+    files (and where to get them: `source`), ValueError for unequal line counts or bad UTF-8."""
+    missing = [str(path) for path in (data_dir / pair.src, data_dir / pair.tgt) if not path.is_file()]
     if missing:
-        where = f"; get them from {task.source}" if task.source else ""
+        where = f"; get them from {source}" if source else ""
         raise MissingDataError(f"missing {' and '.join(missing)} (line-aligned {pair.src} + {pair.tgt}){where}")
-    return read_aligned_files(task.data_dir / pair.src, task.data_dir / pair.tgt, task.n_candidates)
+    return read_aligned_files(data_dir / pair.src, data_dir / pair.tgt, n_candidates)
 
 
-def evaluate_large_retrieval(encoder, task: LargeRetrievalTask, progress: bool = True) -> dict:
-    """P@1 per file pair the encoder covers. Returns {"task", "metric": "retrieval_p_at_1",
+def evaluate_large_retrieval(
+    encoder,
+    config: LargeRetrievalConfig,
+    data_dir: Path,
+    pairs: list[RetrievalPair] | None = None,
+    max_sentences: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """P@1 per file pair the encoder covers, the files under `data_dir`: `pairs` (the run's choice
+    among the config's) or else the config's, in the pool `config.pool(max_sentences)`. Returns
+    {"task", "metric": "retrieval_p_at_1",
     "data_dir", "settings", "languages": {"xx-yy": {n_queries, n_candidates, p_at_1}},
     "average": {p_at_1, n_languages} or None, "skipped": {reason: [pair names]},
     "data_errors": {pair name: reason}}. A pair whose files are missing or bad is a data error
     (eval.faults); MissingDataError if the data directory is missing."""
-    if not task.data_dir.is_dir():
-        where = f" (get them from {task.source})" if task.source else ""
+    data_dir, pairs = Path(data_dir), config.pairs if pairs is None else pairs
+    n_queries, n_candidates = config.pool(max_sentences)
+    if not data_dir.is_dir():
+        where = f" (get them from {config.source})" if config.source else ""
         raise MissingDataError(
-            f"task {task.name}: data directory {task.data_dir} does not exist; expected line-aligned "
-            f"{', '.join(f'{p.src} + {p.tgt}' for p in task.pairs)}{where}"
+            f"task {config.name}: data directory {data_dir} does not exist; expected line-aligned "
+            f"{', '.join(f'{p.src} + {p.tgt}' for p in pairs)}{where}"
         )
     covered = encoder_languages(encoder)
     skipped: dict[str, list[str]] = {}
 
     def score(pair: RetrievalPair, texts: tuple[list[str], list[str]]) -> dict:
         src, tgt = texts
-        if len(tgt) < task.n_candidates:
-            skipped.setdefault(SHORTER_THAN_ASKED, []).append(f"{pair.name} ({len(tgt)} of {task.n_candidates})")
-        queries = encode_checked(encoder, src[: task.n_queries], covered_language(pair.src_lang, covered))
+        if len(tgt) < n_candidates:
+            skipped.setdefault(SHORTER_THAN_ASKED, []).append(f"{pair.name} ({len(tgt)} of {n_candidates})")
+        queries = encode_checked(encoder, src[:n_queries], covered_language(pair.src_lang, covered))
         candidates = encode_checked(encoder, tgt, covered_language(pair.tgt_lang, covered))
         return {
             "n_queries": len(queries),
             "n_candidates": len(candidates),
-            "p_at_1": margin_p_at_1(queries, candidates, tgt, task.k, task.margin, task.index),
+            "p_at_1": margin_p_at_1(queries, candidates, tgt, config.k, config.margin, config.index),
         }
 
     scored = score_items(
-        task.pairs,
-        lambda pair: read_retrieval_pair(task, pair),
+        pairs,
+        lambda pair: read_retrieval_pair(data_dir, pair, n_candidates, config.source),
         score,
         key=lambda pair: pair.name,
         skip=lambda pair: not_covered(covered, pair.src_lang, pair.tgt_lang),
         skipped=skipped,
-        desc=task.name,
+        desc=config.name,
         unit="pair",
         progress=progress,
     )
@@ -136,16 +170,16 @@ def evaluate_large_retrieval(encoder, task: LargeRetrievalTask, progress: bool =
     if per_pair:
         average = {"p_at_1": float(np.mean([r["p_at_1"] for r in per_pair.values()])), "n_languages": len(per_pair)}
     settings = {
-        "k": task.k,
-        "margin": task.margin,
-        "index": task.index,
-        "n_queries": task.n_queries,
-        "n_candidates": task.n_candidates,
+        "k": config.k,
+        "margin": config.margin,
+        "index": config.index,
+        "n_queries": n_queries,
+        "n_candidates": n_candidates,
     }
     return {
-        "task": task.name,
+        "task": config.name,
         "metric": "retrieval_p_at_1",
-        "data_dir": str(task.data_dir),
+        "data_dir": str(data_dir),
         "settings": settings,
         "languages": per_pair,
         "average": average,

@@ -1,5 +1,10 @@
 """Tatoeba similarity search: LASER's test set of up to 1000 English sentences and their
-translations for 112 languages, scored by bidirectional P@1 (see eval.evaluators.retrieval)."""
+translations for 112 languages, scored by bidirectional P@1 (see eval.evaluators.retrieval).
+
+In: an encoder, a TatoebaConfig (configs/eval/tatoeba.yaml: the file pattern, the Tatoeba codes,
+groups, LASER's duplicate rule), the data directory, optionally the run's Tatoeba codes and a
+sentence cap. Out: P@1 per language, their average and the groups' (`evaluate_tatoeba`).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ from pathlib import Path
 
 from ems.cli import MissingDataError
 from ems.encoder_kinds import encoder_languages
-from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, UnknownLanguageError, tatoeba_code_to_lang
+from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, tatoeba_code_to_lang
 from eval.evaluators.items import score_items
 from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, group_averages, read_aligned_files
+from eval.task import Languages, TaskConfig, refuse
 
 TATOEBA_SOURCE = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 DEFAULT_FILE_PATTERN = "tatoeba.{code}-eng.{side}"  # side: the language's code, or "eng"
@@ -20,40 +26,33 @@ SUPPORTED_METRIC = "p_at_1"
 SEEN, UNSEEN = "seen in training", "unseen in training"
 
 
-@dataclass
-class TatoebaTask:
-    """Which Tatoeba test sets to evaluate.
+@dataclass(kw_only=True)
+class TatoebaConfig(TaskConfig):
+    """configs/eval/tatoeba.yaml: the LASER file pattern (`{code}`: the Tatoeba code, `{side}`: the
+    code or eng; DEFAULT_FILE_PATTERN names tatoeba.deu-eng.deu and tatoeba.deu-eng.eng), the metric
+    (p_at_1, the only one), the Tatoeba codes ("all": every set in the directory), groups averaged
+    in the report ({group: canonical codes}) and LASER's duplicate rule (retrieving a sentence
+    identical to the gold one is correct)."""
 
-    data_dir: directory holding the LASER files (tatoeba.deu-eng.deu, tatoeba.deu-eng.eng, ...).
-    languages: Tatoeba 3-letter codes (e.g. ["deu", "fra"]), or None for every set in data_dir.
-    max_sentences: evaluate only the first N pairs of each language (quick runs); None = all.
-    """
-
-    data_dir: Path
-    languages: list[str] | None = None
-    max_sentences: int | None = None
-    name: str = "tatoeba"
-    file_pattern: str = DEFAULT_FILE_PATTERN
-    groups: dict[str, list[str]] | None = None  # {group name: canonical codes}, averaged in the report
-    laser_duplicates: bool = True  # retrieving a sentence identical to the gold one is correct, as in LASER
+    file_pattern: str
+    metric: str
+    languages: Languages
+    groups: dict[str, list[str]] | None = None
+    laser_duplicates: bool = True
 
     def __post_init__(self):
-        self.data_dir = Path(self.data_dir)
-        if self.languages is not None:
-            if isinstance(self.languages, str):
-                raise ValueError(f"languages must be a list of Tatoeba codes, got the string {self.languages!r}")
-            self.languages = list(self.languages)
-            unknown = [code for code in self.languages if code not in TATOEBA_TEST_CODES]
-            if unknown:
-                raise UnknownLanguageError(
-                    f"not Tatoeba test-set codes: {', '.join(map(repr, unknown))} "
-                    f"(expected lowercase 3-letter codes such as 'deu', 'cmn'; see ems.languages)"
-                )
-        check_max_sentences(self.max_sentences)
-        if not isinstance(self.laser_duplicates, bool):
-            raise ValueError(f"laser_duplicates must be true or false, got {self.laser_duplicates!r}")
+        problems = []
+        if self.metric != SUPPORTED_METRIC:
+            problems.append(f"metric {self.metric!r} is not supported (only {SUPPORTED_METRIC!r})")
         if "{code}" not in self.file_pattern or "{side}" not in self.file_pattern:
-            raise ValueError(f"file_pattern must contain {{code}} and {{side}}, got {self.file_pattern!r}")
+            problems.append(f"file_pattern must contain {{code}} and {{side}}, got {self.file_pattern!r}")
+        unknown = [code for code in self.languages if code not in TATOEBA_TEST_CODES] if self.languages != "all" else []
+        if unknown:
+            problems.append(
+                f"languages: not Tatoeba test-set codes: {', '.join(map(repr, unknown))} "
+                f"(expected lowercase 3-letter codes such as 'deu', 'cmn'; see ems.languages)"
+            )
+        refuse(self, problems)
 
 
 def find_tatoeba_codes(data_dir: Path, file_pattern: str = DEFAULT_FILE_PATTERN) -> list[str]:
@@ -96,10 +95,19 @@ def load_tatoeba_pair(
     return read_aligned_files(xx_path, en_path, max_sentences)
 
 
-def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
-    """Bidirectional P@1 (%) on each Tatoeba language the encoder covers (`encoder.languages` None = all).
+def evaluate_tatoeba(
+    encoder,
+    config: TatoebaConfig,
+    data_dir: Path,
+    languages: list[str] | None = None,
+    max_sentences: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Bidirectional P@1 (%) on each Tatoeba language the encoder covers (`encoder.languages` None = all),
+    in the files of `data_dir`: `languages` (Tatoeba codes replacing the config's, the run's
+    --languages) or else the config's; the first `max_sentences` pairs of each (None: all).
 
-    With `task.laser_duplicates` (LASER's rule, source/lib/indexing.py IndexSearchMultiple with
+    With `config.laser_duplicates` (LASER's rule, source/lib/indexing.py IndexSearchMultiple with
     texts) a retrieved sentence identical to the gold one counts as correct, and each language
     counts such retrievals under "duplicate_hits".
     Returns {"task", "data_dir", "max_sentences", "laser_duplicates", "languages": {canonical lang:
@@ -109,25 +117,26 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
     "groups": {group: averages over its evaluated languages}}. A missing, unreadable or
     misaligned file costs only its language (eval.faults); a missing directory raises
     MissingDataError. Groups
-    are the task's, plus seen / unseen in training when the encoder says which languages it was
+    are the config's, plus seen / unseen in training when the encoder says which languages it was
     trained on (`training_languages`, else `languages`).
     """
-    if not task.data_dir.is_dir():
+    check_max_sentences(max_sentences)
+    data_dir, pattern = Path(data_dir), config.file_pattern
+    if not data_dir.is_dir():
         raise MissingDataError(
-            f"Tatoeba data directory {task.data_dir} does not exist; it should hold LASER's test set "
-            f"({_expected_files(task.file_pattern)}, ... for 112 languages) from {TATOEBA_SOURCE}"
+            f"Tatoeba data directory {data_dir} does not exist; it should hold LASER's test set "
+            f"({_expected_files(pattern)}, ... for 112 languages) from {TATOEBA_SOURCE}"
         )
-    codes = task.languages
+    codes = languages if languages is not None else None if config.languages == "all" else config.languages
     if codes is None:
-        codes = find_tatoeba_codes(task.data_dir, task.file_pattern)
+        codes = find_tatoeba_codes(data_dir, pattern)
         if not codes:
             raise MissingDataError(
-                f"no Tatoeba files in {task.data_dir}: expected {_expected_files(task.file_pattern)}, ... "
-                f"from {TATOEBA_SOURCE}"
+                f"no Tatoeba files in {data_dir}: expected {_expected_files(pattern)}, ... from {TATOEBA_SOURCE}"
             )
 
     def read(code: str) -> Bitext:
-        xx, en = load_tatoeba_pair(task.data_dir, code, task.max_sentences, task.file_pattern)
+        xx, en = load_tatoeba_pair(data_dir, code, max_sentences, pattern)
         return Bitext(lang=tatoeba_code_to_lang(code), source=code, xx=xx, en=en)
 
     known = score_items(
@@ -135,15 +144,15 @@ def evaluate_tatoeba(encoder, task: TatoebaTask, progress: bool = True) -> dict:
         read,
         key=lambda code: tatoeba_code_to_lang(code) if code in TATOEBA_TEST_CODES else code,
         skip=lambda code: None if code in TATOEBA_TEST_CODES else UNKNOWN_CODE,
-        desc=task.name,
+        desc=config.name,
     )
     result = evaluate_bitexts(
-        encoder, list(known.rows.values()), task.name, known.skipped, progress, known.errors, task.laser_duplicates
+        encoder, list(known.rows.values()), config.name, known.skipped, progress, known.errors, config.laser_duplicates
     )
-    groups = dict(task.groups or {})
+    groups = dict(config.groups or {})
     seen = getattr(encoder, "training_languages", None) or encoder_languages(encoder)
     if seen is not None:
         groups[SEEN] = [lang for lang in result["languages"] if lang in seen]
         groups[UNSEEN] = [lang for lang in result["languages"] if lang not in seen]
     result["groups"] = group_averages(result["languages"], groups)
-    return {"task": result.pop("task"), "data_dir": str(task.data_dir), "max_sentences": task.max_sentences, **result}
+    return {"task": result.pop("task"), "data_dir": str(data_dir), "max_sentences": max_sentences, **result}

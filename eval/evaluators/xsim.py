@@ -23,6 +23,10 @@ task (eval.evaluators.flores) keys its rows by (ems.languages.flores_language: `
 `ace-Arab`). Each file is embedded whole (`encoder.encode(read_lines(path), lang)`, lang that key, or
 the encoder's own code for encoders with a language list) so that a cache of these embeddings is
 reused, by the FLORES bitext task too; `max_sentences` keeps the first N rows after encoding.
+
+In: an encoder, an XsimConfig (configs/eval/xsim_flores.yaml: the stems, the split, the margin
+search, the textual comparison), the split directory, optionally the run's stems, xSIM++'s
+directory and a sentence cap. Out: error rates per stem and their average (`evaluate_xsim`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ems.cli import MissingDataError, check_choice
+from ems.cli import MissingDataError
 from ems.encoder_kinds import encode_checked, encoder_languages
 from ems.languages import canonical_language, covered_language, flores_language
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
@@ -41,6 +45,7 @@ from eval.evaluators.flores import FLORES_SOURCE
 from eval.evaluators.items import NOT_COVERED, score_items
 from eval.evaluators.retrieval import check_max_sentences, read_lines
 from eval.faults import DATA_ERRORS, DataErrors
+from eval.task import Languages, TaskConfig, one_of, refuse
 
 XSIMPP_SOURCE = "https://dl.fbaipublicfiles.com/nllb/laser/xsimplusplus (LASER tasks/xsimplusplus)"
 MISALIGNED = "Misaligned"
@@ -137,34 +142,27 @@ def xsimpp_errors(
     return len(wrong), by_type
 
 
-@dataclass
-class XsimTask:
-    """data_dir: a FLORES-200 split directory; languages: FLORES stems (`deu`, `cmn_Hans`), None =
-    every `*.<split>` file there but English; augmented_dir: xSIM++'s directory, None = no xSIM++;
-    textual: LASER's textual comparison (a pick identical to the gold sentence is right)."""
+@dataclass(kw_only=True)
+class XsimConfig(TaskConfig):
+    """configs/eval/xsim_flores.yaml: FLORES stems (`deu`, `cmn_Hans`; "all": every `*.<split>` file
+    of the directory but English), the split, the English stem, the margin search (`margin`, `k`
+    neighbours), LASER's textual comparison (a pick identical to the gold sentence is right) and
+    `augmented_subdir`, xSIM++'s files under the data root (None: no xSIM++)."""
 
-    data_dir: Path
-    languages: list[str] | None = None
-    name: str = "xsim_flores"
+    languages: Languages
     split: str = "devtest"
     english: str = "eng"
     margin: str = "ratio"
     k: int = DEFAULT_K
     textual: bool = True
-    augmented_dir: Path | None = None
-    max_sentences: int | None = None
+    augmented_subdir: str | None = None
 
     def __post_init__(self):
-        self.data_dir = Path(self.data_dir)
-        check_choice("margin", self.margin, MARGINS)
-        check_max_sentences(self.max_sentences)
-        if not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"k must be a positive integer, got {self.k!r}")
-        if self.languages is not None:
-            if isinstance(self.languages, str):
-                raise ValueError(f"languages must be a list of FLORES stems or 'all', got {self.languages!r}")
-            for stem in [self.english, *self.languages]:
-                canonical_language(stem)  # UnknownLanguageError (a ValueError) for a misspelled code
+        problems = one_of("margin", self.margin, MARGINS)
+        refuse(self, problems + ([f"k must be a positive integer, got {self.k!r}"] if self.k < 1 else []))
+
+    def language_codes(self) -> list[str]:
+        return [self.english, *super().language_codes()]
 
 
 def encoder_lang(code: str, covered: list[str] | None) -> str | None:
@@ -181,59 +179,72 @@ def flores_stems(data_dir: Path, split: str = "devtest", english: str = "eng") -
     )
 
 
-def _file(task: XsimTask, stem: str) -> Path:
-    return task.data_dir / f"{stem}.{task.split}"
-
-
-def _embed(encoder, task: XsimTask, stem: str, lang: str) -> tuple[list[str], np.ndarray]:
-    path = _file(task, stem)
+def _embed(encoder, path: Path, split: str, lang: str, max_sentences: int | None) -> tuple[list[str], np.ndarray]:
     if not path.is_file():
-        raise MissingDataError(f"missing FLORES-200 file {path}; get the {task.split} split from {FLORES_SOURCE}")
+        raise MissingDataError(f"missing FLORES-200 file {path}; get the {split} split from {FLORES_SOURCE}")
     sentences = read_lines(path)
     embeddings = encode_checked(encoder, sentences, lang)  # the whole file: the cache key of ems.encoder_kinds
-    n = len(sentences) if task.max_sentences is None else min(task.max_sentences, len(sentences))
+    n = len(sentences) if max_sentences is None else min(max_sentences, len(sentences))
     return sentences[:n], embeddings[:n]
 
 
-def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
-    """xSIM error (%) per language the encoder covers, both directions, and xSIM++ if configured.
+def evaluate_xsim(
+    encoder,
+    config: XsimConfig,
+    data_dir: Path,
+    languages: list[str] | None = None,
+    augmented_dir: Path | None = None,
+    max_sentences: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """xSIM error (%) per language the encoder covers, both directions, and xSIM++ with
+    `augmented_dir` (the config's augmented_subdir under the data root; None: no xSIM++), on the
+    split directory `data_dir`: `languages` (the run's stems, replacing the config's) or else the
+    config's, the first `max_sentences` rows of each (None: all).
 
     Returns {"task", "metric": "xsim_error", "data_dir", "settings", "languages": {stem: {language, lang, n,
     xx2en, en2xx, mean[, xsimpp, xsimpp_errors: {errtype: count}]}}, "average": {xx2en, en2xx, mean[,
     xsimpp], n_languages, n} (errors over all sentences, as LASER's average) or None, "skipped",
     "data_errors"}. A missing or unreadable language file is a data error; a missing English file
     or data directory raises MissingDataError."""
-    english_path = _file(task, task.english)
+    check_max_sentences(max_sentences)
+    data_dir, split, english_stem = Path(data_dir), config.split, config.english
+
+    def file(stem: str) -> Path:
+        return data_dir / f"{stem}.{split}"
+
+    english_path = file(english_stem)
     if not english_path.is_file():
         raise MissingDataError(
-            f"no FLORES-200 {task.split} split in {task.data_dir} (missing {english_path.name}); "
-            f"get it from {FLORES_SOURCE}"
+            f"no FLORES-200 {split} split in {data_dir} (missing {english_path.name}); get it from {FLORES_SOURCE}"
         )
-    stems = task.languages if task.languages is not None else flores_stems(task.data_dir, task.split, task.english)
+    stems = languages if languages is not None else None if config.languages == "all" else config.languages
+    if stems is None:
+        stems = flores_stems(data_dir, split, english_stem)
     covered = encoder_languages(encoder)
-    english_lang = encoder_lang(task.english, covered)
+    english_lang = encoder_lang(english_stem, covered)
     keys = {stem: flores_language(stem) for stem in stems}
     langs = {stem: covered_language(keys[stem], covered) for stem in stems}
     errors = DataErrors()
     english_texts = english = extra = augmented = None
     if english_lang is not None and any(lang is not None for lang in langs.values()):
-        english_texts, english = _embed(encoder, task, task.english, english_lang)
-        if task.augmented_dir is not None:
-            extra = errors.read("xSIM++", read_augmented_english, task.augmented_dir, task.split)
+        english_texts, english = _embed(encoder, english_path, split, english_lang, max_sentences)
+        if augmented_dir is not None:
+            extra = errors.read("xSIM++", read_augmented_english, augmented_dir, split)
             augmented = None if extra is None else encode_checked(encoder, extra.sentences, english_lang)
 
     def uncovered(stem: str) -> str | None:
         if english_lang is None:
-            return f"encoder does not cover {task.english}"
+            return f"encoder does not cover {english_stem}"
         return NOT_COVERED if langs[stem] is None else None
 
     def score(stem: str, loaded: tuple[list[str], np.ndarray]) -> dict | None:
         texts, x = loaded
         if len(texts) != len(english_texts):
-            errors[stem] = f"{_file(task, stem)} has {len(texts)} lines but {english_path} has {len(english_texts)}"
+            errors[stem] = f"{file(stem)} has {len(texts)} lines but {english_path} has {len(english_texts)}"
             return None
-        text_args = (texts, english_texts) if task.textual else (None, None)
-        xx2en, en2xx = xsim_errors(x, english, task.margin, task.k, *text_args)
+        text_args = (texts, english_texts) if config.textual else (None, None)
+        xx2en, en2xx = xsim_errors(x, english, config.margin, config.k, *text_args)
         n = len(texts)
         row = {
             "language": keys[stem],
@@ -244,17 +255,17 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
         }
         row["mean"] = (row["xx2en"] + row["en2xx"]) / 2
         if extra is not None:
-            wrong, by_type = xsimpp_errors(x, english, augmented, english_texts, extra, task.margin, task.k)
+            wrong, by_type = xsimpp_errors(x, english, augmented, english_texts, extra, config.margin, config.k)
             row.update(xsimpp=100.0 * wrong / n, xsimpp_errors=by_type)
         return row
 
     scored = score_items(
         stems,
-        lambda stem: _embed(encoder, task, stem, langs[stem]),
+        lambda stem: _embed(encoder, file(stem), split, langs[stem], max_sentences),
         score,
         skip=uncovered,
         errors=errors,
-        desc=task.name,
+        desc=config.name,
         progress=progress,
     )
     per_language = scored.rows
@@ -266,18 +277,18 @@ def evaluate_xsim(encoder, task: XsimTask, progress: bool = True) -> dict:
         average = {key: sum(row[key] * row["n"] for row in rows) / total for key in keys}
         average.update(n_languages=len(rows), n=total)
     settings = {
-        "margin": task.margin,
-        "k": task.k,
-        "textual": task.textual,
-        "split": task.split,
-        "english": task.english,
-        "max_sentences": task.max_sentences,
-        "augmented_dir": None if task.augmented_dir is None else str(task.augmented_dir),
+        "margin": config.margin,
+        "k": config.k,
+        "textual": config.textual,
+        "split": split,
+        "english": english_stem,
+        "max_sentences": max_sentences,
+        "augmented_dir": None if augmented_dir is None else str(augmented_dir),
     }
     return {
-        "task": task.name,
+        "task": config.name,
         "metric": "xsim_error",
-        "data_dir": str(task.data_dir),
+        "data_dir": str(data_dir),
         "settings": settings,
         "languages": per_language,
         "average": average,

@@ -1,23 +1,12 @@
-"""FLORES-200 retrieval: P@1 by cosine both ways on a FLORES split (eval.evaluators.flores)."""
+"""FLORES-200 retrieval: P@1 by cosine both ways on a FLORES split (eval.evaluators.flores, whose
+FloresConfig is this type's config)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ems.languages import ENGLISH, canonical_language, flores_languages
-from eval.evaluators.flores import FloresTask, evaluate_flores
+from eval.evaluators.flores import FloresConfig, evaluate_flores
 from eval.report import markdown_table
-from eval.task import Languages, TaskConfig, TaskRun, TaskType, filtered_languages
-
-
-@dataclass(kw_only=True)
-class FloresConfig(TaskConfig):
-    """configs/eval/flores_bitext.yaml: language keys (canonical codes, or FLORES variety keys such as
-    `zh-Hant`: ems.languages.flores_language), or "all" (every file of the split directory), and the
-    split (the files' suffix)."""
-
-    languages: Languages
-    split: str = FloresTask.split
+from eval.task import TaskRun, TaskType, filtered_languages
 
 
 def run(encoder, task: TaskRun) -> dict:
@@ -26,8 +15,7 @@ def run(encoder, task: TaskRun) -> dict:
         languages = None if options.canonical is None else _filtered_keys(task, options.canonical)
     else:
         languages, skipped = filtered_languages(config.languages, options)
-    flores = FloresTask(task.data_dir, languages, options.max_sentences, name=task.name, split=config.split)
-    result = evaluate_flores(encoder, flores, options.progress)
+    result = evaluate_flores(encoder, config, task.data_dir, languages, options.max_sentences, options.progress)
     result["skipped"].update(skipped)
     return result
 

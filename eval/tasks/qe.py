@@ -1,65 +1,16 @@
 """WMT20 sentence-level QE (MLQE-PE) as a similarity task: Pearson r of cosine(source, MT) with
 the human z_mean per pair, raw and through each head's meaning view (eval.evaluators.qe,
-eval.evaluators.correlation). `dev_split` is scored beside `split` by the same heads: choices are
-made on it, never on `split`. The heads' keys (HeadsConfig) are STS's too (eval.tasks.sts)."""
+eval.evaluators.correlation, which takes the config: a HeadsConfig). `dev_split` is scored beside
+`split` by the same heads: choices are made on it, never on `split`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-from eval.evaluators.correlation import HeadTraining, evaluate_correlation_task
+from eval.evaluators.correlation import HeadsConfig, evaluate_correlation_task
 from eval.evaluators.qe import read_qe_pairs
 from eval.report import correlation_table
-from eval.task import TaskConfig, TaskRun, TaskType, pair_in_filter
-
-
-@dataclass
-class HeadTrainingConfig:
-    """`head_training:` where the heads' English-X training pairs come from: `flores_subdir` (a
-    FLORES-200 split under the data root) or `pairs_dir` (a Moses-format corpus root, absolute or
-    under the data root, e.g. the shared Tatoeba Challenge and TICO-19 pairs after `ems-prep
-    import` and `ems-prep clean`), at most `max_pairs` per language (a sample drawn with `seed`),
-    `valid_fraction` held out for early stopping and every selection."""
-
-    flores_subdir: str | None = None
-    pairs_dir: str | None = None
-    valid_fraction: float = HeadTraining.valid_fraction
-    seed: int = HeadTraining.seed
-    max_pairs: int | None = None
-
-    def check(self, heads: list[str]) -> None:
-        """ValueError when `heads` are asked for without exactly one source of training pairs."""
-        if heads and (self.flores_subdir is None) == (self.pairs_dir is None):
-            raise ValueError(
-                "head_training takes one of flores_subdir and pairs_dir (with heads), valid_fraction, "
-                f"seed, max_pairs; got {self}"
-            )
-
-    def training(self, heads: list[str], data_root: Path) -> HeadTraining:
-        """The HeadTraining of `heads`, its directories under `data_root` (checked as by `check`)."""
-        self.check(heads)
-        root = Path(data_root)
-        return HeadTraining(
-            None if self.flores_subdir is None else root / self.flores_subdir,
-            list(heads),
-            self.valid_fraction,
-            self.seed,
-            self.max_pairs,
-            None if self.pairs_dir is None else root / self.pairs_dir,
-        )
-
-
-@dataclass(kw_only=True)
-class HeadsConfig(TaskConfig):
-    """The keys of a task that scores the heads' meaning views: `heads` (names in ems.heads.HEADS)
-    and their `head_training`."""
-
-    heads: list[str] = field(default_factory=list)
-    head_training: HeadTrainingConfig = field(default_factory=HeadTrainingConfig)
-
-    def __post_init__(self):
-        self.head_training.check(self.heads)
+from eval.task import TaskRun, TaskType, pair_in_filter
 
 
 @dataclass(kw_only=True)
@@ -83,14 +34,12 @@ def run(encoder, task: TaskRun) -> dict:
         if config.dev_split
         else (None, None)
     )
-    training = config.head_training.training(config.heads, options.data_root)
     return evaluate_correlation_task(
         encoder,
-        task.name,
+        config,
         TASK.metric,
         pair_sets,
-        training,
-        None,
+        options.data_root,
         options.progress,
         errors,
         config.dev_split,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eval.evaluators.correlation import evaluate_correlation_task
+from eval.evaluators.correlation import HeadsConfig, evaluate_correlation_task
 from eval.evaluators.sts import StsTrack, read_sts_tracks
 from eval.report import correlation_table
 from eval.task import TaskRun, TaskType, pair_in_filter
-from eval.tasks.qe import HeadsConfig, raw_pearson
+from eval.tasks.qe import raw_pearson
 
 
 @dataclass(kw_only=True)
@@ -26,9 +26,8 @@ def run(encoder, task: TaskRun) -> dict:
     config, options = task.config, task.options
     tracks = [track for track in config.tracks if pair_in_filter(track.langs, options)]
     pair_sets, errors = read_sts_tracks(task.data_dir, tracks, options.max_sentences)
-    training = config.head_training.training(config.heads, options.data_root)
     return evaluate_correlation_task(
-        encoder, task.name, TASK.metric, pair_sets, training, None, options.progress, errors
+        encoder, config, TASK.metric, pair_sets, options.data_root, options.progress, errors
     )
 
 
