@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from data_prep.clean import text_hash
 from data_prep.pretokenize import corpus_preprocessing
@@ -61,6 +62,17 @@ def language_quotas(counts: dict[str, int], temperature: float, budget: int) -> 
             left -= counts[lang]
         open_langs -= full
     return quotas
+
+
+def forget_paths(spm_path: Path) -> None:
+    """SentencePiece records the paths of its input file (a fresh temporary name on each run) and of its output
+    (the staging directory) in the model; drop both, so that the same corpus and settings give the same
+    spm.model bytes (and spm_sha1) wherever they are written, and an exported model names no local path."""
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(spm_path.read_bytes())
+    del model.trainer_spec.input[:]
+    model.trainer_spec.ClearField("model_prefix")
+    spm_path.write_bytes(model.SerializeToString())
 
 
 def train_vocab(
@@ -138,6 +150,7 @@ def train_vocab(
                     f"SentencePiece cannot train a {vocab_size}-piece vocabulary on {corpus_root} ({reason}); "
                     f"lower vocab_size or add text"
                 ) from None
+        forget_paths(out_dir / SPM_FILE)
         tokenizer = Tokenizer(str(out_dir / SPM_FILE), languages, preprocessing)
         tokenizer.save(out_dir)
         report = {
