@@ -402,8 +402,9 @@ def test_offline_a_hub_id_is_read_from_the_datasets_cache(parallel_sentences, re
     if offline == "HF_HUB_OFFLINE=1":  # what the variable sets when datasets is imported
         monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    else:  # refused at once, with a network or without
+    else:  # refused at once, with a network or without (whatever HF_HUB_OFFLINE was when the hub was imported)
         monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
     entry = import_hf(CorpusSpec(hf=f"{repo}:en-de"), tmp_path / "out", cache_dir=tmp_path / "cache", progress=False)
     assert entry["name"] == "parallel-sentences-talks.en-de"
