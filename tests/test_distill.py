@@ -30,6 +30,7 @@ from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
 from ems.training.train import train
 from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
+from tests.test_train import RUN
 
 TEACHER_DIM = 24
 
@@ -288,8 +289,9 @@ def ems_teacher(tiny_pipeline, tmp_path_factory):
     return spec
 
 
-# conftest.small_run's settings of a distillation run (with teacher=<spec>)
+# conftest.small_run's settings of a distillation run (with teacher=<spec>): test_train's RUN, distillation only
 DISTILL = dict(
+    RUN,
     model_overrides={
         **SMALL_MODEL,
         "dropout": 0.0,
@@ -297,16 +299,9 @@ DISTILL = dict(
         "contrastive_weight": 0.0,
         "distill_weight": 1.0,
     },
-    batch_size=32,
     lr=3e-3,
     warmup_steps=5,
     max_steps=60,
-    log_every=5,
-    save_every=1000,
-    seed=3,
-    valid_every=1000,
-    valid_pairs=128,
-    bucket_batches=50,
 )
 
 
@@ -495,8 +490,6 @@ def test_init_from_copies_the_model_and_matches_embeddings_by_piece(tiny_pipelin
 
 
 def test_training_starts_from_init_from(tiny_pipeline, tmp_path):
-    from tests.test_train import RUN
-
     validated = dict(RUN, max_steps=10, valid_data=str(tiny_pipeline / "valid_shards"))
     first = train(small_run(tiny_pipeline, tmp_path / "first", validated))
     second = train(
