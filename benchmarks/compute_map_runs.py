@@ -7,12 +7,14 @@ on one corpus; each finished model becomes one point (OUT/points/<size>/<budget>
 Per size, ONE warm-up–stable–decay run to the largest budget keeps a checkpoint at each smaller
 budget's branch point (TrainConfig branch_steps), and a short decay branch from each (branch_from)
 gives the model of that budget: the same model, to the bit, as a run of that length from scratch
-(tests/test_wsd_schedule.py). Budgets are steps, so a run means the same compute on any machine;
+(tests/test_wsd_schedule.py). A budget larger than the runs made so far goes on from the latest
+checkpoint of their plateau (every wsd run keeps its own decay start), so adding a budget later
+costs only its new steps. Budgets are steps, so a run means the same compute on any machine;
 their labels say what they take on the machine they were sized on. Each model is scored with the
 config's suite (zero-shot on the languages it never saw: `ems:DIR,unseen=neutral`), split by each
 language's training pairs (eval.language_groups), and written as a point: training FLOPs (steps x
-global batch x ems.flops per pair on random batches of the shards), training seconds (the long run's
-wall time up to the branch point, pro rata, plus the branch's own), and the group averages.
+global batch x ems.flops per pair on random batches of the shards), training seconds (a run's own wall
+time, plus that of the run it went on from up to where it did, pro rata of its steps), and the group averages.
 
 Every stage is skipped when its output exists, so the same command resumes after a kill, and
 `--sizes` lets one process per size run side by side. `--map` then (or alone) writes the map:
@@ -34,7 +36,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
-from ems.configs import ConfigError, load_config  # noqa: E402
+from ems.configs import ConfigError, load_config, load_yaml  # noqa: E402
+from ems.training.model_card import TRAIN_CONFIG_FILE  # noqa: E402
 
 TASK_METRICS = {"tatoeba": "tatoeba", "flores200": "flores", "sib200": "sib200"}  # results.json task -> metric name
 TIMES_FILE = "train_seconds.json"
@@ -141,59 +144,72 @@ def selected_budgets(cfg: MapConfig, size: str, labels: list[str] | None) -> dic
     return dict(budgets) if labels is None else {label: budgets[label] for label in labels if label in budgets}
 
 
+def plateau_checkpoints(size_dir: Path, decay_fraction: float) -> dict[int, Path]:
+    """{step S: checkpoint} of the size's runs (SIZE_DIR/<budget>/checkpoints/step<S>) taken while their
+    run was on its plateau (S at most the decay start of the run's max_steps): a run of any budget whose
+    decay starts at or after S can go on from there (TrainConfig.branch_from), and is the model of that
+    budget trained from the start."""
+    from ems.training.checkpoint import TAG_PATTERN
+    from ems.training.schedule import wsd_decay_start
+
+    found = {}
+    for config in sorted(size_dir.glob(f"*/{TRAIN_CONFIG_FILE}")):
+        decay_start = wsd_decay_start(load_yaml(config)["max_steps"], decay_fraction)
+        for tag in sorted((config.parent / "checkpoints").glob("step*")):
+            step = TAG_PATTERN.fullmatch(tag.name)
+            if step and 0 < int(step.group(1)) <= decay_start:
+                found.setdefault(int(step.group(1)), tag)
+    return found
+
+
 def train_size(
     cfg: MapConfig, size: str, budgets: dict[str, int], prepared: Path, data_dir: Path, out: Path
 ) -> dict[str, Path]:
-    """The long run (the largest of `budgets`) and its branches (the others) of one size; {budget
-    label: run directory}."""
+    """The runs of one size's `budgets`, the largest first: each goes on from the latest plateau
+    checkpoint of the size's runs before its own decay start (a shorter budget: the long run's branch
+    point, which the long run keeps; a longer one: where a shorter run left its plateau), or starts
+    from scratch; {budget label: run directory}."""
     from ems.training.schedule import wsd_decay_start
 
-    budgets = sorted(budgets.items(), key=lambda item: item[1])
-    (long_label, long_steps), shorter = budgets[-1], budgets[:-1]
-    runs = {label: out / "runs" / size / label for label, _ in budgets}
-    long_cfg = train_config(
-        cfg,
-        size,
-        prepared,
-        data_dir,
-        {"out": str(runs[long_label]), "max_steps": long_steps, "branch_steps": [s for _, s in shorter]},
-    )
-    if not (runs[long_label] / "model").is_dir():
-        print(f"\n== {size}: {long_label}, {long_steps} steps (branch points for {shorter}) ==", flush=True)
-        timed_train(long_cfg)
-    for label, steps in shorter:
+    runs = {label: out / "runs" / size / label for label in budgets}
+    decay_fraction = train_config(cfg, size, prepared, data_dir, {}).decay_fraction
+    for label, steps in sorted(budgets.items(), key=lambda item: -item[1]):
         if (runs[label] / "model").is_dir():
             continue
-        point = wsd_decay_start(steps, long_cfg.decay_fraction)
-        print(f"\n== {size}: {label}, branch from step {point} to {steps} ==", flush=True)
-        timed_train(
-            train_config(
-                cfg,
-                size,
-                prepared,
-                data_dir,
-                {
-                    "out": str(runs[label]),
-                    "max_steps": steps,
-                    "branch_from": str(runs[long_label] / "checkpoints" / f"step{point}"),
-                },
-            )
-        )
+        decay_start = wsd_decay_start(steps, decay_fraction)
+        plateau = plateau_checkpoints(runs[label].parent, decay_fraction)
+        starts = {s: tag for s, tag in plateau.items() if s <= decay_start}
+        start = max(starts, default=0)
+        todo = [s for other, s in budgets.items() if s < steps and not (runs[other] / "model").is_dir()]
+        values = {
+            "out": str(runs[label]),
+            "max_steps": steps,
+            "branch_steps": [s for s in todo if wsd_decay_start(s, decay_fraction) > start],
+        }
+        written = runs[label] / TRAIN_CONFIG_FILE
+        if written.is_file():  # a rerun resumes from the run's own checkpoints, started as before
+            values["branch_from"] = load_yaml(written).get("branch_from")
+        elif start:
+            values["branch_from"] = str(starts[start])
+        print(f"\n== {size}: {label}, {steps} steps, from {values.get('branch_from') or 'scratch'} ==", flush=True)
+        timed_train(train_config(cfg, size, prepared, data_dir, values))
     return runs
 
 
-def run_seconds(runs: dict[str, Path], budgets: dict[str, int], label: str, decay_fraction: float) -> float:
-    """Training seconds of one budget's model: its own run's, plus for a branch the long run's
-    seconds up to the branch point (pro rata of the long run's steps). `budgets`: those trained
-    together, the largest the long run."""
-    from ems.training.schedule import wsd_decay_start
+def run_seconds(run_dir: Path, step: int | None = None) -> float:
+    """Training seconds of the model of `run_dir` up to `step` (default: its end): its own wall time,
+    pro rata of its steps, plus that of the run it went on from (branch_from) up to where it did."""
+    from ems.training.checkpoint import TAG_PATTERN
 
-    own = json.loads((runs[label] / TIMES_FILE).read_text())["seconds"]
-    long_label = max(budgets, key=budgets.get)
-    if label == long_label:
-        return own
-    long = json.loads((runs[long_label] / TIMES_FILE).read_text())
-    return own + long["seconds"] * wsd_decay_start(budgets[label], decay_fraction) / long["steps"]
+    own = json.loads((run_dir / TIMES_FILE).read_text())
+    branch_from = load_yaml(run_dir / TRAIN_CONFIG_FILE).get("branch_from")
+    if branch_from:
+        start = int(TAG_PATTERN.fullmatch(Path(branch_from).name).group(1))
+        inherited = run_seconds(Path(branch_from).parent.parent, start)
+    else:
+        start, inherited = 0, 0.0
+    step = own["steps"] if step is None else step
+    return inherited + own["seconds"] * (step - start) / (own["steps"] - start)
 
 
 def evaluate(cfg: MapConfig, model_dir: Path, data_dir: Path, out: Path) -> Path:
@@ -254,7 +270,7 @@ def write_points(
             size=size,
             budget=label,
             train_flops=steps * run_cfg.batch_size * per_pair,
-            train_seconds=run_seconds(runs, budgets, label, run_cfg.decay_fraction),
+            train_seconds=run_seconds(runs[label]),
             steps=steps,
             params=encoder_parameters(model_cfg)["total"],
             scores=group_scores(results, pairs),

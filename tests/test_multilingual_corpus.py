@@ -165,5 +165,18 @@ def test_the_compute_map_runs_train_branch_score_and_map(sliced_data, tmp_path, 
     # the 4-step model is a branch of the 8-step run: from its kept branch-point checkpoint (step 3)
     history = yaml.safe_load((out / "runs" / "tiny" / "4 steps" / "train_config_history.yaml").read_text())
     assert "step3" in str(history)
+    # a larger budget added later goes on from the 8-step run's own decay start (step 6, on its plateau)
+    config = yaml.safe_load((tmp_path / "map.yaml").read_text())
+    config["sizes"]["tiny"]["budgets"]["16 steps"] = 16
+    (tmp_path / "map.yaml").write_text(yaml.safe_dump(config))
+    args = ["--config", str(tmp_path / "map.yaml"), "--out", str(out), "--data-dir", str(sliced_data)]
+    assert runner.main([*args, "--budgets", "16 steps"]) == 0
+    longer = out / "runs" / "tiny" / "16 steps"
+    branch_from = yaml.safe_load((longer / "train_config.yaml").read_text())["branch_from"]
+    assert branch_from.endswith("8 steps/checkpoints/step6")
+    own = json.loads((longer / "train_seconds.json").read_text())["seconds"]
+    eight = json.loads((out / "runs" / "tiny" / "8 steps" / "train_seconds.json").read_text())["seconds"]
+    points, _ = read_points(out / "points")
+    assert {p.budget: p.train_seconds for p in points}["16 steps"] == pytest.approx(own + eight * 6 / 8)
     assert runner.main(["--config", str(tmp_path / "map.yaml"), "--out", str(out), "--sizes", "--map"]) == 0
     assert (out / "map" / "compute_map.md").is_file() and (out / "map" / "compute_map.png").is_file()

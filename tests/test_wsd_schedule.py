@@ -110,7 +110,8 @@ def test_a_bad_wsd_setting_is_one_error_line_naming_the_key(values, message):
 
 # --- a long run, its kept branch point, and a branch -------------------------------------------
 
-LONG, BUDGET, POINT = 30, 20, 16  # 20 - round(0.2 * 20) = 16; the long run decays from step 24
+LONG, BUDGET, POINT = 30, 20, 16  # 20 - round(0.2 * 20) = 16
+LONG_DECAY, LONGER = 24, 40  # the long run decays from step 24; a longer run (decaying from 32) goes on from there
 WSD = dict(
     lr_schedule="wsd",
     decay_fraction=0.2,
@@ -127,9 +128,9 @@ def trajectory(history: list[dict]) -> list[tuple]:
     return [(h["step"], *(h[key] for key in COMPARED)) for h in history if "loss" in h]
 
 
-def final_weights(out) -> dict[str, torch.Tensor]:
-    """The whole model (encoder and training heads) of the run's last checkpoint."""
-    return load_tensor_file(out / "checkpoints" / f"step{BUDGET}" / "mp_rank_00_model_states.pt")["module"]
+def final_weights(out, step: int = BUDGET) -> dict[str, torch.Tensor]:
+    """The whole model (encoder and training heads) of the run's checkpoint at `step`."""
+    return load_tensor_file(out / "checkpoints" / f"step{step}" / "mp_rank_00_model_states.pt")["module"]
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +142,13 @@ def long_run(tiny_pipeline, tmp_path_factory):
 def test_a_long_run_keeps_its_branch_point_checkpoint(long_run):
     out, result = long_run
     assert result["steps"] == LONG
-    # keep_checkpoints=1 pruned steps 5, 10, 15, 20 and 25; the branch point is kept
-    assert sorted(p.name for p in (out / "checkpoints").glob("step*")) == [f"step{POINT}", f"step{LONG}"]
+    # keep_checkpoints=1 pruned steps 5, 10, 15, 20 and 25; the branch point and the run's own decay start
+    # (where a longer run can go on from it) are kept
+    assert sorted(p.name for p in (out / "checkpoints").glob("step*")) == [
+        f"step{POINT}",
+        f"step{LONG_DECAY}",
+        f"step{LONG}",
+    ]
 
 
 def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, tiny_pipeline, tmp_path):
@@ -176,9 +182,9 @@ def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, 
     "change, message",
     [
         (
-            {"max_steps": 25},
-            f"it is the checkpoint of step {POINT}, and a wsd run of max_steps 25 with decay_fraction 0.2 branches "
-            "at step 20",
+            {"max_steps": 15},
+            f"it is the checkpoint of step {POINT}, and a wsd run of max_steps 15 with decay_fraction 0.2 decays "
+            "from step 12",
         ),
         ({"max_steps": BUDGET, "lr": 1e-3}, "it was trained with other settings: lr 0.002 -> 0.001; a branch may"),
     ],
@@ -190,3 +196,35 @@ def test_a_branch_from_the_wrong_checkpoint_is_refused_in_one_line(long_run, tin
     assert str(caught.value).startswith(f"cannot branch from branch_from={branch_from}: {message}")
     assert "\n" not in str(caught.value)
     assert not list((tmp_path / "branch").glob("checkpoints/step*"))
+
+
+def test_a_longer_run_goes_on_from_a_shorter_runs_plateau_to_the_bit(long_run, tiny_pipeline, tmp_path):
+    """From the long run's own decay start (step 24, kept), a run of 40 steps holds the peak lr to its
+    decay start (32) and decays: the model of a 40-step run from the start."""
+    long_out, long_result = long_run
+    straight = train(small_run(tiny_pipeline, tmp_path / "straight", RUN, WSD, max_steps=LONGER))
+    branch_from = long_out / "checkpoints" / f"step{LONG_DECAY}"
+    longer = train(
+        small_run(tiny_pipeline, tmp_path / "longer", RUN, WSD, max_steps=LONGER, branch_from=str(branch_from))
+    )
+    assert longer["steps"] == LONGER
+    long_history, longer_history = trajectory(long_result["history"]), trajectory(longer["history"])
+    assert [h[0] for h in longer_history] == list(range(LONG_DECAY + 1, LONGER + 1))
+    assert long_history[:LONG_DECAY] + longer_history == trajectory(straight["history"])
+    lr = COMPARED.index("lr") + 1
+    assert [h[lr] for h in longer_history[: 32 - LONG_DECAY]] == [2e-3] * 8  # the plateau held to step 32
+    a, b = final_weights(tmp_path / "straight", LONGER), final_weights(tmp_path / "longer", LONGER)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_a_branch_from_a_decayed_checkpoint_is_refused(long_run, tiny_pipeline, tmp_path):
+    """The long run's last checkpoint (step 30) is past its decay start (24): its lr was already falling."""
+    branch_from = long_run[0] / "checkpoints" / f"step{LONG}"
+    with pytest.raises(BranchError) as caught:
+        train(small_run(tiny_pipeline, tmp_path / "b", RUN, WSD, max_steps=50, branch_from=str(branch_from)))
+    assert str(caught.value) == (
+        f"cannot branch from branch_from={branch_from}: its run was already decaying at step {LONG} (its schedule "
+        f"ended at step {LONG}), so it is off the plateau a branch goes on from"
+    )

@@ -4,10 +4,11 @@ them: ems.training.resume).
 
 In: the DeepSpeed engine and the RunState; out: step<N>/ checkpoints under out/checkpoints (the
 engine's state, RunState and the batch layout as DeepSpeed's client state, every rank's RNG state,
-RUN_CONFIG_FILE), published atomically by ems.training.checkpoint. A model with non-finite weights is never
-saved (TrainingDiverged), the checkpoints of the branch points (TrainConfig.branch_steps) are kept
-whatever keep_checkpoints says, a failed write is one error naming the newest intact checkpoint
-(CheckpointSaveFailed), and a non-finite step moves aside the checkpoint it started from.
+RUN_CONFIG_FILE), published atomically by ems.training.checkpoint. A model with non-finite weights is
+never saved (TrainingDiverged), the checkpoints of a wsd run's branch points (TrainConfig.branch_steps,
+and its own decay start) are kept whatever keep_checkpoints says, a failed write is one error naming
+the newest intact checkpoint (CheckpointSaveFailed), and a non-finite step moves aside the checkpoint
+it started from.
 """
 
 from __future__ import annotations
@@ -104,8 +105,14 @@ class Checkpointer:
 
     @property
     def branch_points(self) -> set[int]:
-        """The steps whose checkpoints a wsd run keeps for branches (TrainConfig.branch_steps)."""
-        return {wsd_decay_start(budget, self.cfg.decay_fraction) for budget in self.cfg.branch_steps}
+        """The steps whose checkpoints a wsd run keeps for branches: those of TrainConfig.branch_steps
+        and, when its end is a fixed max_steps, its own decay start (the last step on the plateau, from
+        which a longer run can go on: TrainConfig.branch_from)."""
+        cfg = self.cfg
+        budgets = list(cfg.branch_steps)
+        if cfg.lr_schedule == "wsd" and cfg.max_epochs is None and cfg.time_budget_minutes is None:
+            budgets.append(cfg.max_steps)
+        return {wsd_decay_start(budget, cfg.decay_fraction) for budget in budgets}
 
     def should_save(self, step: int) -> bool:
         return step % self.cfg.save_every == 0 or step in self.branch_points

@@ -76,10 +76,12 @@ class TrainConfig:
     # wsd: budgets T (< max_steps) to branch at later: the checkpoint at each branch point
     # S = T - round(decay_fraction * T) is kept, whatever keep_checkpoints says
     branch_steps: list[int] = field(default_factory=list)
-    # wsd: a fresh `out` starts from this branch-point checkpoint of a longer run (RUN/checkpoints/step<S>),
-    # its whole training state (optimizer, step, data position, RNG), and decays to max_steps = T: the model
-    # of a wsd run of max_steps T from the start, to the bit. Refused unless S is T's branch point and the
-    # config is the checkpoint's but for ems.training.resume.BRANCH_FREE_KEYS. Read at step 0 only.
+    # wsd: a fresh `out` starts from this plateau checkpoint of another run (RUN/checkpoints/step<S>), its
+    # whole training state (optimizer, step, data position, RNG), and goes on to max_steps = T: the model of
+    # a wsd run of max_steps T from the start, to the bit. S = T's branch point gives a shorter budget of a
+    # long run; an earlier S lets a longer run go on from a shorter one. Refused unless S is at most T's
+    # branch point, the checkpoint's run was still on its plateau at S and the config is the checkpoint's
+    # but for ems.training.resume.BRANCH_FREE_KEYS. Read at step 0 only.
     branch_from: str | None = None
     max_steps: int = 100_000
     max_epochs: float | None = None  # if set, max_steps = this many passes over the data (depends on the global batch)

@@ -9,11 +9,13 @@ same order; with another it goes on after the pairs consumed in the epoch (resum
 ZeRO optimizer partitions saved by another number of ranks go through DeepSpeed's universal
 checkpoint (load_checkpoint).
 
-A wsd run's branch (TrainConfig.branch_from, a fresh `out` only) starts from a branch-point
-checkpoint of another run the same way, its whole training state restored, and decays to its own
-max_steps T: the model of a wsd run of max_steps T from the start, to the bit (same layout). It is
-refused (BranchError) unless the checkpoint is at T - round(decay_fraction * T), was on its
-schedule's plateau there, and was trained under this config but for BRANCH_FREE_KEYS.
+A wsd run's branch (TrainConfig.branch_from, a fresh `out` only) starts from a plateau checkpoint
+of another run the same way, its whole training state restored, and goes on to its own max_steps T:
+the model of a wsd run of max_steps T from the start, to the bit (same layout). From a checkpoint at
+T's decay start T - round(decay_fraction * T) it only decays (a shorter budget of a long run); from
+an earlier one it holds the peak lr up to there first (a longer run going on from a shorter one's
+plateau). It is refused (BranchError) unless the checkpoint's step is at most T's decay start, its
+run was on its plateau there, and it was trained under this config but for BRANCH_FREE_KEYS.
 
 In: the run's Checkpointer (its engine, directory, config and layout) and lr schedule; out:
 the RunState to go on from, the config changes, and train_config.yaml / CONFIG_HISTORY_FILE.
@@ -252,18 +254,19 @@ def _restore_rngs(checkpointer: Checkpointer, tag_dir: Path, client_state: dict)
         seed_rngs(np.random.SeedSequence([checkpointer.cfg.seed, rank, client_state["step"]]))
 
 
-def _branch_refusal(checkpointer: Checkpointer, tag_dir: Path, point: int, max_steps: int) -> str | dict:
+def _branch_refusal(checkpointer: Checkpointer, tag_dir: Path, decay_start: int, max_steps: int) -> str | dict:
     """Rank 0's checks of branch_from=`tag_dir` before anything loads: why it is refused, or the
     config changes {key: [old, new]} (all in BRANCH_FREE_KEYS)."""
     cfg = checkpointer.cfg
     found = TAG_PATTERN.fullmatch(tag_dir.name)
     if not tag_dir.is_dir() or not found:
         return "it is not a checkpoint directory (RUN/checkpoints/step<N>)"
-    if int(found.group(1)) != point:
+    if int(found.group(1)) > decay_start:
         return (
             f"it is the checkpoint of step {found.group(1)}, and a wsd run of max_steps {max_steps} with "
-            f"decay_fraction {cfg.decay_fraction:g} branches at step {point} (T - round(decay_fraction * T)); "
-            f"branch from step{point}, or set max_steps to the budget that branches at step {found.group(1)}"
+            f"decay_fraction {cfg.decay_fraction:g} decays from step {decay_start} (T - round(decay_fraction * T)); "
+            f"branch from a checkpoint at or before step {decay_start}, or set a max_steps whose decay starts at "
+            f"or after step {found.group(1)}"
         )
     if problem := verify(tag_dir):
         return f"it does not verify ({problem})"
@@ -280,16 +283,16 @@ def _branch_refusal(checkpointer: Checkpointer, tag_dir: Path, point: int, max_s
 
 
 def branch(checkpointer: Checkpointer, schedule: Schedule, max_steps: int) -> tuple[RunState, dict[str, list]]:
-    """Start this (fresh) run from TrainConfig.branch_from, a branch-point checkpoint of a wsd run,
-    with its whole training state, to decay to `max_steps` (see the module's docstring). Returns the
+    """Start this (fresh) run from TrainConfig.branch_from, a plateau checkpoint of a wsd run, with
+    its whole training state, to go on to `max_steps` (see the module's docstring). Returns the
     state to go on from and the config changes against the checkpoint's; BranchError, one line,
     for a checkpoint it cannot branch from."""
     import torch.distributed as dist
 
     cfg, rank, layout = checkpointer.cfg, checkpointer.rank, checkpointer.layout
     tag_dir = Path(cfg.branch_from)
-    point = wsd_decay_start(max_steps, cfg.decay_fraction)
-    checked = [_branch_refusal(checkpointer, tag_dir, point, max_steps) if rank == 0 else None]
+    decay_start = wsd_decay_start(max_steps, cfg.decay_fraction)
+    checked = [_branch_refusal(checkpointer, tag_dir, decay_start, max_steps) if rank == 0 else None]
     dist.broadcast_object_list(checked, src=0)
     if isinstance(checked[0], str):
         raise BranchError(f"cannot branch from branch_from={tag_dir}: {checked[0]}")
@@ -297,11 +300,11 @@ def branch(checkpointer: Checkpointer, schedule: Schedule, max_steps: int) -> tu
     load_path, client_state = load_checkpoint(checkpointer, tag_dir.name, tag_dir.parent)
     if load_path is None:
         raise BranchError(f"cannot branch from branch_from={tag_dir}: DeepSpeed found no checkpoint files in it")
-    refusal = None
+    point, refusal = client_state["step"], None
     if wsd_decay_start(client_state["max_steps"], cfg.decay_fraction) < point:
         refusal = (
             f"its run was already decaying at step {point} (its schedule ended at step {client_state['max_steps']}), "
-            f"so it is no branch point of max_steps {max_steps}"
+            "so it is off the plateau a branch goes on from"
         )
     elif client_state["global_batch"] != layout.global_batch:
         refusal = (
@@ -317,9 +320,10 @@ def branch(checkpointer: Checkpointer, schedule: Schedule, max_steps: int) -> tu
     state = RunState(step=point, position=resumed_position(client_state, layout, rank), max_steps=max_steps)
     _restore_rngs(checkpointer, tag_dir, client_state)
     if rank == 0:
+        held = f"holding the peak lr to step {decay_start}, then " if point < decay_start else ""
         print(
-            f"branched from {load_path} at step {point}, data position {state.position}: decaying to 0 at step "
-            f"{max_steps}; config changes: {_describe(changes)}",
+            f"branched from {load_path} at step {point}, data position {state.position}: {held}decaying to 0 at "
+            f"step {max_steps}; config changes: {_describe(changes)}",
             flush=True,
         )
     return state, changes
