@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,20 +121,27 @@ def train_config(cfg: MapConfig, size: str, prepared: Path, data_dir: Path, valu
     )
 
 
-def timed_train(cfg) -> float:
-    """Train (or resume) `cfg`; the wall seconds of this invocation, summed into OUT/train_seconds.json
-    over invocations (a resumed run counts each of its pieces)."""
+def training_seconds(metrics: Path) -> float:
+    """A run's training wall seconds from its metrics.jsonl: the sum of its log windows' `seconds`,
+    the newest row of each logged step (a resumed run logs again the steps after its checkpoint), so
+    the time of a killed piece is neither lost nor counted twice."""
+    windows = {}
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        if "loss" in row:
+            windows[row["step"]] = row["seconds"]
+    return sum(windows.values())
+
+
+def timed_train(cfg) -> None:
+    """Train (or resume) `cfg`, then write its training seconds and steps into OUT/train_seconds.json."""
     from ems.training.train import train
 
-    times = Path(cfg.out) / TIMES_FILE
-    before = json.loads(times.read_text())["seconds"] if times.is_file() else 0.0
-    started = time.time()
     result = train(cfg)
     if result["preempted"]:
         raise UserError(f"training of {cfg.out} stopped at step {result['steps']}: run the same command again")
-    seconds = before + time.time() - started
-    times.write_text(json.dumps({"seconds": seconds, "steps": result["steps"]}) + "\n")
-    return seconds
+    times = {"seconds": training_seconds(Path(cfg.out) / "metrics.jsonl"), "steps": result["steps"]}
+    (Path(cfg.out) / TIMES_FILE).write_text(json.dumps(times) + "\n")
 
 
 def selected_budgets(cfg: MapConfig, size: str, labels: list[str] | None) -> dict[str, int]:

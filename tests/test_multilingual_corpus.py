@@ -117,17 +117,24 @@ def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data
     assert stages["steps"] == 4 and stages["seconds"]["train"] > 0
 
 
-def test_the_compute_map_runs_train_branch_score_and_map(sliced_data, tmp_path, monkeypatch):
-    """benchmarks/compute_map_runs.py on the slice: one size, budgets of 4 and 8 steps (the 4-step
-    model a decay branch of the 8-step run), each scored and written as a point, then the map."""
+@pytest.fixture
+def runner(monkeypatch):
+    """benchmarks/compute_map_runs.py as a module."""
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location("compute_map_runs", REPO_ROOT / "benchmarks/compute_map_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "compute_map_runs", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_compute_map_runs_train_branch_score_and_map(runner, sliced_data, tmp_path):
+    """benchmarks/compute_map_runs.py on the slice: one size, budgets of 4 and 8 steps (the 4-step
+    model a decay branch of the 8-step run), each scored and written as a point, then the map; then a
+    16-step budget, which goes on from the 8-step run's plateau."""
     from eval.compute_map import read_points
 
-    spec = importlib.util.spec_from_file_location("compute_map_runs", REPO_ROOT / "benchmarks/compute_map_runs.py")
-    runner = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "compute_map_runs", runner)  # its dataclasses look their module up
-    spec.loader.exec_module(runner)
     (tmp_path / "tatoeba.yaml").write_text(TATOEBA_TASK.format(languages="[afr, xho]"))
     (tmp_path / "flores.yaml").write_text(
         "type: flores\nname: flores200\ndata_subdir: flores200/devtest\nlanguages: [af, xh]\n"
@@ -175,8 +182,24 @@ def test_the_compute_map_runs_train_branch_score_and_map(sliced_data, tmp_path, 
     branch_from = yaml.safe_load((longer / "train_config.yaml").read_text())["branch_from"]
     assert branch_from.endswith("8 steps/checkpoints/step6")
     own = json.loads((longer / "train_seconds.json").read_text())["seconds"]
+    assert own == pytest.approx(sum(json.loads(r).get("seconds", 0) for r in (longer / "metrics.jsonl").open()))
     eight = json.loads((out / "runs" / "tiny" / "8 steps" / "train_seconds.json").read_text())["seconds"]
     points, _ = read_points(out / "points")
     assert {p.budget: p.train_seconds for p in points}["16 steps"] == pytest.approx(own + eight * 6 / 8)
     assert runner.main(["--config", str(tmp_path / "map.yaml"), "--out", str(out), "--sizes", "--map"]) == 0
     assert (out / "map" / "compute_map.md").is_file() and (out / "map" / "compute_map.png").is_file()
+
+
+def test_training_seconds_count_each_logged_step_once(runner, tmp_path):
+    """A run killed after logging step 100 resumed from its step-50 checkpoint and logged step 100
+    again: the newest window counts; validation rows carry no window."""
+    rows = [
+        {"step": 0, "valid_loss": 9.0},
+        {"step": 50, "loss": 3.0, "seconds": 10.0},
+        {"step": 100, "loss": 2.0, "seconds": 12.0},
+        {"step": 100, "loss": 2.0, "seconds": 11.0},
+        {"step": 150, "loss": 1.0, "seconds": 9.5},
+        {"step": 150, "valid_loss": 1.5},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert runner.training_seconds(tmp_path / "metrics.jsonl") == 10.0 + 11.0 + 9.5

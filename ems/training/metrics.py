@@ -180,6 +180,7 @@ class TrainingMetrics:
             "tokens_per_s": total.real_tokens / max(seconds, 1e-9),
             "real_token_ratio": total.real_tokens / total.token_slots,
             "data_wait_fraction": total.data_wait_seconds / self.world_size / max(seconds, 1e-9),
+            "seconds": seconds,  # the window's wall time (steps, and any validation or checkpoint in it)
         }
         scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in LOSSES}
         scalars.update(

@@ -16,7 +16,8 @@ Reads `data_prep binarize` shards; writes, under `out`:
     valid_sample.json  the stratified validation sample (ems.training.validator), drawn once per run
     model/         the inference export (`ems.load(out/model)`) with its model card README.md and run_metadata.json
     run_metadata.json  this invocation's code commit, package versions, command line, host, time (ems.run_metadata)
-    train_config.yaml, train_config_history.yaml, metrics.jsonl
+    train_config.yaml, train_config_history.yaml, metrics.jsonl (a row per log window: the TensorBoard
+                   scalars and its wall `seconds`; a row per validation)
 
 Stopping: SIGUSR1 or SIGTERM (SLURM's pre-emption warning) on any rank, or a file named STOP in
 `out`, makes every rank finish the current step, save a checkpoint and exit with status
