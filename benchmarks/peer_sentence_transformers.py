@@ -5,6 +5,8 @@
         --suite configs/eval/suite_multilingual.yaml
     python benchmarks/peer_sentence_transformers.py ... --vocab-grid 8000 16000 32000 --lr-grid 3e-4 1e-3 3e-3 \
         --grid-fraction 0.25 --seed 0
+    python benchmarks/peer_sentence_transformers.py --demo runs/map/data --run "runs/map/runs/tiny/30 min" \
+        --seconds 2760 --suite configs/eval/suite_multilingual.yaml --out runs/peer-map   # a map point
 
 What a new user would try instead of this project, built the way its documentation teaches, on the
 same training pairs (`DEMO/corpus/train`, what `ems-demo` wrote, `--recipe demo` or `multilingual`),
@@ -419,35 +421,38 @@ def search_peer(
     return choice, vocabularies
 
 
-def ems_budget(demo: Path) -> dict:
-    """The demo's EMS training: seconds and steps (demo_stages.json), mean real tokens/s (metrics.jsonl)."""
+def ems_budget(demo: Path, run: Path | None = None, seconds: float | None = None) -> dict:
+    """The EMS training: seconds and steps, mean real tokens/s (RUN/metrics.jsonl). The demo's run
+    (`run` None: DEMO/run) takes its seconds and steps from DEMO/demo_stages.json; another run (a
+    point of the compute map) needs its training `seconds` given, and its steps are its last logged."""
     from ems.apps.demo import STAGES_FILE
 
-    stages_file, metrics_file = demo / STAGES_FILE, demo / "run" / "metrics.jsonl"
-    for path in (stages_file, metrics_file, demo / "run" / "model"):
+    stages_file = demo / STAGES_FILE
+    run = run or demo / "run"
+    for path in ([stages_file] if run == demo / "run" else []) + [run / "metrics.jsonl", run / "model"]:
         if not path.exists():
-            raise UserError(f"{path} not found: --demo must be the directory of a finished ems-demo run")
-    stages = json.loads(stages_file.read_text())
-    rates = [
-        line["tokens_per_s"]
-        for line in map(json.loads, metrics_file.read_text().splitlines())
-        if "tokens_per_s" in line
-    ]
-    return {
-        "seconds": float(stages["seconds"]["train"]),
-        "steps": int(stages["steps"]),
-        "tokens_per_s": statistics.fmean(rates) if rates else None,
-    }
+            what = "the directory of a finished ems-demo run" if run == demo / "run" else "a finished training run"
+            raise UserError(f"{path} not found: {'--demo' if run == demo / 'run' else '--run'} must be {what}")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [row["tokens_per_s"] for row in rows if "tokens_per_s" in row]
+    if run == demo / "run":
+        stages = json.loads(stages_file.read_text())
+        seconds, steps = float(stages["seconds"]["train"]), int(stages["steps"])
+    elif seconds is None:
+        raise UserError(f"--run {run}: give its training time with --seconds (a map point's train_seconds)")
+    else:
+        steps = max(row["step"] for row in rows if "loss" in row)
+    return {"seconds": seconds, "steps": steps, "tokens_per_s": statistics.fmean(rates) if rates else None}
 
 
-def ems_config(demo: Path):
-    """The EMS model's config (ems.model.EMSConfig: DEMO/run/model/config.json, what ems.load reads)."""
+def ems_config(run: Path):
+    """The EMS model's config (ems.model.EMSConfig: RUN/model/config.json, what ems.load reads)."""
     from ems.encoder import CONFIG_FILE
     from ems.model import EMSConfig
 
-    config = demo / "run" / "model" / CONFIG_FILE
+    config = run / "model" / CONFIG_FILE
     if not config.is_file():
-        raise UserError(f"{config} not found: --demo must be the directory of a finished ems-demo run")
+        raise UserError(f"{config} not found: the EMS run has no exported model")
     return EMSConfig.from_dict(json.loads(config.read_text()))
 
 
@@ -635,14 +640,21 @@ def main(argv: list[str]) -> int:
     )
     vocab.add_argument("--vocab-size", type=positive_int, help="no vocabulary grid: the peer's tokenizer has this size")
     parser.add_argument("--grid-fraction", type=float, default=0.25, help="each grid run's share of the time budget")
+    parser.add_argument(
+        "--run",
+        type=Path,
+        help="the EMS training run to compare with, trained on DEMO's corpus (default: DEMO/run; another, e.g. a "
+        "compute-map point's run directory, needs --seconds)",
+    )
     parser.add_argument("--seconds", type=float, help="the time budget (default: the EMS run's training seconds)")
     parser.add_argument("--seed", type=int, default=0)
     add_debug_option(parser)
     args = parser.parse_args(argv)
     if not 0 < args.grid_fraction <= 1:
         raise UserError(f"--grid-fraction must be in (0, 1], got {args.grid_fraction}")
-    budget = ems_budget(args.demo)
-    cfg = ems_config(args.demo)
+    ems_run = args.run or args.demo / "run"
+    budget = ems_budget(args.demo, args.run, args.seconds)
+    cfg = ems_config(ems_run)
     shape = peer_shape(cfg)
     if not (args.data_dir / "tatoeba").is_dir():
         raise UserError(f"{args.data_dir} holds no tatoeba/: point --data-dir (or EMS_DATA_DIR) at the evaluation data")
@@ -698,7 +710,7 @@ def main(argv: list[str]) -> int:
         "tokens_per_s": run.real_tokens / taken,
         **score(f"st:{run.model_dir}", args.demo, args.data_dir, out / "eval-peer", scored, args.suite),
     }
-    ems_spec = f"ems:{args.demo / 'run' / 'model'},unseen=neutral"  # zero-shot on languages it never saw
+    ems_spec = f"ems:{ems_run / 'model'},unseen=neutral"  # zero-shot on languages it never saw
     ems = {
         "steps": budget["steps"],
         "seconds": budget["seconds"],

@@ -34,6 +34,20 @@ def test_budget_is_the_demo_training_stage(tmp_path):
     assert peer.ems_budget(tmp_path) == {"seconds": 600.5, "steps": 1800, "tokens_per_s": 2000.0}
 
 
+def test_budget_of_another_run_is_its_given_seconds_and_last_logged_step(tmp_path):
+    run = tmp_path / "map" / "tiny"
+    (run / "model").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(
+        '{"step": 0, "valid_loss": 2.0}\n{"step": 50, "loss": 3.0, "tokens_per_s": 1000.0}\n'
+        '{"step": 90, "loss": 2.0, "tokens_per_s": 2000.0}\n{"step": 90, "valid_loss": 1.0}\n'
+    )
+    assert peer.ems_budget(tmp_path, run, 123.0) == {"seconds": 123.0, "steps": 90, "tokens_per_s": 1500.0}
+    with pytest.raises(UserError, match="give its training time with --seconds"):
+        peer.ems_budget(tmp_path, run)
+    with pytest.raises(UserError, match="metrics.jsonl not found: --run must be a finished training run"):
+        peer.ems_budget(tmp_path, tmp_path / "elsewhere", 1.0)
+
+
 def test_a_directory_that_is_not_a_finished_demo_is_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="demo_stages.json not found"):
         peer.ems_budget(tmp_path)
@@ -45,11 +59,11 @@ def test_peer_shape_follows_the_ems_model_config(tmp_path):
     model = tmp_path / "run" / "model"
     model.mkdir(parents=True)
     with pytest.raises(UserError, match="config.json not found"):
-        peer.ems_config(tmp_path)
+        peer.ems_config(tmp_path / "run")
     # the all-language recipe's model (the small preset, max_len 288), with 6 heads: no two numbers equal
     cfg = config_from_preset("small", vocab_size=1000, n_languages=3, max_len=288, n_heads=6)
     (model / "config.json").write_text(json.dumps(asdict(cfg)))
-    shape = peer.peer_shape(peer.ems_config(tmp_path))
+    shape = peer.peer_shape(peer.ems_config(tmp_path / "run"))
     assert shape == peer.PeerShape(
         hidden_size=192, num_hidden_layers=4, num_attention_heads=6, intermediate_size=768, max_len=288
     )
