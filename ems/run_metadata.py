@@ -1,5 +1,7 @@
 """What produced a run or a model: the code's git commit, the package versions, the command line,
-the machine and the time, as `run_metadata.json`.
+the machine (its CPU, and the threads torch computes with: a float sum split over another number of
+threads rounds differently, so bitwise comparisons need the same count) and the time, as
+`run_metadata.json`.
 
     write_run_metadata(run_dir, run_metadata(sys.argv))
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -50,9 +53,34 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux; else what platform reports)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """{"cpu": model name, "cpu_capability": the kernels torch picked (e.g. AVX2, AVX512), "cpus":
+    logical CPUs, "torch_threads": the threads torch computes with}."""
+    import torch
+
+    return {
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
 def run_metadata(argv: list[str]) -> dict:
     """{"git": git_state() (None outside git), "versions": {package: version or None, "python": ...},
-    "command": argv, "host": host name, "utc": ISO 8601 time} for the process started with `argv`."""
+    "command": argv, "host": host name, "machine": machine(), "utc": ISO 8601 time} for the process
+    started with `argv`."""
     versions = {name: package_version(name) for name in PACKAGES}
     versions["python"] = platform.python_version()
     return {
@@ -60,6 +88,7 @@ def run_metadata(argv: list[str]) -> dict:
         "versions": versions,
         "command": list(argv),
         "host": socket.gethostname(),
+        "machine": machine(),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 

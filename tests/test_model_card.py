@@ -50,6 +50,8 @@ def test_the_trainer_writes_run_metadata_into_the_run_and_the_model(run):
     assert meta["versions"]["torch"] == torch.__version__ and meta["versions"]["ems"] and meta["versions"]["deepspeed"]
     assert meta["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
     assert meta["command"] == sys.argv and meta["host"] == socket.gethostname()
+    assert meta["machine"]["torch_threads"] == torch.get_num_threads() and meta["machine"]["cpus"] >= 1
+    assert meta["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and meta["machine"]["cpu"]
     started = datetime.datetime.fromisoformat(meta["utc"])
     assert datetime.timedelta(0) <= datetime.datetime.now(datetime.UTC) - started < datetime.timedelta(hours=1)
 

@@ -15,7 +15,7 @@ Reads `data_prep binarize` shards; writes, under `out`:
                    probe/{tatoeba,flores}/{average,<lang>}
     valid_sample.json  the stratified validation sample (ems.training.validator), drawn once per run
     model/         the inference export (`ems.load(out/model)`) with its model card README.md and run_metadata.json
-    run_metadata.json  this invocation's code commit, package versions, command line, host, time (ems.run_metadata)
+    run_metadata.json  this invocation's code commit, package versions, command line, host, CPU and torch threads, time
     train_config.yaml, train_config_history.yaml, metrics.jsonl (a row per log window: the TensorBoard
                    scalars and its wall `seconds`; a row per validation)
 
