@@ -128,9 +128,17 @@ def trajectory(history: list[dict]) -> list[tuple]:
     return [(h["step"], *(h[key] for key in COMPARED)) for h in history if "loss" in h]
 
 
-def final_weights(out, step: int = BUDGET) -> dict[str, torch.Tensor]:
+def final_weights(out, step: int) -> dict[str, torch.Tensor]:
     """The whole model (encoder and training heads) of the run's checkpoint at `step`."""
     return load_tensor_file(out / "checkpoints" / f"step{step}" / "mp_rank_00_model_states.pt")["module"]
+
+
+def assert_same_weights(a_out, b_out, step: int) -> None:
+    """The two runs' checkpoints at `step` hold the same tensors, to the bit."""
+    a, b = final_weights(a_out, step), final_weights(b_out, step)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
 
 
 @pytest.fixture(scope="module")
@@ -168,10 +176,7 @@ def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, 
     assert [h[COMPARED.index("lr") + 1] for h in branch_history] == pytest.approx(
         [2e-3 * f(s) for s in range(POINT + 1, BUDGET + 1)], rel=1e-12
     )
-    a, b = final_weights(tmp_path / "straight"), final_weights(tmp_path / "branch")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    assert_same_weights(tmp_path / "straight", tmp_path / "branch", BUDGET)
     history = yaml.safe_load((tmp_path / "branch" / CONFIG_HISTORY_FILE).read_text())
     assert history[0]["from_step"] == POINT
     assert history[0]["changed"]["max_steps"] == {"from": LONG, "to": BUDGET}
@@ -213,10 +218,7 @@ def test_a_longer_run_goes_on_from_a_shorter_runs_plateau_to_the_bit(long_run, t
     assert long_history[:LONG_DECAY] + longer_history == trajectory(straight["history"])
     lr = COMPARED.index("lr") + 1
     assert [h[lr] for h in longer_history[: 32 - LONG_DECAY]] == [2e-3] * 8  # the plateau held to step 32
-    a, b = final_weights(tmp_path / "straight", LONGER), final_weights(tmp_path / "longer", LONGER)
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    assert_same_weights(tmp_path / "straight", tmp_path / "longer", LONGER)
 
 
 def test_a_branch_from_a_decayed_checkpoint_is_refused(long_run, tiny_pipeline, tmp_path):
