@@ -218,8 +218,18 @@ PRESETS: dict[str, dict] = {
         max_len=PRESET_MAX_LEN,
         attention_group_rows=128,
     ),
-    # 6 layers at half the paper's width: a GPU budget of minutes to hours.
-    "medium": dict(d_model=512, n_layers=6, n_heads=8, d_ffn=2048, d_lang=128, dropout=0.1, max_len=PRESET_MAX_LEN),
+    # 6 layers at half the paper's width: a GPU budget of minutes to hours. Attention groups: a step on
+    # 1024 random pairs 1.55x faster on an H200 (docs/results/gpu.md).
+    "medium": dict(
+        d_model=512,
+        n_layers=6,
+        n_heads=8,
+        d_ffn=2048,
+        d_lang=128,
+        dropout=0.1,
+        max_len=PRESET_MAX_LEN,
+        attention_group_rows=128,
+    ),
     # The paper's model: 60k SentencePiece pieces + 62 language tokens (+ pad, unk). The paper cuts at 120
     # tokens (its footnote 17: enough with its vocabulary); PRESET_MAX_LEN keeps FLORES-200 whole here.
     "ems-paper": dict(vocab_size=60_000 + 62 + 2, n_languages=62, max_len=PRESET_MAX_LEN),

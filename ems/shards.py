@@ -100,6 +100,19 @@ class PairShards:
     def sentence(self, k: int) -> np.ndarray:
         return self.tokens[self.offsets[k] : self.offsets[k + 1]]
 
+    def padded(self, sentences: np.ndarray, max_len: int, pad_id: int) -> np.ndarray:
+        """(len(sentences), L) int64 token ids of the given sentence indices, each cut at max_len and
+        padded with pad_id to L, the longest cut length: one gather for all of them (a batch of 1024
+        pairs read sentence by sentence costs ~20 ms of Python on the thread that feeds a GPU step)."""
+        sentences = np.asarray(sentences, dtype=np.int64)
+        starts = np.asarray(self.offsets[sentences], dtype=np.int64)
+        lengths = np.minimum(np.asarray(self.offsets[sentences + 1], dtype=np.int64) - starts, max_len)
+        width = int(lengths.max()) if len(sentences) else 0
+        real = np.arange(width) < lengths[:, None]
+        out = np.full((len(sentences), width), pad_id, dtype=np.int64)
+        out[real] = self.tokens[(starts[:, None] + np.arange(width))[real]]
+        return out
+
     def release_pages(self) -> None:
         """Drop the pages reading the memory-mapped arrays brought into this process (they stay in
         the OS page cache, shared by the ranks of a node): random reads over a 143M-pair corpus

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ems.shards import IndexRanges, PairShards
+from ems.training import batch_order
 from ems.training.batch_order import BatchOrder, KeyedPermutation
 from ems.training.batches import iterate_batches
 
@@ -95,6 +96,18 @@ def test_temperature_sampling_from_index_ranges_equals_arrays():
     assert np.isin(drawn, arrays["c-en"]).sum() == counts["c-en"] > 50  # the 50-pair group repeats
     small = np.bincount(drawn[np.isin(drawn, arrays["c-en"])] - 2_900)
     assert small.max() - small.min() <= 1  # each pass a full permutation of the group
+
+
+def test_the_pair_sequence_in_blocks_is_the_sequence_computed_at_once(monkeypatch):
+    lengths = np.random.default_rng(2).integers(1, 30, size=3_000)
+    groups = {"a-en": np.arange(0, 2_500), "b-en": np.arange(2_500, 2_950), "c-en": np.arange(2_950, 3_000)}
+    whole = BatchOrder(lengths, 50, seed=3, bucket_batches=1, groups=groups, temperature=5.0)
+    expected, batches = whole._pairs_at(1, 0, 3_000), whole.epoch(1)  # one block: 3,000 < PAIRS_BLOCK
+    monkeypatch.setattr(batch_order, "PAIRS_BLOCK", 37)
+    blocked = BatchOrder(lengths, 50, seed=3, bucket_batches=1, groups=groups, temperature=5.0)
+    for start, stop in ((0, 3_000), (30, 40), (36, 38), (70, 150), (2_990, 3_000), (5, 5)):
+        assert np.array_equal(blocked.epoch_pairs(1, start, stop), expected[start:stop])
+    assert np.array_equal(np.concatenate(blocked.epoch(1)), np.concatenate(batches))  # one-batch windows
 
 
 def test_one_pair_batches_hold_one_language_pair_each():

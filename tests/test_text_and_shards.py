@@ -94,13 +94,26 @@ def test_ranks_split_the_global_batch_and_resume_position_replays(tiny_pipeline)
     assert all(np.array_equal(resumed[0][k], batches[3][1][0][k]) for k in resumed[0])
 
 
+def test_padded_gathers_what_reading_sentence_by_sentence_gives(tiny_pipeline):
+    shards = PairShards(tiny_pipeline / "shards")
+    chosen = np.random.default_rng(0).choice(2 * len(shards), size=40, replace=False)
+    for max_len in (3, 1000):
+        rows = [shards.sentence(int(k))[:max_len] for k in chosen]
+        expected = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+        for out, row in zip(expected, rows):
+            out[: len(row)] = row
+        got = shards.padded(chosen, max_len, PAD_ID)
+        assert got.dtype == np.int64 and np.array_equal(got, expected)
+    assert shards.padded(np.array([], dtype=np.int64), 8, PAD_ID).shape == (0, 0)
+
+
 def test_collate_pads_with_pad_id_and_truncates():
     class FakeShards:
         tokens = np.array([5, 6, 7, 8, 9, 10, 11, 12], dtype=np.int32)
         offsets = np.array([0, 3, 4, 6, 8], dtype=np.int64)  # pair 0: [5 6 7] / [8]; pair 1: [9 10] / [11 12]
         langs = np.array([[0, 1], [2, 1]], dtype=np.int16)
         content_ids = np.array([[3, 2**64 - 1], [5, 2**63]], dtype=np.uint64)
-        sentence = PairShards.sentence
+        padded = PairShards.padded
 
     fake = FakeShards()
     batch = collate(fake, np.array([0, 1]), max_len=2)

@@ -3,7 +3,8 @@
 The batch order is a pure function of (seed, epoch), so a data position is just
 (epoch, global batch index) and resuming from it replays exactly the same batches. It is
 computed one bucketing window at a time from a keyed pseudo-random permutation evaluated
-pointwise (`KeyedPermutation`), so a rank holds arrays the size of one window, never of the corpus.
+pointwise (`KeyedPermutation`), so a rank holds arrays the size of one window (or of one block of
+PAIRS_BLOCK positions of the pair sequence, if larger), never of the corpus.
 In: shard lengths (and content ids, language-pair ranges); out: global batches of pair indices.
 """
 
@@ -23,6 +24,9 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
+
+
+PAIRS_BLOCK = 1 << 16  # positions of an epoch's pair sequence computed at once (512 KiB of indices)
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,7 @@ class BatchOrder:
         if self.content_ids is not None and len(self.content_ids) != len(self.lengths):
             raise ValueError(f"content_ids has {len(self.content_ids)} rows for {len(self.lengths)} pairs")
         self._window: tuple[tuple[int, int], np.ndarray] | None = None
+        self._pairs_block: tuple[tuple[int, int], np.ndarray] | None = None  # ((epoch, block), its pairs)
         self._ranges: np.ndarray | None = None  # (start, end, group) rows sorted by start, built by group_of
 
     def batches_per_epoch(self) -> int:
@@ -239,7 +244,23 @@ class BatchOrder:
         return dict(zip(self.groups, counts.tolist()))
 
     def epoch_pairs(self, epoch: int, start: int, stop: int) -> np.ndarray:
-        """The pair indices at positions start:stop of the epoch's pair sequence."""
+        """The pair indices at positions start:stop of the epoch's pair sequence, computed PAIRS_BLOCK
+        positions at a time and the last block kept: a window of one batch (bucket_batches 1) would
+        otherwise pay the per-call cost (a permutation per language-pair group) at every step."""
+        parts = []
+        for block in range(start // PAIRS_BLOCK, -(-stop // PAIRS_BLOCK)):
+            if self._pairs_block is None or self._pairs_block[0] != (epoch, block):
+                first = block * PAIRS_BLOCK
+                self._pairs_block = (
+                    (epoch, block),
+                    self._pairs_at(epoch, first, min(first + PAIRS_BLOCK, len(self.lengths))),
+                )
+            first = block * PAIRS_BLOCK
+            parts.append(self._pairs_block[1][max(start - first, 0) : stop - first])
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def _pairs_at(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        """epoch_pairs, computed (pointwise in the positions, so any split of start:stop gives the same)."""
         slots = KeyedPermutation(len(self.lengths), (self.seed, epoch))(np.arange(start, stop))
         if self.temperature is None:
             return slots

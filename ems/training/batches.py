@@ -35,14 +35,8 @@ def collate(shards: PairShards, indices: np.ndarray, max_len: int, teacher=None)
     """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices, when the
     shards have them (B, 2) `content_ids`, and with `teacher` (ems.teacher_store.TeacherTargets)
     the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`."""
-    sides = []
-    for side in (0, 1):
-        seqs = [shards.sentence(2 * int(i) + side)[:max_len] for i in indices]
-        width = max(len(s) for s in seqs)
-        out = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
-        for row, seq in zip(out, seqs):
-            row[: len(seq)] = seq
-        sides.append(torch.from_numpy(out))
+    indices = np.asarray(indices, dtype=np.int64)
+    sides = [torch.from_numpy(shards.padded(2 * indices + side, max_len, PAD_ID)) for side in (0, 1)]
     langs = torch.from_numpy(np.asarray(shards.langs[indices], dtype=np.int64))
     batch = {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
     content_ids = np.ascontiguousarray(shards.content_ids[indices]) if shards.content_ids is not None else None
