@@ -6,9 +6,10 @@
 The trainer's own BatchOrder (ems.training.setup.build_order: the config's batch size, temperature,
 bucketing window, duplicate spreading) and collate (ems.training.batches.collate, the model preset's
 max_len) on --data, one process, no model: mean milliseconds per global batch of each part, after one
-warm-up batch (a mean: the order computes its pair sequence a block of batches at a time). This is Python and NumPy work on the CPU that a GPU step waits for when the reading thread
-holds the interpreter lock, so it matters most where the step itself is short (a GPU); compare it with
-the step's seconds (benchmarks/train_mfu.py, gpu_acceptance.py's probe).
+warm-up batch (a mean: the order computes its pair sequence a block of batches at a time). This is
+Python and NumPy work on the CPU that a GPU step waits for when the reading thread holds the
+interpreter lock, so it matters most where the step itself is short (a GPU); compare it with the
+step's seconds (benchmarks/train_mfu.py, gpu_acceptance.py's probe).
 """
 
 from __future__ import annotations

@@ -23,16 +23,19 @@ unpacks it under --work and runs, each stage capped in time, all within --total-
                the packages the run imports; the segmenters (installed, or the recorded table)
   mfu          (<= 1.5 min) the ems-paper training step (train config's model overrides, the prepared
                vocabulary) on 1024 real training pairs, bf16 autocast, eager and torch.compile'd (the
-               compiled one in a child process, killed at the cap): s/step, tokens/s, TFLOP/s, MFU
+               compiled one in a child process, killed at the cap): s/step, tokens/s, TFLOP/s, MFU. Between
+               the two, the eager step of every candidate preset, smallest first (a cap cuts the largest), on
+               random pairs of the train config's batch size: its measured s/step (or why not)
   train        (what is left less the evaluation's 2 minutes and the report's) ems.training.train on the carried
                shards with configs/train/gpu.yaml, bf16, eager (ems.training.train has no torch.compile path: the
                probe's compiled figure is what compiling would gain). The preset: the largest of
                ems.model.PRESETS that trains usefully, i.e. >= USEFUL_STEPS (2000) optimizer steps of
                the config's batch (1024 pairs: ~5 passes over the ~417k training pairs, 10% of them
-               warm-up) in the loop's minutes, each preset's step time predicted as the probe's
-               eager s/step x (its FLOPs per step / the probe's), FLOPs per pair (ems.flops) measured on
-               the carried shards. The schedule ends on time (time_budget_minutes), the loop stops at
-               max_minutes, warm-up, validation and logging follow the predicted steps.
+               warm-up) in the loop's minutes at its s/step measured in the mfu stage (not FLOPs-scaled:
+               on random batches, ~10% real tokens, attention over padding and per-step costs do not scale
+               with FLOPs); FLOPs per pair (ems.flops, on the carried shards) are reported beside. The
+               schedule ends on time (time_budget_minutes), the loop stops at max_minutes, warm-up,
+               validation and logging follow the predicted steps.
   evaluate     (<= 2 min) eval.run_all task by task on configs/eval/suite_gpu.yaml (Tatoeba, xSIM on
                FLORES-200 devtest, SIB-200 with the small_64 MLP) on every language, the unseen ones zero-shot
                (`ems:DIR,unseen=neutral`), batched for the GPU, tokenised in worker processes
@@ -112,14 +115,14 @@ class Profile:
 
     name: str
     mfu_preset: str
-    mfu_pairs: int
+    mfu_pairs: int  # the probe's batch; the presets are timed on the train config's batch_size
     mfu_variants: tuple[str, ...]  # "eager" (in this process) and/or "compiled" (torch.compile, a child process)
-    mfu_timing: tuple[int, int]  # warm-up steps, timed steps (their median is reported)
+    mfu_timing: tuple[int, int]  # warm-up steps, timed steps (their median is reported), the presets' too
     matmul_size: int  # n of the n x n matmul that measures the peak rate
-    presets: tuple[str, ...]  # the candidates, smallest first
+    presets: tuple[str, ...]  # the candidates, smallest first (the order they are timed in)
     model_overrides: dict  # over each candidate's shape (the probe's too), before the train config's
     useful_steps: int  # the fewest optimizer steps a preset must get in the loop's minutes
-    fallback_preset: str  # without a probe figure
+    fallback_preset: str  # when no preset's step was timed
     fit_schedule: bool  # warm-up, validation and logging intervals from the predicted steps
     train_overrides: dict  # over configs/train/gpu.yaml
     suite: Path
@@ -502,16 +505,39 @@ def step_figures(flops: float, tokens: int, seconds: float, matmul_flops: float,
     }
 
 
+def time_presets(ctx: Context, overrides: dict, pairs: int, dtype: str, output: dict) -> None:
+    """The eager training step of each of profile.presets (`overrides` over its shape), smallest first, on
+    `pairs` random training pairs (probe_batch's, cut at its max_len), timed as the probe's: output[preset]
+    = {"s_per_step", "pairs"}, or {"error"} for one that fails (out of memory: a finding, the next is timed).
+    OutOfTime (the stage's cap) marks the preset being timed and those after it cut, and is raised on."""
+    profile, shards = ctx.profile, shards_of(ctx.train_data)
+    for index, name in enumerate(profile.presets):
+        try:
+            cfg = model_config(name, overrides, shards)
+            batch = probe_batch(cfg, shards, pairs)
+            seconds = step_seconds(cfg, batch, ctx.device, False, dtype, *profile.mfu_timing)
+        except OutOfTime as cut:
+            output.update({rest: {"error": f"cut: {cut}"} for rest in profile.presets[index:]})
+            raise
+        except Exception as error:  # out of memory: a finding of the run, not a crash
+            output[name] = {"error": f"{type(error).__name__}: {one_line(error)}"}
+        else:
+            output[name] = {"s_per_step": seconds, "pairs": len(batch["src"])}
+        print(f"{name}: {gpu_report.describe_preset_step(output[name])}", flush=True)
+
+
 def stage_mfu(ctx: Context, output: dict) -> None:
-    """output: the step's shapes, batch, FLOPs, matmul rate, and per variant its figures (or error)."""
+    """output: the probe step's shapes, batch, FLOPs, matmul rate, and per variant its figures (or error);
+    output["presets"]: each candidate preset's eager s/step on the train config's batch (time_presets),
+    timed after the eager probe and before the compiled one, which gets what is left of the cap."""
     from benchmarks import train_mfu
     from ems.configs import load_config
     from ems.training.config import TrainConfig
 
     profile, device = ctx.profile, torch.device(ctx.device)
     dtype = "bf16" if device.type == "cuda" else "fp32"
-    train_overrides = load_config(TrainConfig, TRAIN_CONFIG, values=profile.train_overrides).model_overrides
-    overrides = {**profile.model_overrides, **train_overrides}
+    train_config = load_config(TrainConfig, TRAIN_CONFIG, values=profile.train_overrides)
+    overrides = {**profile.model_overrides, **train_config.model_overrides}
     shards = shards_of(ctx.train_data)
     cfg = model_config(profile.mfu_preset, overrides, shards)
     matmul = train_mfu.matmul_rate(
@@ -533,6 +559,7 @@ def stage_mfu(ctx: Context, output: dict) -> None:
         matmul_tflops=matmul / 1e12,
         peak_tflops=peak,
         variants={},
+        presets={},
     )
     request = {
         "train_data": str(ctx.train_data),
@@ -545,7 +572,8 @@ def stage_mfu(ctx: Context, output: dict) -> None:
         "work": str(ctx.work),
     }
     cap_end = time.monotonic() + 60 * ctx.stages["mfu"]["cap_minutes"]
-    for variant in profile.mfu_variants:
+
+    def time_variant(variant: str) -> None:
         try:
             if variant == "eager":
                 seconds = step_seconds(cfg, batch, ctx.device, False, dtype, *profile.mfu_timing)
@@ -562,6 +590,14 @@ def stage_mfu(ctx: Context, output: dict) -> None:
         else:
             output["variants"][variant] = step_figures(flops, tokens, seconds, matmul, peak)
         print(f"{variant}: {gpu_report.describe_step(output['variants'][variant])}", flush=True)
+
+    # the eager probe, the presets (the train stage's choice needs them), then the compiled probe in what is left
+    if "eager" in profile.mfu_variants:
+        time_variant("eager")
+    time_presets(ctx, overrides, train_config.batch_size, dtype, output["presets"])
+    for variant in profile.mfu_variants:
+        if variant != "eager":
+            time_variant(variant)
     eager, compiled = (output["variants"].get(name, {}) for name in ("eager", "compiled"))
     if "s_per_step" in eager and "s_per_step" in compiled:
         output["compile_speedup"] = eager["s_per_step"] / compiled["s_per_step"]
@@ -572,15 +608,14 @@ def stage_mfu(ctx: Context, output: dict) -> None:
 
 def choose_preset(ctx: Context, base, loop_minutes: float) -> dict:
     """The largest of profile.presets that trains usefully (>= useful_steps optimizer steps of the config's
-    batch in `loop_minutes`, at the probe's eager s/step scaled by FLOPs per step), the smallest when none
-    does, the fallback without a probe figure; {"preset", "rule", "candidates": [per preset its figures]}."""
+    batch in `loop_minutes`, at its eager s/step measured by the mfu stage), the smallest timed when none
+    does, the fallback when none was timed; {"preset", "rule", "loop_minutes", "predicted_steps" (not for
+    the fallback), "candidates": per preset its parameters, GFLOP/pair and s/step, steps, useful or error}."""
     from benchmarks.presets_table import flops_per_pair, sample_batches
     from ems.flops import encoder_parameters
 
     profile, shards = ctx.profile, shards_of(ctx.train_data)
-    mfu = ctx.output("mfu")
-    eager = mfu.get("variants", {}).get("eager", {})
-    probe = "s_per_step" in eager
+    timed = ctx.output("mfu").get("presets", {})
     batches = sample_batches(shards, min(base.batch_size, len(shards)), FLOPS_BATCHES, seed=1)
     overrides = {**profile.model_overrides, **base.model_overrides}
     candidates = []
@@ -588,27 +623,32 @@ def choose_preset(ctx: Context, base, loop_minutes: float) -> dict:
         cfg = model_config(name, overrides, shards)
         per_pair = flops_per_pair(cfg, shards, batches, cfg.xtr_vocabulary == "batch")
         row = {"preset": name, "params": encoder_parameters(cfg)["total"], "gflop_per_pair": per_pair / 1e9}
-        if probe:
-            seconds = eager["s_per_step"] * per_pair * base.batch_size / (mfu["gflop_per_step"] * 1e9)
-            steps = int(60 * loop_minutes / seconds)
-            row.update(predicted_s_per_step=seconds, predicted_steps=steps, useful=steps >= profile.useful_steps)
+        timing = timed.get(name, {"error": "not timed (the mfu stage ended before it)"})
+        if "s_per_step" in timing:
+            steps = int(60 * loop_minutes / timing["s_per_step"])
+            row.update(s_per_step=timing["s_per_step"], predicted_steps=steps, useful=steps >= profile.useful_steps)
+        else:
+            row["error"] = timing["error"]
         candidates.append(row)
-    rule = (
-        f">= {profile.useful_steps} optimizer steps of {base.batch_size} pairs in {loop_minutes:.2f} min of training "
-        f"loop, each preset's s/step = the probe's eager {eager.get('s_per_step', 0):.4f} s x its FLOPs per step / "
-        f"the probe's ({mfu.get('gflop_per_step', 0):.1f} GFLOP)"
-    )
-    if not probe:
+    measured = [row for row in candidates if "s_per_step" in row]
+    if not measured:
         return {
             "preset": profile.fallback_preset,
-            "rule": "no eager probe figure: the fallback",
+            "rule": "no preset's step was timed: the fallback",
+            "loop_minutes": loop_minutes,
             "candidates": candidates,
         }
-    useful = [row for row in candidates if row["useful"]]
-    chosen = useful[-1] if useful else candidates[0]
+    useful = [row for row in measured if row["useful"]]
+    chosen = useful[-1] if useful else measured[0]
+    rule = (
+        f">= {profile.useful_steps} optimizer steps of {base.batch_size} pairs in {loop_minutes:.2f} min of training "
+        f"loop, at each preset's eager s/step measured on {timed[chosen['preset']]['pairs']} random training pairs "
+        "(the mfu stage)"
+    )
     return {
         "preset": chosen["preset"],
-        "rule": rule + ("" if useful else "; none does: the smallest"),
+        "rule": rule + ("" if useful else "; none does: the smallest timed"),
+        "loop_minutes": loop_minutes,
         "predicted_steps": chosen["predicted_steps"],
         "candidates": candidates,
     }

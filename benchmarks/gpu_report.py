@@ -49,6 +49,13 @@ def describe_step(figures: dict) -> str:
     )
 
 
+def describe_preset_step(timing: dict) -> str:
+    """A preset's timing from the mfu stage ({"s_per_step", "pairs"} or {"error"}) in a few words."""
+    if "error" in timing:
+        return f"error: {timing['error']}"
+    return f"{timing['s_per_step']:.4f} s/step on {timing['pairs']} pairs"
+
+
 # -- the figures ---------------------------------------------------------------------------------
 
 
@@ -157,6 +164,9 @@ def cuts(report: dict) -> list[str]:
     for name, variant in report["mfu"].get("variants", {}).items():
         if "error" in variant:
             lines.append(f"mfu {name}: {variant['error']}")
+    for name, timing in report["mfu"].get("presets", {}).items():
+        if "error" in timing:
+            lines.append(f"mfu preset {name}: {timing['error']}")
     training = report["training"]
     if training and training["steps"] < training["max_steps"]:
         lines.append(f"training stopped at step {training['steps']} of its fitted {training['max_steps']}")
@@ -244,6 +254,9 @@ def mfu_markdown(mfu: dict) -> list[str]:
             else f"| {name} | {v['s_per_step']:.4f} | {v['tokens_per_s']:.0f} | {v['tflops']:.3g} | "
             f"{v['ratio_to_matmul']:.3f} | {_fmt(v['mfu'])} |"
         )
+    if mfu.get("presets"):
+        timings = "; ".join(f"{name} {describe_preset_step(t)}" for name, t in mfu["presets"].items())
+        lines += ["", f"Each candidate preset's eager step on the train config's batch: {timings}"]
     return lines
 
 
@@ -268,14 +281,14 @@ def choice_markdown(choice: dict | None) -> list[str]:
         "",
         f"**{choice['preset']}**: the largest that trains usefully, {choice['rule']}.",
         "",
-        "| preset | parameters | GFLOP/pair | predicted s/step | predicted steps | useful |",
+        "| preset | parameters | GFLOP/pair | measured s/step | predicted steps | useful |",
         "|:--|--:|--:|--:|--:|:--|",
     ]
     for row in choice["candidates"]:
+        seconds = f"error: {row['error']}" if "error" in row else _fmt(row.get("s_per_step"), ".4f")
         lines.append(
-            f"| {row['preset']} | {row['params'] / 1e6:.1f}M | {row['gflop_per_pair']:.3f} | "
-            f"{_fmt(row.get('predicted_s_per_step'), '.4f')} | {_fmt(row.get('predicted_steps'), 'd')} | "
-            f"{_fmt(row.get('useful'))} |"
+            f"| {row['preset']} | {row['params'] / 1e6:.1f}M | {row['gflop_per_pair']:.3f} | {seconds} | "
+            f"{_fmt(row.get('predicted_steps'), 'd')} | {_fmt(row.get('useful'))} |"
         )
     return lines
 

@@ -3,23 +3,29 @@ limit, the segmentation table and its stand-ins), the `run --smoke` path end to 
 too few minutes (every stage cut or failed, reported, within the minutes), the child-process step
 timing and its cap, and the one-line errors."""
 
+import dataclasses
 import json
 import lzma
 import shutil
 import tarfile
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from benchmarks import gpu_acceptance, gpu_prepared
 from ems.cli import run_main
+from ems.configs import load_config
+from ems.model import PRESETS
+from ems.training.config import TrainConfig
 
 STAGES = gpu_acceptance.STAGES
 # The corpus folders of conftest's sliced_data: Chinese, Cantonese and Japanese among the trained languages,
 # so their evaluation text goes through the segmenters (the recorded table with --segmenters table)
 SLICED_CORPORA = {"tatoeba_challenge": ["afr-eng", "eng-jpn_Kana", "eng-yue_Hant"], "tico19": ["en-am", "en-zh"]}
 SMALL_DATA = ["vocab_size=3000", "heldout_per_pair=30", "max_train_pairs=300"]
+SMOKE_BATCH = gpu_acceptance.SMOKE.train_overrides["batch_size"]  # the candidates' batch (the probe's: 8 pairs)
 
 
 def main(*argv) -> int:
@@ -121,9 +127,17 @@ def test_smoke_runs_every_stage_and_reports_them(smoke_run, prepared):
     eager = report["mfu"]["variants"]["eager"]
     assert eager["s_per_step"] > 0 and eager["tflops"] > 0 and eager["mfu"] is None  # no known peak on CPU
     assert report["mfu"]["pairs"] == 8 and report["mfu"]["shapes"]["vocab_size"] == 3000
+    # every candidate timed on the train config's batch (32 pairs, not the probe's 8); the choice from its own time
+    timed = report["mfu"]["presets"]
+    assert list(timed) == list(gpu_acceptance.SMOKE.presets)
+    assert all(t["s_per_step"] > 0 and t["pairs"] == SMOKE_BATCH for t in timed.values())
     choice = report["preset_choice"]
     assert choice["preset"] == "tiny" and choice["candidates"][0]["useful"] is True
     assert choice["candidates"][0]["gflop_per_pair"] > 0 and choice["predicted_steps"] >= 10
+    assert [row["s_per_step"] for row in choice["candidates"]] == [t["s_per_step"] for t in timed.values()]
+    chosen = timed[choice["preset"]]["s_per_step"]
+    assert choice["predicted_steps"] == int(60 * choice["loop_minutes"] / chosen)
+    assert f"measured on {SMOKE_BATCH} random training pairs" in choice["rule"]
     training = report["training"]
     assert training["steps"] == training["max_steps"] == 10 and training["preset"] == "tiny"
     assert "no torch.compile" in training["compiled"]
@@ -142,6 +156,57 @@ def test_smoke_runs_every_stage_and_reports_them(smoke_run, prepared):
     for heading in ("## Environment", "## Training-step MFU", "## Data", "## Preset", "## Training", "## Evaluation"):
         assert heading in markdown
     assert "| 10 | " in markdown and "| unseen | 1 |" in markdown
+    assert "| measured s/step |" in markdown and f"tiny {chosen:.4f} s/step on {SMOKE_BATCH} pairs" in markdown
+
+
+def test_the_choice_is_the_largest_useful_timed_preset_never_an_untimed_one(smoke_run):
+    """choose_preset on the smoke run's shards with made-up timings: 1 loop minute, 100 useful steps."""
+    work, _, _, _ = smoke_run
+    profile = dataclasses.replace(gpu_acceptance.SMOKE, presets=("tiny", "small", "base"), useful_steps=100)
+    base = load_config(TrainConfig, gpu_acceptance.TRAIN_CONFIG, values=profile.train_overrides)
+
+    def choose(presets: dict) -> dict:
+        ctx = SimpleNamespace(
+            profile=profile, train_data=work / "data" / "train", output=lambda _: {"presets": presets}
+        )
+        return gpu_acceptance.choose_preset(ctx, base, loop_minutes=1.0)
+
+    out_of_memory = {"error": "OutOfMemoryError: CUDA out of memory"}
+    choice = choose({"tiny": step(0.1), "small": step(0.5), "base": out_of_memory})
+    assert choice["preset"] == "small" and choice["predicted_steps"] == 120
+    assert [row.get("useful") for row in choice["candidates"]] == [True, True, None]
+    assert choice["candidates"][2]["error"] == out_of_memory["error"] and "s_per_step" not in choice["candidates"][2]
+    choice = choose({"tiny": out_of_memory, "small": step(1.0)})  # none useful: the smallest timed; base untimed
+    assert choice["preset"] == "small" and choice["predicted_steps"] == 60 and "the smallest timed" in choice["rule"]
+    assert choice["candidates"][2]["error"].startswith("not timed")
+    choice = choose({"tiny": {"error": "cut: over its cap of 1.50 min"}})
+    assert choice["preset"] == profile.fallback_preset and "predicted_steps" not in choice
+    assert "no preset's step was timed" in choice["rule"]
+
+
+def step(seconds: float) -> dict:
+    return {"s_per_step": seconds, "pairs": SMOKE_BATCH}
+
+
+def test_a_preset_that_fails_is_an_error_and_a_cap_cuts_the_largest(smoke_run, monkeypatch):
+    work, _, _, _ = smoke_run
+    profile = dataclasses.replace(gpu_acceptance.SMOKE, presets=("tiny", "small", "base"))
+    ctx = SimpleNamespace(profile=profile, train_data=work / "data" / "train", device="cpu")
+    timed: dict = {}
+    with pytest.raises(gpu_acceptance.OutOfTime), gpu_acceptance.time_cap(0.002):  # 0.12 s: not all three
+        gpu_acceptance.time_presets(ctx, gpu_acceptance.TINY, SMOKE_BATCH, "fp32", timed)
+    assert list(timed) == list(profile.presets) and timed["base"]["error"].startswith("cut: over its cap")
+    cut = [name for name, timing in timed.items() if "error" in timing]
+    assert cut == list(profile.presets[-len(cut) :])  # the largest, from the first cut on
+
+    def out_of_memory_for_small(cfg, *args) -> float:
+        if cfg.n_layers == PRESETS["small"]["n_layers"]:  # TINY leaves the presets' depths: 2, 4, 6
+            raise RuntimeError("CUDA out of memory")
+        return 0.5
+
+    monkeypatch.setattr(gpu_acceptance, "step_seconds", out_of_memory_for_small)
+    gpu_acceptance.time_presets(ctx, gpu_acceptance.TINY, SMOKE_BATCH, "fp32", timed)
+    assert timed == {"tiny": step(0.5), "small": {"error": "RuntimeError: CUDA out of memory"}, "base": step(0.5)}
 
 
 def test_a_run_short_of_minutes_cuts_stages_reports_them_and_ends_in_time(prepared, tmp_path):
