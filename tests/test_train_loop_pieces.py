@@ -180,6 +180,17 @@ def test_the_time_budget_times_its_steps_then_fits_once(monkeypatch):
     assert all(off.fitted_end(step, 100, fitted=False, run_started=0.0) is None for step in range(1, 15))
 
 
+def test_a_fitted_end_that_leaves_the_warm_up_most_of_the_run_is_warned_about(monkeypatch, capsys):
+    """As on the first GPU run: warm-up set for 4,499 predicted steps (450), 617 fitted."""
+    for warmup, warned in ((117, True), (116, False)):  # over half of the 8 + 225 = 233 fitted steps, or not
+        ticks = iter([60.0, 63.0, 63.0])
+        monkeypatch.setattr(schedule_module, "time", SimpleNamespace(time=lambda ticks=ticks: next(ticks)))
+        budget = TimeBudget(minutes=5.0, first=5, steps=3, rank=0, world_size=1, device=CPU, warmup_steps=warmup)
+        assert [budget.fitted_end(step, 100_000, fitted=False, run_started=0.0) for step in (5, 8)] == [None, 233]
+        out = capsys.readouterr().out
+        assert ("warning: the warm-up (117 steps) is over half of the 233 steps" in out) is warned
+
+
 def test_last_step_is_the_schedule_end_or_stop_at_step(tmp_path):
     def stopping(stop_at_step):
         return Stopping(SimpleNamespace(signal=None), tmp_path, 0, 1, CPU, stop_at_step, None)

@@ -124,6 +124,9 @@ def steps_within_budget(step: int, seconds_per_step: float, elapsed_minutes: flo
     return step + max(1, int(remaining / seconds_per_step))
 
 
+WARMUP_WARNING_SHARE = 0.5  # of a fitted schedule (a warm-up is usually 3-10% of a run)
+
+
 @dataclass
 class TimeBudget:
     """Fits the schedule's end to TrainConfig.time_budget_minutes (`minutes`; None: no budget):
@@ -137,6 +140,7 @@ class TimeBudget:
     rank: int
     world_size: int
     device: torch.device
+    warmup_steps: int = 0  # the schedule's: a fitted end that leaves it most of the run is warned about
     started: float | None = None  # when step `first` ended
 
     def fitted_end(self, step: int, max_steps: int, fitted: bool, run_started: float) -> int | None:
@@ -161,4 +165,11 @@ class TimeBudget:
                 f"time budget {self.minutes} min: {seconds_per_step:.3f} s/step, schedule fitted to {end} steps",
                 flush=True,
             )
+            if self.warmup_steps > WARMUP_WARNING_SHARE * end:
+                print(
+                    f"warning: the warm-up ({self.warmup_steps} steps) is over half of the {end} steps that fit "
+                    f"{self.minutes} min, so the peak lr comes late or never: lower warmup_steps (or "
+                    "warmup_samples) for this budget",
+                    flush=True,
+                )
         return end

@@ -310,7 +310,13 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
         validator=Validator(valid, cfg.valid_every, engine, cfg.batch_size, autocast, metrics_log),
         probe=Probe(retrieval, cfg.probe_every, engine, rank, metrics_log),
         budget=TimeBudget(
-            cfg.time_budget_minutes, state.step + 5, cfg.budget_probe_steps, rank, world_size, engine.device
+            cfg.time_budget_minutes,
+            state.step + 5,
+            cfg.budget_probe_steps,
+            rank,
+            world_size,
+            engine.device,
+            warmup_steps=effective.warmup_steps,
         ),
         stopping=Stopping(stop_request, out, rank, world_size, engine.device, cfg.stop_at_step, cfg.max_minutes),
     )
