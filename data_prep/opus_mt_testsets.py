@@ -205,7 +205,7 @@ def _count_lines(path: Path) -> int:
 def _read_labels(path: Path | None, fallback: str, line_count: int) -> list[str]:
     if path is None:
         return [fallback] * line_count
-    return [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").split("\n")[:line_count]]
+    return [line.strip() for line in path.read_text(encoding="utf-8-sig", errors="replace").split("\n")[:line_count]]
 
 
 def _import_folder(

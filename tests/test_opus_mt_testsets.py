@@ -221,6 +221,14 @@ def test_each_line_takes_its_labels_language_past_skipped_lines(tmp_path):
     assert report["merged"] == {"ar": [["ara", 2]]}
 
 
+def test_a_byte_order_mark_on_a_labels_file_is_not_part_of_its_first_label(tmp_path):
+    folder = write_folder(tmp_path / "in", "deu-eng", "deu", "eng", [("Hello", "Hallo"), ("Yes", "Ja")], ["deu"] * 2)
+    labels = folder / f"{TATOEBA_CHALLENGE_RELEASE}.deu.labels"
+    labels.write_bytes(b"\xef\xbb\xbf" + labels.read_bytes())  # as a Windows editor saves it
+    report = build_tatoeba_challenge_corpus(tmp_path / "in", tmp_path / "out", languages=["de"])
+    assert report["folders"]["deu-eng"]["kept"] == {"de": 2} and not report["folders"]["deu-eng"]["skipped"]
+
+
 def test_missing_labels_fall_back_to_the_folder_code_and_are_reported(tmp_path):
     folder = write_folder(tmp_path / "in", "deu-eng", "deu", "eng", [("Yes", "Ja"), ("No", "Nein")])
 
