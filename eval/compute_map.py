@@ -383,15 +383,20 @@ class MeasuredBest:
 @dataclass(frozen=True)
 class FittedBest:
     """At `flops`: the size whose fitted curve of `metric` is highest, its fitted `score`, every
-    fitted size's `scores`; `projection` when `flops` is outside some compared size's measured FLOPs
-    (then the comparison rests on extrapolated curves)."""
+    fitted size's `scores`; `projected`, the sizes whose score there is a projection (`flops` outside
+    their measured FLOPs), and `projection`, whether there is any (then the comparison rests on
+    extrapolated curves)."""
 
     flops: float
     metric: str
     size: str
     score: float
     scores: dict[str, float]
-    projection: bool
+    projected: tuple[str, ...]
+
+    @property
+    def projection(self) -> bool:
+        return bool(self.projected)
 
 
 def budget_flops(points: Sequence[MapPoint]) -> dict[str, float]:
@@ -427,7 +432,8 @@ def frontier_fitted(fits: Sequence[PowerLawFit], metric: str, flops: Sequence[fl
             break
         scores = {fit.size: fit.score_at(c) for fit in mine}
         best = max(mine, key=lambda fit: scores[fit.size])
-        out.append(FittedBest(c, metric, best.size, scores[best.size], scores, not all(f.measured(c) for f in mine)))
+        projected = tuple(fit.size for fit in mine if not fit.measured(c))
+        out.append(FittedBest(c, metric, best.size, scores[best.size], scores, projected))
     return out
 
 
@@ -493,8 +499,15 @@ def map_table(
             lines += ["", "From the fits, at equal FLOPs:", ""]
             lines += _header("FLOPs", "best size", "fitted score", "all fitted sizes", "kind")
             for best in fitted:
-                others = ", ".join(f"{size} {score:.1f}" for size, score in best.scores.items())
-                kind = PROJECTION if best.projection else "fit, within the measured FLOPs"
+                others = ", ".join(
+                    f"{size} {score:.1f}{f' ({PROJECTION})' if size in best.projected else ''}"
+                    for size, score in best.scores.items()
+                )
+                kind = (
+                    f"{PROJECTION}: {', '.join(best.projected)}"
+                    if best.projection
+                    else "fit, within the measured FLOPs"
+                )
                 lines.append(_row([f"{best.flops:.3e}", best.size, f"{best.score:.1f}", others, kind]))
     if projected:
         level = projected[0].level
@@ -587,7 +600,8 @@ def map_json(
 ) -> dict:
     """The map as one JSON-ready dict: {"model", "metrics", "settings", "points", "missing", "fits",
     "unfitted", "frontier": {metric: {"measured": [...], "fitted": [...]}}, "projections"}; every
-    projection has "label": "projection", every fitted-frontier entry a "projection" flag."""
+    projection has "label": "projection", every fitted-frontier entry a "projection" flag and the
+    "projected" sizes."""
     at = list(budget_flops(points).values()) + list(frontier_flops)
     return _json_value(
         {
@@ -601,7 +615,9 @@ def map_json(
             "frontier": {
                 metric: {
                     "measured": [asdict(best) for best in frontier_measured(points, metric)],
-                    "fitted": [asdict(best) for best in frontier_fitted(fits, metric, at)],
+                    "fitted": [
+                        {**asdict(best), "projection": best.projection} for best in frontier_fitted(fits, metric, at)
+                    ],
                 }
                 for metric in metrics
             },

@@ -125,6 +125,14 @@ def crossing_points():
     return law_points("small", budgets, 60.0, 0.05, params=10**6) + law_points("large", budgets, 90.0, 0.2, 10**8)
 
 
+def uneven_points():
+    """crossing_points' laws, small measured to 1e14 only: at 1e15 small 100 - 60 x 1000^-0.05 = 57.52
+    (a projection), large 100 - 90 x 1000^-0.2 = 77.39 (within its measured FLOPs)."""
+    return law_points("small", (1e12, 1e13, 1e14), 60.0, 0.05, params=10**6) + law_points(
+        "large", (1e12, 1e14, 1e16), 90.0, 0.2, 10**8
+    )
+
+
 def test_the_frontier_picks_the_small_size_at_low_compute_and_the_large_at_high():
     points = crossing_points()
     measured = frontier_measured(points, METRIC)
@@ -137,6 +145,12 @@ def test_the_frontier_picks_the_small_size_at_low_compute_and_the_large_at_high(
     fitted = frontier_fitted(fits, METRIC, [1e12, 1e13, 2e13, 1e16, 1e18])
     assert [best.size for best in fitted] == ["small", "small", "large", "large", "large"]
     assert [best.projection for best in fitted] == [False, False, False, False, True]
+    assert [best.projected for best in fitted] == [(), (), (), (), ("small", "large")]
+    # a size is a projection only outside its own measured FLOPs, whatever the other sizes measured
+    uneven_fits, _ = fit_map(uneven_points(), [METRIC])
+    (at_1e15,) = frontier_fitted(uneven_fits, METRIC, [1e15])
+    assert at_1e15.projected == ("small",) and at_1e15.size == "large" and at_1e15.projection
+    assert at_1e15.scores == pytest.approx({"small": 57.52, "large": 77.39}, abs=0.01)
     assert fitted[0].score == pytest.approx(40.0, rel=1e-9)
 
 
@@ -196,7 +210,13 @@ def test_the_table_and_plot_label_projections(tmp_path):
     assert "| small | b0 | 10 | 1,000,000 | 1.000e+12 |" in table
     assert "| large | tatoeba/all | 3 | 0.2 ± " in table and "| tiny | tatoeba/all | 1 | 1 point: no fit |" in table
     # 1e18 = 1e6 x 1e12, beyond every point: small 100 - 60 x 10^-0.3 = 69.9, large 100 - 90 x 10^-1.2 = 94.3
-    assert f"| 1.000e+18 | large | 94.3 | small 69.9, large 94.3 | {PROJECTION} |" in table
+    assert (
+        f"| 1.000e+18 | large | 94.3 | small 69.9 ({PROJECTION}), large 94.3 ({PROJECTION}) "
+        f"| {PROJECTION}: small, large |" in table
+    )
+    uneven = uneven_points()
+    table = map_table(uneven, fit_map(uneven, [METRIC])[0], [METRIC], frontier_flops=[1e15])
+    assert f"| 1.000e+15 | large | 77.4 | small 57.5 ({PROJECTION}), large 77.4 | {PROJECTION}: small |" in table
     path = plot_map(points, fits, METRIC, tmp_path / "map.png", project_flops=[1e18])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
