@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import re
 from collections.abc import Sequence
 from importlib import resources
@@ -275,6 +276,26 @@ def flores_languages(split_dir: str | Path, split: str | None = None) -> dict[st
             raise ValueError(f"FLORES files {found[key]} and {path} both have the language key {key!r}")
         found.setdefault(key, path)
     return dict(sorted(found.items()))
+
+
+def duplicate_flores_files(split_dir: str | Path, split: str | None = None) -> dict[str, Path]:
+    """{key: the file it repeats} for every file of flores_languages whose bytes equal another key's
+    file: Helsinki-NLP's copy holds Malay twice (`msa` = `zsm`), so an average over every file would
+    count it twice. The file kept is the one FLORES_FILES names (`zsm`), else the first by name."""
+    files = flores_languages(split_dir, split)
+    by_content: dict[tuple[int, str], list[str]] = {}
+    by_size: dict[int, list[str]] = {}
+    for key, path in files.items():
+        by_size.setdefault(path.stat().st_size, []).append(key)
+    for size, keys in by_size.items():
+        for key in keys if len(keys) > 1 else ():  # only files of one size can be equal: read only those
+            by_content.setdefault((size, hashlib.sha1(files[key].read_bytes()).hexdigest()), []).append(key)
+    copies = {}
+    for keys in by_content.values():
+        named = [key for key in keys if files[key].name.split(".", 1)[0] in _FLORES_KEYS]
+        kept = (named or sorted(keys, key=lambda key: files[key].name))[0]
+        copies.update({key: files[kept] for key in keys if key != kept})
+    return copies
 
 
 def flores_file(split_dir: str | Path, lang: str, split: str | None = None) -> Path | None:

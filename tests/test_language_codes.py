@@ -199,6 +199,26 @@ def test_flores_all_keys_every_file_of_the_real_split_once(data_dir):
     assert flores_file(split_dir, "ace", "devtest") is None  # two files, neither the main one: say which
 
 
+def test_a_flores_file_that_repeats_another_is_named_with_the_file_it_repeats(data_dir, tmp_path):
+    from ems.languages import duplicate_flores_files
+
+    real = data_dir / "flores200" / "devtest"
+    assert duplicate_flores_files(real, "devtest") == {"msa": real / "zsm.devtest"}  # the one copy of 205 files
+    for name, text in {
+        "eng": "a\nb\n",
+        "msa": "x\ny\n",  # sorts first, but zsm is the file FLORES_FILES names for Malay: msa is the copy
+        "zsm": "x\ny\n",
+        "acm": "p\nq\n",  # two files FLORES_FILES does not name: the first by name is kept
+        "acq": "p\nq\n",
+        "deu": "p\nr\n",  # the same size, other bytes: no copy
+    }.items():
+        (tmp_path / f"{name}.devtest").write_text(text)
+    assert duplicate_flores_files(tmp_path, "devtest") == {
+        "msa": tmp_path / "zsm.devtest",
+        "acq": tmp_path / "acm.devtest",
+    }
+
+
 def test_flores_variety_keys_resolve_to_a_models_languages():
     both = ["en", "zh", "zh-Hant", "ace-Arab", "ace-Latn"]
     assert resolve_language("cmn_Hant", both) == "zh-Hant"  # the script picks the variety

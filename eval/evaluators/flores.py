@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ems.cli import MissingDataError
-from ems.languages import ENGLISH, FLORES_FILES, flores_file, flores_languages
+from ems.languages import ENGLISH, FLORES_FILES, duplicate_flores_files, flores_file, flores_languages
 from eval.evaluators.items import score_items
 from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 from eval.task import Languages, TaskConfig
@@ -84,10 +84,13 @@ def evaluate_flores(
         )
     every_file = languages is None and config.languages == "all"
     requested = languages if languages is not None else config.languages
+    copies = duplicate_flores_files(data_dir, split) if every_file else {}
     if every_file:
         requested = [lang for lang in flores_languages(data_dir, split) if lang != ENGLISH]
 
     def absent(lang: str) -> str | None:  # a requested FLORES language without its file is a data error naming it
+        if lang in copies:  # counted once, under the file it repeats
+            return f"same text as {copies[lang].name}"
         missing = flores_file(data_dir, lang, split) is None
         return NOT_IN_FLORES if missing and (every_file or lang not in FLORES_FILES) else None
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from ems.cli import MissingDataError
 from ems.encoder_kinds import encode_checked, encoder_languages
-from ems.languages import canonical_language, covered_language, flores_language
+from ems.languages import canonical_language, covered_language, duplicate_flores_files, flores_language
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.flores import FLORES_SOURCE
 from eval.evaluators.items import NOT_COVERED, score_items
@@ -219,8 +219,10 @@ def evaluate_xsim(
             f"no FLORES-200 {split} split in {data_dir} (missing {english_path.name}); get it from {FLORES_SOURCE}"
         )
     stems = languages if languages is not None else None if config.languages == "all" else config.languages
+    copies = {}
     if stems is None:
         stems = flores_stems(data_dir, split, english_stem)
+        copies = duplicate_flores_files(data_dir, split)
     covered = encoder_languages(encoder)
     english_lang = encoder_lang(english_stem, covered)
     keys = {stem: flores_language(stem) for stem in stems}
@@ -234,6 +236,8 @@ def evaluate_xsim(
             augmented = None if extra is None else encode_checked(encoder, extra.sentences, english_lang)
 
     def uncovered(stem: str) -> str | None:
+        if keys[stem] in copies:  # counted once, under the file it repeats
+            return f"same text as {copies[keys[stem]].name}"
         if english_lang is None:
             return f"encoder does not cover {english_stem}"
         return NOT_COVERED if langs[stem] is None else None
