@@ -249,13 +249,12 @@ class BatchOrder:
         otherwise pay the per-call cost (a permutation per language-pair group) at every step."""
         parts = []
         for block in range(start // PAIRS_BLOCK, -(-stop // PAIRS_BLOCK)):
+            first = block * PAIRS_BLOCK
             if self._pairs_block is None or self._pairs_block[0] != (epoch, block):
-                first = block * PAIRS_BLOCK
                 self._pairs_block = (
                     (epoch, block),
                     self._pairs_at(epoch, first, min(first + PAIRS_BLOCK, len(self.lengths))),
                 )
-            first = block * PAIRS_BLOCK
             parts.append(self._pairs_block[1][max(start - first, 0) : stop - first])
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
