@@ -219,12 +219,14 @@ def run_seconds(run_dir: Path, step: int | None = None) -> float:
 
 
 def evaluate(cfg: MapConfig, model_dir: Path, data_dir: Path, out: Path) -> Path:
-    """results.json of the suite for one model (zero-shot on its unseen languages); cached embeddings."""
+    """results.json of the suite for one model (zero-shot on its unseen languages); cached embeddings. Scored
+    again when results.json lacks a task the map reads (a scoring cut off after its first tasks)."""
     from ems.encoder_kinds import load_encoder
     from eval.run_all import run_all
 
     eval_dir = model_dir.parent / "eval"
-    if not (eval_dir / "results.json").is_file():
+    results = eval_dir / "results.json"
+    if not results.is_file() or not set(TASK_METRICS) <= set(json.loads(results.read_text())["tasks"]):
         encoder = load_encoder(f"ems:{model_dir},unseen=neutral", cache_dir=out / "cache")
         run_all(encoder, data_dir, out_dir=eval_dir, suite_path=resolved(cfg.suite), print_tables=False)
     return eval_dir / "results.json"

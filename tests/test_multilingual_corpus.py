@@ -3,6 +3,7 @@ Challenge folders and three TICO-19 folders, the evaluation sets as they are."""
 
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -203,3 +204,22 @@ def test_training_seconds_count_each_logged_step_once(runner, tmp_path):
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert runner.training_seconds(tmp_path / "metrics.jsonl") == 10.0 + 11.0 + 9.5
+
+
+def test_a_scoring_cut_off_after_its_first_task_is_scored_again(runner, tmp_path, monkeypatch):
+    """As when a session ended inside base's scoring: results.json held Tatoeba only, and the point was
+    written without FLORES and SIB-200."""
+    import ems.encoder_kinds
+    import eval.run_all
+
+    calls = []
+    monkeypatch.setattr(ems.encoder_kinds, "load_encoder", lambda spec, cache_dir: spec)
+    monkeypatch.setattr(eval.run_all, "run_all", lambda encoder, data_dir, out_dir, **kw: calls.append(out_dir))
+    cfg = SimpleNamespace(suite="configs/eval/suite_multilingual.yaml")
+    (tmp_path / "eval").mkdir()
+    results = tmp_path / "eval" / "results.json"
+    for tasks, scored in ((["tatoeba"], 1), ([*runner.TASK_METRICS, "xsim_flores200"], 0)):
+        calls.clear()
+        results.write_text(json.dumps({"tasks": dict.fromkeys(tasks, {})}))
+        assert runner.evaluate(cfg, tmp_path / "model", tmp_path, tmp_path) == results
+        assert len(calls) == scored
