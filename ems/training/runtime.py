@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 # DeepSpeed config keys that follow the process count and batch settings, not the optimizer's layout
 BATCH_LAYOUT_KEYS = ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size")
+# The DeepSpeed config key set from TrainConfig.autocast (itself fixed on resume; see engine_autocast)
+AUTOCAST_KEY = "torch_autocast"
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,8 @@ def gradient_accumulation(cfg: TrainConfig, ds_config: dict, world_size: int) ->
 
 
 def optimizer_layout(ds_config: dict) -> dict:
-    """The DeepSpeed config without BATCH_LAYOUT_KEYS: what may not change on resume."""
-    return {key: value for key, value in ds_config.items() if key not in BATCH_LAYOUT_KEYS}
+    """The DeepSpeed config without BATCH_LAYOUT_KEYS and AUTOCAST_KEY: what may not change on resume."""
+    return {key: value for key, value in ds_config.items() if key not in (*BATCH_LAYOUT_KEYS, AUTOCAST_KEY)}
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -167,18 +169,35 @@ def build_engine(
     return engine
 
 
-def autocast_context(mode: str, device: torch.device, rank: int) -> contextlib.AbstractContextManager:
-    """The forward pass's autocast for TrainConfig.autocast `mode`: bfloat16, or none; "auto" is
-    rank 0's bf16_is_fast, one decision for all ranks."""
+def use_bf16(mode: str, rank: int) -> bool:
+    """TrainConfig.autocast `mode` decided: "bf16", "none", or "auto": rank 0's bf16_is_fast on DeepSpeed's
+    accelerator, one decision for all ranks."""
     import torch.distributed as dist
+    from deepspeed.accelerator import get_accelerator
 
-    use_bf16 = [mode == "bf16" or (mode == "auto" and rank == 0 and bf16_is_fast(device))]
-    dist.broadcast_object_list(use_bf16, src=0)
+    device = torch.device(get_accelerator().device_name())
+    decision = [mode == "bf16" or (mode == "auto" and rank == 0 and bf16_is_fast(device))]
+    dist.broadcast_object_list(decision, src=0)
     if mode == "auto" and rank == 0:
         print(
-            f"autocast=auto: {'bf16' if use_bf16[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {device}"
+            f"autocast=auto: {'bf16' if decision[0] else 'fp32 (bf16 matmuls are slower than fp32 here)'} on {device}"
         )
-    return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16[0] else contextlib.nullcontext()
+    return decision[0]
+
+
+def engine_autocast(ds_config: dict, bf16: bool) -> None:
+    """Set the DeepSpeed config's torch_autocast section to the run's decision. DeepSpeed's engine runs
+    its forward under that section and turns an enclosing torch.autocast off when the section does not
+    enable it (so without it a bf16 run computes in fp32). No module is listed as safe for lower
+    precision: gradients are reduced in fp32, as the fp32 weights are."""
+    ds_config.pop(AUTOCAST_KEY, None)
+    if bf16:
+        ds_config[AUTOCAST_KEY] = {"enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": []}
+
+
+def autocast_context(bf16: bool, device: torch.device) -> contextlib.AbstractContextManager:
+    """The forward pass's autocast: bfloat16 on `device`, or none."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
 def seed_rngs(seed: np.random.SeedSequence) -> None:

@@ -38,9 +38,11 @@ from ems.training.runtime import (
     autocast_context,
     build_engine,
     deepspeed_config,
+    engine_autocast,
     gradient_accumulation,
     optimizer_layout,
     seed_rngs,
+    use_bf16,
 )
 from ems.training.schedule import Schedule, TimeBudget, build_schedule, effective_schedule
 from ems.training.stopping import Stopping, StopRequest, planned_steps
@@ -263,11 +265,13 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
     effective = effective_schedule(cfg, layout.global_batch)
     max_steps = planned_steps(cfg, order)
     schedule = build_schedule(cfg, effective.warmup_steps, max_steps)
+    bf16 = use_bf16(cfg.autocast, rank)
+    engine_autocast(ds_config, bf16)
     engine = build_engine(cfg, model, ds_config, effective.lr, schedule)
     # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
     # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
     seed_rngs(np.random.SeedSequence([cfg.seed, rank]))
-    autocast = autocast_context(cfg.autocast, engine.device, rank)
+    autocast = autocast_context(bf16, engine.device)
 
     fixed = {"deepspeed": optimizer_layout(ds_config), "data": data_fingerprint(shards)}
     if teacher is not None:

@@ -90,20 +90,21 @@ from ems.training.setup import Run, check_inputs, run_directory_lock, setup
 from ems.training.stopping import PREEMPTED_EXIT_CODE, Stop, StopRequest
 
 
-def _module_grad_norm(module: torch.nn.Module) -> float:
-    """2-norm of the gradients held in the parameters' .grad."""
+def _module_grad_norm(module: torch.nn.Module) -> torch.Tensor | None:
+    """2-norm of the gradients held in the parameters' .grad, left on the device (None without any)."""
     grads = [p.grad for p in module.parameters() if p.grad is not None]
-    return float(torch.nn.utils.get_total_norm(grads)) if grads else math.nan
+    return torch.nn.utils.get_total_norm(grads) if grads else None
 
 
 def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]]) -> StepValues:
     """Forward, backward and optimizer step over one global batch (this rank's micro-batches);
-    returns the step's values (read to the host here anyway, so checking them costs no extra
-    synchronisation)."""
+    returns the step's values. They are read to the host once, after the optimizer step: on a GPU
+    an earlier read would make the host wait for the backward pass before queueing the step."""
     engine, accumulation = run.engine, run.layout.accumulation
     lr = float(engine.get_lr()[0])
-    unclipped_norm = math.nan
-    step_sums = dict.fromkeys((*LOSSES, "duplicate_rows"), 0.0)
+    unclipped_norm = None
+    keys = (*LOSSES, "duplicate_rows")
+    step_sums = []  # per micro-batch: its values / accumulation, float64 on the device
     real_tokens = token_slots = 0
     for micro_batch in micro_batches:
         real, slots = real_and_padded_tokens(micro_batch)
@@ -116,14 +117,15 @@ def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]]) -> StepVa
         if engine.is_gradient_accumulation_boundary():
             unclipped_norm = _module_grad_norm(engine.module)
         engine.step()
-        for key in step_sums:
-            step_sums[key] += float(out[key].detach()) / accumulation
+        step_sums.append(torch.stack([out[key].detach().double() for key in keys]) / accumulation)
     # DeepSpeed keeps the norm it clipped with, except under ZeRO 0 in fp32 (where the
     # gradients are whole in .grad, so the norm taken before the step is the same value)
     grad_norm = engine.get_global_grad_norm()
-    grad_norm = float(grad_norm if grad_norm is not None else unclipped_norm)
-    duplicate_rows = step_sums.pop("duplicate_rows")
-    return StepValues(step_sums, grad_norm, lr, duplicate_rows, real_tokens, token_slots)
+    if grad_norm is None:
+        grad_norm = math.nan if unclipped_norm is None else unclipped_norm
+    sums = dict(zip(keys, [sum(values) for values in zip(*torch.stack(step_sums).tolist())], strict=True))
+    duplicate_rows = sums.pop("duplicate_rows")
+    return StepValues(sums, float(grad_norm), lr, duplicate_rows, real_tokens, token_slots)
 
 
 def diverged(run: Run, values: StepValues) -> bool:
