@@ -80,10 +80,8 @@ def main() -> None:
 
     unpacked = unpack(open_prepared(args.data), args.work / "data")
     dtype = "bf16" if args.device == "cuda" else "fp32"
-    base = load_config(TrainConfig, TRAIN_CONFIG)
-    overrides = {**base.model_overrides}
     shards = shards_of(unpacked["train"])
-    cfg = model_config(args.preset, overrides, shards)
+    cfg = model_config(args.preset, load_config(TrainConfig, TRAIN_CONFIG).model_overrides, shards)
     batch = probe_batch(cfg, shards, args.pairs)
     bare = step_seconds(cfg, batch, args.device, False, dtype, 3, 10)
     bare_tokens = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
