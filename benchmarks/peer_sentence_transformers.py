@@ -22,7 +22,8 @@ learning-curve probes included):
   length); mean pooling;
 - a Unigram tokenizer (`tokenizers`: NFKC + lowercase, Metaspace) trained on the same raw text;
 - `MultipleNegativesSymmetricRankingLoss` (scale 10 = the EMS temperature 0.1),
-  `BatchSamplers.NO_DUPLICATES`, batch 256, linear warm-up (150 steps) and decay, fp32,
+  `BatchSamplers.NO_DUPLICATES`, batch 256, linear warm-up (the first 10% of the run's steps, the
+  `warmup_ratio` of sentence-transformers' training examples) and decay, fp32,
   `SentenceTransformerTrainer`.
 
 What is chosen on what: the peer's vocabulary size (`--vocab-grid`) and learning rate (`--lr-grid`)
@@ -83,6 +84,7 @@ LR_GRID = [3e-4, 1e-3, 3e-3]
 PROBE_STEPS, PROBE_LR = 40, 1e-3
 BATCH_SIZE = 256
 
+WARMUP_RATIO = 0.1  # a share, not a step count: a grid run is the final run's schedule, shrunk
 REFIT_AT = 0.2  # share of the budget after which the schedule's end is re-fitted to the run's own rate
 STEP_CAP = 1.5  # the trainer's loop bound, x the first estimate: room for a run faster than its probe
 
@@ -137,6 +139,11 @@ class LinearDecay:
 
     warmup: int
     end: int
+
+    @classmethod
+    def for_run(cls, steps: int, warmup_ratio: float = WARMUP_RATIO) -> LinearDecay:
+        """The schedule of a `steps`-step run: warm-up over its first warmup_ratio, decay to 0 at its end."""
+        return cls(warmup=round(warmup_ratio * steps), end=steps)
 
     def __call__(self, step: int) -> float:
         if step < self.warmup:
@@ -228,11 +235,12 @@ def train_peer(
     seconds: float | None,
     seed: int,
     batch_size: int = BATCH_SIZE,
-    warmup_steps: int = 150,
+    warmup_ratio: float = WARMUP_RATIO,
     settle_steps: int = 10,
     shape: PeerShape = TINY,
 ) -> tuple[int, float, float]:
-    """Train a fresh peer of `shape` (saved in out/model) on a linear schedule ending at max_steps.
+    """Train a fresh peer of `shape` (saved in out/model) on a linear schedule ending at max_steps,
+    warmed up over its first `warmup_ratio` (kept when the end is re-fitted).
     With a budget of `seconds`, the schedule's end is re-fitted once REFIT_AT of it has passed
     (refit_end) and training stops at that end or at the budget, whichever comes first. Returns
     (steps taken, training seconds, steps/s after the first `settle_steps`)."""
@@ -242,7 +250,7 @@ def train_peer(
     from sentence_transformers.training_args import BatchSamplers
     from transformers import TrainerCallback
 
-    schedule = LinearDecay(warmup_steps, max_steps)
+    schedule = LinearDecay.for_run(max_steps, warmup_ratio)
     cap = max_steps if seconds is None else int(STEP_CAP * max_steps)
 
     class Trainer(SentenceTransformerTrainer):

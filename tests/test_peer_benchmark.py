@@ -237,6 +237,15 @@ def test_the_peer_schedule_is_transformers_linear_one_with_a_movable_end():
     assert schedule(375) == pytest.approx(0.5) and schedule(600) == 0.0 and schedule(700) == 0.0
 
 
+def test_a_grid_run_s_schedule_is_the_final_run_s_shrunk():
+    # a grid run a quarter of the final one: the same lr at the same share of the run, decayed to 0 at its end
+    # (a warm-up of a fixed 150 steps never ended in a 140-step grid run)
+    final, grid = peer.LinearDecay.for_run(560), peer.LinearDecay.for_run(140)
+    assert (final.warmup, grid.warmup) == (56, 14)
+    assert [grid(step) for step in range(141)] == pytest.approx([final(4 * step) for step in range(141)])
+    assert grid(100) < grid(14) == 1.0 and grid(140) == 0.0
+
+
 def test_refit_end_fills_the_budget_at_the_run_s_own_rate():
     # 100 steps in 100 s, 1.1 steps/s: 400 s left are 440 more steps
     assert peer.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=1000) == 540
