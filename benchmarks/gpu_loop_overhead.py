@@ -8,16 +8,21 @@ The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast; no D
 nothing read back to the host but the timing's synchronisation) on `--pairs` random training pairs, as the
 acceptance run's mfu stage times each preset. The loop: `ems.training.train` on configs/train/gpu.yaml with
 `--preset`, `--steps` steps and no validation or checkpoint inside the loop; its seconds per step and real
-tokens per second are the logged windows' after the first `--skip-windows` (start-up). Prints one JSON
-object (also written to --out-dir): both, and loop / bare. With --profile the loop runs under
-torch.profiler (which slows it): the operators by self CPU and self device time go to --out-dir.
+tokens per second (and the share of its time the loop waited for a batch) are the logged windows' after the
+first `--skip-windows` (start-up). Prints one JSON object (also written to --out-dir): both, and loop / bare.
+With --profile the loop runs under torch.profiler (which slows it): the operators by self CPU and self device
+time go to --out-dir. With --cprofile it runs under cProfile instead: the training thread's Python functions
+by own and cumulative time (the batch-reading thread is not in it).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import io
 import json
+import pstats
 import shutil
 import sys
 from pathlib import Path
@@ -37,8 +42,9 @@ from ems.training.train import train  # noqa: E402
 
 
 def loop_figures(history: list[dict], skip_windows: int) -> dict:
-    """Seconds per step and real tokens per second over the logged training windows after the first
-    `skip_windows` (validation records, which carry no "seconds", are not windows)."""
+    """Seconds per step, real tokens per second and the share of the time spent waiting for batches over the
+    logged training windows after the first `skip_windows` (validation records, which carry no "seconds",
+    are not windows)."""
     windows = [record for record in history if "seconds" in record and "tokens_per_s" in record]
     if len(windows) <= skip_windows:
         raise SystemExit(f"{len(windows)} logged windows, none left after skipping {skip_windows}: more --steps")
@@ -46,20 +52,38 @@ def loop_figures(history: list[dict], skip_windows: int) -> dict:
     seconds = sum(record["seconds"] for record in kept)
     tokens = sum(record["tokens_per_s"] * record["seconds"] for record in kept)
     steps = kept[-1]["step"] - before
-    return {"steps": steps, "s_per_step": seconds / steps, "tokens_per_s": tokens / seconds}
+    waited = sum(record.get("data_wait_fraction", 0.0) * record["seconds"] for record in kept)
+    return {"steps": steps, "s_per_step": seconds / steps, "tokens_per_s": tokens / seconds,
+            "data_wait_fraction": waited / seconds}
 
 
 @contextlib.contextmanager
-def profiled(enabled: bool, device: str):
-    """torch.profiler over the block (CPU, and the device's activity on a GPU), or nothing."""
-    if not enabled:
-        yield None
+def profiled(kind: str | None, device: str, out_dir: Path | None):
+    """The block under torch.profiler (CPU, and the device's activity on a GPU; `kind` "torch") or cProfile
+    ("cprofile"), their tables written to `out_dir`; or nothing (None)."""
+    if kind is None:
+        yield
+        return
+    if kind == "cprofile":
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            yield
+        finally:
+            profiler.disable()
+        for key in ("tottime", "cumtime"):
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(40)
+            (out_dir / f"cprofile_{key}.txt").write_text(text.getvalue())
         return
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device == "cuda" else [])]
     with profile(activities=activities) as profiler:
-        yield profiler
+        yield
+    for key in ("self_cpu_time_total", f"self_{device}_time_total"):
+        table = profiler.key_averages().table(sort_by=key, row_limit=40)
+        (out_dir / f"profile_{key}.txt").write_text(table + "\n")
 
 
 def main() -> None:
@@ -73,8 +97,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out-dir", type=Path, help="write loop_overhead.json (and the profile's tables) here")
-    parser.add_argument("--profile", action="store_true", help="the loop under torch.profiler")
+    profile = parser.add_mutually_exclusive_group()
+    profile.add_argument("--profile", action="store_true", help="the loop under torch.profiler")
+    profile.add_argument("--cprofile", action="store_true", help="the loop under cProfile")
     args = parser.parse_args()
+    if (args.profile or args.cprofile) and args.out_dir is None:
+        raise SystemExit("--profile and --cprofile write their tables to --out-dir: give one")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU here: --device cpu for the wiring run")
 
@@ -101,7 +129,10 @@ def main() -> None:
         **({} if args.device == "cuda" else {"autocast": "none"}),
     }
     shutil.rmtree(args.work / "run", ignore_errors=True)  # a fresh run, never a resume of the last one
-    with profiled(args.profile, args.device) as profiler:
+    if args.out_dir:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+    kind = "torch" if args.profile else "cprofile" if args.cprofile else None
+    with profiled(kind, args.device, args.out_dir):
         result = train(load_config(TrainConfig, TRAIN_CONFIG, values=values))
     loop = loop_figures(result["history"], args.skip_windows)
     report = {
@@ -112,16 +143,12 @@ def main() -> None:
         "bare": {"s_per_step": bare, "tokens_per_s": bare_tokens / bare},
         "loop": loop,
         "loop_over_bare_s_per_step": loop["s_per_step"] / bare,
+        "profiler": kind,
     }
     text = json.dumps(report, indent=1)
     print(text)
     if args.out_dir:
-        args.out_dir.mkdir(parents=True, exist_ok=True)
         (args.out_dir / "loop_overhead.json").write_text(text + "\n")
-        if profiler is not None:
-            for key in ("self_cpu_time_total", f"self_{args.device}_time_total"):
-                table = profiler.key_averages().table(sort_by=key, row_limit=40)
-                (args.out_dir / f"profile_{key}.txt").write_text(table + "\n")
 
 
 if __name__ == "__main__":
