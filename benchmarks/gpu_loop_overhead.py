@@ -1,13 +1,15 @@
 """What the training loop adds to the bare training step, on the data and config of the GPU acceptance run.
 
-    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo [--preset medium] [--steps 300]
+    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo [--preset medium] [--steps 300] \
+        [--set prefetch_batches=0 ...]
     python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
         --steps 12 --log-every 3                                           # wiring, on CPU
 
 The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast; no DeepSpeed, no data loading,
 nothing read back to the host but the timing's synchronisation) on `--pairs` random training pairs, as the
 acceptance run's mfu stage times each preset. The loop: `ems.training.train` on configs/train/gpu.yaml with
-`--preset`, `--steps` steps and no validation or checkpoint inside the loop; its seconds per step and real
+`--preset`, `--steps` steps, no validation or checkpoint inside the loop and the `--set` items (a variant of the
+loop; the bare step is unchanged); its seconds per step and real
 tokens per second (and the share of its time the loop waited for a batch) are the logged windows' after the
 first `--skip-windows` (start-up). Prints one JSON object (also written to --out-dir): both, and loop / bare.
 With --profile the loop runs under torch.profiler (which slows it): the operators by self CPU and self device
@@ -35,7 +37,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmarks.gpu_acceptance import TRAIN_CONFIG, model_config, probe_batch, shards_of, step_seconds  # noqa: E402
 from benchmarks.gpu_prepared import open_prepared, unpack  # noqa: E402
 from ems.apps.demo import data_paths  # noqa: E402
-from ems.configs import load_config  # noqa: E402
+from ems.configs import ConfigError, load_config  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
 from ems.training.config import TrainConfig  # noqa: E402
 from ems.training.train import train  # noqa: E402
@@ -97,12 +99,18 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out-dir", type=Path, help="write loop_overhead.json (and the profile's tables) here")
+    parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="training config items for the loop, as ems-train's --set")
     profile = parser.add_mutually_exclusive_group()
     profile.add_argument("--profile", action="store_true", help="the loop under torch.profiler")
     profile.add_argument("--cprofile", action="store_true", help="the loop under cProfile")
     args = parser.parse_args()
     if (args.profile or args.cprofile) and args.out_dir is None:
         raise SystemExit("--profile and --cprofile write their tables to --out-dir: give one")
+    try:  # the --set items checked before the slow work
+        load_config(TrainConfig, TRAIN_CONFIG, overrides=args.overrides)
+    except ConfigError as error:
+        raise SystemExit(f"--set: {error}") from None
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU here: --device cpu for the wiring run")
 
@@ -133,7 +141,7 @@ def main() -> None:
         args.out_dir.mkdir(parents=True, exist_ok=True)
     kind = "torch" if args.profile else "cprofile" if args.cprofile else None
     with profiled(kind, args.device, args.out_dir):
-        result = train(load_config(TrainConfig, TRAIN_CONFIG, values=values))
+        result = train(load_config(TrainConfig, TRAIN_CONFIG, overrides=args.overrides, values=values))
     loop = loop_figures(result["history"], args.skip_windows)
     report = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -144,6 +152,7 @@ def main() -> None:
         "loop": loop,
         "loop_over_bare_s_per_step": loop["s_per_step"] / bare,
         "profiler": kind,
+        "loop_overrides": args.overrides,
     }
     text = json.dumps(report, indent=1)
     print(text)
