@@ -55,8 +55,12 @@ def loop_figures(history: list[dict], skip_windows: int) -> dict:
     tokens = sum(record["tokens_per_s"] * record["seconds"] for record in kept)
     steps = kept[-1]["step"] - before
     waited = sum(record.get("data_wait_fraction", 0.0) * record["seconds"] for record in kept)
-    return {"steps": steps, "s_per_step": seconds / steps, "tokens_per_s": tokens / seconds,
-            "data_wait_fraction": waited / seconds}
+    return {
+        "steps": steps,
+        "s_per_step": seconds / steps,
+        "tokens_per_s": tokens / seconds,
+        "data_wait_fraction": waited / seconds,
+    }
 
 
 @contextlib.contextmanager
@@ -99,8 +103,14 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out-dir", type=Path, help="write loop_overhead.json (and the profile's tables) here")
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="training config items for the loop, as ems-train's --set")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="training config items for the loop, as ems-train's --set",
+    )
     profile = parser.add_mutually_exclusive_group()
     profile.add_argument("--profile", action="store_true", help="the loop under torch.profiler")
     profile.add_argument("--cprofile", action="store_true", help="the loop under cProfile")

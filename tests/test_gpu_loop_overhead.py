@@ -15,8 +15,12 @@ HISTORY = [
 
 def test_windows_after_the_skipped_ones_give_seconds_per_step_and_token_rate():
     figures = loop_figures(HISTORY, skip_windows=1)
-    assert figures == {"steps": 40, "s_per_step": 6.0 / 40, "tokens_per_s": (12000 + 12000) / 6.0,
-                       "data_wait_fraction": pytest.approx((2.0 + 0.4) / 6.0)}
+    assert figures == {
+        "steps": 40,
+        "s_per_step": 6.0 / 40,
+        "tokens_per_s": (12000 + 12000) / 6.0,
+        "data_wait_fraction": pytest.approx((2.0 + 0.4) / 6.0),
+    }
     assert loop_figures(HISTORY, skip_windows=0)["s_per_step"] == 15.0 / 60
 
 
