@@ -13,8 +13,10 @@ loop; the bare step is unchanged); its seconds per step and real
 tokens per second (and the share of its time the loop waited for a batch) are the logged windows' after the
 first `--skip-windows` (start-up). Prints one JSON object (also written to --out-dir): both, and loop / bare.
 With --profile the loop runs under torch.profiler (which slows it): the operators by self CPU and self device
-time go to --out-dir. With --cprofile it runs under cProfile instead: the training thread's Python functions
-by own and cumulative time (the batch-reading thread is not in it).
+time go to --out-dir; give it ~20 --steps, as building its tables from 60 steps of `medium` took over two
+minutes on an H200 (docs/results/gpu.md). With --cprofile it runs under cProfile instead: Python functions by
+own and cumulative time (on Python 3.12 every thread's, the batch-reading one included; on earlier
+versions the training thread's only).
 """
 
 from __future__ import annotations
