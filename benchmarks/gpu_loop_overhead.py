@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmarks.gpu_acceptance import TRAIN_CONFIG, model_config, probe_batch, shards_of, step_seconds  # noqa: E402
 from benchmarks.gpu_prepared import open_prepared, unpack  # noqa: E402
 from ems.apps.demo import data_paths  # noqa: E402
-from ems.configs import ConfigError, load_config  # noqa: E402
+from ems.cli import add_debug_option, run_main  # noqa: E402
+from ems.configs import load_config  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
 from ems.training.config import TrainConfig  # noqa: E402
 from ems.training.train import train  # noqa: E402
@@ -94,7 +95,7 @@ def profiled(kind: str | None, device: str, out_dir: Path | None):
         (out_dir / f"profile_{key}.txt").write_text(table + "\n")
 
 
-def main() -> None:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="the directory gpu_acceptance.py prepare wrote")
     parser.add_argument("--work", type=Path, required=True)
@@ -105,24 +106,15 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out-dir", type=Path, help="write loop_overhead.json (and the profile's tables) here")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="training config items for the loop, as ems-train's --set",
-    )
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="training config items for the loop")
+    add_debug_option(parser)
     profile = parser.add_mutually_exclusive_group()
     profile.add_argument("--profile", action="store_true", help="the loop under torch.profiler")
     profile.add_argument("--cprofile", action="store_true", help="the loop under cProfile")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if (args.profile or args.cprofile) and args.out_dir is None:
         raise SystemExit("--profile and --cprofile write their tables to --out-dir: give one")
-    try:  # the --set items checked before the slow work
-        load_config(TrainConfig, TRAIN_CONFIG, overrides=args.overrides)
-    except ConfigError as error:
-        raise SystemExit(f"--set: {error}") from None
+    load_config(TrainConfig, TRAIN_CONFIG, overrides=args.set)  # the --set items checked before the slow work
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU here: --device cpu for the wiring run")
 
@@ -153,7 +145,7 @@ def main() -> None:
         args.out_dir.mkdir(parents=True, exist_ok=True)
     kind = "torch" if args.profile else "cprofile" if args.cprofile else None
     with profiled(kind, args.device, args.out_dir):
-        result = train(load_config(TrainConfig, TRAIN_CONFIG, overrides=args.overrides, values=values))
+        result = train(load_config(TrainConfig, TRAIN_CONFIG, overrides=args.set, values=values))
     loop = loop_figures(result["history"], args.skip_windows)
     report = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -164,7 +156,7 @@ def main() -> None:
         "loop": loop,
         "loop_over_bare_s_per_step": loop["s_per_step"] / bare,
         "profiler": kind,
-        "loop_overrides": args.overrides,
+        "loop_overrides": args.set,
     }
     text = json.dumps(report, indent=1)
     print(text)
@@ -173,4 +165,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -27,3 +27,15 @@ def test_windows_after_the_skipped_ones_give_seconds_per_step_and_token_rate():
 def test_too_few_windows_is_one_line():
     with pytest.raises(SystemExit, match="3 logged windows, none left after skipping 3"):
         loop_figures(HISTORY, skip_windows=3)
+
+
+def test_an_unknown_set_key_is_one_line_before_any_data_is_read(tmp_path, capsys):
+    from benchmarks.gpu_loop_overhead import main
+    from ems.cli import run_main
+
+    argv = ["--data", str(tmp_path / "absent"), "--work", str(tmp_path / "work"), "--device", "cpu"]
+    status = run_main(main, [*argv, "--set", "prefetch_batchez=0"])
+    error = capsys.readouterr().err
+    assert status != 0 and error.count("\n") == 1
+    assert "unknown key(s) ['prefetch_batchez']" in error
+    assert not (tmp_path / "work").exists()
