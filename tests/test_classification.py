@@ -11,7 +11,7 @@ import torch
 
 from ems.cli import MissingDataError
 from ems.configs import ConfigError, load_config
-from ems.languages import FLORES_FILES
+from ems.languages import FLORES_FILES, flores_languages
 from eval.evaluators.classification import (
     ClassificationConfig,
     MlpSettings,
@@ -264,6 +264,21 @@ def test_sib200_language_codes():
     assert sib200_language_code("kas_Deva", 2) == "ks-deva" and sib200_language_code("prs_Arab") == "prs"
     with pytest.raises(ValueError, match="FLORES-200 language code"):
         sib200_language_code("german")
+    assert sib200_language_code("twi_Latn") == "twi" and sib200_language_code("fuv_Latn") == "fuv"  # FLORES' keys
+
+
+def test_sib200_keys_are_the_flores_keys_of_the_same_sentences(data_dir):
+    """SIB-200's sentences are FLORES-200's: per-language tables (eval.language_groups) join the two
+    tasks on the language key, so each SIB directory must get the key of its FLORES file, not a
+    second name (SIB `tw` beside FLORES `twi` split Twi into two rows; `ff` for fuv_Latn put a TICO-19
+    language among the unseen)."""
+    sib = {key.lower(): name for key, name in sib200_languages(data_dir / "sib200").items()}
+    flores = {
+        key.lower(): path.stem for key, path in flores_languages(data_dir / "flores200" / "devtest", "devtest").items()
+    }
+    assert len(sib) == 205 and len(flores) == 205
+    assert {key: sib[key] for key in sib.keys() - flores.keys()} == {"nqo": "nqo_Nkoo"}  # not in this FLORES copy
+    assert flores.keys() - sib.keys() == {"msa"}  # Helsinki-NLP's second copy of Malay (zsm is `ms`)
 
 
 def _sib_fixture(root: Path) -> Path:

@@ -105,7 +105,8 @@ def _nonempty(documents: list[Document], where: str) -> list[Document]:
 
 # ---------------------------------------------------------------- SIB-200
 
-# ISO 639-3 -> ISO 639-1 for the SIB-200 languages that have one (checked against pycountry's ISO 639-3 table).
+# ISO 639-3 -> ISO 639-1 for the SIB-200 languages that have one (checked against pycountry's ISO 639-3 table),
+# but Twi's `tw` (see MACROLANGUAGE_MEMBERS).
 ISO639_1 = {
     "afr": "af",
     "aka": "ak",
@@ -212,7 +213,6 @@ ISO639_1 = {
     "tso": "ts",
     "tuk": "tk",
     "tur": "tr",
-    "twi": "tw",
     "uig": "ug",
     "ukr": "uk",
     "urd": "ur",
@@ -226,12 +226,13 @@ ISO639_1 = {
 
 # Individual languages that FLORES/SIB uses for a macrolanguage with an ISO 639-1 code (as in
 # ems.languages, `swh` -> `sw`): those FLORES_FILES already maps (als, azj, khk, lvs, npi, pes,
-# swh, zsm), plus the rest of SIB's. Other members (prs, azb, the Arabic dialects) keep their own code.
+# swh, zsm), plus the rest of SIB's. Other members (prs, azb, the Arabic dialects) keep their own code,
+# and so do Twi (twi, a member of Akan: `ak` is aka's) and Nigerian Fulfulde (fuv, TICO-19's key): a SIB key
+# is the FLORES-200 key of the same sentences (ems.languages.flores_language), so tables join on it.
 MACROLANGUAGE_MEMBERS = {
     **{stem: lang for lang, stem in FLORES_FILES.items() if len(stem) == 3 and stem not in ISO639_1},
     "arb": "ar",
     "ayr": "ay",
-    "fuv": "ff",
     "gaz": "om",
     "kmr": "ku",
     "knc": "kr",
