@@ -101,6 +101,26 @@ def test_xsimpp_reader_and_errors_by_transformation(tmp_path):
         read_augmented_english(tmp_path)
 
 
+def test_language_filter_reads_flores_keys(data_dir, tmp_path):
+    # --languages qu,zh: Quechua's file is `quy` (key qu; canonical_language("quy") is "quy"), and zh has two files
+    config = tmp_path / "xsim.yaml"
+    config.write_text(
+        "type: xsim\nname: xsim_flores\ndata_subdir: flores200/devtest\nlanguages: all\n", encoding="utf-8"
+    )
+    (tmp_path / "suite.yaml").write_text("tasks: [xsim.yaml]\n", encoding="utf-8")
+    results = run_all(
+        TrigramEncoder(),
+        data_dir,
+        out_dir=tmp_path / "out",
+        languages=["qu", "zh"],
+        max_sentences=20,
+        progress=False,
+        suite_path=tmp_path / "suite.yaml",
+        print_tables=False,
+    )
+    assert sorted(results["xsim_flores"]["languages"]) == ["cmn_Hans", "cmn_Hant", "quy"]
+
+
 def test_xsim_task_through_run_all_on_real_flores(data_dir, tmp_path):
     # Three real FLORES languages, first 40 lines after encoding every whole file; a trigram
     # encoder stands in for a model (mUSE needs ~25 s a file on this machine).
