@@ -21,9 +21,7 @@ import sys
 from pathlib import Path
 
 from ems.cli import MissingDataError, add_debug_option, run_main
-from eval.language_groups import ALL, GROUPS
-
-KEY_COLUMNS = ("language", "canonical", "group", "training_pairs")
+from eval.language_groups import ALL, CSV_KEY_COLUMNS, GROUPS
 
 
 def read_per_language(path: str | Path) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
@@ -35,10 +33,10 @@ def read_per_language(path: str | Path) -> tuple[dict[str, str], dict[str, dict[
         raise MissingDataError(f"no per-language file {path} (eval.language_groups writes OUT/per_language.csv)")
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
-        missing = [column for column in KEY_COLUMNS if column not in (reader.fieldnames or [])]
+        missing = [column for column in CSV_KEY_COLUMNS if column not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{path}: not a per_language.csv of eval.language_groups (no column {missing[0]!r})")
-        tasks = [column for column in reader.fieldnames if column not in KEY_COLUMNS]
+        tasks = [column for column in reader.fieldnames if column not in CSV_KEY_COLUMNS]
         groups: dict[str, str] = {}
         scores: dict[str, dict[str, float]] = {task: {} for task in tasks}
         for line, row in enumerate(reader, start=2):

@@ -61,6 +61,7 @@ SCORES = {
 }
 P_AT_1_TYPES = ("tatoeba", "flores")  # the plot's tasks
 CSV_FILE, MARKDOWN_FILE, PLOT_FILE = "per_language.csv", "by_group.md", "p_at_1_vs_pairs.png"
+CSV_KEY_COLUMNS = ("language", "canonical", "group", "training_pairs")  # per_language.csv: then one column per task
 
 
 def training_pairs(shards_dir: str | Path) -> dict[str, int]:
@@ -170,7 +171,7 @@ def _write_csv(rows: list[dict], path: Path) -> Path:
     scores = {(row["task"], row["language"]): row["score"] for row in rows}
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["language", "canonical", "group", "training_pairs", *tasks])
+        writer.writerow([*CSV_KEY_COLUMNS, *tasks])
         for lang, row in _languages(rows).items():
             cells = [f"{scores[task, lang]:.2f}" if (task, lang) in scores else "" for task in tasks]
             writer.writerow([lang, row["canonical"], row["group"], row["training_pairs"], *cells])
