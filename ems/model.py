@@ -38,6 +38,7 @@ from ems.text import PAD_ID, SPM_FILE, TOKENIZER_FILE
 # percentile, 280 tokens, is the longest (Burmese 260, Khmer 210; 107-126 for the others; measured with
 # benchmarks/flores_lengths.py); EMSConfig's default of 120 cut 2.5% of them on average, up to 45% (Thai).
 PRESET_MAX_LEN = 288
+NORM_PLACEMENTS = ("pre", "post")  # EMSConfig.norm_placement
 
 
 @dataclass
@@ -86,6 +87,10 @@ class EMSConfig:
     # PackedTokens). The tiny preset (a CPU model) turns it on; ems-paper leaves it off, as GPU attention
     # kernels cost little per padded slot at these lengths (not measured).
     attention_group_rows: int = 0
+    # Where each layer's LayerNorms sit: "pre" (the paper's and most modern encoders': LN before the
+    # attention and the feed-forward block, a final LN before pooling) or "post" (BERT's: LN after each
+    # residual sum, and on the embeddings instead of before pooling; the same parameters).
+    norm_placement: str = "pre"
     pad_id: int = PAD_ID
 
     def __post_init__(self) -> None:
@@ -109,6 +114,8 @@ class EMSConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.attention not in ("auto", "sdpa", "matmul"):
             raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
+        if self.norm_placement not in NORM_PLACEMENTS:
+            raise ValueError(f"norm_placement must be one of {', '.join(NORM_PLACEMENTS)}, not {self.norm_placement!r}")
         if self.xtr_vocabulary not in ("full", "batch"):
             raise ValueError(f"xtr_vocabulary must be 'full' or 'batch', not {self.xtr_vocabulary!r}")
         if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
@@ -364,11 +371,13 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropou
 
 
 class EncoderLayer(nn.Module):
-    """Pre-LayerNorm transformer layer on packed token states; attention through scaled_dot_product_attention
-    (`attention_with_dropout` on CPU with gradients: EMSConfig.attention)."""
+    """Transformer layer on packed token states, LayerNorm before each block or after each residual sum
+    (EMSConfig.norm_placement); attention through scaled_dot_product_attention (`attention_with_dropout`
+    on CPU with gradients: EMSConfig.attention)."""
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
+        self.post_norm = cfg.norm_placement == "post"
         self.n_heads = cfg.n_heads
         self.dropout = cfg.dropout
         self.attention = cfg.attention
@@ -381,12 +390,15 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, tokens: PackedTokens) -> Tensor:
         """x: (N, d) states of the real tokens of `tokens`."""
-        qkv = self.qkv(self.norm1(x))
+        qkv = self.qkv(x if self.post_norm else self.norm1(x))
         if tokens.groups:
             attn = torch.cat([self.attend(qkv.index_select(0, index), group) for index, group in tokens.groups])
             attn = attn.index_select(0, tokens.ungroup)
         else:
             attn = self.attend(qkv, tokens)
+        if self.post_norm:
+            x = self.norm1(x + self.drop(self.proj(attn)))
+            return self.norm2(x + self.drop(self.ffn(x)))
         x = x + self.drop(self.proj(attn))
         return x + self.drop(self.ffn(self.norm2(x)))
 
@@ -430,15 +442,18 @@ class EncoderNetwork(nn.Module):
         return pooled if self.output_projection is None else self.output_projection(pooled)
 
     def pool(self, tokens: Tensor) -> Tensor:
-        """(B, L) token ids -> (B, d_model) mean of the final (LayerNorm'd) non-pad token states."""
+        """(B, L) token ids -> (B, d_model) mean of the final (LayerNorm'd) non-pad token states; with
+        post-LN layers, `norm` normalises the embeddings instead (BERT's embedding LayerNorm)."""
         tokens = tokens[:, : self.cfg.max_len]
         mask = tokens != self.cfg.pad_id
         packed = PackedTokens(mask, self.cfg.attention_group_rows)
         positions = packed.index % tokens.shape[1]
-        x = self.drop(self.tok_emb(tokens.reshape(-1)[packed.index]) + self.pos_emb(positions))
+        x = self.tok_emb(tokens.reshape(-1)[packed.index]) + self.pos_emb(positions)
+        post_norm = self.cfg.norm_placement == "post"
+        x = self.drop(self.norm(x) if post_norm else x)
         for layer in self.layers:
             x = layer(x, packed)
-        return packed.mean(self.norm(x))
+        return packed.mean(x if post_norm else self.norm(x))
 
 
 class XTRHead(nn.Module):

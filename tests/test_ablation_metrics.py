@@ -216,3 +216,59 @@ def test_variants_runs_only_those_named_and_refuses_unknown_names(tmp_path, monk
     ems.apps.ablation.main(["--config", str(config), "--out", str(out)])  # all: only b is new
     assert [path.split("/")[-3] for path in trained] == ["a", "c", "b"]
     assert "| b |" in (out / "ablation.md").read_text()
+
+
+def test_a_data_variant_trains_on_its_own_prepared_data(tmp_path, monkeypatch):
+    # A variant named in data_variants trains on the shards, vocabulary and held-out pairs prepared from its
+    # data config under OUT/data-<variant>; the others on OUT/data. Data configs of other languages are refused.
+    data_of, prepared = {}, []
+
+    def fake_train(cfg):
+        data_of[cfg.out.split("/")[-3]] = cfg.data
+        model = tmp_path / f"model{len(data_of)}"
+        model.mkdir()
+        return {"steps": 3, "model_dir": str(model), "preempted": False}
+
+    def fake_prepare(data_cfg, data_dir, out, stages):
+        prepared.append((out.name, data_cfg.vocab_size))
+        (out / "shards" / "heldout").mkdir(parents=True)
+        (out / "shards" / "heldout" / "index.json").write_text("{}")
+
+    out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
+    monkeypatch.setattr(ems.apps.ablation, "prepare_data", fake_prepare)
+    small = tmp_path / "small.yaml"
+    small.write_text("languages: [de, fr]\nvocab_size: 8000\n")
+    other = tmp_path / "other.yaml"
+    other.write_text("languages: [de]\nvocab_size: 8000\n")
+    config = out / "ablation.yaml"
+    body = "variants:\n  a: {}\n  b b: {}\nseeds: [0]\nmetrics: {x: {task: t, path: [p]}}\n"
+    main_data = tmp_path / "main.yaml"
+    main_data.write_text("languages: [de, fr]\n")
+    config.write_text(f"data_config: {main_data}\n{body}data_variants: {{b b: {other}}}\n")
+    with pytest.raises(UserError, match="must have data_config's languages and seed"):
+        ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
+    config.write_text(f"data_config: {main_data}\n{body}data_variants: {{c: {small}}}\n")
+    with pytest.raises(UserError, match="data_variants names 'c', not among the variants"):
+        ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
+    assert data_of == {}
+    config.write_text(f"data_config: {main_data}\n{body}data_variants: {{b b: {small}}}\n")
+    ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
+    assert prepared == [("data-b_b", 8000)]  # OUT/data was prepared before; the variant's data once
+    assert data_of == {"a": str(out / "data" / "shards" / "train"), "b_b": str(out / "data-b_b" / "shards" / "train")}
+
+
+def test_the_tico19_development_set_is_built_for_the_trained_languages_it_has(data_dir, tmp_path):
+    # configs/eval/tico19_dev.yaml's data: TICO-19's 2100 English-X pairs of each trained language that
+    # TICO-19 has (de is not among them), in the held-out layout its evaluator reads; built once.
+    from ems.apps.ablation import prepare_task_dirs
+    from eval.evaluators.heldout import find_heldout_bitexts
+
+    cfg = AblationConfig(task_dirs={"tico19_dev": "tico"})
+    dirs = prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"])
+    assert dirs == {"tico19_dev": tmp_path / "tico"}
+    bitexts, _, errors = find_heldout_bitexts(dirs["tico19_dev"])
+    assert {b.lang: len(b.xx) for b in bitexts} == {"es": 2100, "zh": 2100} and not errors
+    assert bitexts[0].en[0] == "about how long have these symptoms been going on?"
+    before = (tmp_path / "tico" / "import_report.json").stat().st_mtime_ns
+    prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"])
+    assert (tmp_path / "tico" / "import_report.json").stat().st_mtime_ns == before

@@ -70,3 +70,32 @@ def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(
     assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == PREEMPTED_EXIT_CODE
     err = capsys.readouterr().err
     assert err.startswith("error: training stopped at step 40 of 1800") and err.count("\n") == 1
+
+
+def test_the_data_config_s_preprocessing_is_the_vocabulary_s(tmp_path, monkeypatch):
+    # DemoDataConfig.preprocessing reaches SentencePiece and is saved with the vocabulary (encoding applies it):
+    # without the word pre-tokenizer "Hallo, Welt!" keeps its comma on the word; with it (the default) Moses
+    # splits it off.
+    import ems.apps.demo
+    from ems.apps.demo import DemoDataConfig, Stages, prepare_data
+    from ems.corpus import write_parallel
+    from ems.text import Preprocessing, Tokenizer
+
+    words = "hallo welt haus baum katze hund wasser feuer erde luft".split()
+
+    def fake_corpus(data_cfg, data_dir, out):
+        for split in ("train", "heldout"):
+            pairs = [(f"{a}, {b}!", f"{b}, {a}!") for a in words for b in words]
+            write_parallel(out / "corpus" / split, "toy", "de", "en", pairs * 3)
+        return {"languages": ["de"]}
+
+    monkeypatch.setattr(ems.apps.demo, "build_corpus", fake_corpus)
+    seen = {}
+    for name, preprocessing in (("raw", Preprocessing(moses=False)), ("moses", Preprocessing())):
+        out = tmp_path / name
+        data_cfg = DemoDataConfig(languages=["de"], vocab_size=30, preprocessing=preprocessing)
+        prepare_data(data_cfg, tmp_path, out, Stages())
+        tokenizer = Tokenizer.load(out / "vocab")
+        assert tokenizer.preprocessing == preprocessing
+        seen[name] = tokenizer.preprocess(["Hallo, Welt!"], "de")[0]
+    assert seen == {"raw": "hallo, welt!", "moses": "hallo , welt !"}

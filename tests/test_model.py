@@ -150,3 +150,38 @@ def test_table13_component_options():
     assert paper.contrastive_head(u).shape == (2, paper.cfg.d_contrastive)
     with pytest.raises(ValueError, match="attention_group_rows"):
         small_config(attention_group_rows=-1)
+
+
+def _post_ln_reference(encoder: EncoderNetwork, tokens: torch.Tensor) -> torch.Tensor:
+    """BERT's layer order written out densely on the padded batch: LayerNorm(embeddings), then per layer
+    x = LN1(x + attention(x)), x = LN2(x + ffn(x)); the mean of the last states over real tokens."""
+    mask = tokens != PAD
+    positions = torch.arange(tokens.shape[1])
+    x = encoder.norm(encoder.tok_emb(tokens) + encoder.pos_emb(positions)[None])
+    b, t, d = x.shape
+    for layer in encoder.layers:
+        h = layer.n_heads
+        q, k, v = layer.qkv(x).view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-2, -1) / (d // h) ** 0.5
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+        attn = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = layer.norm1(x + layer.proj(attn))
+        x = layer.norm2(x + layer.ffn(x))
+    return (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+
+def test_post_layernorm_is_bert_s_layer_order():
+    # norm_placement "post" (the peer's network) against the dense reference above, with length groups
+    # too; the pre-LN encoder with the same weights gives other vectors, and a bad placement is refused.
+    torch.manual_seed(0)
+    lengths = torch.tensor([7, 1, 12, 3, 5])
+    tokens = torch.randint(3, 100, (len(lengths), 12))
+    tokens[torch.arange(12)[None, :] >= lengths[:, None]] = PAD
+    for group_rows in (0, 2):
+        post = EncoderNetwork(small_config(norm_placement="post", attention_group_rows=group_rows)).eval()
+        torch.testing.assert_close(post(tokens), _post_ln_reference(post, tokens), rtol=1e-5, atol=1e-5)
+    pre = EncoderNetwork(small_config()).eval()
+    pre.load_state_dict(post.state_dict())
+    assert not torch.allclose(pre(tokens), post(tokens), atol=1e-3)
+    with pytest.raises(ValueError, match="norm_placement must be one of pre, post"):
+        small_config(norm_placement="sandwich")

@@ -70,10 +70,14 @@ class AblationConfig:
     train_config: str = "configs/train/demo.yaml"  # the base TrainConfig of every run
     train_overrides: TrainOverrides = field(default_factory=dict)  # applied to every run (the step budget, ...)
     variants: dict[str, TrainOverrides] = field(default_factory=dict)  # {name: its overrides}, in table order
+    # {variant name: a DemoDataConfig} for variants that train on other data than data_config (another
+    # vocabulary or preprocessing), prepared once under OUT/data-<variant>; same languages, same held-out pairs
+    data_variants: dict[str, str] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     suite: str = str(DEMO_SUITE)  # the evaluation suite every model is scored with (eval.run_all)
     # {task name: directory, relative to the ablation's out directory} for suite tasks whose data is
-    # built, not shipped; a missing FLORES pseudo-BUCC directory (task flores_bucc) is built there
+    # built, not shipped; a missing directory of a task in TASK_DIR_BUILDERS (flores_bucc: the FLORES
+    # pseudo-BUCC task; tico19_dev: TICO-19's pairs, a development set) is built there
     task_dirs: dict[str, str] = field(default_factory=dict)
     # {column: {"task", "path": keys into the task's result, optional "rows": the language rows or
     # tracks to average the path over, "scale"}}; see metric_value
@@ -240,17 +244,37 @@ def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def prepare_task_dirs(cfg: AblationConfig, out: Path, data_dir: Path, languages: list[str]) -> dict[str, Path]:
-    """{task name: directory} of `task_dirs` under `out`, a missing FLORES pseudo-BUCC one built
-    for the languages."""
+def _build_flores_bucc(data_dir: Path, out: Path, languages: list[str]) -> None:
     from eval.make_flores_bucc import build_flores_bucc
 
+    build_flores_bucc(data_dir, out, languages)
+
+
+def _build_tico19_dev(data_dir: Path, out: Path, languages: list[str]) -> None:
+    """TICO-19's English-X pairs of `languages` (those it has), in the held-out layout: a development set
+    of another domain (COVID-19 texts) for a corpus that does not train on TICO-19."""
+    from data_prep.opus_mt_testsets import build_tico19_corpus
+
+    build_tico19_corpus(data_dir / "tico19", out, languages)
+
+
+# Suite tasks whose data an ablation builds under its out directory (AblationConfig.task_dirs):
+# {task name: (what it is, builder(data_dir, directory, trained languages))}
+TASK_DIR_BUILDERS = {
+    "flores_bucc": ("the FLORES pseudo-BUCC task", _build_flores_bucc),
+    "tico19_dev": ("TICO-19's pairs (development set)", _build_tico19_dev),
+}
+
+
+def prepare_task_dirs(cfg: AblationConfig, out: Path, data_dir: Path, languages: list[str]) -> dict[str, Path]:
+    """{task name: directory} of `task_dirs` under `out`; a missing one of a task in TASK_DIR_BUILDERS
+    is built for the languages."""
     task_dirs = {name: out / directory for name, directory in cfg.task_dirs.items()}
-    if "flores_bucc" in task_dirs and not task_dirs["flores_bucc"].is_dir():
-        print(
-            f"building the FLORES pseudo-BUCC task for {', '.join(languages)} in {task_dirs['flores_bucc']}", flush=True
-        )
-        build_flores_bucc(data_dir, task_dirs["flores_bucc"], languages)
+    for name, directory in task_dirs.items():
+        if name in TASK_DIR_BUILDERS and not directory.is_dir():
+            what, build = TASK_DIR_BUILDERS[name]
+            print(f"building {what} for {', '.join(languages)} in {directory}", flush=True)
+            build(data_dir, directory, languages)
     return task_dirs
 
 
@@ -281,12 +305,27 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     from ems.encoder import load
     from ems.encoder_kinds import load_encoder
 
+    unknown = [name for name in cfg.data_variants if name not in cfg.variants]
+    if unknown:
+        raise UserError(f"data_variants names {', '.join(map(repr, unknown))}, not among the variants")
     data_cfg = load_config(DemoDataConfig, _resolve(cfg.data_config))
     prepared = out / "data"
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
         prepare_data(data_cfg, data_dir, prepared, Stages())
     prepare_teachers(cfg, prepared)
     languages = data_cfg.languages if data_cfg.languages is not None else trained_languages(prepared)
+    variant_data = {}
+    for variant, config in cfg.data_variants.items():
+        if variant not in cfg.variants:  # left out by --variants
+            continue
+        variant_cfg = load_config(DemoDataConfig, _resolve(config))
+        if variant_cfg.languages != data_cfg.languages or variant_cfg.seed != data_cfg.seed:
+            raise UserError(
+                f"data_variants: {config} must have data_config's languages and seed (the same held-out pairs)"
+            )
+        variant_data[variant] = out / f"data-{variant.replace(' ', '_')}"
+        if not (variant_data[variant] / "shards" / "heldout" / "index.json").is_file():
+            prepare_data(variant_cfg, data_dir, variant_data[variant], Stages())
     task_dirs = prepare_task_dirs(cfg, out, data_dir, languages)
     references = {}
     for spec in cfg.reference_encoders:
@@ -316,7 +355,8 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                 print(f"\n== {variant}, seed {seed} ==", flush=True)
                 if not trained_file.is_file():
                     # a run stopped or killed in training resumes from its newest checkpoint (ems.training.train)
-                    values = {**data_paths(prepared, data_dir), "out": str(run_dir / "run"), "seed": seed}
+                    paths = data_paths(variant_data.get(variant, prepared), data_dir)
+                    values = {**paths, "out": str(run_dir / "run"), "seed": seed}
                     values = merge(merge(values, cfg.train_overrides), variant_overrides)
                     train_cfg = load_config(TrainConfig, _resolve(cfg.train_config), overrides, values)
                     seconds_file, started = run_dir / TRAINING_SECONDS_FILE, time.time()

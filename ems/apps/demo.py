@@ -33,6 +33,7 @@ from pathlib import Path
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import ConfigError, load_config
 from ems.languages import ENGLISH
+from ems.text import Preprocessing
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
 
@@ -65,6 +66,10 @@ class DemoDataConfig:
     heldout_draw: str = "random"
     max_train_pairs: int | None = None  # per language pair, a seeded sample of the training split (None: all)
     vocab_size: int = 16000
+    # The text SentencePiece is trained on and reads (ems.text.Preprocessing: NFKC, lowercase, and with
+    # `moses` the per-language word pre-tokenizer: Moses, jieba for zh, MeCab for ja); saved with the
+    # vocabulary, so encoding applies the same.
+    preprocessing: Preprocessing = field(default_factory=Preprocessing)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -350,7 +355,13 @@ def prepare_data(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: St
         f"SentencePiece (unigram, {data_cfg.vocab_size} pieces with the <2xx> tokens) on the training sentences ...",
         flush=True,
     )
-    tokenizer = train_vocab(out / "corpus" / "train", out / "vocab", vocab_size=data_cfg.vocab_size, seed=data_cfg.seed)
+    tokenizer = train_vocab(
+        out / "corpus" / "train",
+        out / "vocab",
+        vocab_size=data_cfg.vocab_size,
+        preprocessing=data_cfg.preprocessing,
+        seed=data_cfg.seed,
+    )
     print(f"{tokenizer.vocab_size} pieces, {len(tokenizer.languages)} languages: {out / 'vocab'}", flush=True)
 
     stages.start("binarize")

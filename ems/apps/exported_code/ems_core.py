@@ -45,6 +45,7 @@ from ems.encoder import (
 )
 from ems.losses import DUPLICATE_NEGATIVES, OBJECTIVES
 from ems.model import (
+    NORM_PLACEMENTS,
     EMSConfig,
     EncoderLayer,
     EncoderNetwork,
