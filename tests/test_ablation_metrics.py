@@ -19,6 +19,7 @@ from ems.apps.ablation import (
     summary_table,
 )
 from ems.cli import UserError
+from ems.configs import ConfigError
 from eval.results import TaskResult
 
 RESULTS = {
@@ -248,9 +249,11 @@ def test_a_data_variant_trains_on_its_own_prepared_data(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="must have data_config's languages and seed"):
         ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
     config.write_text(f"data_config: {main_data}\n{body}data_variants: {{c: {small}}}\n")
-    with pytest.raises(UserError, match="data_variants names 'c', not among the variants"):
+    with pytest.raises(ConfigError, match="data_variants names 'c', not a variant"):
         ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
-    assert data_of == {}
+    config.write_text(f"data_config: {main_data}\n{body}data_variants: {{b b: {other}}}\n")
+    ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--variants", "a"])  # b b's data not read
+    assert prepared == [] and list(data_of) == ["a"]
     config.write_text(f"data_config: {main_data}\n{body}data_variants: {{b b: {small}}}\n")
     ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
     assert prepared == [("data-b_b", 8000)]  # OUT/data was prepared before; the variant's data once

@@ -44,7 +44,7 @@ from ems.apps.demo import (
     trained_languages,
 )
 from ems.cli import UserError, add_debug_option, run_main
-from ems.configs import FieldsOf, load_config, merge
+from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
@@ -86,6 +86,11 @@ class AblationConfig:
         default_factory=list
     )  # ems.encoder_kinds specs scored once (e.g. the teacher)
     teacher_batch_size: int = 64  # sentences per teacher call when building a teacher store
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.data_variants if name not in self.variants]
+        if unknown:
+            raise ConfigError("AblationConfig", [f"data_variants names {', '.join(map(repr, unknown))}, not a variant"])
 
 
 class MetricNotFound(UserError, KeyError):
@@ -305,9 +310,6 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     from ems.encoder import load
     from ems.encoder_kinds import load_encoder
 
-    unknown = [name for name in cfg.data_variants if name not in cfg.variants]
-    if unknown:
-        raise UserError(f"data_variants names {', '.join(map(repr, unknown))}, not among the variants")
     data_cfg = load_config(DemoDataConfig, _resolve(cfg.data_config))
     prepared = out / "data"
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
