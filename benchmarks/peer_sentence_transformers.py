@@ -3,9 +3,9 @@
     python benchmarks/peer_sentence_transformers.py --demo runs/demo --out runs/peer
     python benchmarks/peer_sentence_transformers.py --demo runs/multilingual --out runs/peer-multilingual \
         --suite configs/eval/suite_multilingual.yaml
-    python benchmarks/peer_sentence_transformers.py ... --vocab-grid 8000 16000 32000 --lr-grid 3e-4 1e-3 3e-3 \
-        --grid-fraction 0.25 --seed 0
-    python benchmarks/peer_sentence_transformers.py --demo runs/map/data --run "runs/map/runs/tiny/30 min" \
+    python benchmarks/peer_sentence_transformers.py ... --vocab-grid 8000 16000 32000 64000 --lr-grid 1e-3 3e-3 1e-2 \
+        --extend 2 --precision auto --equal-pairs --seed 0
+    python benchmarks/peer_sentence_transformers.py --demo runs/map/data --run runs/map/runs/tiny/30min \
         --seconds 2760 --suite configs/eval/suite_multilingual.yaml --out runs/peer-map   # a map point
 
 What a new user would try instead of this project, built the way its documentation teaches, on the
@@ -15,49 +15,47 @@ on the same machine, for the same wall-clock training time as the EMS run (its "
 learning-curve probes included):
 
 - a from-scratch `transformers.BertModel` of the EMS model's shape, read from its config
-  (`DEMO/run/model/config.json`, what `ems.load` reads): d_model, n_layers, n_heads, d_ffn, and its
-  max_len as the peer's max_position_embeddings and max_seq_length, so both cut sentences at the
-  same length (the demo's: d 128, 2 layers, 4 heads, ffn 512, 64 tokens; the all-language recipe's
-  `small`: d 192, 4 layers, 4 heads, ffn 768, 288 tokens; the peer's [CLS] and [SEP] count in its
-  length); mean pooling;
+  (`DEMO/run/model/config.json`, what `ems.load` reads): d_model, n_layers, n_heads, d_ffn, dropout,
+  and its max_len as the peer's max_position_embeddings and max_seq_length, so both cut sentences at
+  the same length (the demo's: d 128, 2 layers, 4 heads, ffn 512, dropout 0, 64 tokens; the peer's
+  [CLS] and [SEP] count in its length); mean pooling;
 - a Unigram tokenizer (`tokenizers`: NFKC + lowercase, Metaspace) trained on the same raw text;
 - `MultipleNegativesSymmetricRankingLoss` (scale 10 = the EMS temperature 0.1),
   `BatchSamplers.NO_DUPLICATES`, batch 256, linear warm-up (the first 10% of the run's steps, the
-  `warmup_ratio` of sentence-transformers' training examples) and decay, fp32,
-  `SentenceTransformerTrainer`.
+  `warmup_ratio` of sentence-transformers' training examples) and decay, the EMS run's weight decay
+  (its train_config.yaml), `SentenceTransformerTrainer`; in bf16 or fp32, whichever trains faster on
+  this CPU (`--precision auto`: a 40-step probe of each, the first vocabulary), as EMS's autocast does.
 
-What is chosen on what: the peer's vocabulary size (`--vocab-grid`) and learning rate (`--lr-grid`)
-are chosen on the held-out pairs (`DEMO/corpus/heldout`) with shorter runs (`--grid-fraction` of the
-budget each, the same schedule shape); Tatoeba and FLORES-200 are never used to choose. The search is
-a coordinate search: every vocabulary size at the middle lr of the grid (the lower middle of an even
-one), then every other lr at the best of those sizes (the middle lr's run reused). It costs (number of
-vocab sizes + number of lrs - 1) x grid-fraction x budget of training (the defaults: (3 + 3 - 1) x
-0.25 = 1.25 budgets), plus a tokenizer and a 40-step probe per vocabulary size. Every (vocab, lr)
-point run and its held-out P@1 is recorded (`grid` in peer_report.json, a table in peer_report.md); a
-choice at either grid's edge is printed and recorded (`vocab_at_grid_edge`, `lr_at_grid_edge`): that
-grid should then be extended. `--vocab-size N` runs no vocabulary grid (N only: the lr grid alone,
-as runs before the vocabulary grid did, whose default N was the EMS model's vocabulary size).
+The grid, at the full budget. Every (vocabulary, lr) point the search visits trains for the whole
+budget and is scored on everything: the peer is not one run but every run of the grid. The search is a
+coordinate search: every vocabulary size (`--vocab-grid`) at the middle lr of `--lr-grid` (the lower
+middle of an even one), then every other lr at the best of those sizes; the best is the held-out pairs'
+(`DEMO/corpus/heldout`; Tatoeba and FLORES-200 never choose). A best at an axis's edge extends that axis
+beyond it by the edge's own step (64k after 32k: 128k; 1e-2 after 3e-3: 3.3e-2), up to `--extend` times
+per axis; a best still at an edge after that is flagged (`vocab_at_grid_edge`, `lr_at_grid_edge`).
+It costs (vocabularies + lrs - 1 + extensions) budgets of training, plus a tokenizer and a 40-step
+probe per vocabulary.
 
-The chosen (vocab, lr) then trains for the whole budget: its step count is first the budget times
-the steady steps/s of its vocabulary's 40-step probe (its first 10 steps, start-up included, not
-counted), then re-fitted once a fifth of the budget has passed, from the run's own steady rate so far
-(`refit_end`): the linear decay is stretched or shortened to end at the budget, as the EMS trainer's
-time budget does (ems.training.schedule.TimeBudget). The probe alone had left 11% of the budget
-unused (the run went faster than its probe). A callback stops it at the budget whatever happens, so
-it never trains longer than the EMS run did.
+EMS is then reported against two peers on each metric: the held-out pick (what a user choosing on
+development data gets) and **the best grid point on that very metric** (the worst case for EMS: its
+ratio is the smallest over every setting tried). `--equal-pairs` also trains the held-out pick for the
+EMS run's pairs (its steps x its batch), untimed: equal pairs seen, beside equal seconds. Each run's
+schedule: its step count first the budget times the steady steps/s of its vocabulary's probe (its first
+10 steps, start-up included, not counted), then re-fitted once a fifth of the budget has passed, from
+the run's own steady rate so far (`refit_end`), as the EMS trainer's time budget does
+(ems.training.schedule.TimeBudget); a callback stops it at the budget whatever happens.
 
-Both models are then scored the same way: `eval.run_all` with `--suite` (default: the demo's,
+Both models are scored the same way: `eval.run_all` with `--suite` (default: the demo's,
 configs/eval/suite_demo.yaml: Tatoeba and FLORES-200 devtest; the all-language recipe's is
 configs/eval/suite_multilingual.yaml) and the held-out pairs, on the EMS run's training languages
 (`--score-languages trained`, the default with the demo's suite) or on every language of the suite
 (`all`, the default with any other suite), languages the EMS model never saw zero-shot for both (the
-EMS model as `ems:DIR,unseen=neutral`; the peer's tokenizer covers any text). One table compares
-steps, steps/s, real tokens/s and the Tatoeba, FLORES-200 and held-out P@1 averages, EMS / peer as
-ratios. When `DEMO/shards/train` exists, both models' Tatoeba and FLORES-200 P@1 are also split by
-each language's training pairs (eval.language_groups: "≥10k pairs", "1k–10k", "<1k", "unseen"), one
-table per task: group, languages (those both models scored), EMS, peer, EMS / peer.
-Writes OUT/peer_report.json and OUT/peer_report.md; the peer's model is OUT/peer/model (`st:DIR`).
-One run each: quiet machine, nothing else running (two heavy jobs on 2 cores slow each other >2x).
+EMS model as `ems:DIR,unseen=neutral`; the peer's tokenizer covers any text). When `DEMO/shards/train`
+exists, both models' Tatoeba and FLORES-200 P@1 (the peer: the held-out pick) are also split by each
+language's training pairs (eval.language_groups: "≥10k pairs", "1k–10k", "<1k", "unseen").
+Writes OUT/peer_report.json and OUT/peer_report.md (the CPU model named: equal-time ratios move with
+it); the grid's models are OUT/grid-vVOCAB-lrLR/model (`st:DIR`). One run at a time on a quiet machine
+(two heavy jobs on 2 cores slow each other more than 2x).
 """
 
 from __future__ import annotations
@@ -69,7 +67,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -79,25 +77,30 @@ from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
 from ems.corpus import list_parallel, read_parallel  # noqa: E402
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-VOCAB_GRID = [8000, 16000, 32000]
-LR_GRID = [3e-4, 1e-3, 3e-3]
+VOCAB_GRID = [8000, 16000, 32000, 64000]
+LR_GRID = [1e-3, 3e-3, 1e-2]
+EXTEND = 2  # extensions of each axis beyond an edge pick
+MIN_VOCAB = 1000  # an extension below this is not run
 PROBE_STEPS, PROBE_LR = 40, 1e-3
 BATCH_SIZE = 256
+PRECISIONS = ("fp32", "bf16")
 
-WARMUP_RATIO = 0.1  # a share, not a step count: a grid run is the final run's schedule, shrunk
+WARMUP_RATIO = 0.1  # a share, not a step count: the same schedule shape at any length
 REFIT_AT = 0.2  # share of the budget after which the schedule's end is re-fitted to the run's own rate
 STEP_CAP = 1.5  # the trainer's loop bound, x the first estimate: room for a run faster than its probe
+METRICS = {"held-out": "heldout", "Tatoeba": "tatoeba", "FLORES-200": "flores200"}  # column -> task; P@1 means
 
 
 @dataclass(frozen=True)
 class PeerShape:
-    """The peer BertModel's shape: the EMS model's width, depth, heads, ffn and max_len (tokens)."""
+    """The peer BertModel's shape: the EMS model's width, depth, heads, ffn, dropout and max_len (tokens)."""
 
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
     intermediate_size: int
     max_len: int
+    dropout: float = 0.1  # BERT's hidden and attention dropout
 
     def bert_config(self, vocab_size: int):
         from transformers import BertConfig
@@ -109,12 +112,14 @@ class PeerShape:
             num_attention_heads=self.num_attention_heads,
             intermediate_size=self.intermediate_size,
             max_position_embeddings=self.max_len,
+            hidden_dropout_prob=self.dropout,
+            attention_probs_dropout_prob=self.dropout,
         )
 
     def describe(self) -> str:
         return (
             f"d {self.hidden_size}, {self.num_hidden_layers} layers, {self.num_attention_heads} heads, "
-            f"ffn {self.intermediate_size}, {self.max_len} tokens"
+            f"ffn {self.intermediate_size}, dropout {self.dropout:g}, {self.max_len} tokens"
         )
 
 
@@ -129,7 +134,18 @@ def peer_shape(cfg) -> PeerShape:
         num_attention_heads=cfg.n_heads,
         intermediate_size=cfg.d_ffn,
         max_len=cfg.max_len,
+        dropout=cfg.dropout,
     )
+
+
+@dataclass(frozen=True)
+class PeerTraining:
+    """What every peer run shares besides its vocabulary, lr and steps."""
+
+    shape: PeerShape = TINY
+    weight_decay: float = 1e-5
+    precision: str = "fp32"  # or "bf16": autocast, as sentence-transformers' trainer does with bf16=True
+    seed: int = 0
 
 
 @dataclass
@@ -155,17 +171,6 @@ def refit_end(step: int, elapsed: float, steady_rate: float, seconds: float, cap
     """The step at which a run at `step`, `elapsed` seconds into a `seconds` budget, running at
     `steady_rate` steps/s, uses up its budget; at least step + 1, at most `cap`."""
     return max(step + 1, min(cap, step + int(steady_rate * max(0.0, seconds - elapsed))))
-
-
-@dataclass
-class PeerRun:
-    vocab_size: int
-    lr: float
-    steps: int
-    seconds: float
-    pairs: int
-    real_tokens: int  # non-pad tokens of both sides over every pair trained on ([CLS]/[SEP] included)
-    model_dir: str
 
 
 def read_pairs(root: Path) -> list[tuple[str, str]]:
@@ -233,24 +238,21 @@ def train_peer(
     lr: float,
     max_steps: int,
     seconds: float | None,
-    seed: int,
-    batch_size: int = BATCH_SIZE,
-    warmup_ratio: float = WARMUP_RATIO,
+    training: PeerTraining = PeerTraining(),
     settle_steps: int = 10,
-    shape: PeerShape = TINY,
 ) -> tuple[int, float, float]:
-    """Train a fresh peer of `shape` (saved in out/model) on a linear schedule ending at max_steps,
-    warmed up over its first `warmup_ratio` (kept when the end is re-fitted).
-    With a budget of `seconds`, the schedule's end is re-fitted once REFIT_AT of it has passed
-    (refit_end) and training stops at that end or at the budget, whichever comes first. Returns
-    (steps taken, training seconds, steps/s after the first `settle_steps`)."""
+    """Train a fresh peer (saved in out/model) on a linear schedule ending at max_steps, warmed up
+    over its first WARMUP_RATIO (kept when the end is re-fitted). With a budget of `seconds`, the
+    schedule's end is re-fitted once REFIT_AT of it has passed (refit_end) and training stops at that
+    end or at the budget, whichever comes first. Returns (steps taken, training seconds, steps/s
+    after the first `settle_steps`)."""
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
     from sentence_transformers.training_args import BatchSamplers
     from transformers import TrainerCallback
 
-    schedule = LinearDecay.for_run(max_steps, warmup_ratio)
+    schedule = LinearDecay.for_run(max_steps)
     cap = max_steps if seconds is None else int(STEP_CAP * max_steps)
 
     class Trainer(SentenceTransformerTrainer):
@@ -278,20 +280,21 @@ def train_peer(
             if step >= schedule.end or (seconds is not None and elapsed >= seconds):
                 control.should_training_stop = True
 
-    model = initial_model(tokenizer, out / "init", seed, shape)
+    model = initial_model(tokenizer, out / "init", training.seed, training.shape)
     data = Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [b for _, b in pairs]})
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out / "trainer"),
-        per_device_train_batch_size=batch_size,
+        per_device_train_batch_size=BATCH_SIZE,
         learning_rate=lr,
         max_steps=cap,
-        weight_decay=0.01,
+        weight_decay=training.weight_decay,
+        bf16=training.precision == "bf16",
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         dataloader_drop_last=True,
         save_strategy="no",
         logging_steps=50,
         report_to="none",
-        seed=seed,
+        seed=training.seed,
         use_cpu=True,
         disable_tqdm=True,
     )
@@ -327,28 +330,46 @@ class Vocabulary:
         return max(1, int(self.rate * (seconds - self.startup)))
 
 
-def prepare_vocabulary(pairs, size: int, out: Path, shape: PeerShape, seed: int) -> Vocabulary:
+def probe(pairs, tokenizer, out: Path, training: PeerTraining) -> tuple[float, float]:
+    """(steady steps/s, start-up seconds) of a PROBE_STEPS run of `tokenizer` under `training`."""
+    steps, taken, rate = train_peer(pairs, tokenizer, out, PROBE_LR, PROBE_STEPS, None, training)
+    return rate, max(0.0, taken - steps / rate)
+
+
+def prepare_vocabulary(pairs, size: int, out: Path, training: PeerTraining) -> Vocabulary:
     """Train the tokenizer of `size` pieces (out/tokenizer-SIZE) and probe its training rate (out/probe-SIZE)."""
-    tokenizer = train_tokenizer(pairs, size, out / f"tokenizer-{size}", shape.max_len)
-    steps, taken, rate = train_peer(
-        pairs, tokenizer, out / f"probe-{size}", PROBE_LR, PROBE_STEPS, None, seed, shape=shape
-    )
-    startup = max(0.0, taken - steps / rate)
+    tokenizer = train_tokenizer(pairs, size, out / f"tokenizer-{size}", training.shape.max_len)
+    rate, startup = probe(pairs, tokenizer, out / f"probe-{size}", training)
     print(
-        f"vocabulary {size:,} ({len(tokenizer):,} pieces): probe {steps} steps in {taken:.1f} s ({rate:.2f} steps/s "
-        f"after the first 10; {startup:.1f} s of start-up)",
+        f"vocabulary {size:,} ({len(tokenizer):,} pieces): probe {PROBE_STEPS} steps, {rate:.2f} steps/s "
+        f"after the first 10, {startup:.1f} s of start-up ({training.precision})",
         flush=True,
     )
-    return Vocabulary(size, tokenizer, rate, startup, count_tokens(tokenizer, pairs, shape.max_len))
+    return Vocabulary(size, tokenizer, rate, startup, count_tokens(tokenizer, pairs, training.shape.max_len))
+
+
+def faster_precision(pairs, tokenizer, out: Path, training: PeerTraining) -> tuple[str, dict[str, float]]:
+    """The precision (PRECISIONS) whose PROBE_STEPS probe trains fastest on this CPU, and every probe's steps/s."""
+    rates = {
+        precision: probe(pairs, tokenizer, out / f"precision-{precision}", replace(training, precision=precision))[0]
+        for precision in PRECISIONS
+    }
+    print("precision probes: " + ", ".join(f"{p} {r:.2f} steps/s" for p, r in rates.items()), flush=True)
+    return max(rates, key=rates.get), rates
 
 
 @dataclass
 class GridPoint:
     vocab_size: int
     lr: float
-    heldout: float  # held-out P@1 (%), the choosing score
     steps: int
     seconds: float
+    scores: dict[str, float]  # every metric (METRICS' columns); "held-out" chooses
+    model_dir: str = ""
+
+    @property
+    def heldout(self) -> float:
+        return self.scores["held-out"]
 
 
 @dataclass
@@ -359,28 +380,65 @@ class GridChoice:
     vocab_at_grid_edge: bool
     lr_at_grid_edge: bool
 
+    @property
+    def pick(self) -> GridPoint:
+        return next(p for p in self.points if (p.vocab_size, p.lr) == (self.vocab_size, self.lr))
+
+    def best_on(self, metric: str) -> GridPoint:
+        """The grid point with the highest `metric` (the first run of equals): EMS's worst case on it."""
+        return max(self.points, key=lambda point: point.scores[metric])
+
 
 def middle(values: list[float]) -> float:
     """The middle of a sorted grid (the lower middle of an even one)."""
     return values[(len(values) - 1) // 2]
 
 
+def beyond(values: list, best) -> object | None:
+    """The next value past `best` at an edge of the sorted axis `values`, one step of the edge's own
+    ratio to its neighbour (32k, 64k: 128k); None when `best` is inside or the axis has one value."""
+    if len(values) < 2 or best not in (values[0], values[-1]):
+        return None
+    edge, neighbour = (values[-1], values[-2]) if best == values[-1] else (values[0], values[1])
+    value = edge * edge / neighbour
+    return round(value) if isinstance(edge, int) else float(f"{value:.3g}")
+
+
 def coordinate_search(
-    vocab_grid: list[int], lr_grid: list[float], run_point: Callable[[int, float], GridPoint]
+    vocab_grid: list[int],
+    lr_grid: list[float],
+    run_point: Callable[[int, float], GridPoint],
+    extend: int = EXTEND,
 ) -> GridChoice:
-    """Every vocabulary size (ascending) at the middle lr, then every other lr (ascending) at the best
-    of those sizes; the best point by held-out P@1 (the first run of equals). len(vocab_grid) +
-    len(lr_grid) - 1 runs. An edge flag is set when the choice is the smallest or largest of an axis
-    that has more than one value."""
+    """Every vocabulary size (ascending) at the middle lr, the vocabulary axis extended past an edge
+    best (`beyond`) up to `extend` times; then every other lr (ascending) at the best size, extended
+    the same way; the best point by held-out P@1 (the first run of equals). An edge flag is set when
+    the choice is still the smallest or largest of an axis that has more than one value."""
     vocabs, lrs = sorted(set(vocab_grid)), sorted(set(lr_grid))
     points: dict[tuple[int, float], GridPoint] = {}
+
+    def visit(vocab: int, lr: float) -> None:
+        if (vocab, lr) not in points:
+            points[vocab, lr] = run_point(vocab, lr)
+
     lr0 = middle(lrs)
     for vocab in vocabs:
-        points[vocab, lr0] = run_point(vocab, lr0)
+        visit(vocab, lr0)
+    for _ in range(extend):
+        more = beyond(vocabs, max(vocabs, key=lambda vocab: points[vocab, lr0].heldout))
+        if more is None or more < MIN_VOCAB:
+            break
+        vocabs = sorted([*vocabs, more])
+        visit(more, lr0)
     best_vocab = max(vocabs, key=lambda vocab: points[vocab, lr0].heldout)
     for lr in lrs:
-        if (best_vocab, lr) not in points:
-            points[best_vocab, lr] = run_point(best_vocab, lr)
+        visit(best_vocab, lr)
+    for _ in range(extend):
+        more = beyond(lrs, max(lrs, key=lambda lr: points[best_vocab, lr].heldout))
+        if more is None:
+            break
+        lrs = sorted([*lrs, more])
+        visit(best_vocab, more)
     best = max(points.values(), key=lambda point: point.heldout)
     return GridChoice(
         points=list(points.values()),
@@ -391,41 +449,52 @@ def coordinate_search(
     )
 
 
+@dataclass
+class Scoring:
+    """How every model is scored: the suite and held-out pairs of `prepared`, on `languages` (None: all)."""
+
+    prepared: Path
+    data_dir: Path
+    languages: list[str] | None
+    suite: Path
+
+
 def search_peer(
     pairs,
     vocab_grid: list[int],
     lr_grid: list[float],
     seconds: float,
-    grid_fraction: float,
     out: Path,
-    prepared: Path,
-    languages: list[str],
-    shape: PeerShape,
-    seed: int,
+    scoring: Scoring,
+    training: PeerTraining,
+    extend: int = EXTEND,
 ) -> tuple[GridChoice, dict[int, Vocabulary]]:
-    """The coordinate search of (vocab, lr) on the held-out pairs of `prepared`, each run
-    grid_fraction x seconds (out/grid-vVOCAB-lrLR); returns the choice and the vocabularies made."""
+    """The coordinate search of (vocab, lr), each point trained for the whole `seconds` (out/grid-vVOCAB-lrLR)
+    and scored on everything; returns the choice and the vocabularies made."""
     vocabularies: dict[int, Vocabulary] = {}
 
     def run_point(vocab: int, lr: float) -> GridPoint:
         if vocab not in vocabularies:
-            vocabularies[vocab] = prepare_vocabulary(pairs, vocab, out, shape, seed)
-        vocabulary, budget = vocabularies[vocab], seconds * grid_fraction
-        run_dir = out / f"grid-v{vocab}-lr{lr:g}"
+            vocabularies[vocab] = prepare_vocabulary(pairs, vocab, out, training)
+        vocabulary, run_dir = vocabularies[vocab], out / f"grid-v{vocab}-lr{lr:g}"
         steps, taken, _ = train_peer(
-            pairs, vocabulary.tokenizer, run_dir, lr, vocabulary.steps_in(budget), budget, seed, shape=shape
+            pairs, vocabulary.tokenizer, run_dir, lr, vocabulary.steps_in(seconds), seconds, training
         )
-        heldout = heldout_score(run_dir / "model", prepared, languages)
-        print(f"grid vocab {vocab:,} lr {lr:g}: {steps} steps in {taken:.0f} s, held-out P@1 {heldout:.1f}", flush=True)
-        return GridPoint(vocab_size=vocab, lr=lr, heldout=heldout, steps=steps, seconds=taken)
+        scores = score(f"st:{run_dir / 'model'}", scoring, run_dir / "eval")
+        print(
+            f"grid vocab {vocab:,} lr {lr:g}: {steps} steps in {taken:.0f} s, "
+            + ", ".join(f"{metric} {value:.1f}" for metric, value in scores.items()),
+            flush=True,
+        )
+        return GridPoint(vocab, lr, steps, taken, scores, str(run_dir / "model"))
 
-    choice = coordinate_search(vocab_grid, lr_grid, run_point)
+    choice = coordinate_search(vocab_grid, lr_grid, run_point, extend)
     for axis, flag, value in (
         ("vocab", choice.vocab_at_grid_edge, f"{choice.vocab_size:,}"),
         ("lr", choice.lr_at_grid_edge, f"{choice.lr:g}"),
     ):
         if flag:
-            print(f"{axis} {value} is at the grid's edge: extend --{axis}-grid beyond it", flush=True)
+            print(f"{axis} {value} is at the grid's edge after {extend} extensions", flush=True)
     return choice, vocabularies
 
 
@@ -464,43 +533,46 @@ def ems_config(run: Path):
     return EMSConfig.from_dict(json.loads(config.read_text()))
 
 
-def score(
-    encoder_spec: str, prepared: Path, data_dir: Path, out: Path, languages: list[str] | None, suite: Path
-) -> dict[str, float]:
-    """eval.run_all of the encoder `encoder_spec` (ems.encoder_kinds) on `suite` and the held-out
-    pairs, on `languages` (None: every language of the suite), results in out/results.json; returns
-    the average P@1 (both directions) on Tatoeba, FLORES-200 devtest and the held-out pairs."""
+def ems_train_settings(run: Path) -> tuple[float, int]:
+    """(weight decay, global batch) of the EMS run (RUN/train_config.yaml; TrainConfig's defaults without one)."""
+    import yaml
+
+    from ems.training.config import TrainConfig
+
+    values = yaml.safe_load((run / "train_config.yaml").read_text()) if (run / "train_config.yaml").is_file() else {}
+    default = {field.name: field.default for field in fields(TrainConfig)}
+    batch = values.get("global_batch_size") or values.get("batch_size", default["batch_size"])
+    return float(values.get("weight_decay", default["weight_decay"])), int(batch)
+
+
+def score(encoder_spec: str, scoring: Scoring, out: Path) -> dict[str, float]:
+    """eval.run_all of the encoder `encoder_spec` (ems.encoder_kinds) on the suite and the held-out pairs,
+    results in out/results.json; returns the average P@1 (both directions) of each task of METRICS and of
+    every other task of the suite with a P@1 average (e.g. a development set)."""
     from ems.encoder_kinds import load_encoder
     from eval.run_all import run_all
 
     results = run_all(
         load_encoder(encoder_spec),
-        data_dir,
-        heldout_dir=prepared / "corpus" / "heldout",
+        scoring.data_dir,
+        heldout_dir=scoring.prepared / "corpus" / "heldout",
         out_dir=out,
-        languages=languages,
-        suite_path=suite,
+        languages=scoring.languages,
+        suite_path=scoring.suite,
         progress=False,
         print_tables=False,
     )
-    names = {"Tatoeba": "tatoeba", "FLORES-200": "flores200", "held-out": "heldout"}
     scores = {}
-    for column, task in names.items():
+    for column, task in METRICS.items():
         result = results.get(task)
         if result is None or not result.ran:
             raise UserError(f"{task} could not be scored ({result.error if result else 'not in the suite'}); see {out}")
         scores[column] = float(result.to_dict()["average"]["mean"])
+    for task, result in results.items():
+        mean = result.to_dict().get("average", {}).get("mean") if result.ran else None
+        if task not in METRICS.values() and isinstance(mean, (int, float)):
+            scores[task] = float(mean)
     return scores
-
-
-def heldout_score(model_dir: Path, prepared: Path, languages: list[str]) -> float:
-    from ems.encoder_kinds import load_encoder
-    from eval.evaluators.heldout import evaluate_heldout
-
-    result = evaluate_heldout(
-        load_encoder(f"st:{model_dir}"), prepared / "corpus" / "heldout", languages, progress=False
-    )
-    return float(result["average"]["mean"])
 
 
 def languages_of(prepared: Path) -> list[str]:
@@ -510,19 +582,55 @@ def languages_of(prepared: Path) -> list[str]:
 
 
 def report_table(ems: dict, peer: dict) -> str:
+    """EMS against one peer run: steps, pairs, speed and every metric both have, with EMS / peer."""
     rows = [
-        ("steps", "steps", "{:.0f}"),
+        ("steps", "steps", "{:,.0f}"),
+        ("pairs seen", "pairs", "{:,.0f}"),
         ("training seconds", "seconds", "{:.0f}"),
         ("steps/s", "steps_per_s", "{:.2f}"),
         ("real tokens/s", "tokens_per_s", "{:,.0f}"),
-        ("Tatoeba P@1", "Tatoeba", "{:.1f}"),
-        ("FLORES-200 P@1", "FLORES-200", "{:.1f}"),
-        ("held-out P@1", "held-out", "{:.1f}"),
+    ]
+    rows += [
+        (f"{metric} P@1", metric, "{:.1f}") for metric in ems.get("scores", {}) if metric in peer.get("scores", {})
     ]
     lines = ["| | EMS | sentence-transformers | EMS / peer |", "|:--|--:|--:|--:|"]
     for label, key, fmt in rows:
-        a, b = ems.get(key), peer.get(key)
+        a, b = ems.get(key, ems.get("scores", {}).get(key)), peer.get(key, peer.get("scores", {}).get(key))
         lines.append(f"| {label} | {_cell(a, fmt)} | {_cell(b, fmt)} | {_ratio(a, b)} |")
+    return "\n".join(lines) + "\n"
+
+
+def worst_case(ems_scores: dict[str, float], choice: GridChoice) -> dict[str, dict]:
+    """Per metric EMS has: EMS, the held-out pick's score, and the best grid point on that metric, with
+    EMS / each (the second is EMS's worst case over every setting the grid tried)."""
+    pick, rows = choice.pick, {}
+    for metric, value in ems_scores.items():
+        if metric not in pick.scores:
+            continue
+        best = choice.best_on(metric)
+        rows[metric] = {
+            "ems": value,
+            "pick": pick.scores[metric],
+            "ems_over_pick": value / pick.scores[metric] if pick.scores[metric] else None,
+            "best": best.scores[metric],
+            "best_at": {"vocab_size": best.vocab_size, "lr": best.lr},
+            "ems_over_best": value / best.scores[metric] if best.scores[metric] else None,
+        }
+    return rows
+
+
+def worst_case_table(rows: dict[str, dict], choice: GridChoice) -> str:
+    lines = [
+        f"| P@1 | EMS | peer: held-out pick ({choice.vocab_size:,}, lr {choice.lr:g}) | EMS / pick | "
+        "peer: best on this metric | EMS / best (worst case) |",
+        "|:--|--:|--:|--:|--:|--:|",
+    ]
+    for metric, row in rows.items():
+        at = f"{row['best_at']['vocab_size']:,}, lr {row['best_at']['lr']:g}"
+        lines.append(
+            f"| {metric} | {row['ems']:.1f} | {row['pick']:.1f} | {_ratio(row['ems'], row['pick'])} | "
+            f"{row['best']:.1f} ({at}) | **{_ratio(row['ems'], row['best'])}** |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -535,17 +643,16 @@ def _ratio(a, b) -> str:
 
 
 def grid_table(choice: GridChoice) -> str:
-    """Held-out P@1 of every grid point run: one row per vocabulary size, one column per lr."""
-    vocabs = sorted({point.vocab_size for point in choice.points})
-    lrs = sorted({point.lr for point in choice.points})
-    scores = {(point.vocab_size, point.lr): point.heldout for point in choice.points}
-    lines = ["| vocabulary \\ lr | " + " | ".join(f"{lr:g}" for lr in lrs) + " |", "|:--" + "|--:" * len(lrs) + "|"]
-    for vocab in vocabs:
-        cells = []
-        for lr in lrs:
-            cell = _cell(scores.get((vocab, lr)))
-            cells.append(f"**{cell}**" if (vocab, lr) == (choice.vocab_size, choice.lr) else cell)
-        lines.append(f"| {vocab:,} | " + " | ".join(cells) + " |")
+    """Every grid point run: vocabulary, lr, steps, then each metric; the held-out pick in bold."""
+    metrics = list(choice.points[0].scores)
+    lines = [
+        "| vocabulary | lr | steps | " + " | ".join(metrics) + " |",
+        "|--:|--:|--:|" + "--:|" * len(metrics),
+    ]
+    for point in sorted(choice.points, key=lambda p: (p.vocab_size, p.lr)):
+        bold = "**" if (point.vocab_size, point.lr) == (choice.vocab_size, choice.lr) else ""
+        cells = [f"{bold}{_cell(point.scores.get(metric))}{bold}" for metric in metrics]
+        lines.append(f"| {point.vocab_size:,} | {point.lr:g} | {point.steps:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -613,7 +720,7 @@ def positive_float(text: str) -> float:
     return value
 
 
-def main(argv: list[str]) -> int:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     from ems.apps.demo import DEMO_SUITE
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -647,7 +754,20 @@ def main(argv: list[str]) -> int:
         help="the peer's tokenizer sizes to choose from on held-out (default: %(default)s)",
     )
     vocab.add_argument("--vocab-size", type=positive_int, help="no vocabulary grid: the peer's tokenizer has this size")
-    parser.add_argument("--grid-fraction", type=float, default=0.25, help="each grid run's share of the time budget")
+    parser.add_argument(
+        "--extend", type=int, default=EXTEND, help="extensions of each axis past an edge pick (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("auto", *PRECISIONS),
+        default="auto",
+        help="the peer's training precision; auto: the faster of a 40-step probe of each (default)",
+    )
+    parser.add_argument(
+        "--equal-pairs",
+        action="store_true",
+        help="also train the held-out pick for the EMS run's pairs (its steps x batch), untimed",
+    )
     parser.add_argument(
         "--run",
         type=Path,
@@ -658,12 +778,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     add_debug_option(parser)
     args = parser.parse_args(argv)
-    if not 0 < args.grid_fraction <= 1:
-        raise UserError(f"--grid-fraction must be in (0, 1], got {args.grid_fraction}")
+    if args.extend < 0:
+        raise UserError(f"--extend must be 0 or more, got {args.extend}")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    from ems.apps.demo import DEMO_SUITE
+    from ems.run_metadata import cpu_model
+
+    args = parse_args(argv)
     ems_run = args.run or args.demo / "run"
     budget = ems_budget(args.demo, args.run, args.seconds)
     cfg = ems_config(ems_run)
-    shape = peer_shape(cfg)
+    weight_decay, ems_batch = ems_train_settings(ems_run)
+    training = PeerTraining(shape=peer_shape(cfg), weight_decay=weight_decay, seed=args.seed)
     if not (args.data_dir / "tatoeba").is_dir():
         raise UserError(f"{args.data_dir} holds no tatoeba/: point --data-dir (or EMS_DATA_DIR) at the evaluation data")
     from eval.run_all import suite_task_configs
@@ -679,6 +808,7 @@ def main(argv: list[str]) -> int:
         pairs_by_language = training_pairs(args.demo / "shards" / "train")
     seconds = args.seconds or budget["seconds"]
     languages = languages_of(args.demo)
+    scoring = Scoring(args.demo, args.data_dir, languages if score_languages == "trained" else None, args.suite)
     pairs = read_pairs(args.demo / "corpus" / "train")
     vocab_grid = [args.vocab_size] if args.vocab_size else args.vocab_grid
     out = args.out
@@ -687,105 +817,126 @@ def main(argv: list[str]) -> int:
     named = ", ".join(languages) if len(languages) <= 20 else f"{', '.join(languages[:20])}, ..."
     print(
         f"{len(pairs):,} training pairs, {len(languages)} languages ({named}); budget {seconds:.0f} s (the EMS "
-        f"run's training time); peer: {shape.describe()} (the EMS model's); grid: {runs} runs of "
-        f"{seconds * args.grid_fraction:.0f} s = {runs * args.grid_fraction:.2f} budgets",
+        f"run's training time) per grid point, {runs} points (+ up to {args.extend} extensions per axis); peer: "
+        f"{training.shape.describe()} (the EMS model's), weight decay {weight_decay:g}; CPU {cpu_model()}",
         flush=True,
     )
 
-    choice, vocabularies = search_peer(
-        pairs, vocab_grid, args.lr_grid, seconds, args.grid_fraction, out, args.demo, languages, shape, args.seed
-    )
-    vocabulary, lr = vocabularies[choice.vocab_size], choice.lr
-    steps, taken, _ = train_peer(
-        pairs, vocabulary.tokenizer, out / "peer", lr, vocabulary.steps_in(seconds), seconds, args.seed, shape=shape
-    )
-    run = PeerRun(
-        vocab_size=choice.vocab_size,
-        lr=lr,
-        steps=steps,
-        seconds=taken,
-        pairs=steps * BATCH_SIZE,
-        real_tokens=round(steps * BATCH_SIZE * vocabulary.tokens_per_pair),
-        model_dir=str(out / "peer" / "model"),
-    )
-    print(f"peer: vocab {choice.vocab_size:,}, lr {lr:g}, {steps} steps in {taken:.0f} s", flush=True)
+    precision_rates = None
+    if args.precision == "auto":
+        first = train_tokenizer(pairs, min(vocab_grid), out / f"tokenizer-{min(vocab_grid)}", training.shape.max_len)
+        precision, precision_rates = faster_precision(pairs, first, out, training)
+    else:
+        precision = args.precision
+    training = replace(training, precision=precision)
+    choice, vocabularies = search_peer(pairs, vocab_grid, args.lr_grid, seconds, out, scoring, training, args.extend)
+    pick, vocabulary = choice.pick, vocabularies[choice.vocab_size]
 
-    scored = languages if score_languages == "trained" else None
-    peer = {
-        "steps": steps,
-        "seconds": taken,
-        "steps_per_s": steps / taken,
-        "tokens_per_s": run.real_tokens / taken,
-        **score(f"st:{run.model_dir}", args.demo, args.data_dir, out / "eval-peer", scored, args.suite),
-    }
+    def peer_row(point: GridPoint) -> dict:
+        return {
+            "steps": point.steps,
+            "pairs": point.steps * BATCH_SIZE,
+            "seconds": point.seconds,
+            "steps_per_s": point.steps / point.seconds,
+            "tokens_per_s": point.steps * BATCH_SIZE * vocabularies[point.vocab_size].tokens_per_pair / point.seconds,
+            "scores": point.scores,
+        }
+
     ems_spec = f"ems:{ems_run / 'model'},unseen=neutral"  # zero-shot on languages it never saw
     ems = {
         "steps": budget["steps"],
+        "pairs": budget["steps"] * ems_batch,
         "seconds": budget["seconds"],
         "steps_per_s": budget["steps"] / budget["seconds"],
         "tokens_per_s": budget["tokens_per_s"],
-        **score(ems_spec, args.demo, args.data_dir, out / "eval-ems", scored, args.suite),
+        "scores": score(ems_spec, scoring, out / "eval-ems"),
     }
-    edges = []
-    if choice.vocab_at_grid_edge:
-        edges.append(f"the vocabulary {choice.vocab_size:,} is at the grid's edge: extend --vocab-grid beyond it")
-    if choice.lr_at_grid_edge:
-        edges.append(f"the lr {lr:g} is at the grid's edge: extend --lr-grid beyond it")
+    equal_pairs = None
+    if args.equal_pairs:
+        steps = -(-ems["pairs"] // BATCH_SIZE)
+        run_dir = out / "equal-pairs"
+        taken_steps, taken, _ = train_peer(pairs, vocabulary.tokenizer, run_dir, choice.lr, steps, None, training)
+        equal_pairs = peer_row(
+            GridPoint(
+                choice.vocab_size,
+                choice.lr,
+                taken_steps,
+                taken,
+                score(f"st:{run_dir / 'model'}", scoring, run_dir / "eval"),
+            )
+        )
+    cases = worst_case(ems["scores"], choice)
     on = (
         f"the {len(languages)} training languages"
-        if scored
+        if scoring.languages
         else "every language of the suite (zero-shot where the EMS model never saw one)"
     )
+    speed = ", ".join(f"{p} {r:.2f} steps/s" for p, r in precision_rates.items()) if precision_rates else "not probed"
     report = [
         "# EMS against sentence-transformers at equal time",
         "",
-        f"Peer: BertModel {shape.describe()} (the EMS model's shape), mean pooling; Unigram vocabulary "
-        f"{choice.vocab_size:,} ({len(vocabulary.tokenizer):,} pieces; the EMS model's: {cfg.vocab_size:,}), "
-        f"lr {lr:g}, both chosen on the held-out pairs; budget {seconds:.0f} s. Both scored with {args.suite.name} "
-        f"and the held-out pairs, on {on}.",
+        f"CPU: {cpu_model()}. Peer: BertModel {training.shape.describe()} (the EMS model's shape), mean pooling, "
+        f"weight decay {weight_decay:g}, {precision} (probes: {speed}); every grid point trained for the whole "
+        f"budget, {seconds:.0f} s (the EMS run's training time). Unigram vocabulary and lr of the pick chosen on "
+        f"the held-out pairs: {choice.vocab_size:,} ({len(vocabulary.tokenizer):,} pieces; the EMS model's: "
+        f"{cfg.vocab_size:,}), lr {choice.lr:g}. Both scored with {args.suite.name} and the held-out pairs, on {on}.",
         "",
-        report_table(ems, peer),
-        f"## The peer's grid: held-out P@1, each run {args.grid_fraction:g} x the budget (coordinate search, "
-        f"{len(choice.points)} runs; chosen in bold)",
+        "## EMS against the best peer on each metric (worst case) and the held-out pick",
+        "",
+        worst_case_table(cases, choice),
+        "## EMS against the held-out pick, equal seconds",
+        "",
+        report_table(ems, peer_row(pick)),
+    ]
+    if equal_pairs is not None:
+        report += ["## EMS against the held-out pick, equal pairs seen (untimed)", "", report_table(ems, equal_pairs)]
+    report += [
+        f"## The grid ({len(choice.points)} runs, each the whole budget; coordinate search on held-out, pick in bold)",
         "",
         grid_table(choice),
-        *(f"Note: {edge}.\n" for edge in edges),
+        *(
+            f"Note: the {axis} {value} is still at the grid's edge after {args.extend} extensions.\n"
+            for axis, flag, value in (
+                ("vocabulary", choice.vocab_at_grid_edge, f"{choice.vocab_size:,}"),
+                ("lr", choice.lr_at_grid_edge, f"{choice.lr:g}"),
+            )
+            if flag
+        ),
     ]
     groups = None
     if pairs_by_language is not None:
         from eval.language_groups import grouped_results
 
         ems_rows = grouped_results(out / "eval-ems" / "results.json", pairs_by_language)
-        peer_rows = grouped_results(out / "eval-peer" / "results.json", pairs_by_language)
+        peer_rows = grouped_results(Path(pick.model_dir).parent / "eval" / "results.json", pairs_by_language)
         groups = group_comparison(ems_rows, peer_rows)
         types = {row["task"]: row["type"] for row in ems_rows}
-        report += ["## By the language's training pairs (DEMO/shards/train)", "", group_table(groups, types)]
-    (out / "peer_report.json").write_text(
-        json.dumps(
-            {
-                "ems": ems,
-                "peer": peer,
-                "peer_run": asdict(run),
-                "peer_shape": asdict(shape),
-                "grid": [asdict(point) for point in choice.points],
-                "vocab_size": choice.vocab_size,
-                "lr": lr,
-                "vocab_at_grid_edge": choice.vocab_at_grid_edge,
-                "lr_at_grid_edge": choice.lr_at_grid_edge,
-                "ems_vocab_size": cfg.vocab_size,
-                "grid_fraction": args.grid_fraction,
-                "budget_seconds": seconds,
-                "suite": str(args.suite),
-                "score_languages": score_languages,
-                "languages": languages,
-                "groups": groups,
-            },
-            indent=2,
-            ensure_ascii=False,
-        )
-        + "\n",
-        encoding="utf-8",
-    )
+        report += [
+            "## By the language's training pairs (DEMO/shards/train; the peer: the pick)",
+            "",
+            group_table(groups, types),
+        ]
+    record = {
+        "cpu": cpu_model(),
+        "ems": ems,
+        "peer": peer_row(pick),
+        "equal_pairs": equal_pairs,
+        "worst_case": cases,
+        "peer_shape": asdict(training.shape),
+        "peer_training": {**asdict(training), "shape": None, "precision_probes": precision_rates},
+        "grid": [asdict(point) for point in choice.points],
+        "vocab_size": choice.vocab_size,
+        "lr": choice.lr,
+        "vocab_at_grid_edge": choice.vocab_at_grid_edge,
+        "lr_at_grid_edge": choice.lr_at_grid_edge,
+        "ems_vocab_size": cfg.vocab_size,
+        "budget_seconds": seconds,
+        "suite": str(args.suite),
+        "score_languages": score_languages,
+        "languages": languages,
+        "groups": groups,
+    }
+    (out / "peer_report.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     text = "\n".join(report)
     (out / "peer_report.md").write_text(text, encoding="utf-8")
     print(text + f"\nwrote {out / 'peer_report.md'}, {out / 'peer_report.json'}")

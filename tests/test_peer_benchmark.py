@@ -1,14 +1,16 @@
 """benchmarks/peer_sentence_transformers.py: the budget it reads from a demo directory, the refusal of
-anything else, the peer's shape read from the EMS model's config, the (vocab, lr) coordinate search on
-held-out (a fake trainer whose held-out score is a known function of both) and its edge flags, the
-comparison tables' ratios (the by-group one from hand-written results files), and the schedule
-re-fitted to the budget (the training itself is the benchmark's run)."""
+anything else, the peer's shape and training settings read from the EMS run, the (vocab, lr) coordinate
+search on held-out at the full budget (a fake trainer whose scores are known functions of both), its
+extensions past an edge and its edge flags, EMS's worst case over the grid on each metric, the faster
+precision, the comparison tables' ratios (the by-group one from hand-written results files), and the
+schedule re-fitted to the budget (the training itself is the benchmark's run)."""
 
 import importlib.util
 import json
 import math
 import sys
-from dataclasses import asdict
+from pathlib import Path
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -65,11 +67,12 @@ def test_peer_shape_follows_the_ems_model_config(tmp_path):
     (model / "config.json").write_text(json.dumps(asdict(cfg)))
     shape = peer.peer_shape(peer.ems_config(tmp_path / "run"))
     assert shape == peer.PeerShape(
-        hidden_size=192, num_hidden_layers=4, num_attention_heads=6, intermediate_size=768, max_len=288
+        hidden_size=192, num_hidden_layers=4, num_attention_heads=6, intermediate_size=768, max_len=288, dropout=0.1
     )
-    assert shape.describe() == "d 192, 4 layers, 6 heads, ffn 768, 288 tokens"
-    # the demo's: tiny at 64 tokens, the peer's shape before it followed the model
-    assert peer.peer_shape(config_from_preset("tiny", vocab_size=1000, n_languages=3, max_len=64)) == peer.TINY
+    assert shape.describe() == "d 192, 4 layers, 6 heads, ffn 768, dropout 0.1, 288 tokens"
+    # the demo's: tiny at 64 tokens without dropout
+    demo = peer.peer_shape(config_from_preset("tiny", vocab_size=1000, n_languages=3, max_len=64, dropout=0.0))
+    assert demo == replace(peer.TINY, dropout=0.0)
 
     pairs = [("ein kleiner hund", "a small dog"), ("die katze schläft", "the cat sleeps")] * 20
     tokenizer = peer.train_tokenizer(pairs, 40, tmp_path / "tokenizer", shape.max_len)
@@ -81,6 +84,7 @@ def test_peer_shape_follows_the_ems_model_config(tmp_path):
         6,
         768,
     )
+    assert bert.hidden_dropout_prob == bert.attention_probs_dropout_prob == 0.1
     assert bert.max_position_embeddings == 288 and built[0].max_seq_length == 288
     assert tokenizer.model_max_length == 288 and built.encode(["ein hund"]).shape == (1, 192)
 
@@ -94,66 +98,80 @@ class FakeTokenizer:
 
 
 def heldout_of(vocab, lr):
-    """Held-out P@1 of a (vocab, lr) run: best vocabulary 16k at every lr, best lr 3e-3 at 16k; the
-    point (8000, 3e-3) would be best of all, but the coordinate search never runs it."""
+    """Held-out P@1 of a (vocab, lr) run: best vocabulary 16k at every lr, best lr 3e-3 at 16k (an lr
+    off the grid 5 points down); the point (8000, 3e-3) would be best of all, but the coordinate search
+    never runs it."""
     if (vocab, lr) == (8000, 3e-3):
         return 99.0
-    return 70.0 - 5.0 * abs(math.log2(vocab / 16000)) + {3e-4: -10.0, 1e-3: 0.0, 3e-3: 2.0}[lr]
+    return 70.0 - 5.0 * abs(math.log2(vocab / 16000)) + {3e-4: -10.0, 1e-3: 0.0, 3e-3: 2.0}.get(lr, -5.0)
+
+
+def scores_of(vocab, lr):
+    """Every metric of a (vocab, lr) run: held-out as above; Tatoeba best at 32k (a point the held-out
+    pick is not), FLORES-200 best at (16000, 3e-4)."""
+    return {
+        "held-out": heldout_of(vocab, lr),
+        "Tatoeba": 50.0 + vocab / 1000,
+        "FLORES-200": 40.0 - 10.0 * abs(math.log2(vocab / 16000)) - 1000 * lr,
+    }
 
 
 @pytest.fixture
 def fake_training(monkeypatch):
-    """Tokenizers, training and held-out scoring replaced: each call is logged in order; a vocabulary
-    of size V trains at 32000 / V steps/s after 4 s of start-up; held-out P@1 is heldout_of(V, lr)."""
+    """Tokenizers, training and scoring replaced: each call is logged in order; a vocabulary of size V
+    trains at 32000 / V steps/s in fp32 and twice that in bf16, after 4 s of start-up; a run's scores
+    are scores_of(V, lr)."""
     calls, runs = [], {}
 
     def train_tokenizer(pairs, size, out, max_len):
         calls.append(("tokenizer", size, max_len))
         return FakeTokenizer(size)
 
-    def train_peer(pairs, tokenizer, out, lr, max_steps, seconds, seed, shape=peer.TINY, **_):
-        calls.append(("train", tokenizer.size, lr, max_steps, seconds))
+    def train_peer(pairs, tokenizer, out, lr, max_steps, seconds, training=peer.PeerTraining(), **_):
+        calls.append(("train", tokenizer.size, lr, max_steps, seconds, training.precision))
         runs[out / "model"] = (tokenizer.size, lr)
-        rate = 32000 / tokenizer.size
+        rate = 32000 / tokenizer.size * (2 if training.precision == "bf16" else 1)
         return max_steps, 4.0 + max_steps / rate, rate
+
+    def score(spec, scoring, out):
+        return scores_of(*runs[Path(spec.split(":", 1)[1])])
 
     monkeypatch.setattr(peer, "train_tokenizer", train_tokenizer)
     monkeypatch.setattr(peer, "train_peer", train_peer)
     monkeypatch.setattr(peer, "count_tokens", lambda tokenizer, pairs, max_len: 30.0)
-    monkeypatch.setattr(peer, "heldout_score", lambda model_dir, prepared, languages: heldout_of(*runs[model_dir]))
+    monkeypatch.setattr(peer, "score", score)
     return calls
 
 
-def test_coordinate_search_visits_every_vocab_at_the_middle_lr_then_every_lr_at_the_best(tmp_path, fake_training):
+def test_coordinate_search_at_the_full_budget(tmp_path, fake_training):
+    # every vocabulary at the middle lr, then every other lr at the best vocabulary; each point the
+    # whole budget, scored on every metric; the pick is the held-out best
     choice, vocabularies = peer.search_peer(
         pairs=[("a", "b")],
         vocab_grid=[32000, 8000, 16000],  # unsorted on purpose: the search goes smallest first
         lr_grid=[3e-3, 3e-4, 1e-3],
         seconds=1000.0,
-        grid_fraction=0.25,
         out=tmp_path,
-        prepared=tmp_path,
-        languages=["de"],
-        shape=peer.TINY,
-        seed=0,
+        scoring=None,
+        training=peer.PeerTraining(),
+        extend=0,
     )
-    # each grid run: 250 s, and the steps its vocabulary's probe rate gives in them, 4 s of start-up
-    # off: 8000 -> 4 steps/s x 246 s = 984, 16000 -> 2 x 246 = 492, 32000 -> 1 x 246 = 246
+    # each run: 1000 s, and the steps its vocabulary's probe rate gives in them, 4 s of start-up
+    # off: 8000 -> 4 steps/s x 996 s = 3984, 16000 -> 2 x 996 = 1992, 32000 -> 1 x 996 = 996
     probe = peer.PROBE_STEPS
     assert fake_training == [
         ("tokenizer", 8000, 64),
-        ("train", 8000, 1e-3, probe, None),
-        ("train", 8000, 1e-3, 984, 250.0),
+        ("train", 8000, 1e-3, probe, None, "fp32"),
+        ("train", 8000, 1e-3, 3984, 1000.0, "fp32"),
         ("tokenizer", 16000, 64),
-        ("train", 16000, 1e-3, probe, None),
-        ("train", 16000, 1e-3, 492, 250.0),
+        ("train", 16000, 1e-3, probe, None, "fp32"),
+        ("train", 16000, 1e-3, 1992, 1000.0, "fp32"),
         ("tokenizer", 32000, 64),
-        ("train", 32000, 1e-3, probe, None),
-        ("train", 32000, 1e-3, 246, 250.0),
-        ("train", 16000, 3e-4, 492, 250.0),  # the best vocabulary's other lrs; its 1e-3 run is reused
-        ("train", 16000, 3e-3, 492, 250.0),
+        ("train", 32000, 1e-3, probe, None, "fp32"),
+        ("train", 32000, 1e-3, 996, 1000.0, "fp32"),
+        ("train", 16000, 3e-4, 1992, 1000.0, "fp32"),  # the best vocabulary's other lrs; its 1e-3 run is reused
+        ("train", 16000, 3e-3, 1992, 1000.0, "fp32"),
     ]
-    # 3 + 3 - 1 = 5 runs, in order, with held-out 65, 70, 65, 60, 72
     assert [(p.vocab_size, p.lr, p.heldout) for p in choice.points] == [
         (8000, 1e-3, 65.0),
         (16000, 1e-3, 70.0),
@@ -161,9 +179,10 @@ def test_coordinate_search_visits_every_vocab_at_the_middle_lr_then_every_lr_at_
         (16000, 3e-4, 60.0),
         (16000, 3e-3, 72.0),
     ]
-    assert (choice.vocab_size, choice.lr) == (16000, 3e-3)
+    assert choice.points[2].scores == scores_of(32000, 1e-3)
+    assert (choice.vocab_size, choice.lr, choice.pick) == (16000, 3e-3, choice.points[4])
     assert (choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == (False, True)
-    assert vocabularies[16000].steps_in(1000.0) == 1992  # the final run: 2 steps/s x 996 s
+    assert choice.best_on("Tatoeba") == choice.points[2] and choice.best_on("FLORES-200") == choice.points[3]
 
 
 @pytest.mark.parametrize(
@@ -179,50 +198,116 @@ def test_coordinate_search_visits_every_vocab_at_the_middle_lr_then_every_lr_at_
 def test_edge_flags_on_both_axes(best, edges):
     def run_point(vocab, lr):  # held-out falls off with the distance (in grid steps) from `best`
         distance = abs(math.log2(vocab / best[0])) + abs(math.log(lr / best[1], 3))
-        return peer.GridPoint(vocab_size=vocab, lr=lr, heldout=80.0 - distance, steps=1, seconds=1.0)
+        return peer.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 80.0 - distance})
 
-    choice = peer.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point)
+    choice = peer.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point, extend=0)
     assert (choice.vocab_size, choice.lr) == best
     assert (choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == edges
 
 
+def test_an_edge_pick_extends_its_axis_by_the_edge_s_own_step():
+    # the held-out peak is at (128k, 1e-2): the vocabulary axis grows 32k -> 64k -> 128k (two extensions,
+    # still at the edge: flagged); the lr axis at 128k grows 3e-3 -> 9e-3 -> 2.7e-2, and 9e-3 wins inside
+    visited = []
+
+    def run_point(vocab, lr):
+        visited.append((vocab, lr))
+        distance = abs(math.log2(vocab / 128000)) + abs(math.log(lr / 1e-2, 3))
+        return peer.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 80.0 - distance})
+
+    choice = peer.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point, extend=2)
+    assert visited == [
+        (8000, 1e-3),
+        (16000, 1e-3),
+        (32000, 1e-3),
+        (64000, 1e-3),
+        (128000, 1e-3),
+        (128000, 3e-4),
+        (128000, 3e-3),
+        (128000, 9e-3),
+        (128000, 2.7e-2),
+    ]
+    assert (choice.vocab_size, choice.lr, choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == (
+        128000,
+        9e-3,
+        True,
+        False,
+    )
+    # an edge at the small end halves the vocabulary, but not below MIN_VOCAB; one value is no axis
+    assert peer.beyond([2000, 4000], 2000) == 1000 and peer.beyond([2000, 4000], 4000) == 8000
+    assert peer.beyond([8000, 16000, 32000], 16000) is None and peer.beyond([32000], 32000) is None
+    assert peer.beyond([1e-3, 3e-3], 1e-3) == pytest.approx(3.33e-4)
+
+
 def test_one_vocabulary_size_is_no_vocabulary_grid():
-    # --vocab-size N: the lr grid alone (as before the vocabulary grid), never an edge of one value
+    # --vocab-size N: the lr grid alone, never an edge of one value
     choice = peer.coordinate_search(
         [32000],
         [3e-4, 1e-3, 3e-3],
-        lambda vocab, lr: peer.GridPoint(vocab_size=vocab, lr=lr, heldout=1.0 / lr, steps=1, seconds=1.0),
+        lambda vocab, lr: peer.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 1.0 / lr}),
+        extend=0,
     )
     assert [(p.vocab_size, p.lr) for p in choice.points] == [(32000, 1e-3), (32000, 3e-4), (32000, 3e-3)]
     assert (choice.lr, choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == (3e-4, False, True)
+
+
+def test_worst_case_is_ems_over_the_best_grid_point_of_each_metric():
+    # EMS against the held-out pick and against the best point on each metric, by hand: Tatoeba's best is
+    # the 32k point (62.0), FLORES-200's the 8k one (45.0); held-out's best is the pick itself
+    points = [
+        peer.GridPoint(8000, 1e-3, 1, 1.0, {"held-out": 70.0, "Tatoeba": 55.0, "FLORES-200": 45.0}),
+        peer.GridPoint(16000, 1e-3, 1, 1.0, {"held-out": 75.0, "Tatoeba": 60.0, "FLORES-200": 40.0}),
+        peer.GridPoint(32000, 1e-3, 1, 1.0, {"held-out": 72.0, "Tatoeba": 62.0, "FLORES-200": 30.0}),
+    ]
+    choice = peer.GridChoice(points, 16000, 1e-3, False, False)
+    rows = peer.worst_case({"held-out": 80.0, "Tatoeba": 62.0, "FLORES-200": 36.0, "sts": 1.0}, choice)
+    assert list(rows) == ["held-out", "Tatoeba", "FLORES-200"]  # a metric the peer lacks is left out
+    assert rows["Tatoeba"] == {
+        "ems": 62.0,
+        "pick": 60.0,
+        "ems_over_pick": pytest.approx(62 / 60),
+        "best": 62.0,
+        "best_at": {"vocab_size": 32000, "lr": 1e-3},
+        "ems_over_best": 1.0,
+    }
+    assert rows["FLORES-200"]["ems_over_best"] == pytest.approx(0.8) and rows["FLORES-200"]["ems_over_pick"] == 0.9
+    assert rows["held-out"]["best_at"] == {"vocab_size": 16000, "lr": 1e-3}
+    table = peer.worst_case_table(rows, choice).splitlines()
+    assert table[4] == "| FLORES-200 | 36.0 | 40.0 | 0.90 | 45.0 (8,000, lr 0.001) | **0.80** |"
+
+
+def test_the_faster_precision_is_chosen_by_its_probe(tmp_path, fake_training):
+    precision, rates = peer.faster_precision([("a", "b")], FakeTokenizer(16000), tmp_path, peer.PeerTraining())
+    assert (precision, rates) == ("bf16", {"fp32": 2.0, "bf16": 4.0})
+    assert [call[-1] for call in fake_training] == ["fp32", "bf16"]
 
 
 def test_table_gives_ems_over_peer_ratios():
     table = peer.report_table(
         {
             "steps": 1800,
+            "pairs": 460_800,
             "seconds": 600.0,
             "steps_per_s": 3.0,
             "tokens_per_s": 20000.0,
-            "Tatoeba": 75.0,
-            "FLORES-200": 30.0,
-            "held-out": 80.0,
+            "scores": {"Tatoeba": 75.0, "FLORES-200": 30.0, "held-out": 80.0, "tico19_dev": 50.0},
         },
         {
             "steps": 600,
+            "pairs": 153_600,
             "seconds": 600.0,
             "steps_per_s": 1.0,
             "tokens_per_s": 10000.0,
-            "Tatoeba": 60.0,
-            "FLORES-200": 40.0,
-            "held-out": 80.0,
+            "scores": {"Tatoeba": 60.0, "FLORES-200": 40.0, "held-out": 80.0},
         },
     )
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]] for line in table.splitlines()[2:]}
     assert rows["steps/s"] == ["3.00", "1.00", "3.00"]
+    assert rows["pairs seen"] == ["460,800", "153,600", "3.00"]
     assert rows["Tatoeba P@1"] == ["75.0", "60.0", "1.25"]
     assert rows["FLORES-200 P@1"] == ["30.0", "40.0", "0.75"]
     assert rows["held-out P@1"][2] == "1.00"
+    assert "tico19_dev P@1" not in rows  # the peer has no such score
 
 
 def test_the_peer_schedule_is_transformers_linear_one_with_a_movable_end():
@@ -324,20 +409,21 @@ def test_grouped_table_from_hand_written_results(tmp_path):
 
 def test_grid_table_shows_the_points_run_and_the_choice():
     points = [
-        peer.GridPoint(8000, 1e-3, 65.0, 1, 1.0),
-        peer.GridPoint(16000, 1e-3, 70.0, 1, 1.0),
-        peer.GridPoint(16000, 3e-3, 72.0, 1, 1.0),
+        peer.GridPoint(8000, 1e-3, 120, 1.0, {"held-out": 65.0, "Tatoeba": 50.0}),
+        peer.GridPoint(16000, 3e-3, 100, 1.0, {"held-out": 72.0, "Tatoeba": 55.0}),
+        peer.GridPoint(16000, 1e-3, 100, 1.0, {"held-out": 70.0, "Tatoeba": 56.0}),
     ]
     table = peer.grid_table(peer.GridChoice(points, 16000, 3e-3, False, True))
     assert table.splitlines() == [
-        "| vocabulary \\ lr | 0.001 | 0.003 |",
-        "|:--|--:|--:|",
-        "| 8,000 | 65.0 | – |",
-        "| 16,000 | 70.0 | **72.0** |",
+        "| vocabulary | lr | steps | held-out | Tatoeba |",
+        "|--:|--:|--:|--:|--:|",
+        "| 8,000 | 0.001 | 120 | 65.0 | 50.0 |",
+        "| 16,000 | 0.001 | 100 | 70.0 | 56.0 |",
+        "| 16,000 | 0.003 | 100 | **72.0** | **55.0** |",
     ]
 
 
-def test_main_chooses_on_heldout_and_reports_shape_grid_edges_and_groups(tmp_path, fake_training, monkeypatch):
+def test_main_chooses_on_heldout_and_reports_the_worst_case_grid_edges_and_groups(tmp_path, fake_training, monkeypatch):
     """The whole command on a hand-made all-language layout, training and scoring faked."""
     from ems.model import config_from_preset
 
@@ -346,7 +432,8 @@ def test_main_chooses_on_heldout_and_reports_shape_grid_edges_and_groups(tmp_pat
     (data / "tatoeba").mkdir(parents=True)
     (demo / "demo_stages.json").write_text(json.dumps({"seconds": {"train": 1000.0}, "steps": 1800}))
     (demo / "run" / "metrics.jsonl").write_text('{"step": 50, "tokens_per_s": 5000.0}\n')
-    cfg = config_from_preset("small", vocab_size=32000, n_languages=3, max_len=288)
+    (demo / "run" / "train_config.yaml").write_text("batch_size: 128\nweight_decay: 0.001\n")
+    cfg = config_from_preset("small", vocab_size=32000, n_languages=3, max_len=288, dropout=0.0)
     (demo / "run" / "model" / "config.json").write_text(json.dumps(asdict(cfg)))
     for l1, l2 in (("de", "en"), ("en", "fr")):
         (demo / "corpus" / "train" / f"{l1}-{l2}").mkdir(parents=True)
@@ -365,25 +452,37 @@ def test_main_chooses_on_heldout_and_reports_shape_grid_edges_and_groups(tmp_pat
             }
         )
     )
-    scored = []
+    fake_score, scored = peer.score, []
 
-    def score(spec, prepared, data_dir, out, languages, suite):
-        scored.append((spec.split(":")[0], languages, suite.name))
+    def score(spec, scoring, out):
+        scored.append((spec.split(":")[0], scoring.languages, scoring.suite.name))
         ems = spec.startswith("ems:")
         tatoeba = {"de": 90.0, "fr": 80.0, "wuu": 20.0} if ems else {"de": 60.0, "fr": 40.0, "wuu": 40.0}
-        out.mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(_results(tatoeba, {"de": 85.0 if ems else 80.0})))
-        return {"Tatoeba": 63.0 if ems else 46.0, "FLORES-200": 85.0 if ems else 80.0, "held-out": 50.0}
+        return {"held-out": 80.0, "Tatoeba": 75.0, "FLORES-200": 36.0} if ems else fake_score(spec, scoring, out)
 
     monkeypatch.setattr(peer, "score", score)
     out = tmp_path / "out"
     suite = REPO_ROOT / "configs" / "eval" / "suite_multilingual.yaml"
     argv = ["--demo", str(demo), "--out", str(out), "--data-dir", str(data), "--suite", str(suite)]
-    assert peer.main(argv) == 0
-    # the final run: the chosen (16000, 3e-3) for the whole 1000 s (2 steps/s x 996 s)
-    assert fake_training[-1] == ("train", 16000, 3e-3, 1992, 1000.0)
-    # every language of the suite (None), the EMS model zero-shot where it never trained
-    assert scored == [("st", None, "suite_multilingual.yaml"), ("ems", None, "suite_multilingual.yaml")]
+    argv += ["--vocab-grid", "8000", "16000", "32000", "--lr-grid", "3e-4", "1e-3", "3e-3"]
+    assert peer.main(argv + ["--equal-pairs"]) == 0
+    # precision probes at the smallest vocabulary (bf16 is faster here), then every run in bf16
+    assert fake_training[:3] == [
+        ("tokenizer", 8000, 288),
+        ("train", 8000, 1e-3, peer.PROBE_STEPS, None, "fp32"),
+        ("train", 8000, 1e-3, peer.PROBE_STEPS, None, "bf16"),
+    ]
+    assert {call[-1] for call in fake_training[3:] if call[0] == "train"} == {"bf16"}
+    # the grid: 3 + 3 - 1 points, then the 3e-3 edge extended once (9e-3: held-out falls, so 3e-3 is no
+    # longer an edge); each point the whole 1000 s (16000 in bf16: 4 steps/s x 996 s)
+    timed = [call[1:5] for call in fake_training if call[0] == "train" and call[4] is not None]
+    assert timed[3:] == [(16000, 3e-4, 3984, 1000.0), (16000, 3e-3, 3984, 1000.0), (16000, 9e-3, 3984, 1000.0)]
+    # equal pairs: EMS's 1800 steps of 128 pairs are 900 peer steps of 256, untimed, at the pick
+    assert fake_training[-1] == ("train", 16000, 3e-3, 900, None, "bf16")
+    # every language of the suite (None); the EMS model zero-shot where it never trained
+    assert scored[-2:] == [("ems", None, "suite_multilingual.yaml"), ("st", None, "suite_multilingual.yaml")]
     report = json.loads((out / "peer_report.json").read_text())
     assert report["peer_shape"] == {
         "hidden_size": 192,
@@ -391,8 +490,10 @@ def test_main_chooses_on_heldout_and_reports_shape_grid_edges_and_groups(tmp_pat
         "num_attention_heads": 4,
         "intermediate_size": 768,
         "max_len": 288,
+        "dropout": 0.0,
     }
-    assert [(p["vocab_size"], p["lr"], p["heldout"]) for p in report["grid"]] == [
+    assert report["peer_training"]["weight_decay"] == 0.001 and report["peer_training"]["precision"] == "bf16"
+    assert [(p["vocab_size"], p["lr"], p["scores"]["held-out"]) for p in report["grid"]][:5] == [
         (8000, 1e-3, 65.0),
         (16000, 1e-3, 70.0),
         (32000, 1e-3, 65.0),
@@ -403,22 +504,27 @@ def test_main_chooses_on_heldout_and_reports_shape_grid_edges_and_groups(tmp_pat
         16000,
         3e-3,
         False,
-        True,
+        False,
     )
-    assert report["peer_run"]["steps"] == 1992 and report["score_languages"] == "all"
+    # the worst case: Tatoeba's best peer is the 32k point (82.0), FLORES-200's (16000, 3e-4): 39.7
+    assert report["worst_case"]["Tatoeba"]["best_at"] == {"vocab_size": 32000, "lr": 1e-3}
+    assert report["worst_case"]["Tatoeba"]["ems_over_best"] == pytest.approx(75.0 / 82.0)
+    assert report["worst_case"]["FLORES-200"]["best"] == pytest.approx(39.7)
+    assert report["ems"]["pairs"] == 1800 * 128 and report["equal_pairs"]["pairs"] == 900 * 256
     # de 12,000 pairs (≥10k), fr 999 (<1k), wuu unseen
     assert report["groups"]["tatoeba"]["<1k"] == {"languages": 1, "ems": 80.0, "peer": 40.0}
     markdown = (out / "peer_report.md").read_text(encoding="utf-8").splitlines()
-    assert "Note: the lr 0.003 is at the grid's edge: extend --lr-grid beyond it." in markdown
     assert "| unseen | 1 | 20.0 | 40.0 | 0.50 |" in markdown
-    assert any("BertModel d 192, 4 layers, 4 heads, ffn 768, 288 tokens" in line for line in markdown)
+    assert any("BertModel d 192, 4 layers, 4 heads, ffn 768, dropout 0, 288 tokens" in line for line in markdown)
+    assert any(line.startswith("CPU: ") for line in markdown)
+    assert "## EMS against the held-out pick, equal pairs seen (untimed)" in markdown
 
-    # the demo's suite scores the training languages; --vocab-size N runs the lr grid alone
+    # the demo's suite scores the training languages; --vocab-size N runs the lr grid alone; a fixed precision
     fake_training.clear()
     scored.clear()
     argv = ["--demo", str(demo), "--out", str(tmp_path / "out2"), "--data-dir", str(data), "--vocab-size", "8000"]
-    assert peer.main(argv) == 0
+    assert peer.main(argv + ["--precision", "fp32", "--extend", "0"]) == 0
     assert scored[0] == ("st", ["de", "fr"], "suite_demo.yaml")
     report = json.loads((tmp_path / "out2" / "peer_report.json").read_text())
-    assert [(p["vocab_size"], p["lr"]) for p in report["grid"]] == [(8000, 1e-3), (8000, 3e-4), (8000, 3e-3)]
-    assert report["vocab_at_grid_edge"] is False
+    assert [(p["vocab_size"], p["lr"]) for p in report["grid"]] == [(8000, 3e-3), (8000, 1e-3), (8000, 1e-2)]
+    assert report["vocab_at_grid_edge"] is False and report["peer_training"]["precision_probes"] is None
