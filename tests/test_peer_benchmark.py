@@ -9,8 +9,8 @@ import importlib.util
 import json
 import math
 import sys
-from pathlib import Path
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
