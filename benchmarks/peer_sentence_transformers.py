@@ -88,6 +88,7 @@ PRECISIONS = ("fp32", "bf16")
 WARMUP_RATIO = 0.1  # a share, not a step count: the same schedule shape at any length
 REFIT_AT = 0.2  # share of the budget after which the schedule's end is re-fitted to the run's own rate
 STEP_CAP = 1.5  # the trainer's loop bound, x the first estimate: room for a run faster than its probe
+POINT_FILE = "point.json"  # OUT/grid-vV-lrL/point.json: a point's settings, steps, seconds and scores (reused)
 METRICS = {"held-out": "heldout", "Tatoeba": "tatoeba", "FLORES-200": "flores200"}  # column -> task; P@1 means
 
 
@@ -366,6 +367,7 @@ class GridPoint:
     seconds: float
     scores: dict[str, float]  # every metric (METRICS' columns); "held-out" chooses
     model_dir: str = ""
+    real_tokens: int = 0  # non-pad tokens of both sides over every pair trained on ([CLS]/[SEP] included)
 
     @property
     def heldout(self) -> float:
@@ -474,19 +476,32 @@ def search_peer(
     vocabularies: dict[int, Vocabulary] = {}
 
     def run_point(vocab: int, lr: float) -> GridPoint:
-        if vocab not in vocabularies:
-            vocabularies[vocab] = prepare_vocabulary(pairs, vocab, out, training)
-        vocabulary, run_dir = vocabularies[vocab], out / f"grid-v{vocab}-lr{lr:g}"
-        steps, taken, _ = train_peer(
-            pairs, vocabulary.tokenizer, run_dir, lr, vocabulary.steps_in(seconds), seconds, training
-        )
-        scores = score(f"st:{run_dir / 'model'}", scoring, run_dir / "eval")
+        run_dir = out / f"grid-v{vocab}-lr{lr:g}"
+        trained = {"seconds": seconds, "pairs": len(pairs), **asdict(training)}
+        scored = {"suite": str(scoring.suite), "languages": scoring.languages}
+        record = json.loads((run_dir / POINT_FILE).read_text()) if (run_dir / POINT_FILE).is_file() else {}
+        if record.get("trained") == trained and (run_dir / "model").is_dir():
+            point = GridPoint(**record["point"])
+            print(f"grid vocab {vocab:,} lr {lr:g}: trained before ({run_dir / POINT_FILE})", flush=True)
+        else:
+            if vocab not in vocabularies:
+                vocabularies[vocab] = prepare_vocabulary(pairs, vocab, out, training)
+            vocabulary = vocabularies[vocab]
+            steps, taken, _ = train_peer(
+                pairs, vocabulary.tokenizer, run_dir, lr, vocabulary.steps_in(seconds), seconds, training
+            )
+            real_tokens = round(steps * BATCH_SIZE * vocabulary.tokens_per_pair)
+            point = GridPoint(vocab, lr, steps, taken, {}, str(run_dir / "model"), real_tokens)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if record.get("scored") != scored or not point.scores:
+            point.scores = score(f"st:{run_dir / 'model'}", scoring, run_dir / "eval")
+        (run_dir / POINT_FILE).write_text(json.dumps({"trained": trained, "scored": scored, "point": asdict(point)}))
         print(
-            f"grid vocab {vocab:,} lr {lr:g}: {steps} steps in {taken:.0f} s, "
-            + ", ".join(f"{metric} {value:.1f}" for metric, value in scores.items()),
+            f"grid vocab {vocab:,} lr {lr:g}: {point.steps} steps in {point.seconds:.0f} s, "
+            + ", ".join(f"{metric} {value:.1f}" for metric, value in point.scores.items()),
             flush=True,
         )
-        return GridPoint(vocab, lr, steps, taken, scores, str(run_dir / "model"))
+        return point
 
     choice = coordinate_search(vocab_grid, lr_grid, run_point, extend)
     for axis, flag, value in (
@@ -830,7 +845,7 @@ def main(argv: list[str]) -> int:
         precision = args.precision
     training = replace(training, precision=precision)
     choice, vocabularies = search_peer(pairs, vocab_grid, args.lr_grid, seconds, out, scoring, training, args.extend)
-    pick, vocabulary = choice.pick, vocabularies[choice.vocab_size]
+    pick = choice.pick
 
     def peer_row(point: GridPoint) -> dict:
         return {
@@ -838,7 +853,7 @@ def main(argv: list[str]) -> int:
             "pairs": point.steps * BATCH_SIZE,
             "seconds": point.seconds,
             "steps_per_s": point.steps / point.seconds,
-            "tokens_per_s": point.steps * BATCH_SIZE * vocabularies[point.vocab_size].tokens_per_pair / point.seconds,
+            "tokens_per_s": point.real_tokens / point.seconds,
             "scores": point.scores,
         }
 
@@ -855,16 +870,14 @@ def main(argv: list[str]) -> int:
     if args.equal_pairs:
         steps = -(-ems["pairs"] // BATCH_SIZE)
         run_dir = out / "equal-pairs"
+        if choice.vocab_size not in vocabularies:  # the pick's point was trained by an earlier run
+            vocabularies[choice.vocab_size] = prepare_vocabulary(pairs, choice.vocab_size, out, training)
+        vocabulary = vocabularies[choice.vocab_size]
         taken_steps, taken, _ = train_peer(pairs, vocabulary.tokenizer, run_dir, choice.lr, steps, None, training)
-        equal_pairs = peer_row(
-            GridPoint(
-                choice.vocab_size,
-                choice.lr,
-                taken_steps,
-                taken,
-                score(f"st:{run_dir / 'model'}", scoring, run_dir / "eval"),
-            )
-        )
+        scores = score(f"st:{run_dir / 'model'}", scoring, run_dir / "eval")
+        real_tokens = round(taken_steps * BATCH_SIZE * vocabulary.tokens_per_pair)
+        point = GridPoint(choice.vocab_size, choice.lr, taken_steps, taken, scores, str(run_dir / "model"), real_tokens)
+        equal_pairs = peer_row(point)
     cases = worst_case(ems["scores"], choice)
     on = (
         f"the {len(languages)} training languages"
@@ -878,7 +891,7 @@ def main(argv: list[str]) -> int:
         f"CPU: {cpu_model()}. Peer: BertModel {training.shape.describe()} (the EMS model's shape), mean pooling, "
         f"weight decay {weight_decay:g}, {precision} (probes: {speed}); every grid point trained for the whole "
         f"budget, {seconds:.0f} s (the EMS run's training time). Unigram vocabulary and lr of the pick chosen on "
-        f"the held-out pairs: {choice.vocab_size:,} ({len(vocabulary.tokenizer):,} pieces; the EMS model's: "
+        f"the held-out pairs: {choice.vocab_size:,} pieces (the EMS model's: "
         f"{cfg.vocab_size:,}), lr {choice.lr:g}. Both scored with {args.suite.name} and the held-out pairs, on {on}.",
         "",
         "## EMS against the best peer on each metric (worst case) and the held-out pick",

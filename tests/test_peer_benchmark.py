@@ -152,7 +152,7 @@ def test_coordinate_search_at_the_full_budget(tmp_path, fake_training):
         lr_grid=[3e-3, 3e-4, 1e-3],
         seconds=1000.0,
         out=tmp_path,
-        scoring=None,
+        scoring=peer.Scoring(tmp_path, tmp_path, ["de"], tmp_path / "suite.yaml"),
         training=peer.PeerTraining(),
         extend=0,
     )
@@ -183,6 +183,20 @@ def test_coordinate_search_at_the_full_budget(tmp_path, fake_training):
     assert (choice.vocab_size, choice.lr, choice.pick) == (16000, 3e-3, choice.points[4])
     assert (choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == (False, True)
     assert choice.best_on("Tatoeba") == choice.points[2] and choice.best_on("FLORES-200") == choice.points[3]
+    (tmp_path / "grid-v16000-lr0.003" / "model").mkdir()  # the fake trainer writes no model: this point's only
+
+    # the same search again: each point trained before is reused, not trained (its model must exist)
+    fake_training.clear()
+    search = dict(pairs=[("a", "b")], vocab_grid=[8000, 16000, 32000], lr_grid=[3e-4, 1e-3, 3e-3], out=tmp_path)
+    scoring = peer.Scoring(tmp_path, tmp_path, ["de"], tmp_path / "suite.yaml")
+    again, _ = peer.search_peer(**search, seconds=1000.0, scoring=scoring, training=peer.PeerTraining(), extend=0)
+    trained = [call[1:3] for call in fake_training if call[0] == "train"]
+    assert [p.scores for p in again.points] == [p.scores for p in choice.points]
+    assert (16000, 3e-3) not in trained and len(trained) == 3 + 4  # the other 4 points had no model: 3 probes, 4 runs
+    # another budget trains every point again
+    fake_training.clear()
+    peer.search_peer(**search, seconds=900.0, scoring=scoring, training=peer.PeerTraining(), extend=0)
+    assert (16000, 3e-3) in [call[1:3] for call in fake_training if call[0] == "train"]
 
 
 @pytest.mark.parametrize(
