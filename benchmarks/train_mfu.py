@@ -49,6 +49,7 @@ from ems.flops import encoder_flops, step_flops  # noqa: E402
 from ems.model import EMSConfig, EMSModel, config_from_preset  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
 from ems.training.batch_order import BatchOrder  # noqa: E402
+from ems.training.config import TrainConfig  # noqa: E402
 from ems.training.runtime import parameter_groups  # noqa: E402
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), matched in order against the device name.
@@ -130,7 +131,8 @@ def matmul_rate(dtype: torch.dtype, n: int, device: torch.device, repeats: int) 
 def make_optimizer(params, adamw: str) -> torch.optim.Optimizer:
     """The trainer's AdamW (betas, eps); `adamw` picks torch's implementation."""
     impl = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for-loop": dict(foreach=False)}[adamw]
-    return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-6, **impl)
+    betas, eps = (0.9, TrainConfig.adam_beta2), TrainConfig.adam_eps
+    return torch.optim.AdamW(params, lr=1e-4, betas=betas, eps=eps, **impl)
 
 
 def step_context(device: torch.device, dtype: str):

@@ -259,6 +259,24 @@ def test_one_process_skips_deepspeeds_identity_all_reduce_and_trains_bit_identic
     assert engines[-1].enable_backward_allreduce is True
 
 
+def test_the_adamw_settings_are_the_optimizer_s(tiny_pipeline, tmp_path, monkeypatch):
+    import ems.training.setup
+
+    build_engine, engines = ems.training.setup.build_engine, []
+    monkeypatch.setattr(
+        ems.training.setup, "build_engine", lambda *args: engines.append(build_engine(*args)) or engines[-1]
+    )
+    train(small_run(tiny_pipeline, tmp_path / "run", SCALE, adam_beta2=0.999, adam_eps=1e-8, max_steps=1))
+    groups = engines[-1].optimizer.param_groups
+    assert (
+        [(group["betas"], group["eps"]) for group in groups]
+        == [((0.9, 0.999), 1e-8)] * len(groups)
+        == [((0.9, 0.999), 1e-8)] * 2
+    )
+    with pytest.raises(ValueError, match=r"adam_beta2 must be in \[0, 1\), got 1.0.*adam_eps must be a positive"):
+        small_run(tiny_pipeline, tmp_path / "bad", SCALE, adam_beta2=1.0, adam_eps=0.0)
+
+
 def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline, tmp_path):
     """XTR is a per-pair mean, so 2 accumulated micro-batches of 16 = one batch of 32 (the
     in-batch contrastive loss is not, hence its weight 0 here)."""

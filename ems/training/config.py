@@ -67,6 +67,10 @@ class TrainConfig:
     lr_scaling: str = "none"
     reference_global_batch: int = 608
     weight_decay: float = 1e-5
+    # AdamW's second-moment decay and epsilon (beta1 0.9): the transformer defaults (Vaswani et al.; fairseq);
+    # 0.999 and 1e-8 are torch's and Hugging Face's Trainer's
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-6
     # The lr schedule (ems.training.schedule): "linear" warms up, then decays linearly to 0 at max_steps;
     # "wsd" (warmup-stable-decay; Hägele et al. 2024, MiniCPM) warms up, holds the peak lr, then decays
     # linearly to 0 over the last decay_fraction of max_steps. Nothing before its decay depends on max_steps,
@@ -173,6 +177,10 @@ class TrainConfig:
             problems.append(
                 "model_overrides.global_negatives is no model setting: set global_negatives (a TrainConfig key)"
             )
+        if not 0 <= self.adam_beta2 < 1:
+            problems.append(f"adam_beta2 must be in [0, 1), got {self.adam_beta2!r}")
+        if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
+            problems.append(f"adam_eps must be a positive number, got {self.adam_eps!r}")
         if not 0 <= self.padding_budget < 1:
             problems.append(f"padding_budget must be in [0, 1), got {self.padding_budget!r}")
         if self.warmup_samples is not None and not self.warmup_samples >= 0:

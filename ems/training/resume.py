@@ -73,6 +73,8 @@ FIXED_KEYS = (
     "padding_budget",
     "autocast",
     "teacher",
+    "adam_beta2",
+    "adam_eps",
 )
 # The keys in which a branch's config (branch_from) may differ from its checkpoint's: the schedule's
 # end, the run directory, the branch budgets and when to log, save and stop. None changes the weights.

@@ -148,7 +148,7 @@ def build_engine(
     # fused: one kernel over all parameters (the default loops over tensors: ~5% of a demo step;
     # measured: docs/results/throughput.md)
     optimizer = torch.optim.AdamW(
-        parameter_groups(model, cfg.weight_decay), lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True
+        parameter_groups(model, cfg.weight_decay), lr=lr, betas=(0.9, cfg.adam_beta2), eps=cfg.adam_eps, fused=True
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     try:
