@@ -459,6 +459,7 @@ class Scoring:
     data_dir: Path
     languages: list[str] | None
     suite: Path
+    task_dirs: dict[str, Path] | None = None  # {task name: its data directory}, as ems-eval's --task-dir
 
 
 def search_peer(
@@ -478,7 +479,7 @@ def search_peer(
     def run_point(vocab: int, lr: float) -> GridPoint:
         run_dir = out / f"grid-v{vocab}-lr{lr:g}"
         trained = {"seconds": seconds, "pairs": len(pairs), **asdict(training)}
-        scored = {"suite": str(scoring.suite), "languages": scoring.languages}
+        scored = {"suite": str(scoring.suite), "languages": scoring.languages, "task_dirs": str(scoring.task_dirs)}
         record = json.loads((run_dir / POINT_FILE).read_text()) if (run_dir / POINT_FILE).is_file() else {}
         if record.get("trained") == trained and (run_dir / "model").is_dir():
             point = GridPoint(**record["point"])
@@ -574,6 +575,7 @@ def score(encoder_spec: str, scoring: Scoring, out: Path) -> dict[str, float]:
         out_dir=out,
         languages=scoring.languages,
         suite_path=scoring.suite,
+        task_dirs=scoring.task_dirs,
         progress=False,
         print_tables=False,
     )
@@ -737,6 +739,7 @@ def positive_float(text: str) -> float:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from ems.apps.demo import DEMO_SUITE
+    from eval.run_all import task_dir_option
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -752,6 +755,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=DEMO_SUITE,
         help="the evaluation suite scoring both models (default: the demo's; the all-language recipe's is "
         "configs/eval/suite_multilingual.yaml)",
+    )
+    parser.add_argument(
+        "--task-dir",
+        type=task_dir_option,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="read suite task NAME's data from DIR (e.g. tico19_dev=runs/ood_screen/tico19_dev)",
     )
     parser.add_argument(
         "--score-languages",
@@ -823,7 +834,8 @@ def main(argv: list[str]) -> int:
         pairs_by_language = training_pairs(args.demo / "shards" / "train")
     seconds = args.seconds or budget["seconds"]
     languages = languages_of(args.demo)
-    scoring = Scoring(args.demo, args.data_dir, languages if score_languages == "trained" else None, args.suite)
+    scored = languages if score_languages == "trained" else None
+    scoring = Scoring(args.demo, args.data_dir, scored, args.suite, dict(args.task_dir) or None)
     pairs = read_pairs(args.demo / "corpus" / "train")
     vocab_grid = [args.vocab_size] if args.vocab_size else args.vocab_grid
     out = args.out
