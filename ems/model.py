@@ -91,6 +91,9 @@ class EMSConfig:
     # attention and the feed-forward block, a final LN before pooling) or "post" (BERT's: LN after each
     # residual sum, and on the embeddings instead of before pooling; the same parameters).
     norm_placement: str = "pre"
+    # A LayerNorm on the embeddings (token + position) before the first layer, as BERT has, with pre-LN
+    # layers; "post" has it already.
+    embedding_norm: bool = False
     pad_id: int = PAD_ID
 
     def __post_init__(self) -> None:
@@ -116,6 +119,10 @@ class EMSConfig:
             raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
         if self.norm_placement not in NORM_PLACEMENTS:
             raise ValueError(f"norm_placement must be one of {', '.join(NORM_PLACEMENTS)}, not {self.norm_placement!r}")
+        if self.embedding_norm and self.norm_placement == "post":
+            raise ValueError(
+                "embedding_norm is for pre-LN layers: norm_placement post normalises the embeddings already"
+            )
         if self.xtr_vocabulary not in ("full", "batch"):
             raise ValueError(f"xtr_vocabulary must be 'full' or 'batch', not {self.xtr_vocabulary!r}")
         if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
@@ -432,6 +439,7 @@ class EncoderNetwork(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(cfg.d_model)
+        self.embedding_norm = nn.LayerNorm(cfg.d_model) if cfg.embedding_norm else None
         self.output_projection = nn.Linear(cfg.d_model, cfg.d_output) if cfg.d_output else None
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -443,14 +451,17 @@ class EncoderNetwork(nn.Module):
 
     def pool(self, tokens: Tensor) -> Tensor:
         """(B, L) token ids -> (B, d_model) mean of the final (LayerNorm'd) non-pad token states; with
-        post-LN layers, `norm` normalises the embeddings instead (BERT's embedding LayerNorm)."""
+        post-LN layers, `norm` normalises the embeddings instead (BERT's embedding LayerNorm), and with
+        `embedding_norm` an extra LayerNorm does."""
         tokens = tokens[:, : self.cfg.max_len]
         mask = tokens != self.cfg.pad_id
         packed = PackedTokens(mask, self.cfg.attention_group_rows)
         positions = packed.index % tokens.shape[1]
         x = self.tok_emb(tokens.reshape(-1)[packed.index]) + self.pos_emb(positions)
         post_norm = self.cfg.norm_placement == "post"
-        x = self.drop(self.norm(x) if post_norm else x)
+        if self.embedding_norm is not None or post_norm:
+            x = (self.norm if post_norm else self.embedding_norm)(x)
+        x = self.drop(x)
         for layer in self.layers:
             x = layer(x, packed)
         return packed.mean(x if post_norm else self.norm(x))

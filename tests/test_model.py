@@ -185,3 +185,27 @@ def test_post_layernorm_is_bert_s_layer_order():
     assert not torch.allclose(pre(tokens), post(tokens), atol=1e-3)
     with pytest.raises(ValueError, match="norm_placement must be one of pre, post"):
         small_config(norm_placement="sandwich")
+    with pytest.raises(ValueError, match="embedding_norm is for pre-LN layers"):
+        small_config(norm_placement="post", embedding_norm=True)
+
+
+def test_embedding_norm_normalises_the_embeddings_of_pre_ln_layers():
+    # pre-LN layers over LayerNorm(token + position embeddings): the pre-LN encoder whose embeddings are
+    # replaced by their normalised values gives the same vectors
+    torch.manual_seed(0)
+    tokens = torch.tensor([[5, 17, 42, PAD], [9, 8, 7, 6]])
+    normed = EncoderNetwork(small_config(embedding_norm=True)).eval()
+    with torch.no_grad():
+        normed.embedding_norm.weight.uniform_(0.5, 1.5)
+        normed.embedding_norm.bias.uniform_(-0.5, 0.5)
+    plain = EncoderNetwork(small_config()).eval()
+    plain.load_state_dict({k: v for k, v in normed.state_dict().items() if not k.startswith("embedding_norm")})
+    captured = {}
+    normed.embedding_norm.register_forward_hook(lambda m, i, o: captured.setdefault("x", o))
+    u = normed(tokens)
+    plain.pos_emb.register_forward_hook(lambda m, i, o: torch.zeros_like(o))
+    plain.tok_emb.register_forward_hook(lambda m, i, o: captured["x"])
+    torch.testing.assert_close(plain(tokens), u)
+    unnormed = EncoderNetwork(small_config()).eval()
+    unnormed.load_state_dict(plain.state_dict())
+    assert not torch.allclose(unnormed(tokens), u, atol=1e-3)  # the norm changes the vectors
