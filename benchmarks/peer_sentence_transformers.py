@@ -739,7 +739,7 @@ def positive_float(text: str) -> float:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from ems.apps.demo import DEMO_SUITE
-    from eval.run_all import task_dir_option
+    from eval.run_all import add_task_dir_option
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -756,14 +756,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the evaluation suite scoring both models (default: the demo's; the all-language recipe's is "
         "configs/eval/suite_multilingual.yaml)",
     )
-    parser.add_argument(
-        "--task-dir",
-        type=task_dir_option,
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="read suite task NAME's data from DIR (e.g. tico19_dev=runs/ood_screen/tico19_dev)",
-    )
+    add_task_dir_option(parser)
     parser.add_argument(
         "--score-languages",
         choices=("trained", "all"),

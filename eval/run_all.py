@@ -205,6 +205,18 @@ def task_dir_option(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
+def add_task_dir_option(parser: argparse.ArgumentParser) -> None:
+    """`--task-dir NAME=DIR`, repeatable: a list of (name, Path) in args.task_dir."""
+    parser.add_argument(
+        "--task-dir",
+        type=task_dir_option,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="read task NAME's data from DIR instead of DATA_DIR/<data_subdir>",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: 0 if everything requested ran, NOT_RUN_EXIT_CODE (with one `error: ...`
     line) if a task or language could not; a usage error raises (run_main: one line, status 2)."""
@@ -229,14 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)"
     )
-    parser.add_argument(
-        "--task-dir",
-        type=task_dir_option,
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="read task NAME's data from DIR instead of DATA_DIR/<data_subdir>",
-    )
+    add_task_dir_option(parser)
     parser.add_argument("--languages", help="comma-separated Tatoeba or canonical codes, e.g. deu,fra (default: all)")
     parser.add_argument("--max-sentences", type=positive_int, help="evaluate only the first N sentences per language")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="Tatoeba task config, when no --suite")
