@@ -87,9 +87,12 @@ class EMSConfig:
     # PackedTokens). The tiny preset (a CPU model) turns it on; ems-paper leaves it off, as GPU attention
     # kernels cost little per padded slot at these lengths (not measured).
     attention_group_rows: int = 0
-    # Where each layer's LayerNorms sit: "pre" (the paper's and most modern encoders': LN before the
-    # attention and the feed-forward block, a final LN before pooling) or "post" (BERT's: LN after each
-    # residual sum, and on the embeddings instead of before pooling; the same parameters).
+    # Where each layer's LayerNorms sit: "pre" (LN before the attention and the feed-forward block, a final
+    # LN before pooling; GPT-2's and most recent encoders') or "post" (LN after each residual sum, as in the
+    # transformer the paper cites for its encoder, Vaswani et al. 2017, and BERT; here with BERT's LN on the
+    # embeddings instead of before pooling: the same parameters). The default stays "pre" because models
+    # saved before the option have no norm_placement in their config.json; the recipes train "post"
+    # (the out-of-domain screen: docs/results/peer.md).
     norm_placement: str = "pre"
     # A LayerNorm on the embeddings (token + position) before the first layer, as BERT has, with pre-LN
     # layers; "post" has it already.
