@@ -275,3 +275,9 @@ def test_the_tico19_development_set_is_built_for_the_trained_languages_it_has(da
     before = (tmp_path / "tico" / "import_report.json").stat().st_mtime_ns
     prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"])
     assert (tmp_path / "tico" / "import_report.json").stat().st_mtime_ns == before
+    # a build killed before its report (a file cut short) is built again, not trusted by its directory
+    (tmp_path / "tico" / "import_report.json").unlink()
+    zh = next((tmp_path / "tico").glob("en-zh/*.zh"))
+    zh.write_text("cut short\n")
+    prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"])
+    assert len(zh.read_text().splitlines()) == 2100

@@ -264,20 +264,20 @@ def _build_tico19_dev(data_dir: Path, out: Path, languages: list[str]) -> None:
 
 
 # Suite tasks whose data an ablation builds under its out directory (AblationConfig.task_dirs):
-# {task name: (what it is, builder(data_dir, directory, trained languages))}
+# {task name: (what it is, builder(data_dir, directory, trained languages), the file its build writes last)}
 TASK_DIR_BUILDERS = {
-    "flores_bucc": ("the FLORES pseudo-BUCC task", _build_flores_bucc),
-    "tico19_dev": ("TICO-19's pairs (development set)", _build_tico19_dev),
+    "flores_bucc": ("the FLORES pseudo-BUCC task", _build_flores_bucc, "build.json"),
+    "tico19_dev": ("TICO-19's pairs (development set)", _build_tico19_dev, "import_report.json"),
 }
 
 
 def prepare_task_dirs(cfg: AblationConfig, out: Path, data_dir: Path, languages: list[str]) -> dict[str, Path]:
-    """{task name: directory} of `task_dirs` under `out`; a missing one of a task in TASK_DIR_BUILDERS
-    is built for the languages."""
+    """{task name: directory} of `task_dirs` under `out`; one of a task in TASK_DIR_BUILDERS whose build
+    did not finish (its last file missing) is built for the languages."""
     task_dirs = {name: out / directory for name, directory in cfg.task_dirs.items()}
     for name, directory in task_dirs.items():
-        if name in TASK_DIR_BUILDERS and not directory.is_dir():
-            what, build = TASK_DIR_BUILDERS[name]
+        if name in TASK_DIR_BUILDERS and not (directory / TASK_DIR_BUILDERS[name][2]).is_file():
+            what, build, _ = TASK_DIR_BUILDERS[name]
             print(f"building {what} for {', '.join(languages)} in {directory}", flush=True)
             build(data_dir, directory, languages)
     return task_dirs
