@@ -192,7 +192,9 @@ def _latest(checkpoint_dir: Path) -> str | None:
     except UnicodeDecodeError:
         latest = None
     if latest is None or not TAG_PATTERN.fullmatch(latest):
-        log.warning("%s names no checkpoint (step<N>): ignored, the newest one that verifies is used", latest_file)
+        log.warning(
+            "warning: %s names no checkpoint (step<N>): ignored, the newest one that verifies is used", latest_file
+        )
         return None
     return latest
 
@@ -212,7 +214,7 @@ def resumable_tags(checkpoint_dir: Path) -> Iterator[str]:
         if problem is None:
             yield tag
         else:
-            log.warning("skipping checkpoint %s: %s; trying the previous one", tag, problem)
+            log.warning("warning: skipping checkpoint %s: %s; trying the previous one", tag, problem)
 
 
 def no_usable_checkpoint(checkpoint_dir: Path, why: str) -> NoUsableCheckpointError:
