@@ -233,7 +233,8 @@ def run_cli(root: Path, main, argv: list[str], also: tuple[str, ...] = ()) -> tu
         status = run_main(recorded, argv)
     note(f"status {status}; stderr: {err.getvalue()[-2000:]!r}")
     if status != 0:
-        errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
+        # split at newlines only: an `error: ` after a carriage return (progress text) is mid-line on a terminal
+        errors = [line for line in err.getvalue().split("\n") if line.startswith("error: ")]
         assert len(errors) == 1, f"exit {status} with {len(errors)} error lines: {err.getvalue()[-2000:]!r}"
         assert len(errors[0]) > len("error: ")
         if raised:
