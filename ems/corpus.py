@@ -297,6 +297,17 @@ def resolve_inside(
     return Path(root) / name
 
 
+def check_output_folder(input_folder: str | Path, out: str | Path) -> None:
+    """CorpusError when the output folder `out` of a stage is the folder `input_folder` it reads, or
+    inside it: the stage would read its own outputs (or overwrite its inputs) as it writes them."""
+    source, target = Path(input_folder).resolve(), Path(out).resolve()
+    if target == source or target.is_relative_to(source):
+        raise CorpusError(
+            f"the output folder {out} is {'the folder' if target == source else 'inside the folder'} {input_folder} "
+            "that the stage reads: choose another output folder"
+        )
+
+
 def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[ParallelFiles]:
     """All aligned file pairs under a corpus root (only those of `pairs`, e.g. ["de-en"], when
     given: other pair directories are not even looked at), sorted by (l1, l2, name).

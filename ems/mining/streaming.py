@@ -84,25 +84,6 @@ def _text(raw: bytes) -> str | None:
         return None
 
 
-def file_fingerprint(path: Path, digest: str | None = None) -> dict:
-    """{"size", "mtime_ns", "blake2b"}: the file's size and modification time, and the blake2b
-    digest of its bytes (`digest` when the caller has just computed it, else read here)."""
-    stat = os.stat(path)
-    if digest is None:
-        with open(path, "rb") as f:
-            digest = hashlib.file_digest(f, "blake2b").hexdigest()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "blake2b": digest}
-
-
-def same_file(fingerprint: dict, path: Path) -> bool:
-    """Whether `path` still has the content `fingerprint` (of `file_fingerprint`) describes: the
-    same size and modification time, or the same size and digest (a copy, a `touch`)."""
-    stat = os.stat(path)
-    if stat.st_size != fingerprint["size"]:
-        return False
-    return stat.st_mtime_ns == fingerprint["mtime_ns"] or file_fingerprint(path)["blake2b"] == fingerprint["blake2b"]
-
-
 def scan_distinct(path: Path, shard_lines: int, on_shard: Callable[[int, np.ndarray], None]) -> LineCounts:
     """One pass over `path`: its distinct non-empty lines (by an 8-byte blake2b digest of the
     text) in file order, handed to `on_shard(shard number, (n, 2) int64 array)` `shard_lines` at
