@@ -299,12 +299,14 @@ def resolve_inside(
 
 def check_output_folder(input_folder: str | Path, out: str | Path) -> None:
     """CorpusError when the output folder `out` of a stage is the folder `input_folder` it reads, or
-    inside it: the stage would read its own outputs (or overwrite its inputs) as it writes them."""
+    inside one of its pair folders (`<l1>-<l2>`, which the stage reads): the stage would read its own
+    outputs, or overwrite its inputs, as it writes them. A folder beside the pair folders is fine."""
     source, target = Path(input_folder).resolve(), Path(out).resolve()
-    if target == source or target.is_relative_to(source):
+    inside_pair = target.is_relative_to(source) and target != source and "-" in target.relative_to(source).parts[0]
+    if target == source or inside_pair:
+        where = "the folder" if target == source else "inside a pair folder of"
         raise CorpusError(
-            f"the output folder {out} is {'the folder' if target == source else 'inside the folder'} {input_folder} "
-            "that the stage reads: choose another output folder"
+            f"the output folder {out} is {where} {input_folder} that the stage reads: choose another output folder"
         )
 
 

@@ -106,7 +106,7 @@ def test_pretokenize_into_its_own_input_is_refused_in_one_line(raw_corpus, capsy
     from ems.cli import run_main
 
     before = _files(raw_corpus)
-    for out in (raw_corpus, raw_corpus / "pretok"):
+    for out in (raw_corpus, raw_corpus / "en-ja" / "pretok"):
         assert run_main(main, ["pretokenize", "--in", str(raw_corpus), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"error: the output folder {out} is "), err
