@@ -26,7 +26,7 @@ import numpy as np
 
 from ems.artifacts import write_json
 from ems.configs import ConfigError, out_of_range
-from ems.corpus import CorpusError, ReadReport, list_parallel, read_parallel, write_parallel
+from ems.corpus import CorpusError, ReadReport, check_no_other_files, list_parallel, read_parallel, write_parallel
 from ems.text import to_simplified
 
 REPORT_FILE = "clean_report.json"
@@ -313,8 +313,10 @@ def clean_corpus(
     """Clean the named pairs (all pairs when None) and write `clean_report.json`; returns the report."""
     out_root = Path(out_root)
     name = REPORT_FILE if pairs is None else f"clean_report.{'_'.join(pairs)}.json"
+    inputs = list_parallel(corpus_root, pairs)
+    check_no_other_files(out_root, inputs, corpus_root)
     if pairs is None:
-        pairs = sorted({f"{f.l1}-{f.l2}" for f in list_parallel(corpus_root)})
+        pairs = sorted({f"{f.l1}-{f.l2}" for f in inputs})
     report = {
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(settings).items()},
         "eval_sets": eval_counts or {},

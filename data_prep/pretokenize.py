@@ -24,7 +24,15 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from ems.artifacts import file_fingerprint, same_file, update_json
-from ems.corpus import ParallelFiles, ReadReport, check_output_folder, list_parallel, read_parallel, write_parallel
+from ems.corpus import (
+    ParallelFiles,
+    ReadReport,
+    check_no_other_files,
+    check_output_folder,
+    list_parallel,
+    read_parallel,
+    write_parallel,
+)
 from ems.text import Preprocessing
 
 MARKER_FILE = "pretokenized.json"
@@ -140,9 +148,9 @@ def pretokenize_corpus(
             f"{out_root} was pretokenized with {marker['preprocessing']}, not {preprocessing}; use another directory"
         )
     recorded = {} if marker is None else marker["files"]
-    tasks = [
-        (files, str(out_root), preprocessing, recorded.get(_key(files))) for files in list_parallel(corpus_root, pairs)
-    ]
+    inputs = list_parallel(corpus_root, pairs)
+    check_no_other_files(out_root, inputs, corpus_root)
+    tasks = [(files, str(out_root), preprocessing, recorded.get(_key(files))) for files in inputs]
     if workers <= 1:
         entries = [_pretokenize_files(task) for task in tasks]
     else:

@@ -310,6 +310,23 @@ def check_output_folder(input_folder: str | Path, out: str | Path) -> None:
         )
 
 
+def check_no_other_files(out: str | Path, inputs: list[ParallelFiles], input_folder: str | Path) -> None:
+    """CorpusError naming the first corpus file in the output folder `out`, in the pair folders the
+    stage writes, that the stage would not write from `inputs` (the file pairs it reads from
+    `input_folder`, written under the same names): a later stage would take it for this one's output.
+    A file of the same name is written again, so it is no problem."""
+    if not Path(out).is_dir():
+        return
+    names = {(files.l1, files.l2, files.name) for files in inputs}
+    pairs = sorted({f"{l1}-{l2}" for l1, l2, _ in names})
+    for files in list_parallel(out, pairs):
+        if (files.l1, files.l2, files.name) not in names:
+            raise CorpusError(
+                f"{files.path_l1} is in the output folder {out} but is not written from {input_folder}: a later "
+                "stage would read it as this one's output; remove it, or choose an empty output folder"
+            )
+
+
 def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[ParallelFiles]:
     """All aligned file pairs under a corpus root (only those of `pairs`, e.g. ["de-en"], when
     given: other pair directories are not even looked at), sorted by (l1, l2, name).

@@ -175,3 +175,28 @@ def test_a_marker_that_does_not_vouch_for_every_file_is_refused_by_binarize(
     }[fault]
     assert expected in err and "pretokenize again into an empty folder" in err
     assert not (tmp_path / "shards" / "index.json").exists()
+
+
+@pytest.mark.parametrize("stage", ["pretokenize", "clean"])
+def test_a_corpus_file_in_the_output_folder_that_the_stage_does_not_write_is_refused(
+    stage, raw_corpus, tmp_path, capsys
+):
+    """A pre-filled output folder holding a corpus file of a pair the stage writes, under a name it does
+    not write: a later stage would read it as this one's output (was: kept, and read by vocab and
+    binarize as pretokenized or cleaned text)."""
+    from data_prep.__main__ import main
+    from ems.cli import run_main
+
+    out = tmp_path / "out"
+    write_parallel(out, "stale", "en", "ja", [("Untokenized TEXT.", "寿司を食べた。")])
+    config = tmp_path / "data.yaml"
+    config.write_text("languages: [en, ja, zh]\npivot: en\nclean:\n  eval_sets: []\n", encoding="utf-8")
+    argv = {
+        "pretokenize": ["pretokenize"],
+        "clean": ["clean", "--config", str(config), "--data-dir", str(tmp_path / "no-eval")],
+    }[stage]
+    assert run_main(main, [*argv, "--in", str(raw_corpus), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"error: {out / 'en-ja' / 'stale.en'} is in the output folder {out} but is not written from ")
+    assert not (out / "en-ja" / "toy.en").exists()
