@@ -91,9 +91,13 @@ def record_pretokenized(out_root: str | Path, preprocessing: Preprocessing, reco
     """Merge `records` ({PAIR/NAME: {"inputs": [fingerprint, fingerprint], "outputs": [...]}}) into the
     marker of `out_root`, with `preprocessing`, under the marker's lock (pair tasks run side by side)."""
 
+    present = {_key(files) for files in list_parallel(out_root)}
+
     def merge(marker: dict) -> None:
         marker["preprocessing"] = asdict(preprocessing)
-        marker["files"] = {**marker.get("files", {}), **records}
+        # records of files no longer there (a stale marker's) are dropped; other pair tasks' are kept
+        merged = {**marker.get("files", {}), **records}
+        marker["files"] = {key: record for key, record in merged.items() if key in present or key in records}
 
     update_json(Path(out_root) / MARKER_FILE, merge)
 
@@ -149,7 +153,7 @@ def pretokenize_corpus(
         )
     recorded = {} if marker is None else marker["files"]
     inputs = list_parallel(corpus_root, pairs)
-    check_no_other_files(out_root, inputs, corpus_root)
+    check_no_other_files(out_root, inputs, corpus_root, pairs)
     tasks = [(files, str(out_root), preprocessing, recorded.get(_key(files))) for files in inputs]
     if workers <= 1:
         entries = [_pretokenize_files(task) for task in tasks]

@@ -310,15 +310,16 @@ def check_output_folder(input_folder: str | Path, out: str | Path) -> None:
         )
 
 
-def check_no_other_files(out: str | Path, inputs: list[ParallelFiles], input_folder: str | Path) -> None:
-    """CorpusError naming the first corpus file in the output folder `out`, in the pair folders the
-    stage writes, that the stage would not write from `inputs` (the file pairs it reads from
-    `input_folder`, written under the same names): a later stage would take it for this one's output.
-    A file of the same name is written again, so it is no problem."""
+def check_no_other_files(
+    out: str | Path, inputs: list[ParallelFiles], input_folder: str | Path, pairs: Iterable[str] | None = None
+) -> None:
+    """CorpusError naming the first corpus file in the output folder `out` (in the pair folders
+    `pairs`, when a task writes only those; else in any) that the stage would not write from `inputs`
+    (the file pairs it reads from `input_folder`, written under the same names): a later stage would
+    take it for this one's output. A file of the same name is written again, so it is no problem."""
     if not Path(out).is_dir():
         return
     names = {(files.l1, files.l2, files.name) for files in inputs}
-    pairs = sorted({f"{l1}-{l2}" for l1, l2, _ in names})
     for files in list_parallel(out, pairs):
         if (files.l1, files.l2, files.name) not in names:
             raise CorpusError(
