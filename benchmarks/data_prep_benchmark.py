@@ -39,7 +39,7 @@ from data_prep.binarize import _encode_part, binarize  # noqa: E402
 from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences  # noqa: E402
 from data_prep.config import PrepConfig  # noqa: E402
 from data_prep.opus import MirrorSource, fetch  # noqa: E402
-from data_prep.pretokenize import MARKER_FILE, pretokenize_corpus  # noqa: E402
+from data_prep.pretokenize import mark_pretokenized, pretokenize_corpus  # noqa: E402
 from data_prep.vocab import train_vocab  # noqa: E402
 from ems.configs import load_config  # noqa: E402
 from ems.corpus import list_parallel, read_parallel  # noqa: E402
@@ -81,7 +81,7 @@ def synthetic_corpus(data_dir: Path, root: Path, n_pairs: int, preprocessing: Pr
                 k = rng.randrange(len(side_a))
                 out_a.write(vary(side_a[k], rng) + "\n")
                 out_b.write(vary(side_b[k], rng) + "\n")
-    (root / MARKER_FILE).write_text(json.dumps({"preprocessing": vars(preprocessing)}) + "\n")
+    mark_pretokenized(root, preprocessing)
     return root
 
 

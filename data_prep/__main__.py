@@ -31,7 +31,7 @@ from data_prep.split import split_heldout
 from data_prep.vocab import train_vocab
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
-from ems.corpus import CorpusError, list_parallel, pair_dir_name
+from ems.corpus import CorpusError, check_output_folder, list_parallel, pair_dir_name
 from ems.locks import exclusive
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -499,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     # report under that file's lock), while a run of the whole directory excludes them all. The vocab
     # stage writes through a staging directory that it locks itself (ems.artifacts).
     out = getattr(args, "out", None)
+    for output in (out, getattr(args, "train_out", None), getattr(args, "heldout_out", None)):
+        if output is not None and getattr(args, "input", None) is not None:
+            check_output_folder(args.input, output)  # before the lock creates anything there
     with contextlib.ExitStack() as held:
         if out is not None and args.stage != "vocab":
             held.enter_context(

@@ -12,6 +12,7 @@ Read the result with `ems.shards.PairShards`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections import Counter
@@ -23,6 +24,7 @@ import numpy as np
 
 from data_prep.clean import normalize, overlap_key, text_hash
 from data_prep.pretokenize import corpus_preprocessing
+from ems.artifacts import file_fingerprint, same_file
 from ems.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel
 from ems.shards import INDEX_FILE, SHARD_ARRAYS, SHARD_FORMAT, length_dtype, token_dtype
 from ems.text import Tokenizer
@@ -48,13 +50,18 @@ def pivot_language(all_files: list[ParallelFiles]) -> str | None:
 
 
 def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
-    """Encode one file pair into its part directory (skipped when done), its l2 side first when
-    `swap`; returns its entry."""
+    """Encode one file pair into its part directory, its l2 side first when `swap`; returns its entry.
+    A part a killed run finished is reused only when its record (part.json, written after its arrays)
+    says it was made with these settings from inputs of the same content; else it is encoded again."""
     files, vocab_dir, part_dir, pretokenized, batch_lines, swap = task
     part_dir = Path(part_dir)
     done = part_dir / "part.json"
-    if done.is_file():
-        return json.loads(done.read_text())
+    inputs, settings = (files.path_l1, files.path_l2), {"swap": swap, "pretokenized": pretokenized}
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # no record, or not one of these
+        record = json.loads(done.read_text())
+        if record["settings"] == settings and all(map(same_file, record["inputs"], inputs)):
+            return record["entry"]
+    fingerprints = [file_fingerprint(path) for path in inputs]
     tokenizer = Tokenizer.load(vocab_dir)
     part_dir.mkdir(parents=True, exist_ok=True)
     read = ReadReport()
@@ -94,7 +101,7 @@ def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
         "read": read.to_dict(),
         "skipped_empty_after_tokenization": skipped,
     }
-    done.write_text(json.dumps(entry, indent=2) + "\n")
+    done.write_text(json.dumps({"entry": entry, "settings": settings, "inputs": fingerprints}, indent=2) + "\n")
     return entry
 
 

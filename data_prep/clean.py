@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep.pretokenize import MARKER_FILE
 from ems.artifacts import write_json
 from ems.configs import ConfigError, out_of_range
-from ems.corpus import CorpusError, ReadReport, list_parallel, read_parallel, write_parallel
+from ems.corpus import CorpusError, ReadReport, check_no_other_files, list_parallel, read_parallel, write_parallel
 from ems.text import to_simplified
 
 REPORT_FILE = "clean_report.json"
@@ -313,8 +314,15 @@ def clean_corpus(
     """Clean the named pairs (all pairs when None) and write `clean_report.json`; returns the report."""
     out_root = Path(out_root)
     name = REPORT_FILE if pairs is None else f"clean_report.{'_'.join(pairs)}.json"
+    if (out_root / MARKER_FILE).exists():
+        raise CorpusError(
+            f"{out_root / MARKER_FILE} says {out_root} is pretokenized, but clean writes untokenized text there: "
+            "remove it, or choose an empty output folder"
+        )
+    inputs = list_parallel(corpus_root, pairs)
+    check_no_other_files(out_root, inputs, corpus_root, pairs)
     if pairs is None:
-        pairs = sorted({f"{f.l1}-{f.l2}" for f in list_parallel(corpus_root)})
+        pairs = sorted({f"{f.l1}-{f.l2}" for f in inputs})
     report = {
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(settings).items()},
         "eval_sets": eval_counts or {},

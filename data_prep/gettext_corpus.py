@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from babel.messages.pofile import PoFileError, read_po
 
 from ems.cli import add_debug_option, run_main
-from ems.corpus import check_member_name, write_parallel
+from ems.corpus import check_member_name, inside_folder, write_parallel
 
 DEFAULT_PACKAGES = ("django", "wagtail", "sphinx")
 SOURCE_LANGUAGE = "en"
@@ -290,7 +290,9 @@ def _package_catalogs(package: str) -> Iterator[CatalogFile]:
             for path in package_dir.rglob(pattern)
             if _catalog_locale(path.parts) is not None
         ]
-        yield from _catalog_files(package, found, lambda relative: (package_dir / relative).read_bytes())
+        yield from _catalog_files(
+            package, found, lambda relative: inside_folder(package_dir, package_dir / relative).read_bytes()
+        )
 
 
 def _wheel_catalogs(wheel: Path) -> Iterator[CatalogFile]:

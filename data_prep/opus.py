@@ -22,8 +22,12 @@ an empty archive) is a FetchError and leaves no file behind, so the next run tri
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import io
+import re
 import sqlite3
+import sys
 import urllib.error
 import urllib.request
 import xml.parsers.expat
@@ -75,6 +79,31 @@ READ_ERRORS = (
     RuntimeError,  # zipfile: an encrypted member
 )
 MISSING_DOCUMENTS_LISTED = 10  # names of missing documents kept in a report entry (all are counted)
+# What opustools writes to stderr that is no message: terminal escapes (clear line, cursor up), its
+# progress lines ("Measuring file ...", ended by a carriage return, not a newline), and what it says of a
+# document an archive lacks (counted in documents_missing, and warned).
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_OPUSTOOLS_NOISE = re.compile(
+    r"(Measuring file|Parsing file|Writing chunk) .*"
+    r"|There is no item named .*"
+    r"|Continuing from next sentence file pair\."
+)
+
+
+@contextlib.contextmanager
+def _opustools_stderr(where: str) -> Iterator[None]:
+    """What opustools prints to stderr inside the block (messages wrapped in blank lines, progress
+    lines ended by a carriage return, terminal escapes): its messages printed afterwards as whole lines
+    `note: WHERE: opustools: MESSAGE`, the rest dropped, so that no later line (an `error: ...`) starts
+    mid-line."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            yield
+    finally:
+        for line in re.split(r"[\r\n]", _TERMINAL_ESCAPE.sub("", captured.getvalue())):
+            if line.strip() and not _OPUSTOOLS_NOISE.fullmatch(line.strip()):
+                print(f"note: {where}: opustools: {line.strip()}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -410,10 +439,11 @@ def fetch_job(job: FetchJob, source, out_root: Path) -> dict:
     counts = {"pairs": 0, "line_breaks_replaced": 0, "empty_side": 0, "missing": set()}
     where = f"{job.corpus.name} {job.corpus.release} {job.pair}"
     try:
-        reader = source.reader(job)
-        _count_missing_documents(reader, counts["missing"])
-        # OpusRead yields (opus_l1 text, opus_l2 text), whatever OPUS's own file order.
-        write_parallel(out_root, job.output_name, job.l1, job.l2, _pairs(reader, cap, counts, where))
+        with _opustools_stderr(where):
+            reader = source.reader(job)
+            _count_missing_documents(reader, counts["missing"])
+            # OpusRead yields (opus_l1 text, opus_l2 text), whatever OPUS's own file order.
+            write_parallel(out_root, job.output_name, job.l1, job.l2, _pairs(reader, cap, counts, where))
     except FetchError:
         raise
     except READ_ERRORS as error:  # write_parallel removed its partial files and the emptied pair folder

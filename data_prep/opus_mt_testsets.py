@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ems.corpus import CorpusError, ReadReport, read_parallel, write_parallel
+from ems.corpus import CorpusError, ReadReport, inside_folder, read_parallel, write_parallel
 from ems.languages import ENGLISH, UnknownLanguageError, canonical_language
 
 REPORT_FILE = "import_report.json"
@@ -165,13 +165,14 @@ def _find_folders(layout: Layout, root: Path) -> tuple[list[_Folder], dict[str, 
             skipped[path.name] = "both sides are English"
         else:
             other_code = codes[1] if codes[0] == layout.english_code else codes[0]
-            folders.append(_checked_folder(layout, path, other_code))
+            folders.append(_checked_folder(layout, root, path, other_code))
     if not folders:
         raise FileNotFoundError(f"{root} holds no folder of the layout: expected {layout.expected}")
     return folders, skipped
 
 
-def _checked_folder(layout: Layout, path: Path, other_code: str) -> _Folder:
+def _checked_folder(layout: Layout, root: Path, path: Path, other_code: str) -> _Folder:
+    """The files of one folder of `root`; each must lie inside `root` (OutsideRootError for a symlink out)."""
     english_text = path / f"{layout.file_stem}.{layout.english_code}"
     other_text = path / f"{layout.file_stem}.{other_code}"
     for text in (english_text, other_text):
@@ -179,6 +180,8 @@ def _checked_folder(layout: Layout, path: Path, other_code: str) -> _Folder:
             raise CorpusError(f"{text} not found: expected {layout.expected}")
     english_labels, other_labels = (_labels_path(text) for text in (english_text, other_text))
     present = [p for p in (english_text, other_text, english_labels, other_labels) if p is not None]
+    for file in present:
+        inside_folder(root, file)
     line_counts = {p: _count_lines(p) for p in present}
     if len(set(line_counts.values())) > 1:
         raise CorpusError(

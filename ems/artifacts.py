@@ -16,7 +16,8 @@ directory says about it.
 
 `write_text` and `write_json` write one file whole or not at all (a reader never sees half of it),
 and `update_json` is the read-modify-write of a JSON report that writers running side by side merge
-their entries into.
+their entries into. `file_fingerprint` and `same_file` record a file's content and check it later (a
+stage's record of the inputs it read and the outputs it wrote).
 
 A write the file system refuses (full, over quota, read-only, failing: WRITE_ERRNOS, or the same
 from safetensors or torch's serializer) inside `writing`, `staged_directory`, `write_text` or
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -236,3 +238,22 @@ def update_json(path: str | Path, update: Callable[[dict], None]) -> dict:
         update(value)
         write_json(path, value)
     return value
+
+
+def file_fingerprint(path: Path, digest: str | None = None) -> dict:
+    """{"size", "mtime_ns", "blake2b"}: the file's size and modification time, and the blake2b
+    digest of its bytes (`digest` when the caller has just computed it, else read here)."""
+    stat = os.stat(path)
+    if digest is None:
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "blake2b").hexdigest()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "blake2b": digest}
+
+
+def same_file(fingerprint: dict, path: Path) -> bool:
+    """Whether `path` still has the content `fingerprint` (of `file_fingerprint`) describes: the
+    same size and modification time, or the same size and digest (a copy, a `touch`)."""
+    stat = os.stat(path)
+    if stat.st_size != fingerprint["size"]:
+        return False
+    return stat.st_mtime_ns == fingerprint["mtime_ns"] or file_fingerprint(path)["blake2b"] == fingerprint["blake2b"]

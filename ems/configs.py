@@ -105,8 +105,6 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(str(path), [f"{error.problem}: YAML would keep only the last value; remove one"]) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"not a readable YAML file: {_yaml_problem(error)}"]) from None
-    except RecursionError:
-        raise ConfigError(str(path), ["not a readable YAML file: nested too deep"]) from None
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -114,12 +112,33 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
     `model_overrides.d_model`, `files[2].name`) and the lines of both."""
 
 
+# The limits of every YAML text the project reads (a file or a `--set` value): a config is small and
+# shallow, and PyYAML's composer and constructor recurse once per level (a RecursionError deeper).
+MAX_YAML_DEPTH = 100
+MAX_YAML_CHARS = 4 << 20
+
+
+class YAMLLimitError(yaml.YAMLError):
+    """A YAML text over MAX_YAML_CHARS characters or nested deeper than MAX_YAML_DEPTH levels."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+
+
 def yaml_value(text: str) -> Any:
-    """yaml.safe_load(text), except that a mapping with a key twice is DuplicateKeyError (a
-    yaml.YAMLError) instead of silently the last value."""
+    """yaml.safe_load(text), except that a mapping with a key twice is DuplicateKeyError, and a text
+    over MAX_YAML_CHARS characters or nested deeper than MAX_YAML_DEPTH levels YAMLLimitError (both
+    yaml.YAMLErrors), instead of silently the last value or a RecursionError."""
+    if len(text) > MAX_YAML_CHARS:
+        raise YAMLLimitError(f"{len(text)} characters, more than the {MAX_YAML_CHARS} a config may hold")
+    _check_flow_depth(text)
     loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise YAMLLimitError(f"nested more than {MAX_YAML_DEPTH} levels deep") from None
         if node is None:
             return None
         _check_unique_keys(loader, node)
@@ -128,25 +147,40 @@ def yaml_value(text: str) -> Any:
         loader.dispose()
 
 
+def _check_flow_depth(text: str) -> None:
+    """YAMLLimitError for a text whose brackets ([ and {) nest deeper than MAX_YAML_DEPTH, found by a
+    scan of the text before PyYAML recurses into it (an upper bound: brackets inside quotes count)."""
+    depth = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise YAMLLimitError(f"nested more than {MAX_YAML_DEPTH} levels deep")
+        elif char in "]}":
+            depth = max(0, depth - 1)
+
+
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _check_unique_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
     """DuplicateKeyError for the first mapping under `root` (a composed document) with a key twice."""
-    pending, seen_nodes = [(root, "")], set()
+    pending, seen_nodes = [(root, "", 0)], set()
     while pending:
-        node, where = pending.pop()
+        node, where, depth = pending.pop()
+        if depth > MAX_YAML_DEPTH:  # block-style nesting, which _check_flow_depth does not see
+            raise YAMLLimitError(f"nested more than {MAX_YAML_DEPTH} levels deep")
         if id(node) in seen_nodes:  # an alias of a node already checked
             continue
         seen_nodes.add(id(node))
         if isinstance(node, yaml.SequenceNode):
-            pending.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(node.value))))
+            pending.extend((item, f"{where}[{i}]", depth + 1) for i, item in reversed(list(enumerate(node.value))))
         elif isinstance(node, yaml.MappingNode):
             first_line: dict = {}
             children = []
             for key_node, value_node in node.value:
                 if key_node.tag == _MERGE_TAG:  # `<<: *defaults`: keys set beside it override the merged ones
-                    children.append((value_node, where))
+                    children.append((value_node, where, depth))
                     continue
                 key = loader.construct_object(key_node, deep=True) if isinstance(key_node, yaml.ScalarNode) else None
                 name = f"{where}.{key}" if where else str(key)
@@ -161,7 +195,7 @@ def _check_unique_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
                     )
                 if key is not None:
                     first_line[key] = key_node.start_mark.line + 1
-                children.append((value_node, name))
+                children.append((value_node, name, depth + 1))
             pending.extend(reversed(children))
 
 
@@ -236,7 +270,8 @@ def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> di
             else:  # verbatim: YAML would read `no` as false, `1.10` as 1.1
                 value = None if _NONE in _options(hint) and text in _YAML_NULLS else text
         except yaml.YAMLError as error:
-            problems.append(f"--set {item!r}: not a YAML value: {_yaml_problem(error)}")
+            shown = item if len(item) <= 200 else f"{item[:100]}...{item[-20:]}"  # a huge value: its ends
+            problems.append(f"--set {shown!r}: not a YAML value: {_yaml_problem(error)}")
             continue
         node = result
         for part in path[:-1]:

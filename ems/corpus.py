@@ -242,8 +242,39 @@ def check_member_name(name: str, archive: str | Path) -> None:
 
 
 class OutsideRootError(ValueError):
-    """A path named inside a file (a manifest, an index, an alignment) leads out of the directory it
-    belongs to; the message names the file, the path and the directory."""
+    """A path named inside a file (a manifest, an index, an alignment), or a file of a folder a reader
+    walks (a symlink), leads out of the directory it belongs to; the message names the path and the
+    directory (and the file that names it)."""
+
+
+def _leads_outside(root: str | Path, name: str, links_within: str | Path | None = None) -> Path | None:
+    """Where `root / name` resolves to (symlinks followed), when that is outside `root` (or outside
+    `links_within`, when given); None when it stays inside. `root` is resolved first: a root that is a
+    symlink is fine."""
+    base = Path(root).resolve()
+    resolved = (base / name).resolve()
+    allowed = base if links_within is None else Path(links_within).resolve()
+    return None if resolved.is_relative_to(allowed) else resolved
+
+
+def inside_folder(folder: str | Path, path: str | Path, home: str = "") -> Path:
+    """`path`, a file or folder a reader found by walking the folder `folder` and is about to open, if it
+    resolves inside `folder`, symlinks included; else OutsideRootError naming it and where it leads,
+    before anything is opened. Every reader that walks a folder it was given (corpus folders, shards,
+    model, vocabulary and run directories) checks each path it opens with this. `home` names the
+    folder in the message (default: its path)."""
+    path = Path(path)
+    try:
+        name = str(path.relative_to(folder))
+    except ValueError:
+        name = None
+    outside = _leads_outside(folder, name) if name is not None else Path(path).resolve()
+    if outside is not None:
+        raise OutsideRootError(
+            f"{path} leads to {outside}, outside {home or folder}: a folder's files must lie inside it; "
+            f"refused, nothing read from it"
+        )
+    return path
 
 
 def resolve_inside(
@@ -259,13 +290,42 @@ def resolve_inside(
     if not isinstance(name, str) or not name or _names_outside(name):
         problem = f"outside {home}"
     else:
-        base = Path(root).resolve()
-        resolved = (base / name).resolve()
-        allowed = base if links_within is None else Path(links_within).resolve()
-        problem = None if resolved.is_relative_to(allowed) else f"which a symlink leads to {resolved}, outside {home}"
+        resolved = _leads_outside(root, name, links_within)
+        problem = None if resolved is None else f"which a symlink leads to {resolved}, outside {home}"
     if problem is not None:
         raise OutsideRootError(f"{where} names the path {name!r}, {problem}; refused, nothing read or written there")
     return Path(root) / name
+
+
+def check_output_folder(input_folder: str | Path, out: str | Path) -> None:
+    """CorpusError when the output folder `out` of a stage is the folder `input_folder` it reads, or
+    inside one of its pair folders (`<l1>-<l2>`, which the stage reads): the stage would read its own
+    outputs, or overwrite its inputs, as it writes them. A folder beside the pair folders is fine."""
+    source, target = Path(input_folder).resolve(), Path(out).resolve()
+    inside_pair = target.is_relative_to(source) and target != source and "-" in target.relative_to(source).parts[0]
+    if target == source or inside_pair:
+        where = "the folder" if target == source else "inside a pair folder of"
+        raise CorpusError(
+            f"the output folder {out} is {where} {input_folder} that the stage reads: choose another output folder"
+        )
+
+
+def check_no_other_files(
+    out: str | Path, inputs: list[ParallelFiles], input_folder: str | Path, pairs: Iterable[str] | None = None
+) -> None:
+    """CorpusError naming the first corpus file in the output folder `out` (in the pair folders
+    `pairs`, when a task writes only those; else in any) that the stage would not write from `inputs`
+    (the file pairs it reads from `input_folder`, written under the same names): a later stage would
+    take it for this one's output. A file of the same name is written again, so it is no problem."""
+    if not Path(out).is_dir():
+        return
+    names = {(files.l1, files.l2, files.name) for files in inputs}
+    for files in list_parallel(out, pairs):
+        if (files.l1, files.l2, files.name) not in names:
+            raise CorpusError(
+                f"{files.path_l1} is in the output folder {out} but is not written from {input_folder}: a later "
+                "stage would read it as this one's output; remove it, or choose an empty output folder"
+            )
 
 
 def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[ParallelFiles]:
@@ -275,7 +335,8 @@ def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[
     Hidden directories, directories whose name has no '-' and files whose suffix is neither
     language of their pair directory are not corpus files and are ignored. Raises
     CorpusError when the root does not exist, a pair directory is not in alphabetical order,
-    or a file has no counterpart in the other language.
+    or a file has no counterpart in the other language, and OutsideRootError when a file (or its
+    pair directory) is a symlink leading outside the root (`inside_folder`).
     """
     root = Path(root)
     if not root.is_dir():
@@ -311,5 +372,6 @@ def list_parallel(root: str | Path, pairs: Iterable[str] | None = None) -> list[
                     f"{pair_dir / f'{unmatched[0]}.{lang}'} has no counterpart {pair_dir / f'{unmatched[0]}.{other}'}"
                 )
         for name in sorted(names_by_lang[l1]):
-            found.append(ParallelFiles(l1, l2, name, pair_dir / f"{name}.{l1}", pair_dir / f"{name}.{l2}"))
+            paths = [inside_folder(root, pair_dir / f"{name}.{lang}", f"the corpus folder {root}") for lang in (l1, l2)]
+            found.append(ParallelFiles(l1, l2, name, *paths))
     return found

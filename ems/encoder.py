@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ems.corpus import inside_folder
 from ems.heads import VIEWS, load_head
 from ems.languages import resolve_language
 from ems.model import EMSConfig, EncoderNetwork, check_tensor_shapes, encoder_shapes, load_weights, weight_shapes
@@ -292,6 +293,7 @@ def check_model_directory(path: str | Path) -> tuple[EMSConfig, Tokenizer]:
     for name in (WEIGHTS_FILE, CONFIG_FILE):
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path} is not an EMS model directory: {name} is missing")
+        inside_folder(path, path / name, f"the model directory {path}")
     cfg = read_config(path / CONFIG_FILE)
     tokenizer = Tokenizer.load(path)
     cfg.check_vocabulary(tokenizer.vocab_size, len(tokenizer.languages), path)

@@ -95,11 +95,12 @@ def _flock(path: Path, directory: Path, what: str, shared: bool) -> Iterator[Non
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             raise DirectoryInUse(
-                f"{directory} is in use by another {what}{_refused_by(fd, path, directory, shared)}; "
+                f"{directory} is in use by another {_refused_by(fd, path, directory, shared, what)}; "
                 f"wait for it to end or choose another directory"
             ) from None
         if not shared:
             record = {
+                "what": what,
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
                 "started": time.time(),
@@ -112,17 +113,38 @@ def _flock(path: Path, directory: Path, what: str, shared: bool) -> Iterator[Non
         os.close(fd)  # releases the lock
 
 
-def _refused_by(fd: int, path: Path, directory: Path, shared: bool) -> str:
-    """Who holds the lock file `path` of `directory` that a request was refused: the exclusive holder
-    (its record), or, when only shared holders have it (it can be taken shared), writers of parts."""
+def _refused_by(fd: int, path: Path, directory: Path, shared: bool, what: str) -> str:
+    """Who holds the lock file `path` of `directory` that a request (of the writer `what`) was refused:
+    the exclusive holder (its record: what it is, pid, host, command), or, when only shared holders
+    have it (it can be taken shared), writers of parts. A record without `what` (a holder of an older
+    version) is named as the refused writer."""
     if not shared:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             pass
         else:
-            return f" of only part of it (each names itself in {directory}/.<part>{LOCK_FILE})"
-    return f": {describe_holder(holder(path))}"
+            kinds = sorted({info.get("what") or what for info in _part_holders(directory)}) or [what]
+            return f"{' and '.join(kinds)} of only part of it (each names itself in {directory}/.<part>{LOCK_FILE})"
+    info = holder(path)
+    return f"{info.get('what') or what}: {describe_holder(info)}"
+
+
+def _part_holders(directory: Path) -> list[dict]:
+    """The records of the part locks (DIR/.PART.lock) of `directory` that a live writer holds now."""
+    held = []
+    for path in sorted(directory.glob(f".*{LOCK_FILE}")) if directory.is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.append(holder(path))
+        finally:
+            os.close(fd)
+    return held
 
 
 @contextlib.contextmanager

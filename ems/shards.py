@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.corpus import inside_folder
 from ems.languages import resolve_language
 from ems.mapped import release_mapped_pages
 
@@ -63,13 +64,13 @@ class PairShards:
         directory = Path(directory)
         self.directory = directory
         self.index = read_index(directory)
-        self.tokens = load_array(directory / "tokens.npy")
-        self.offsets = load_array(directory / "offsets.npy")
-        self.langs = load_array(directory / "langs.npy")
+        self.tokens = load_array(shard_file(directory, "tokens.npy"))
+        self.offsets = load_array(shard_file(directory, "offsets.npy"))
+        self.langs = load_array(shard_file(directory, "langs.npy"))
         # (n_pairs, 2) uint64 ids of each side's text; None in shards binarized before they existed
-        ids_path = directory / "content_ids.npy"
+        ids_path = shard_file(directory, "content_ids.npy")
         self.content_ids = load_array(ids_path) if ids_path.is_file() else None
-        lengths_path = directory / "lengths.npy"
+        lengths_path = shard_file(directory, "lengths.npy")
         self.lengths = load_array(lengths_path) if lengths_path.is_file() else None
         check_index(directory, self)
         self.languages: list[str] = self.index["languages"]
@@ -145,10 +146,16 @@ class PairShards:
         return {name: np.asarray(members) for name, members in self.language_pair_ranges().items()}
 
 
+def shard_file(directory: str | Path, name: str) -> Path:
+    """DIR/NAME of a shard directory, refused (OutsideRootError) when a symlink leads it outside DIR."""
+    return inside_folder(directory, Path(directory) / name, f"the shard folder {directory}")
+
+
 def read_index(directory: str | Path) -> dict:
     """A shard directory's index.json (without opening the arrays). FileNotFoundError naming it
-    when there is none (not binarized, or not finished), ValueError when it is not valid JSON."""
-    path = Path(directory) / INDEX_FILE
+    when there is none (not binarized, or not finished), ValueError when it is not valid JSON or
+    leads outside the directory (a symlink)."""
+    path = shard_file(directory, INDEX_FILE)
     if not path.is_file():
         raise FileNotFoundError(f"{directory} has no {INDEX_FILE}: run data_prep binarize first")
     try:

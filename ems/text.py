@@ -31,6 +31,7 @@ from pathlib import Path
 import sentencepiece as spm
 from sacremoses import MosesTokenizer
 
+from ems.corpus import inside_folder
 from ems.languages import resolve_language
 
 PAD_ID = 0
@@ -320,5 +321,7 @@ class Tokenizer:
         )
         if meta_path is None or not (directory / SPM_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {SPM_FILE} + {TOKENIZER_FILE}: not a vocabulary directory")
+        for path in (meta_path, directory / SPM_FILE):
+            inside_folder(directory, path, f"the vocabulary folder {directory}")
         languages, preprocessing, recorded_sha1 = read_tokenizer_file(meta_path)
         return cls(str(directory / SPM_FILE), languages, preprocessing, recorded_sha1)

@@ -4,6 +4,7 @@ next to the repository), never copied into the repository."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,15 +54,16 @@ EVAL_SETS = ("tatoeba", "flores200", "sib200", "mlqe", "sts2017")
 
 @pytest.fixture(scope="module")
 def sliced_data(data_dir, tmp_path_factory, request):
-    """A data root of the shared data's evaluation sets and, of each corpus, the folders that the test
-    module's SLICED_CORPORA ({corpus: [folder, ...]}) names: symbolic links into the shared data."""
+    """A data root of the shared data's evaluation sets (symbolic links into the shared data) and, of each
+    corpus, the folders that the test module's SLICED_CORPORA ({corpus: [folder, ...]}) names: copies, as
+    a corpus reader refuses a file that a symlink leads out of the folder it reads (ems.corpus.inside_folder)."""
     root = tmp_path_factory.mktemp("slice")
     for name in EVAL_SETS:
         (root / name).symlink_to(data_dir / name)
     for corpus, folders in request.module.SLICED_CORPORA.items():
         (root / corpus).mkdir()
         for folder in folders:
-            (root / corpus / folder).symlink_to(data_dir / corpus / folder)
+            shutil.copytree(data_dir / corpus / folder, root / corpus / folder)
     return root
 
 

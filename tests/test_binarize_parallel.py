@@ -125,6 +125,27 @@ def test_an_interrupted_binarization_resumes_from_finished_parts(prepared, tmp_p
     assert digest(tmp_path / "shards") == digest(prepared / "shards")
 
 
+def test_a_finished_part_of_inputs_changed_since_is_encoded_again(prepared, tmp_path, monkeypatch):
+    """A part is trusted by its record of the inputs it was made from, not by its name (issue 62,
+    case 2): was the old part's pairs in the shards of the changed corpus."""
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(prepared / "clean", corpus)
+    monkeypatch.setattr(binarize_module, "_join", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        binarize(corpus, prepared / "vocab", tmp_path / "shards")
+    monkeypatch.undo()
+    files = [f for f in list_parallel(corpus) if f.l1 == "de"][0]
+    for path in (files.path_l1, files.path_l2):  # the same names, half the pairs
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        path.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    resumed = binarize(corpus, prepared / "vocab", tmp_path / "shards")
+    fresh = binarize(corpus, prepared / "vocab", tmp_path / "fresh")
+    assert resumed["files"] == fresh["files"] and resumed["n_pairs"] == fresh["n_pairs"]
+    assert digest(tmp_path / "shards") == digest(tmp_path / "fresh")
+
+
 def test_binarize_refuses_a_corpus_pretokenized_differently(prepared, tmp_path):
     other = tmp_path / "vocab"
     other.mkdir()

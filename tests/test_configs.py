@@ -333,3 +333,40 @@ def test_every_config_under_configs_loads_with_its_dataclass(path):
         load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
         for overrides in cfg.variants.values():
             load_config(TrainConfig, REPO_ROOT / cfg.train_config, values=merge(cfg.train_overrides, overrides))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ems-train", "--set", "model_overrides=" + "{a: " * 3000 + "1" + "}" * 3000],
+        ["data_prep", "pairs", "--config", "CONFIG", "--set", "languages=" + "[" * 600 + "]" * 600],
+        ["data_prep", "pairs", "--config", "CONFIG", "--set", "languages=" + "[" * 101 + "]" * 101],
+    ],
+)
+def test_a_set_value_is_held_to_the_depth_limit_of_a_config_file(tmp_path, capsys, argv):
+    """`--set` values go through the same limits as config files: too deep is one line naming the item,
+    status 2 (it was a RecursionError of thousands of lines)."""
+    from data_prep.__main__ import main as prep_main
+    from ems.cli import run_main
+    from ems.training.train import main as train_main
+
+    config = tmp_path / "data.yaml"
+    config.write_text("languages: [de, en]\n")
+    command, *args = [str(config) if arg == "CONFIG" else arg for arg in argv]
+    status = run_main(train_main if command == "ems-train" else prep_main, args)
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert "not a YAML value: nested more than 100 levels deep" in err
+
+
+def test_yaml_within_the_limits_reads_and_over_them_is_refused(tmp_path):
+    from ems.configs import MAX_YAML_CHARS, MAX_YAML_DEPTH, yaml_value
+
+    assert yaml_value("[" * MAX_YAML_DEPTH + "]" * MAX_YAML_DEPTH) is not None
+    deep_block = tmp_path / "deep.yaml"
+    deep_block.write_text("".join("  " * i + "a:\n" for i in range(MAX_YAML_DEPTH + 5)))
+    with pytest.raises(ConfigError, match="nested more than 100 levels deep"):
+        load_config(TrainConfig, deep_block)
+    with pytest.raises(yaml.YAMLError, match=f"more than the {MAX_YAML_CHARS} a config may hold"):
+        yaml_value("a" * (MAX_YAML_CHARS + 1))

@@ -20,7 +20,7 @@ from data_prep.gettext_corpus import main as gettext_main
 from data_prep.opus import FetchError, FetchJob, OnlineSource
 from ems.cli import run_main
 from ems.configs import ConfigError
-from ems.corpus import read_parallel, write_parallel
+from ems.corpus import list_parallel, read_parallel, write_parallel
 from tests.conftest import REPO_ROOT
 from tests.opus_mirror import build_mirror, edit_sentence_archive, flores_lines
 
@@ -29,9 +29,10 @@ DJANGO_DE = Path(importlib.util.find_spec("django").submodule_search_locations[0
 
 
 def one_error_line(capsys) -> str:
-    """The `error: ` line that ends stderr (after opustools' progress output); no traceback."""
+    """The `error: ` line that ends stderr; no traceback. Lines as a terminal shows them: split at
+    newlines only (after a carriage return, as opustools' progress text ends, a line goes on)."""
     err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error")]
+    errors = [line for line in err.split("\n") if line.startswith("error")]
     assert "Traceback" not in err and len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-3000:]
     return errors[0]
 
@@ -104,7 +105,11 @@ def test_missing_sentence_document_is_counted_per_corpus(mirror, data_dir, tmp_p
     assert entry["pairs"] == 20 and entry["empty_side"] == 0
     en = flores_lines(data_dir, "en")
     assert (out / "de-en" / "TED2020.en").read_text(encoding="utf-8").splitlines() == en[:10] + en[20:30]
-    assert "warning: TED2020 de-en: 1 document(s) missing" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: TED2020 de-en: 1 document(s) missing" in err
+    # opustools' progress text ("Measuring file ...\\r", no newline) is not passed on: a later error: line
+    # would start mid-line
+    assert err.splitlines() == [line for line in err.splitlines() if line.startswith("warning: ")], err
 
 
 def test_truncated_document_pairs_with_an_empty_side_are_counted_not_fetched(mirror, tmp_path, capsys):
@@ -359,3 +364,47 @@ def test_debug_shows_the_traceback_in_process_and_from_the_command_line(tmp_path
         [sys.executable, "-m", "data_prep", *argv, "--debug"], capture_output=True, text=True, cwd=REPO_ROOT, env=env
     )
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
+
+
+# --- damaged arrow / parquet files (issue 62, case 4) -------------------------------------------------
+
+
+def _hf_source(layout: str, root: Path) -> tuple[Path, Path]:
+    """(the source to import, its data file) of 50 de-en rows in `layout`."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"de": f"Hallo Welt {i}.", "en": f"Hello world {i}."} for i in range(50)]
+    if layout == "save_to_disk":
+        datasets.Dataset.from_dict({"translation": rows}).save_to_disk(str(root / "saved"))
+        return root / "saved", next((root / "saved").glob("*.arrow"))
+    if layout == "arrow":
+        table = pa.table({"translation": rows})
+        with pa.OSFile(str(root / "pairs.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return root / "pairs.arrow", root / "pairs.arrow"
+    pq.write_table(pa.table({"translation": rows}), root / "pairs.parquet")
+    return root / "pairs.parquet", root / "pairs.parquet"
+
+
+@pytest.mark.parametrize("layout", ["save_to_disk", "arrow", "parquet"])
+def test_a_byte_overwritten_inside_an_arrow_or_parquet_file_is_one_line_naming_it(layout, tmp_path, capsys):
+    """Four bytes overwritten at several places inside a valid file: each import reads rows it can
+    vouch for (status 0) or ends in one line naming the file. Was (save_to_disk): `SystemError: Negative
+    size passed to PyUnicode_New` from deep inside pyarrow, status 1, an empty output folder left."""
+    source, data_file = _hf_source(layout, tmp_path)
+    whole = data_file.read_bytes()
+    refused = 0
+    for k in range(2, 15):
+        position = len(whole) * k // 16
+        data_file.write_bytes(whole[:position] + b"\xff" * 4 + whole[position + 4 :])
+        out = tmp_path / f"out{k}"
+        status = run_main(main, ["import", "--format", "hf", str(source), "--out", str(out), "--languages", "de", "en"])
+        if status == 0:
+            counts = [len(list(read_parallel(f.path_l1, f.path_l2))) for f in list_parallel(out)]
+            assert counts and all(counts), capsys.readouterr().err
+        else:
+            assert status == 2 and str(data_file) in one_error_line(capsys)
+            refused += 1
+    assert refused  # the places hit include the file's offsets or framing

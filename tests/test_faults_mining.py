@@ -264,7 +264,13 @@ def test_one_line_each_side_is_one_pair(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("bad", "reason"),
-    [(b"Ein \x00 Satz.", "with a NUL byte"), (b"Ein \xff Satz.", "not UTF-8"), (b"Ein\tSatz.", "with a tab")],
+    [
+        (b"Ein \x00 Satz.", "with a NUL byte"),
+        (b"Ein \xff Satz.", "not UTF-8"),
+        (b"Ein\tSatz.", "with a tab"),
+        # every other character str.splitlines breaks on: a line-splitting reader of the TSV would break the row
+        *((f"Ein{char}Satz.".encode(), "with a line break inside") for char in "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"),
+    ],
 )
 def test_a_nul_byte_or_non_utf8_line_is_a_counted_skip(sides, tmp_path, capsys, bad, reason):
     lines = sides[0].read_bytes().split(b"\n")

@@ -252,3 +252,159 @@ def test_a_hub_cache_snapshot_may_link_into_its_own_blobs_only(blob_home, tmp_pa
         line = one_error_line(capsys)
         assert status == 2 and "outside" in line and "f00d" in line, line
         assert not files_under(out)
+
+
+# --- folders a reader walks (issue 62, case 1): every file it opens lies inside the folder it was given,
+# symlinks included (ems.corpus.inside_folder) ---------------------------------------------------------
+
+
+def secret_lines(tmp_path: Path, n: int = 3) -> Path:
+    """A file outside every input folder, of `n` lines of recognisable text."""
+    path = tmp_path / "elsewhere" / "secret.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{SECRET} {i}\n" for i in range(n)), encoding="utf-8")
+    return path
+
+
+def link_out(path: Path, secret: Path, link: str) -> Path:
+    """Make `path` (a file of a folder) lead out of its folder: itself a symlink to `secret` ("file"), or
+    its folder a symlink to a folder elsewhere holding it ("folder"). Returns what the error names (the
+    folder: the start of the path of whichever of its files is opened first)."""
+    if link == "file":
+        path.unlink(missing_ok=True)
+        path.symlink_to(secret)
+        return path
+    moved = secret.parent / "moved" / path.parent.name
+    moved.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.rename(moved)
+    (moved / path.name).write_bytes(secret.read_bytes())
+    path.parent.symlink_to(moved, target_is_directory=True)
+    return path.parent
+
+
+def write_folder(folder: Path, files: dict[str, list[str]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, lines in files.items():
+        (folder / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def assert_refused_outside(capsys, path: Path, status: int) -> None:
+    assert status == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {path}") and " leads to " in line and "refused" in line, line
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+@pytest.mark.parametrize(
+    "layout, folder, stem, english, other",
+    [
+        ("tatoeba-challenge", "afr-eng", "tatoeba-test-v2021-08-07", "eng", "afr"),
+        ("tico19", "en-fr", "tico19-test", "en", "fr"),
+    ],
+)
+def test_an_import_folder_with_a_symlink_out_is_refused(layout, folder, stem, english, other, link, tmp_path, capsys):
+    """Was: every line of the file the link leads to imported as Afrikaans (French), status 0."""
+    root = tmp_path / "testsets"
+    write_folder(
+        root / folder, {f"{stem}.{english}": ["One.", "Two.", "Three."], f"{stem}.{other}": ["Een.", "Twee.", "Drie."]}
+    )
+    named = link_out(root / folder / f"{stem}.{other}", secret_lines(tmp_path), link)
+    out = tmp_path / "out"
+    status = run_main(prep_main, ["import", "--format", layout, "--in", str(root), "--out", str(out)])
+    assert_refused_outside(capsys, named, status)
+    assert not holds_secret(out)
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+@pytest.mark.parametrize("stage", ["clean", "pretokenize", "split", "vocab"])
+def test_a_moses_folder_with_a_symlink_out_is_refused_by_every_stage(stage, link, tmp_path, capsys):
+    """Was: `clean` (and every stage after it) read the linked file as the corpus's English side, status 0."""
+    root = tmp_path / "corpus"
+    write_folder(root / "de-en", {"c.de": ["Eins.", "Zwei.", "Drei."], "c.en": ["One.", "Two.", "Three."]})
+    named = link_out(root / "de-en" / "c.en", secret_lines(tmp_path), link)
+    config = tmp_path / "data.yaml"
+    config.write_text("languages: [de, en]\npivot: en\nclean:\n  eval_sets: []\n", encoding="utf-8")
+    out = tmp_path / "out"
+    argv = {
+        "clean": ["clean", "--config", str(config), "--data-dir", str(tmp_path / "no-eval"), "--out", str(out)],
+        "pretokenize": ["pretokenize", "--out", str(out), "--workers", "1"],
+        "split": ["split", "--train-out", str(out / "train"), "--heldout-out", str(out / "heldout"), "--per-pair", "1"],
+        "vocab": ["vocab", "--config", str(config), "--out", str(out)],
+    }[stage]
+    status = run_main(prep_main, [*argv, "--in", str(root)])
+    assert_refused_outside(capsys, named, status)
+    assert not holds_secret(out)
+
+
+def test_a_gettext_package_with_a_catalog_linked_out_is_refused(tmp_path, capsys, monkeypatch):
+    from data_prep.gettext_corpus import main as gettext_main
+
+    package = tmp_path / "site" / "linkedpkg"
+    (package / "locale" / "de" / "LC_MESSAGES").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    secret = tmp_path / "elsewhere" / "django.po"
+    secret.parent.mkdir()
+    secret.write_text(f'msgid "Hello"\nmsgstr "{SECRET}"\n', encoding="utf-8")
+    named = package / "locale" / "de" / "LC_MESSAGES" / "django.po"
+    named.symlink_to(secret)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    out = tmp_path / "out"
+    status = run_main(gettext_main, ["--packages", "linkedpkg", "--languages", "de", "--", str(out)])
+    assert_refused_outside(capsys, named, status)
+    assert not holds_secret(out)
+
+
+def copy_with_link_out(source: Path, tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A copy of the folder `source` whose file `name` is a symlink to a copy of it outside the folder."""
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(source, folder)
+    outside = tmp_path / "elsewhere" / name
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    (folder / name).rename(outside)
+    (folder / name).symlink_to(outside)
+    return folder, folder / name
+
+
+@pytest.mark.parametrize(
+    "reader, files",
+    [
+        ("shards", ["index.json", "tokens.npy", "langs.npy", "offsets.npy", "content_ids.npy"]),
+        ("vocab", ["spm.model", "ems_tokenizer.json"]),
+        ("model", ["config.json", "model.safetensors", "spm.model"]),
+    ],
+)
+def test_a_shard_vocabulary_or_model_folder_with_a_file_linked_out_is_refused(
+    reader, files, tiny_pipeline, model_dir, tmp_path
+):
+    """Was: read through the link, even an identical file (a link is refused for where it leads, not what it holds)."""
+    from ems.corpus import OutsideRootError
+    from ems.encoder import check_model_directory
+    from ems.shards import PairShards
+    from ems.text import Tokenizer
+
+    source = {"shards": tiny_pipeline / "shards", "vocab": tiny_pipeline / "vocab", "model": model_dir}[reader]
+    load = {"shards": PairShards, "vocab": Tokenizer.load, "model": check_model_directory}[reader]
+    for number, name in enumerate(files):
+        folder, named = copy_with_link_out(source, tmp_path / str(number), name)
+        with pytest.raises(OutsideRootError) as error:
+            load(folder)
+        assert str(error.value).startswith(f"{named} leads to {tmp_path / str(number) / 'elsewhere' / name}, outside")
+
+
+def test_a_checkpoint_whose_manifest_is_linked_out_is_skipped(tmp_path):
+    import torch
+
+    from ems.training.checkpoint import verify, write_manifest
+
+    tag_dir = tmp_path / "run" / "checkpoints" / "step5"
+    tag_dir.mkdir(parents=True)
+    torch.save({"w": torch.zeros(2)}, tag_dir / "mp_rank_00_model_states.pt")
+    write_manifest(tag_dir)
+    assert verify(tag_dir) is None
+    outside = tmp_path / "elsewhere" / "manifest.json"
+    outside.parent.mkdir()
+    (tag_dir / "manifest.json").rename(outside)
+    (tag_dir / "manifest.json").symlink_to(outside)
+    assert verify(tag_dir).startswith(f"{tag_dir / 'manifest.json'} leads to {outside}, outside the checkpoint")

@@ -134,6 +134,25 @@ def test_a_data_prep_stage_refuses_an_output_directory_in_use(tmp_path, capsys):
     assert not (tmp_path / "pretok" / "de-en").exists()
 
 
+@pytest.mark.parametrize("parts", [None, ["de-en"]])
+def test_a_lock_refusal_names_the_holders_stage_not_the_refused_ones(tmp_path, capsys, parts):
+    """`clean` (of the whole folder, or `--pair de-en`) holds OUT: a `pretokenize` into it is told a
+    `data_prep clean` holds it (it was told `data_prep pretokenize`, its own stage)."""
+    from data_prep.__main__ import main as prep_main
+
+    corpus = tmp_path / "corpus" / "de-en"
+    corpus.mkdir(parents=True)
+    (corpus / "x.de").write_text("Hallo\n")
+    (corpus / "x.en").write_text("Hello\n")
+    out = tmp_path / "clean"
+    with exclusive(out, "data_prep clean", inside=False, parts=parts):
+        assert run_main(prep_main, ["pretokenize", "--in", str(tmp_path / "corpus"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"error: {out} is in use by another data_prep clean" in err
+    assert "pretokenize" not in err.split(":", 2)[1]
+
+
 # --- 2. shards of another vocabulary of the same size -------------------------------------------
 
 

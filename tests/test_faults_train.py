@@ -365,3 +365,23 @@ def test_sigterm_during_start_up_exits_99_to_be_requeued(tiny_pipeline, tmp_path
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-2000:]
     assert "stopping at step 0" in stdout and not (out / "model").exists()
+
+
+def test_a_skipped_checkpoint_is_a_warning_line_on_stderr(tmp_path):
+    """What a resume tells the user about a checkpoint it skips, or a `latest` naming none, is a
+    `warning: ...` line on stderr, as docs/errors.md says (it was the bare message)."""
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / "step4").mkdir(parents=True)
+    (checkpoints / "latest").write_text("nonsense")
+    code = "import sys; from pathlib import Path; from ems.training.checkpoint import resumable_tags; "
+    code += "print(list(resumable_tags(Path(sys.argv[1]))))"
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(checkpoints)], capture_output=True, text=True, env=os.environ, check=True
+    )
+    assert result.stdout == "[]\n"
+    assert result.stderr.splitlines() == [
+        f"warning: {checkpoints / 'latest'} names no checkpoint (step<N>): ignored, the newest one that verifies is "
+        "used",
+        f"warning: skipping checkpoint step4: {checkpoints / 'step4'} has no manifest.json (an incomplete write); "
+        "trying the previous one",
+    ]

@@ -12,8 +12,10 @@ The property, per example: the reader either
 Any other exception (KeyError, TypeError, IndexError, struct.error, zlib.error, RecursionError,
 SafetensorError, ...) fails the test, and so does a file opened outside the example's folder (an
 audit hook records every path opened during the reader's call; ALLOWED_ROOTS are the interpreter's
-and the libraries' own files). A symlink the user placed in their own folder is theirs to follow:
-the check is on the path as opened, `..` collapsed, not on where a symlink leads.
+and the libraries' own files); the check is on the path as opened, `..` collapsed. Where a symlink
+leads is the readers' own check: every reader that walks a folder refuses a file a symlink leads
+out of it (ems.corpus.inside_folder), a property of its own below, as is a stage's rerun into a
+pre-filled output folder (a clean run's outputs, or one line).
 
 Profiles (EMS_FUZZ_PROFILE): "ci" (the default; derandomized, so CI runs the same examples every
 time; EXAMPLES per reader) and "long" (LONG_FACTOR times as many, random). EMS_FUZZ_EXAMPLES=N sets
@@ -77,6 +79,8 @@ EXAMPLES = {
     "mining_inputs": 40,
     "mining_workdir": 60,
     "checkpoint": 200,
+    "folder_links": 30,
+    "prefilled": 30,
 }
 # reader -> its test function (benchmarks/fuzz_readers.py runs them one at a time)
 READER_TESTS = {
@@ -94,6 +98,8 @@ READER_TESTS = {
     "mining_inputs": "test_mining_inputs",
     "mining_workdir": "test_mining_work_dir",
     "checkpoint": "test_checkpoints",
+    "folder_links": "test_a_folder_with_a_symlink_out_is_refused",
+    "prefilled": "test_a_stage_rerun_into_a_prefilled_folder_gives_a_clean_runs_outputs_or_one_line",
 }
 _COMMON = dict(
     deadline=None,
@@ -233,7 +239,8 @@ def run_cli(root: Path, main, argv: list[str], also: tuple[str, ...] = ()) -> tu
         status = run_main(recorded, argv)
     note(f"status {status}; stderr: {err.getvalue()[-2000:]!r}")
     if status != 0:
-        errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
+        # split at newlines only: an `error: ` after a carriage return (progress text) is mid-line on a terminal
+        errors = [line for line in err.getvalue().split("\n") if line.startswith("error: ")]
         assert len(errors) == 1, f"exit {status} with {len(errors)} error lines: {err.getvalue()[-2000:]!r}"
         assert len(errors[0]) > len("error: ")
         if raised:
@@ -935,13 +942,28 @@ def _write_parquet(path: Path, columns: dict) -> None:
     pq.write_table(pa.table(columns), path)
 
 
+def _write_arrow(root: Path, layout: str) -> tuple[Path, Path]:
+    """(the source, its arrow file): a save_to_disk folder ("saved") or an arrow stream file."""
+    import datasets
+    import pyarrow as pa
+
+    rows = [{"de": de, "en": en} for de, en in zip(HF_DE, HF_EN)]
+    if layout == "saved":
+        datasets.Dataset.from_dict({"translation": rows}).save_to_disk(str(root / "saved"))
+        return root / "saved", next((root / "saved").glob("*.arrow"))
+    table = pa.table({"translation": rows})
+    with pa.OSFile(str(root / "pairs.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return root / "pairs.arrow", root / "pairs.arrow"
+
+
 def _hf_readme(data_files: str) -> dict:
     return {"configs": [{"config_name": "de-en", "data_files": [{"split": "train", "path": data_files}]}]}
 
 
 @fuzz(
     "hf_local",
-    layout=st.sampled_from(["jsonl", "csv", "parquet", "folder"]),
+    layout=st.sampled_from(["jsonl", "csv", "parquet", "folder", "saved", "arrow"]),
     rows=st.one_of(st.just([]), STRUCT_MUTATIONS),
     mutation=st.one_of(st.just([]), BYTE_MUTATIONS),
     file_op=st.one_of(st.none(), FILE_OPS),
@@ -949,6 +971,8 @@ def _hf_readme(data_files: str) -> dict:
 @example(layout="jsonl", rows=[("set", 0, None)], mutation=[], file_op=None)  # `null`: pyarrow's segfault
 @example(layout="jsonl", rows=[], mutation=[], file_op="empty")  # datasets' StopIteration
 @example(layout="folder", rows=[("set", 3, None)], mutation=[], file_op=None)  # a null in the card's configs
+# four bytes of a save_to_disk arrow file's offsets overwritten: was pyarrow's SystemError (issue 62)
+@example(layout="saved", rows=[], mutation=[("overwrite", 656, b"\xff" * 4)], file_op=None)
 def test_hf_local_layouts(base, outside, layout, rows, mutation, file_op):
     from data_prep.__main__ import main
 
@@ -968,6 +992,9 @@ def test_hf_local_layouts(base, outside, layout, rows, mutation, file_op):
             source = root / "pairs.parquet"
             _write_parquet(source, {"english": HF_EN, "non_english": HF_DE})
             source.write_bytes(mutate_bytes(source.read_bytes(), mutation))
+        elif layout in ("saved", "arrow"):  # any byte flip inside a valid arrow file (issue 62)
+            source, data_file = _write_arrow(root, layout)
+            data_file.write_bytes(mutate_bytes(data_file.read_bytes(), mutation or [("flip", len(HF_DE) * 31, 7)]))
         else:
             folder = root / "dataset"
             _write_parquet(folder / "de-en" / "train-00000-of-00001.parquet", {"english": HF_EN, "non_english": HF_DE})
@@ -975,7 +1002,7 @@ def test_hf_local_layouts(base, outside, layout, rows, mutation, file_op):
             front = dump_yaml(card, root, outside)
             (folder / "README.md").write_bytes(mutate_bytes(b"---\n" + front + b"---\nPairs.\n", mutation))
             source = Path(f"{folder}:de-en")
-        if file_op is not None and layout != "folder":
+        if file_op is not None and layout not in ("folder", "saved"):
             change_file(source, file_op, outside)
         argv = ["import", "--format", "hf", str(source), "--out", str(root / "out"), "--languages", "de", "en"]
         status, _, _ = run_cli(root, main, [*argv, "--cache-dir", str(root / "cache")])
@@ -1620,3 +1647,161 @@ def test_checkpoints(base, outside, checkpoints, target, mutation, latest, which
             if tag is not None:
                 assert isinstance(state, dict) and isinstance(state.get("module"), dict)
                 assert all(isinstance(t, torch.Tensor) for t in state["module"].values())
+
+
+# --- folders with a symlink out (issue 62): every folder reader refuses it ----------------------------
+
+LINKED_READERS = ["moses", "tatoeba", "tico19", "shards", "vocab", "model"]
+# the files each reader of a seeded folder opens (a link among the others is not its business)
+READ_FILES = {
+    "shards": ["index.json", "tokens.npy", "offsets.npy", "langs.npy", "content_ids.npy", "lengths.npy"],
+    "vocab": ["spm.model", "ems_tokenizer.json"],
+    "model": ["config.json", "model.safetensors", "spm.model", "ems_tokenizer.json"],
+}
+
+
+def _linked_folder(reader: str, root: Path, seeds: dict[str, Path]) -> tuple[Path, list[str]]:
+    """The folder `reader` reads, made under `root`, and its files a link may replace."""
+    if reader in ("moses", "tatoeba", "tico19"):
+        folder, stem, sides = {
+            "moses": ("de-en", "c", ("de", "en")),
+            "tatoeba": ("afr-eng", "tatoeba-test-v2021-08-07", ("afr", "eng")),
+            "tico19": ("en-fr", "tico19-test", ("en", "fr")),
+        }[reader]
+        (root / "in" / folder).mkdir(parents=True)
+        for side, text in zip(sides, (MOSES_DE, MOSES_EN)):
+            (root / "in" / folder / f"{stem}.{side}").write_text("\n".join(text) + "\n", encoding="utf-8")
+        return root / "in", [f"{folder}/{stem}.{side}" for side in sides]
+    shutil.copytree(seeds[reader], root / "in")
+    return root / "in", READ_FILES[reader]
+
+
+def _read_folder(reader: str, folder: Path, root: Path):
+    """Read `folder` as `reader` does: (True, what it read) or (False, the user error)."""
+    from data_prep.__main__ import main
+    from ems.encoder import check_model_directory
+    from ems.shards import PairShards
+    from ems.text import Tokenizer
+
+    if reader in ("moses", "tatoeba", "tico19"):
+        argv = {
+            "moses": ["pretokenize", "--workers", "1"],
+            "tatoeba": ["import", "--format", "tatoeba-challenge"],
+            "tico19": ["import", "--format", "tico19"],
+        }[reader]
+        status, _, err = run_cli(root, main, [*argv, "--in", str(folder), "--out", str(root / "out")])
+        return status == 0, err
+    load = {"shards": PairShards, "vocab": Tokenizer.load, "model": check_model_directory}[reader]
+    return attempt(root, lambda: load(folder))
+
+
+@fuzz(
+    "folder_links",
+    linked=st.sampled_from(LINKED_READERS),
+    which=st.integers(0, 50),
+    link=st.sampled_from(["file", "folder"]),
+)
+def test_a_folder_with_a_symlink_out_is_refused(base, outside, shards_dir, vocab_dir, model_dir, linked, which, link):
+    """Property: a folder whose file (or, for a corpus, pair folder) is a symlink leading out of it is
+    refused in one line naming the file, by every folder reader; the same folder without the link is
+    read. The link leads to a copy of the very file it replaces: refused for where it leads, not what
+    it holds."""
+    from ems.corpus import OutsideRootError
+
+    seeds = {"shards": shards_dir, "vocab": vocab_dir, "model": model_dir}
+    with example_root(base) as root:
+        folder, files = _linked_folder(linked, root, seeds)
+        assert _read_folder(linked, folder, root)[0], "the folder without a link is read"
+        shutil.rmtree(root / "out", ignore_errors=True)
+        name = files[which % len(files)]
+        elsewhere = root.parent / "elsewhere"  # beside the example's folder, removed with it
+        if link == "folder" and "/" in name:
+            shutil.move(folder / name.split("/")[0], elsewhere)
+            (folder / name.split("/")[0]).symlink_to(elsewhere, target_is_directory=True)
+            named = folder / name.split("/")[0]
+        else:
+            elsewhere.mkdir()
+            shutil.move(folder / name, elsewhere / "file")
+            (folder / name).symlink_to(elsewhere / "file")
+            named = folder / name
+        ok, read = _read_folder(linked, folder, root.parent)
+        assert not ok, f"{linked} read {named}, a symlink out of {folder}"
+        if isinstance(read, str):
+            assert f"error: {named}" in read and " leads to " in read, read
+        else:
+            assert isinstance(read, OutsideRootError) and str(read).startswith(str(named)), read
+
+
+# --- a stage rerun into a pre-filled output folder (issue 62): a clean run's outputs, or one line -----
+
+PREFILL_OPS = st.lists(
+    st.one_of(
+        st.just(("copy_inputs",)),  # the input files under their own names (the clean stage's output)
+        st.tuples(st.just("garbage"), st.sampled_from(["de", "en"]), BYTE_MUTATIONS),  # a mangled output
+        st.tuples(st.just("marker"), DOC_MUTATIONS),  # a pretokenize marker, mutated
+        st.just(("foreign_name",)),  # a file pair the stage does not write
+        st.just(("other_pair",)),  # a pair folder the stage does not write
+        st.just(("stray_file",)),  # a file that is no corpus file
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+def _stage_outputs(out: Path) -> dict:
+    """The corpus files and the stage's marker or report under `out`, the times of the files a marker
+    records left out (contents only)."""
+    from data_prep.pretokenize import MARKER_FILE
+
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.glob("*-*/*")) if p.is_file()}
+    if (out / MARKER_FILE).is_file():
+        marker = json.loads((out / MARKER_FILE).read_text(encoding="utf-8"))
+        for record in marker["files"].values():
+            for fingerprint in record["inputs"] + record["outputs"]:
+                del fingerprint["mtime_ns"]
+        files[MARKER_FILE] = marker
+    return files
+
+
+@fuzz("prefilled", stage=st.sampled_from(["pretokenize", "clean"]), ops=PREFILL_OPS)
+def test_a_stage_rerun_into_a_prefilled_folder_gives_a_clean_runs_outputs_or_one_line(
+    base, outside, corpus_dir, stage, ops
+):
+    """Property: a stage run into an output folder already holding files (its own, another stage's,
+    mangled ones, a marker) writes what it writes into an empty folder, or refuses in one line."""
+    from data_prep.__main__ import main
+    from data_prep.pretokenize import MARKER_FILE, pretokenize_corpus
+
+    with example_root(base, corpus_dir) as corpus:  # the input, a copy inside the example's folder
+        root = corpus.parent
+        config = root / "data.yaml"
+        config.write_text("languages: [de, en, fr]\npivot: en\nclean:\n  eval_sets: []\n", encoding="utf-8")
+        argv = {
+            "pretokenize": ["pretokenize", "--workers", "1"],
+            "clean": ["clean", "--config", str(config), "--data-dir", str(root / "no-eval")],
+        }[stage]
+        assert run_cli(root, main, [*argv, "--in", str(corpus), "--out", str(root / "reference")])[0] == 0
+        out = root / "out"
+        out.mkdir()
+        for op in ops:
+            if op[0] == "copy_inputs":
+                shutil.copytree(corpus, out, dirs_exist_ok=True)
+            elif op[0] == "garbage":
+                path = out / "de-en" / f"words.{op[1]}"
+                path.parent.mkdir(exist_ok=True)
+                path.write_bytes(mutate_bytes((corpus / "de-en" / f"words.{op[1]}").read_bytes(), op[2]))
+            elif op[0] == "marker":
+                pretokenize_corpus(corpus, root / "marked")
+                (out / MARKER_FILE).write_bytes(
+                    mutated_doc(json.loads((root / "marked" / MARKER_FILE).read_text()), op[1], root, outside)
+                )
+            elif op[0] in ("foreign_name", "other_pair"):
+                pair = "de-en" if op[0] == "foreign_name" else "de-fr"
+                for lang in pair.split("-"):
+                    (out / pair).mkdir(exist_ok=True)
+                    (out / pair / f"stale.{lang}").write_text("Stale text.\n", encoding="utf-8")
+            else:
+                (out / "notes.txt").write_text("not a corpus file\n", encoding="utf-8")
+        status, _, _ = run_cli(root, main, [*argv, "--in", str(corpus), "--out", str(out)])
+        if status == 0:
+            assert _stage_outputs(out) == _stage_outputs(root / "reference")

@@ -1,6 +1,7 @@
 """Tests for data_prep.opus_mt_testsets: Tatoeba Challenge and TICO-19 readers, language codes."""
 
 import json
+import shutil
 
 import pytest
 
@@ -37,12 +38,13 @@ def read_corpus(out_root, pair, name):
     return list(read_parallel(files[0].path_l1, files[0].path_l2))
 
 
-def linked_root(tmp_path, source, folders):
-    """A root holding links to a few real folders, so a test reads only those."""
-    root = tmp_path / "links"
+def sliced_root(tmp_path, source, folders):
+    """A root holding copies of a few real folders, so a test reads only those (not links: the
+    importer refuses a file a symlink leads out of the root)."""
+    root = tmp_path / "slice"
     root.mkdir()
     for folder in folders:
-        (root / folder).symlink_to(source / folder)
+        shutil.copytree(source / folder, root / folder)
     return root
 
 
@@ -118,7 +120,7 @@ def pairs_with_labels(folder, code, prefix):
 
 def test_tatoeba_challenge_real_labels_decide_the_language(data_dir, tmp_path, capsys):
     source = data_dir / "tatoeba_challenge"
-    root = linked_root(tmp_path, source, ["ara-eng", "eng-cmn_Hans", "eng-cmn_Hant", "eng-eng", "eng-jpn", "eng-zho"])
+    root = sliced_root(tmp_path, source, ["ara-eng", "eng-cmn_Hans", "eng-cmn_Hant", "eng-eng", "eng-jpn", "eng-zho"])
     out = tmp_path / "out"
     report = build_tatoeba_challenge_corpus(root, out, languages=["ja", "zh", "ar", "yue"])
 
@@ -166,7 +168,7 @@ def test_tatoeba_challenge_real_labels_decide_the_language(data_dir, tmp_path, c
 
 def test_tico19_real_regional_codes_fold_into_the_language(data_dir, tmp_path):
     folders = ["en-es_LA", "en-fa", "en-prs", "en-pt_BR", "en-ti", "en-ti_ER", "en-ti_ET"]
-    root = linked_root(tmp_path, data_dir / "tico19", folders)
+    root = sliced_root(tmp_path, data_dir / "tico19", folders)
     report = build_tico19_corpus(root, tmp_path / "out")
 
     assert report["languages"] == {"es": 2100, "fa": 2100, "prs": 2100, "pt": 2100, "ti": 3 * 2100}

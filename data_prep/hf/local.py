@@ -33,9 +33,10 @@ COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".zstd")
 
 
 def check_saved_files(local: Path) -> None:
-    """HFImportError unless every file a save_to_disk directory's JSON names lies inside it: the splits
-    of dataset_dict.json (each a sub-directory) and the `_data_files` of each state.json, which
-    datasets.load_from_disk joins to the directory and memory-maps as they are."""
+    """HFImportError unless every file a save_to_disk directory's JSON names lies inside it (the splits
+    of dataset_dict.json, each a sub-directory, and the `_data_files` of each state.json, which
+    datasets.load_from_disk joins to the directory and memory-maps as they are) and is whole
+    (check_columnar_files)."""
     dataset_dict = local / "dataset_dict.json"
     directories = [local]
     if dataset_dict.is_file():
@@ -45,12 +46,46 @@ def check_saved_files(local: Path) -> None:
         state = directory / "state.json"
         if state.is_file():
             for data_file in json.loads(state.read_text(encoding="utf-8")).get("_data_files", []):
-                inside(directory, data_file.get("filename") if isinstance(data_file, dict) else data_file, state)
+                name = data_file.get("filename") if isinstance(data_file, dict) else data_file
+                check_columnar_files([inside(directory, name, state)])
+
+
+def check_columnar_files(files) -> None:
+    """HFImportError naming the first .arrow or .parquet file of `files` that is damaged, whatever the
+    damage: every record batch is read and fully validated (offsets within the data, text UTF-8)
+    before datasets reads the file, since pyarrow takes a file's offsets on trust and a byte
+    overwritten among them ends in a SystemError, or a SIGBUS, deep inside it. One batch in memory
+    at a time; other files are left to their readers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for file in map(str, files):
+        kind = Path(file).suffix.lstrip(".")
+        if kind not in ("arrow", "parquet"):
+            continue
+        try:
+            if kind == "parquet":
+                for batch in pq.ParquetFile(file).iter_batches():
+                    batch.validate(full=True)
+                continue
+            with pa.memory_map(file) as source:
+                try:  # datasets writes the streaming format; the file format is read too
+                    batches = iter(pa.ipc.open_stream(source))
+                except pa.ArrowInvalid:
+                    source.seek(0)
+                    reader = pa.ipc.open_file(source)
+                    batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+                for batch in batches:
+                    batch.validate(full=True)
+        except (pa.ArrowException, OSError, ValueError, EOFError) as error:
+            problem = f"cannot be read ({one_line(error)}): it is damaged, or not {kind} data"
+            raise HFImportError(f"{file}: {problem}") from None
 
 
 def check_data_files(local: Path, arguments: dict) -> None:
     """HFImportError unless every data file datasets would read for a local directory (the paths and
-    globs of its README.md `configs:` block, resolved as datasets resolves them) lies inside it."""
+    globs of its README.md `configs:` block, resolved as datasets resolves them) lies inside it and,
+    an .arrow or .parquet file, is whole (check_columnar_files)."""
     import datasets
 
     builder = datasets.load_dataset_builder(str(local), **arguments)
@@ -62,6 +97,7 @@ def check_data_files(local: Path, arguments: dict) -> None:
         for file in files:
             where = f"{card} (data_files)" if card.is_file() else local
             inside(local, os.path.relpath(file, local), where, repository if snapshot else None)
+        check_columnar_files(files)
 
 
 def local_dir_arguments(local: Path, config: str | None) -> dict:

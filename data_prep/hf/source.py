@@ -17,6 +17,7 @@ from pathlib import Path
 from data_prep.hf.errors import HFImportError
 from data_prep.hf.hub import HUB_ID, load_hub
 from data_prep.hf.local import (
+    check_columnar_files,
     check_data_files,
     check_json_rows,
     check_saved_files,
@@ -74,8 +75,10 @@ def open_dataset(
             if config is not None:
                 raise HFImportError(f"{path}: data files have no configs; got :{config}")
             builder, arguments = file_builder(path)
+            files = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
             if builder == "json":
-                check_json_rows(sorted(glob.glob(path)) if glob.has_magic(path) else [path])
+                check_json_rows(files)
+            check_columnar_files(files)
             dataset, name = load(builder, data_files=path, **arguments)
         elif HUB_ID.fullmatch(path) and not path.startswith((".", "/")):
             dataset, name = load_hub(load, path, config, cache_dir, offline_reason)

@@ -12,9 +12,11 @@ Lines end at "\\n" only; a trailing "\\r" is dropped (as eval.evaluators.retriev
 so is a UTF-8 byte order mark at the start of the file (Windows editors write one): the first
 line's offset is the byte after it, so it is in no text, vector or output line.
 Empty (or whitespace-only) lines are skipped and counted; so are lines that are not UTF-8,
-lines holding a NUL byte (binary debris in a crawl, not sentences) and lines holding a tab (the
-mined pairs are written as tab-separated columns, where it would shift every column after it),
-each reason counted with its first line number, so nothing is lost silently.
+lines holding a NUL byte (binary debris in a crawl, not sentences), lines holding a tab (the
+mined pairs are written as tab-separated columns, where it would shift every column after it) and
+lines holding another character str.splitlines breaks on (a lone \\r, \\v, \\f, \\x1c-\\x1e, \\x85,
+U+2028, U+2029: a line-splitting reader of the TSV would break the row there), each reason counted
+with its first line number, so nothing is lost silently.
 """
 
 from __future__ import annotations
@@ -32,19 +34,20 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
+from ems.corpus import has_line_break
 from ems.encoder_kinds import CachedEncoder, EMSDirectoryEncoder, encode_checked
 from ems.tokenizer_pool import TokenizerPool
 
 DEFAULT_CHUNK_LINES = 20_000
-NOT_UTF8, NUL_BYTE, TAB = "not UTF-8", "a NUL byte", "a tab"
+NOT_UTF8, NUL_BYTE, TAB, LINE_BREAK = "not UTF-8", "a NUL byte", "a tab", "a line break inside"
 
 
 @dataclass
 class LineCounts:
     """What a scan of one file found: `lines` in all, `empty` (or whitespace-only) ones, `distinct`
     non-empty ones, `skipped` {reason: count} and `first_skipped` {reason: 1-based line number}
-    for lines that are not UTF-8 or hold a NUL byte or a tab, and the file's `fingerprint` (size, mtime_ns
-    and the blake2b digest of every byte read)."""
+    for lines that are not UTF-8 or hold a NUL byte, a tab or a line break inside, and the file's
+    `fingerprint` (size, mtime_ns and the blake2b digest of every byte read)."""
 
     lines: int = 0
     empty: int = 0
@@ -59,8 +62,9 @@ class LineCounts:
 
     def describe_skipped(self) -> str:
         """ "2 not UTF-8 (first: line 17), 1 with a NUL byte (line 40)", or "" when none were."""
+        with_ = (NUL_BYTE, TAB, LINE_BREAK)
         return ", ".join(
-            f"{count} {'with ' if reason in (NUL_BYTE, TAB) else ''}{reason} (first: line {self.first_skipped[reason]})"
+            f"{count} {'with ' if reason in with_ else ''}{reason} (first: line {self.first_skipped[reason]})"
             for reason, count in self.skipped.items()
         )
 
@@ -78,25 +82,6 @@ def _text(raw: bytes) -> str | None:
         return raw.decode("utf-8").removesuffix("\n").rstrip("\r")
     except UnicodeDecodeError:
         return None
-
-
-def file_fingerprint(path: Path, digest: str | None = None) -> dict:
-    """{"size", "mtime_ns", "blake2b"}: the file's size and modification time, and the blake2b
-    digest of its bytes (`digest` when the caller has just computed it, else read here)."""
-    stat = os.stat(path)
-    if digest is None:
-        with open(path, "rb") as f:
-            digest = hashlib.file_digest(f, "blake2b").hexdigest()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "blake2b": digest}
-
-
-def same_file(fingerprint: dict, path: Path) -> bool:
-    """Whether `path` still has the content `fingerprint` (of `file_fingerprint`) describes: the
-    same size and modification time, or the same size and digest (a copy, a `touch`)."""
-    stat = os.stat(path)
-    if stat.st_size != fingerprint["size"]:
-        return False
-    return stat.st_mtime_ns == fingerprint["mtime_ns"] or file_fingerprint(path)["blake2b"] == fingerprint["blake2b"]
 
 
 def scan_distinct(path: Path, shard_lines: int, on_shard: Callable[[int, np.ndarray], None]) -> LineCounts:
@@ -123,6 +108,8 @@ def scan_distinct(path: Path, shard_lines: int, on_shard: Callable[[int, np.ndar
                 counts.empty += 1
             elif "\t" in text:
                 counts.skip(TAB, number + 1)
+            elif has_line_break(text):
+                counts.skip(LINE_BREAK, number + 1)
             else:
                 key = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
                 if key not in seen:

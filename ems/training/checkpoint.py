@@ -41,6 +41,7 @@ import torch
 
 from ems.artifacts import fsync_path
 from ems.cli import UserError
+from ems.corpus import OutsideRootError, inside_folder, resolve_inside
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
@@ -113,13 +114,17 @@ def verify(tag_dir: Path) -> str | None:
     if not manifest_path.is_file():
         return f"{tag_dir} has no {MANIFEST} (an incomplete write)"
     try:
+        inside_folder(tag_dir, manifest_path, "the checkpoint")
         expected = _manifest_entries(manifest_path)
+    except OutsideRootError as error:
+        return str(error)
     except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep, not a manifest
         return f"{manifest_path} is unreadable: {' '.join(str(error).split())}"
     for name, entry in expected.items():
-        path = tag_dir / name
-        if not path.resolve().is_relative_to(tag_dir.resolve()):
-            return f"{manifest_path} names {name!r}, outside the checkpoint"
+        try:
+            path = resolve_inside(tag_dir, name, manifest_path, home="the checkpoint")
+        except OutsideRootError as error:
+            return str(error)
         if not path.is_file():
             return f"{path} is missing"
         if path.stat().st_size != entry["bytes"]:
@@ -192,7 +197,9 @@ def _latest(checkpoint_dir: Path) -> str | None:
     except UnicodeDecodeError:
         latest = None
     if latest is None or not TAG_PATTERN.fullmatch(latest):
-        log.warning("%s names no checkpoint (step<N>): ignored, the newest one that verifies is used", latest_file)
+        log.warning(
+            "warning: %s names no checkpoint (step<N>): ignored, the newest one that verifies is used", latest_file
+        )
         return None
     return latest
 
@@ -212,7 +219,7 @@ def resumable_tags(checkpoint_dir: Path) -> Iterator[str]:
         if problem is None:
             yield tag
         else:
-            log.warning("skipping checkpoint %s: %s; trying the previous one", tag, problem)
+            log.warning("warning: skipping checkpoint %s: %s; trying the previous one", tag, problem)
 
 
 def no_usable_checkpoint(checkpoint_dir: Path, why: str) -> NoUsableCheckpointError:

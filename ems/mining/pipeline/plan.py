@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ems.artifacts import file_fingerprint, same_file
 from ems.cli import MissingDataError, UserError
 from ems.configs import ConfigError, load_config
 from ems.encoder_kinds import checked_language
@@ -49,7 +50,7 @@ from ems.mining.pipeline.manifest import (
     stage_dir,
 )
 from ems.mining.pipeline.options import MineOptions
-from ems.mining.streaming import file_fingerprint, same_file, scan_distinct
+from ems.mining.streaming import scan_distinct
 from ems.shards import load_array
 
 SIDES = ("src", "tgt")
