@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 from array import array
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
 
 import numpy as np
 
 from data_prep.clean import normalize, text_hash
-from ems.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel, write_parallel
+from ems.corpus import ParallelFiles, ReadReport, check_no_other_files, list_parallel, read_parallel, write_parallel
 
 REPORT_FILE = "split_report.json"
 HELDOUT_NAME = "heldout"
@@ -74,6 +75,10 @@ def split_heldout(
     language_pairs = [
         (pair, list(files)) for pair, files in groupby(list_parallel(corpus_root), key=lambda f: f"{f.l1}-{f.l2}")
     ]
+    # a file pair in an output folder that this split would not write would be read as its output
+    inputs = [files for _, pair_files in language_pairs for files in pair_files]
+    check_no_other_files(train_out, inputs, corpus_root)
+    check_no_other_files(heldout_out, [replace(files, name=HELDOUT_NAME) for files in inputs], corpus_root)
     drawn, heldout_hashes = {}, []
     for pair, files in language_pairs:
         hashes_l1, hashes_l2 = _side_hashes(files)
@@ -161,6 +166,9 @@ def _split_language_pair(
         write_parallel(train_out, f.name, f.l1, f.l2, train_pairs(f, reads[-1]))
     if heldout_pairs:
         write_parallel(heldout_out, HELDOUT_NAME, files[0].l1, files[0].l2, heldout_pairs)
+    else:  # too small now: an earlier split's held-out pairs of this pair are not this split's
+        for lang in (files[0].l1, files[0].l2):
+            (heldout_out / pair / f"{HELDOUT_NAME}.{lang}").unlink(missing_ok=True)
     return {
         "pair": pair,
         "read": sum(r.read for r in reads),

@@ -204,3 +204,20 @@ def test_a_pivot_draw_depends_on_the_seed(tmp_path):
         split_heldout(tmp_path / "corpus", tmp_path / f"train{seed}", tmp_path / f"heldout{seed}", 20, seed, "pivot")
         heldout.append((tmp_path / f"heldout{seed}" / "de-en" / "heldout.en").read_text())
     assert heldout[0] != heldout[1]
+
+
+def test_a_split_into_a_prefilled_folder_writes_only_its_own_outputs(tmp_path, corpus):
+    # a file pair the split would not write (another name) is refused before anything is written; held-out
+    # pairs left by an earlier split of a pair that is now too small for held-out are removed, not kept
+    from ems.corpus import CorpusError
+
+    train, heldout = tmp_path / "split" / "train", tmp_path / "split" / "heldout"
+    write_parallel(train, "stray", "de", "en", [("alt", "old")])
+    with pytest.raises(CorpusError, match=r"stray.de is in the output folder .* not written from"):
+        split_heldout(corpus, train, heldout, per_pair=PER_PAIR)
+    assert not heldout.exists()
+    shutil.rmtree(train)
+    write_parallel(heldout, "heldout", "en", "fr", [("stale", "périmé")])  # en-fr has 3 pairs: too small now
+    report = split_heldout(corpus, train, heldout, per_pair=PER_PAIR)
+    assert report["too_small_for_heldout"] == ["en-fr"]
+    assert read_all(heldout, "en-fr") == [] and len(read_all(heldout, "de-en")) == PER_PAIR
