@@ -258,12 +258,14 @@ def embed_token_ids(
     max_len = model.cfg.max_len
     lengths = [min(len(seq), max_len) for seq in ids]
     out = np.zeros((len(ids), model.cfg.d_sentence), dtype=np.float32)
+    packer = model.packer()
     with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
         for batch in token_batches(lengths, batch_tokens, batch_size):
             tokens = np.full((len(batch), lengths[batch[-1]]), model.cfg.pad_id, dtype=np.int64)
             for row, i in enumerate(batch.tolist()):
                 tokens[row, : lengths[i]] = ids[i][:max_len]
-            out[batch] = model(torch.from_numpy(tokens).to(device)).float().cpu().numpy()
+            packing = packer(tokens).to(device)  # packed on the host: nothing read back from the device
+            out[batch] = model(torch.from_numpy(tokens).to(device), packing).float().cpu().numpy()
     return out
 
 

@@ -35,20 +35,6 @@ def xtr_loss(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
     return ((log_p_at_targets - log_q_at_targets) * mask).sum(dim=1) / n
 
 
-def batch_vocabulary(targets: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
-    """The candidates of XTR's batch softmax (EMSConfig.xtr_vocabulary "batch").
-
-    targets: (B, L) token ids, `pad_id` where padded. Returns (columns, positions): columns (U,) the
-    distinct token ids of the batch, sorted; positions (B, L) each target's index in `columns`, and U
-    where padded, so `xtr_loss(logits over columns, positions, pad_id=U)` is XTR with q a softmax over
-    the batch's tokens only.
-    """
-    mask = targets != pad_id
-    columns = torch.unique(targets[mask])
-    positions = torch.searchsorted(columns, targets).masked_fill(~mask, len(columns))
-    return columns, positions
-
-
 def distill_loss(student_src: Tensor, student_tgt: Tensor, teacher: Tensor) -> Tensor:
     """Multilingual knowledge distillation, Reimers & Gurevych (EMNLP 2020), Eq. 1, per pair.
 

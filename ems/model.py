@@ -23,7 +23,6 @@ from torch import Tensor, nn
 from ems.losses import (
     DUPLICATE_NEGATIVES,
     OBJECTIVES,
-    batch_vocabulary,
     contrastive_loss,
     distill_loss,
     duplicate_mask,
@@ -31,6 +30,7 @@ from ems.losses import (
     global_contrastive_loss,
     xtr_loss,
 )
+from ems.packing import BatchVocabulary, Layout, Packer, Packing
 from ems.text import PAD_ID, SPM_FILE, TOKENIZER_FILE
 
 # Token positions of every preset: >= 99% of the FLORES-200 devtest sentences of every language of the
@@ -39,6 +39,7 @@ from ems.text import PAD_ID, SPM_FILE, TOKENIZER_FILE
 # benchmarks/flores_lengths.py); EMSConfig's default of 120 cut 2.5% of them on average, up to 45% (Thai).
 PRESET_MAX_LEN = 288
 NORM_PLACEMENTS = ("pre", "post")  # EMSConfig.norm_placement
+ATTENTION_PATHS = ("auto", "varlen", "sdpa", "matmul")  # EMSConfig.attention
 
 
 @dataclass
@@ -77,15 +78,18 @@ class EMSConfig:
     # English-centric data): "mask" them out of its softmax, count them as "positive"s, or "keep"
     # them as negatives (the paper's loss). Needs content ids in the batch (data_prep.binarize).
     duplicate_negatives: str = "mask"
-    # "sdpa": F.scaled_dot_product_attention; "matmul": `attention_with_dropout`; "auto": matmul on
-    # CPU when gradients are computed, sdpa otherwise. Training on CPU, sdpa's flash kernel is slow at
-    # these lengths in bf16, and it has no fused kernel with dropout (see attention_with_dropout);
-    # encoding (no gradients, no dropout) it is the faster one (measured: docs/results/throughput.md).
+    # "varlen": one variable-length flash attention call per layer over the packed tokens (CUDA, bf16/fp16,
+    # torch >= 2.10; no attention-probability dropout: the kernel has none); "sdpa":
+    # F.scaled_dot_product_attention over padded rows; "matmul": `attention_with_dropout` over padded rows;
+    # "auto": varlen where it runs, else matmul on CPU when gradients are computed, sdpa otherwise. Training
+    # on CPU, sdpa's flash kernel is slow at these lengths in bf16, and it has no fused kernel with dropout
+    # (see attention_with_dropout); encoding (no gradients, no dropout) it is the faster one (measured:
+    # docs/results/throughput.md).
     attention: str = "auto"
     # Attention over groups of this many length-sorted rows, each padded to its own longest (0: the
     # whole batch in one layout); the same result, less padding in batches of mixed lengths (see
-    # PackedTokens). The tiny preset (a CPU model) turns it on; ems-paper leaves it off, as GPU attention
-    # kernels cost little per padded slot at these lengths (not measured).
+    # ems.packing.Packer). For the padded paths (sdpa, matmul): varlen attention has no padding and
+    # ignores it, as does a compiled step (static shapes).
     attention_group_rows: int = 0
     # Where each layer's LayerNorms sit: "pre" (LN before the attention and the feed-forward block, a final
     # LN before pooling; GPT-2's and most recent encoders') or "post" (LN after each residual sum, as in the
@@ -118,8 +122,8 @@ class EMSConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.attention not in ("auto", "sdpa", "matmul"):
-            raise ValueError(f"attention must be 'auto', 'sdpa' or 'matmul', not {self.attention!r}")
+        if self.attention not in ATTENTION_PATHS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_PATHS)}, not {self.attention!r}")
         if self.norm_placement not in NORM_PLACEMENTS:
             raise ValueError(f"norm_placement must be one of {', '.join(NORM_PLACEMENTS)}, not {self.norm_placement!r}")
         if self.embedding_norm and self.norm_placement == "post":
@@ -316,59 +320,6 @@ def load_weights(module: nn.Module, weights_file: str | Path, model: str = "the 
     module.load_state_dict(state)
 
 
-class PackedTokens:
-    """The real (non-pad) tokens of a padded (B, L) batch, in row-major order.
-
-    Everything but attention runs on the (N, d) states of these N tokens, so no matmul
-    work is spent on padding; `unpack` scatters them back into a zero-padded (B, L, k)
-    layout for attention, `pack` gathers them out of one.
-
-    With `group_rows`, the rows are also sorted by length and cut into `groups` of that many rows,
-    each with its own (rows, L_g) layout, L_g its longest row: attention over a batch of mixed
-    lengths then costs about what it costs over a length-bucketed one (measured:
-    docs/results/throughput.md). The attention masks are then built per group only.
-    """
-
-    def __init__(self, mask: Tensor, group_rows: int = 0):
-        self.shape = mask.shape
-        self.index = mask.reshape(-1).nonzero().squeeze(1)  # flat (row * L + position) of each real token
-        self.rows = torch.div(self.index, mask.shape[1], rounding_mode="floor")  # the row of each real token
-        # [(indices into the N packed tokens, their PackedTokens)] and the permutation that puts the
-        # groups' concatenated tokens back in packed order
-        self.groups: list[tuple[Tensor, PackedTokens]] = []
-        self.ungroup: Tensor | None = None
-        if not group_rows or mask.shape[0] <= group_rows:
-            self.attn_mask = mask[:, None, None, :]  # keys only: pad positions are never attended to
-            # the same mask as a score bias; finite, so a sentence with no real token gets no NaN
-            self.attn_bias = torch.zeros(self.attn_mask.shape, device=mask.device).masked_fill(~self.attn_mask, -1e9)
-        else:
-            positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
-            ends = (mask * positions).amax(dim=1)  # 1 + the last real position of each row
-            slot = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device)
-            slot.view(-1)[self.index] = torch.arange(len(self.index), device=mask.device)
-            for rows in torch.argsort(ends, stable=True).split(group_rows):
-                sub_mask = mask[rows, : max(int(ends[rows].max()), 1)]
-                self.groups.append((slot[rows, : sub_mask.shape[1]][sub_mask], PackedTokens(sub_mask)))
-            self.ungroup = torch.argsort(torch.cat([index for index, _ in self.groups]))
-
-    def pack(self, padded: Tensor) -> Tensor:
-        """(B, L, k) -> (N, k)"""
-        return padded.reshape(-1, padded.shape[-1]).index_select(0, self.index)
-
-    def unpack(self, packed: Tensor) -> Tensor:
-        """(N, k) -> (B, L, k), zeros at pad positions"""
-        flat = packed.new_zeros(self.shape.numel(), packed.shape[-1])
-        # index_put, not index_copy: several times faster on CPU (measured: docs/results/throughput.md)
-        flat[self.index] = packed
-        return flat.view(*self.shape, packed.shape[-1])
-
-    def mean(self, packed: Tensor) -> Tensor:
-        """(N, k) -> (B, k): each row's mean over its real tokens (0 for a row without any)."""
-        sums = packed.new_zeros(self.shape[0], packed.shape[-1]).index_add(0, self.rows, packed)
-        counts = torch.bincount(self.rows, minlength=self.shape[0]).clamp(min=1)
-        return sums / counts.unsqueeze(1).to(packed.dtype)
-
-
 def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout: float) -> Tensor:
     """dropout(softmax(q k^T / sqrt(d_head) + bias)) v for (B, H, L, d_head) q, k, v and a (B, 1, 1, L) bias.
 
@@ -380,10 +331,31 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropou
     return torch.matmul(F.dropout(scores.softmax(dim=-1), dropout), v)
 
 
+def varlen_attention_available() -> bool:
+    """Whether torch has variable-length (flash) attention, torch.nn.attention.varlen (torch >= 2.10, CUDA)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def attention_path(setting: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The attention computation of EMSConfig.attention `setting` for packed states on `device` in `dtype`:
+    "varlen" (one variable-length flash attention call over the packed tokens), "matmul"
+    (`attention_with_dropout` over padded rows) or "sdpa" (F.scaled_dot_product_attention over padded rows).
+    "auto": varlen on CUDA in bf16/fp16 where torch has it; on CPU with gradients matmul; else sdpa."""
+    if setting == "auto":
+        if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and varlen_attention_available():
+            return "varlen"
+        return "matmul" if device.type == "cpu" and torch.is_grad_enabled() else "sdpa"
+    return setting
+
+
 class EncoderLayer(nn.Module):
     """Transformer layer on packed token states, LayerNorm before each block or after each residual sum
-    (EMSConfig.norm_placement); attention through scaled_dot_product_attention (`attention_with_dropout`
-    on CPU with gradients: EMSConfig.attention)."""
+    (EMSConfig.norm_placement); attention per `attention_path`, over the whole batch's padded layout, its
+    length-sorted groups' layouts (Packer's group_rows) or, varlen, the packed tokens themselves."""
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
@@ -398,35 +370,48 @@ class EncoderLayer(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ffn), nn.GELU(), nn.Linear(cfg.d_ffn, cfg.d_model))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, tokens: PackedTokens) -> Tensor:
-        """x: (N, d) states of the real tokens of `tokens`."""
+    def forward(self, x: Tensor, packing: Packing) -> Tensor:
+        """x: (T, d) states of the tokens of `packing` (its filler tokens included)."""
         qkv = self.qkv(x if self.post_norm else self.norm1(x))
-        if tokens.groups:
-            attn = torch.cat([self.attend(qkv.index_select(0, index), group) for index, group in tokens.groups])
-            attn = attn.index_select(0, tokens.ungroup)
+        path = attention_path(self.attention, qkv.device, qkv.dtype)
+        if path == "varlen":
+            attn = self.attend_varlen(qkv, packing)
         else:
-            attn = self.attend(qkv, tokens)
+            real = qkv[: packing.n_real]
+            if packing.groups:
+                attn = torch.cat([self.attend(real.index_select(0, g.tokens), g.layout, path) for g in packing.groups])
+                attn = attn.index_select(0, packing.ungroup)
+            else:
+                attn = self.attend(real, packing.layout, path)
+            if packing.fill:
+                attn = torch.cat([attn, attn.new_zeros(packing.fill, attn.shape[1])])
         if self.post_norm:
             x = self.norm1(x + self.drop(self.proj(attn)))
             return self.norm2(x + self.drop(self.ffn(x)))
         x = x + self.drop(self.proj(attn))
         return x + self.drop(self.ffn(self.norm2(x)))
 
-    def attend(self, qkv: Tensor, tokens: PackedTokens) -> Tensor:
-        """(N, 3d) packed queries, keys and values -> (N, d) packed attention outputs, over the
-        (B, L) layout of `tokens`."""
-        b, t = tokens.shape
+    def attend(self, qkv: Tensor, layout: Layout, path: str) -> Tensor:
+        """(n, 3d) packed queries, keys and values -> (n, d) packed attention outputs, over `layout`."""
+        b, t = layout.rows, layout.width
         d = qkv.shape[-1] // 3
-        q, k, v = tokens.unpack(qkv).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        if self.attention == "matmul" or (
-            self.attention == "auto" and qkv.device.type == "cpu" and torch.is_grad_enabled()
-        ):
-            attn = attention_with_dropout(q, k, v, tokens.attn_bias, self.dropout if self.training else 0.0)
+        q, k, v = layout.unpack(qkv).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        dropout = self.dropout if self.training else 0.0
+        if path == "matmul":
+            attn = attention_with_dropout(q, k, v, layout.bias, dropout)
         else:
-            attn = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=tokens.attn_mask, dropout_p=self.dropout if self.training else 0.0
-            )
-        return tokens.pack(attn.transpose(1, 2).reshape(b, t, d))
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask, dropout_p=dropout)
+        return layout.pack(attn.transpose(1, 2).reshape(b, t, d))
+
+    def attend_varlen(self, qkv: Tensor, packing: Packing) -> Tensor:
+        """(T, 3d) packed queries, keys and values -> (T, d): one variable-length attention call over all
+        the batch's segments (torch's flash varlen kernel; it has no attention-probability dropout)."""
+        from torch.nn.attention.varlen import varlen_attn
+
+        d = qkv.shape[-1] // 3
+        q, k, v = qkv.view(-1, 3, self.n_heads, d // self.n_heads).unbind(1)
+        cu, longest = packing.cu_seqlens, packing.max_seqlen
+        return varlen_attn(q, k, v, cu, cu, longest, longest).reshape(-1, d)
 
 
 class EncoderNetwork(nn.Module):
@@ -445,29 +430,34 @@ class EncoderNetwork(nn.Module):
         self.embedding_norm = nn.LayerNorm(cfg.d_model) if cfg.embedding_norm else None
         self.output_projection = nn.Linear(cfg.d_model, cfg.d_output) if cfg.d_output else None
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.project(self.pool(tokens))
+    def forward(self, tokens: Tensor, packing: Packing | None = None) -> Tensor:
+        return self.project(self.pool(tokens, packing))
 
     def project(self, pooled: Tensor) -> Tensor:
         """(B, d_model) pooled vectors -> the encoder's output vectors (B, d_sentence)."""
         return pooled if self.output_projection is None else self.output_projection(pooled)
 
-    def pool(self, tokens: Tensor) -> Tensor:
-        """(B, L) token ids -> (B, d_model) mean of the final (LayerNorm'd) non-pad token states; with
-        post-LN layers, `norm` normalises the embeddings instead (BERT's embedding LayerNorm), and with
-        `embedding_norm` an extra LayerNorm does."""
-        tokens = tokens[:, : self.cfg.max_len]
-        mask = tokens != self.cfg.pad_id
-        packed = PackedTokens(mask, self.cfg.attention_group_rows)
-        positions = packed.index % tokens.shape[1]
-        x = self.tok_emb(tokens.reshape(-1)[packed.index]) + self.pos_emb(positions)
+    def packer(self, varlen: bool = False, static_shapes: bool = False) -> Packer:
+        """The Packer of this network's batches: its pad id, max_len and attention groups, none where attention
+        runs varlen (it needs none) or the shapes are static (a compiled step)."""
+        groups = 0 if varlen or static_shapes else self.cfg.attention_group_rows
+        return Packer(self.cfg.pad_id, self.cfg.max_len, groups, static_shapes)
+
+    def pool(self, tokens: Tensor, packing: Packing | None = None) -> Tensor:
+        """(B, L) token ids and their `packing` (None: packed here, reading `tokens` on the host) -> (B, d_model)
+        mean of the final (LayerNorm'd) non-pad token states; with post-LN layers, `norm` normalises the
+        embeddings instead (BERT's embedding LayerNorm), and with `embedding_norm` an extra LayerNorm does."""
+        if packing is None:
+            packer = self.packer()
+            packing = packer(packer.pad_width(tokens.cpu().numpy())).to(tokens.device)
+        x = self.tok_emb(packing.ids) + self.pos_emb(packing.positions)
         post_norm = self.cfg.norm_placement == "post"
         if self.embedding_norm is not None or post_norm:
             x = (self.norm if post_norm else self.embedding_norm)(x)
         x = self.drop(x)
         for layer in self.layers:
-            x = layer(x, packed)
-        return packed.mean(x if post_norm else self.norm(x))
+            x = layer(x, packing)
+        return packing.mean(x if post_norm else self.norm(x))
 
 
 class XTRHead(nn.Module):
@@ -533,6 +523,8 @@ class EMSModel(nn.Module):
         teacher: Tensor | None = None,
         teacher_mask: Tensor | None = None,
         per_example: bool = False,
+        packing: Packing | None = None,
+        vocabulary: BatchVocabulary | None = None,
     ) -> dict[str, Tensor]:
         """src, tgt: (B, L) padded token ids of the two sides; src_lang, tgt_lang: (B,) language indices;
         content_ids: (B, 2) ids of both sides' texts, which find the in-batch duplicates (see
@@ -544,7 +536,11 @@ class EMSModel(nn.Module):
         "contrastive", "distill") its detached batch mean (0 for an objective whose weight is 0: it is not
         computed; distill over the rows with a teacher vector), "duplicate_rows": the share of rows with a
         duplicate among their in-batch candidates (0 without content ids)}; with `per_example`, also for
-        each objective "<name>_per_example" (B,) and "<name>_rows" (B,) bool, the rows its mean is over."""
+        each objective "<name>_per_example" (B,) and "<name>_rows" (B,) bool, the rows its mean is over.
+
+        packing: the Packing of the (2B, L) rows [src; tgt] (ems.training.batches.collate makes it on the host);
+        vocabulary: with xtr_vocabulary "batch", the BatchVocabulary of the targets [tgt; src]. Without them
+        both are found here, reading the token ids on the host (a device sync on a GPU)."""
         src, tgt = src[:, : self.cfg.max_len], tgt[:, : self.cfg.max_len]
         width = max(src.shape[1], tgt.shape[1])
         # Both sides go through the shared encoder as one batch of 2B sentences.
@@ -554,17 +550,22 @@ class EMSModel(nn.Module):
                 F.pad(tgt, (0, width - tgt.shape[1]), value=self.cfg.pad_id),
             ]
         )
-        uv = self.encoder.pool(both)  # u (sources) then v (targets)
+        uv = self.encoder.pool(both, packing)  # u (sources) then v (targets)
         b = src.shape[0]
         xtr = contrastive = distill = uv.new_zeros(b, dtype=torch.float32)
         has_teacher = uv.new_zeros(b, dtype=torch.bool)
         if self.cfg.xtr_weight:
             # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
-            targets, pad_id, columns = torch.cat([both[b:], both[:b]]), self.cfg.pad_id, None
+            targets, pad_id, columns, valid = torch.cat([both[b:], both[:b]]), self.cfg.pad_id, None, None
             if self.cfg.xtr_vocabulary == "batch":
-                columns, targets = batch_vocabulary(targets, pad_id)
+                if vocabulary is None:
+                    vocabulary = BatchVocabulary.of(targets.cpu().numpy(), pad_id).to(targets.device)
+                columns, valid, targets = vocabulary.columns, vocabulary.valid, vocabulary.targets
                 pad_id = len(columns)
-            xtr_both = xtr_loss(self.xtr_head(uv, torch.cat([tgt_lang, src_lang]), columns), targets, pad_id)
+            logits = self.xtr_head(uv, torch.cat([tgt_lang, src_lang]), columns)
+            if valid is not None:  # a static-shape batch's padded columns are no candidates
+                logits = logits.masked_fill(~valid, float("-inf"))
+            xtr_both = xtr_loss(logits, targets, pad_id)
             xtr = xtr_both[:b] + xtr_both[b:]
         duplicates = None
         if content_ids is not None:

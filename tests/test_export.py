@@ -223,11 +223,11 @@ def test_the_shipped_modules_are_the_package_modules_and_the_core_template_fills
     assert (hf_dir / HF_MODELING_FILE).read_text() == shipped_source(HF_MODELING_FILE)
     template, core = shipped_source(CORE_FILE), (st_dir / CORE_FILE).read_text()
     assert core == (hf_dir / CORE_FILE).read_text() and "{source}" in ast.get_docstring(ast.parse(template))
-    assert "source (ems.text, ems.losses, ems.model, ems.encoder" in ast.get_docstring(ast.parse(core))
+    assert "source (ems.text, ems.losses, ems.packing, ems.model, ems.encoder" in ast.get_docstring(ast.parse(core))
     glue = template[template.index("\nclass EMSTextTokenizer") :]
     assert glue in core and "from ems." in template  # the glue as it is; the imports from ems replaced
     definitions = core_definitions(ast.parse(template))
-    assert list(definitions) == ["ems.text", "ems.losses", "ems.model", "ems.encoder"]  # dependency order
+    assert list(definitions) == ["ems.text", "ems.losses", "ems.packing", "ems.model", "ems.encoder"]  # dependency order
     assert "read_tokenizer_file" in definitions["ems.text"] and "EncoderNetwork" in definitions["ems.model"]
     assert core.index("def read_tokenizer_file") < core.index("class EncoderNetwork") < core.index(glue)
     with pytest.raises(ValueError, match="the exported x.py imports the ems package \\(line 2\\)"):

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ems.losses import batch_vocabulary, contrastive_loss, xtr_loss
+from ems.losses import contrastive_loss, xtr_loss
+from ems.packing import BatchVocabulary
 from ems.model import EMSModel, config_from_preset
 
 PAD = 0
@@ -83,8 +84,9 @@ def test_xtr_batch_vocabulary_is_the_softmax_over_the_batch_tokens():
     torch.manual_seed(1)
     logits = torch.randn(3, 20) * 3
     targets = torch.tensor([[17, 3, 3, PAD], [5, 17, 9, 2], [9, PAD, PAD, PAD]])
-    columns, positions = batch_vocabulary(targets, PAD)
-    assert columns.tolist() == [2, 3, 5, 9, 17]
+    vocabulary = BatchVocabulary.of(targets.numpy(), PAD)
+    columns, positions = vocabulary.columns, vocabulary.targets
+    assert columns.tolist() == [2, 3, 5, 9, 17] and vocabulary.valid.all()
     assert positions.tolist() == [[4, 1, 1, 5], [2, 4, 3, 0], [3, 5, 5, 5]]
     torch.testing.assert_close(
         xtr_loss(logits[:, columns], positions, len(columns)).double(),

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from ems.model import PRESET_MAX_LEN, PRESETS, EMSConfig, EMSModel, EncoderNetwork, config_from_preset
+from ems.packing import Packer
 
 PAD = 0
 
@@ -70,13 +71,16 @@ def test_heads_are_separate_from_encoder_state():
 
 
 def test_training_attention_matches_sdpa_without_dropout():
-    from ems.model import PackedTokens, attention_with_dropout
+    import numpy as np
+
+    from ems.model import attention_with_dropout
+    from ems.packing import Layout
 
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 2, 3, 5, 4).unbind(0)
-    mask = torch.tensor([[True, True, True, False, False], [True] * 5])
-    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
-    torch.testing.assert_close(attention_with_dropout(q, k, v, PackedTokens(mask).attn_bias, 0.0), expected)
+    layout = Layout.of(np.array([3, 5]))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask)
+    torch.testing.assert_close(attention_with_dropout(q, k, v, layout.bias, 0.0), expected)
 
 
 def test_training_step_with_an_empty_sentence_stays_finite():
@@ -109,15 +113,13 @@ def test_length_groups_give_the_same_vectors_and_gradients_as_one_layout():
     # Rows of mixed lengths (one empty), several groups of length-sorted rows, each padded to its own
     # longest: the same u and the same gradients as one (B, L) layout, with and without dropout's
     # matmul path. A wrong ungrouping (rows swapped between groups) changes u.
-    from ems.model import PackedTokens
-
     torch.manual_seed(0)
     lengths = torch.tensor([7, 0, 1, 12, 3, 12, 5, 2, 9, 4, 11])
     tokens = torch.randint(3, 100, (len(lengths), 12))
     tokens[torch.arange(12)[None, :] >= lengths[:, None]] = PAD
-    packed = PackedTokens(tokens != PAD, group_rows=3)
+    packed = Packer(PAD, 12, group_rows=3)(tokens.numpy())
     assert len(packed.groups) == 4
-    assert [group.shape[1] for _, group in packed.groups] == [
+    assert [group.layout.width for group in packed.groups] == [
         2,
         5,
         11,

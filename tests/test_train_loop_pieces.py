@@ -55,6 +55,18 @@ def step_values(loss: float = 1.0) -> StepValues:
     )
 
 
+def pending_step(loss: float = 1.0) -> train_module.PendingStep:
+    """The values of `step_values` as train_step hands them over (on CPU: no copy to wait for)."""
+    # STEP_KEYS: loss, xtr, contrastive, distill, duplicate_rows; then the gradient norm
+    return train_module.PendingStep(
+        torch.tensor([loss, 0.5, 0.5, 0.0, 0.0, 2.0], dtype=torch.float64), None, 1e-3, 9, 10
+    )
+
+
+def test_a_pending_step_reads_back_as_its_values():
+    assert pending_step(3.0).values() == step_values(3.0)
+
+
 @pytest.fixture
 def calls(monkeypatch):
     """What the loop does, in order: ("log", step, record), ("save", step), ("validate", step),
@@ -66,7 +78,7 @@ def calls(monkeypatch):
         Validator, "run", lambda self, step: made.append(("validate", step)) or {"valid_loss": 1.0, "step": step}
     )
     monkeypatch.setattr(Probe, "run", lambda self, step: made.append(("probe", step)) or None if self.every else None)
-    monkeypatch.setattr(train_module, "train_step", lambda run, micro_batches: step_values())
+    monkeypatch.setattr(train_module, "train_step", lambda run, micro_batches: pending_step())
     monkeypatch.setattr(
         train_module,
         "finish",
@@ -86,6 +98,7 @@ def fake_run(tmp_path, calls, step=0, max_steps=6, **settings) -> Run:
         layout=BatchLayout(1, 1, cfg.batch_size),
         engine=engine,
         autocast=contextlib.nullcontext(),
+        forward=engine,
         schedule=LinearSchedule(cfg.warmup_steps, max_steps),
         tokenizer=None,
         batches=batches,
@@ -122,6 +135,59 @@ def test_the_loop_logs_saves_validates_and_probes_on_their_schedules(tmp_path, c
     logged = [call[2] for call in calls if call[0] == "log"]
     assert [record["step"] for record in history] == [0, 2, 3, 4, 6] and logged == [history[2], history[4]]
     assert logged[0]["loss"] == 1.0 and logged[0]["real_token_ratio"] == 0.9 and logged[0]["xtr"] == 0.5
+
+
+def test_a_steps_values_are_read_after_the_next_step_is_queued_or_where_the_loop_needs_them(
+    tmp_path, calls, monkeypatch
+):
+    # On a GPU, reading a step's losses right after it would make the host wait for the device; the loop
+    # reads them after queueing the next step, and at once before a log, checkpoint or evaluation (which
+    # must see every step's values, and never a diverged model).
+    events = []
+
+    class Pending:
+        def __init__(self, step: int):
+            self.step = step
+
+        def values(self) -> StepValues:
+            events.append(("read", self.step))
+            return step_values()
+
+    steps = iter(range(1, 100))
+    monkeypatch.setattr(
+        train_module, "train_step", lambda run, mb: events.append(("step", s := next(steps))) or Pending(s)
+    )
+    train_module.train_loop(fake_run(tmp_path, calls, max_steps=6, log_every=3, save_every=100, valid_every=100))
+    assert events == [
+        ("step", 1),
+        ("step", 2),
+        ("read", 1),
+        ("step", 3),
+        ("read", 2),
+        ("read", 3),  # logged at 3: read at once
+        ("step", 4),
+        ("step", 5),
+        ("read", 4),
+        ("step", 6),
+        ("read", 5),
+        ("read", 6),
+    ]
+
+
+def test_a_diverged_step_read_late_is_reported_at_its_own_step(tmp_path, calls, monkeypatch):
+    losses = iter([1.0, float("nan"), 1.0, 1.0])
+    monkeypatch.setattr(train_module, "train_step", lambda run, mb: pending_step(next(losses)))
+    reported = []
+    monkeypatch.setattr(
+        Checkpointer,
+        "stop_diverged",
+        lambda self, step, values, micro_batches, position, languages: reported.append((step, position)) or exit(3),
+    )
+    run = fake_run(tmp_path, calls, max_steps=6, log_every=100, save_every=100, valid_every=100)
+    run.tokenizer = SimpleNamespace(languages=["de", "en"])
+    with pytest.raises(SystemExit):
+        train_module.train_loop(run)
+    assert reported == [(2, (0, 1))]
 
 
 def test_the_loop_ends_at_stop_at_step_and_on_a_stop_file(tmp_path, calls):

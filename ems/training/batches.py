@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from ems.packing import BatchVocabulary, Packer
 from ems.shards import PairShards
 from ems.text import PAD_ID
 from ems.training.batch_order import BatchOrder
@@ -31,27 +32,71 @@ def sub_batch(batch: np.ndarray, micro_step: int, rank: int, world_size: int, ac
     return batch[micro_step * world_size + rank :: n_sub]
 
 
-def collate(shards: PairShards, indices: np.ndarray, max_len: int, teacher=None) -> dict[str, torch.Tensor]:
+def collate(
+    shards: PairShards,
+    indices: np.ndarray,
+    max_len: int,
+    teacher=None,
+    packer: Packer | None = None,
+    batch_vocabulary: bool = False,
+) -> dict:
     """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices, when the
     shards have them (B, 2) `content_ids`, and with `teacher` (ems.teacher_store.TeacherTargets)
-    the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`."""
+    the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`.
+
+    With `packer` (the model's, EncoderNetwork.packer), both sides are padded to one width and the batch
+    carries the `packing` of the (2B, L) rows [src; tgt] and, with `batch_vocabulary`, the XTR
+    `vocabulary` of the targets [tgt; src] (ems.packing): the forward pass then reads nothing back from
+    the device."""
     indices = np.asarray(indices, dtype=np.int64)
-    sides = [torch.from_numpy(shards.padded(2 * indices + side, max_len, PAD_ID)) for side in (0, 1)]
+    sides = [shards.padded(2 * indices + side, max_len, PAD_ID) for side in (0, 1)]
+    extra = {}
+    if packer is not None:
+        width = max(side.shape[1] for side in sides)
+        both = packer.pad_width(
+            np.concatenate(
+                [np.pad(side, ((0, 0), (0, width - side.shape[1])), constant_values=PAD_ID) for side in sides]
+            )
+        )
+        sides = np.split(both, 2)
+        extra["packing"] = packer(both)
+        if batch_vocabulary:
+            extra["vocabulary"] = BatchVocabulary.of(
+                np.concatenate(sides[::-1]), PAD_ID, static_shapes=packer.static_shapes
+            )
     langs = torch.from_numpy(np.asarray(shards.langs[indices], dtype=np.int64))
-    batch = {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
+    batch = {
+        "src": torch.from_numpy(np.ascontiguousarray(sides[0])),
+        "tgt": torch.from_numpy(np.ascontiguousarray(sides[1])),
+        "src_lang": langs[:, 0],
+        "tgt_lang": langs[:, 1],
+    }
     content_ids = np.ascontiguousarray(shards.content_ids[indices]) if shards.content_ids is not None else None
     if content_ids is not None:  # uint64 hashes, compared for equality only: int64 bits
         batch["content_ids"] = torch.from_numpy(content_ids.view(np.int64))
     if teacher is not None:
         vectors, mask = teacher(content_ids, langs.numpy())
         batch["teacher"], batch["teacher_mask"] = torch.from_numpy(vectors), torch.from_numpy(mask)
-    return batch
+    return {**batch, **extra}
 
 
-def real_and_padded_tokens(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
-    """(non-pad tokens, token slots) of a collated batch's `src` and `tgt` tensors; their ratio
+def to_device(batch: dict, device: torch.device, non_blocking: bool = False) -> dict:
+    """A collated batch with every tensor (a packing's and vocabulary's included) on `device`."""
+    return {key: value.to(device, non_blocking=non_blocking) for key, value in batch.items()}
+
+
+def pinned(batch: dict) -> dict:
+    """A collated batch in pinned host memory (a fast, asynchronous copy to a GPU)."""
+    return {key: value.pin_memory() for key, value in batch.items()}
+
+
+def real_and_padded_tokens(batch: dict) -> tuple[int, int]:
+    """(non-pad tokens, token slots) of a collated batch's host `src` and `tgt` tensors; their ratio
     is the share of real tokens (1 = no padding)."""
-    real = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
+    if "packing" in batch:
+        real = batch["packing"].n_real
+    else:
+        real = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
     return real, batch["src"].numel() + batch["tgt"].numel()
 
 
@@ -64,9 +109,12 @@ def iterate_batches(
     world_size: int = 1,
     accumulation: int = 1,
     teacher=None,
-) -> Iterator[tuple[tuple[int, int], list[dict[str, torch.Tensor]]]]:
+    packer: Packer | None = None,
+    batch_vocabulary: bool = False,
+) -> Iterator[tuple[tuple[int, int], list[dict]]]:
     """Endless stream of ((epoch, batch index), this rank's `accumulation` micro-batches of the
-    global batch), from data position `start`; with the teacher's vectors (see `collate`). The
+    global batch), from data position `start`; with the teacher's vectors, the packing and XTR's batch
+    vocabulary (see `collate`). The
     shards' mapped pages are released after each batch (`PairShards.release_pages`, < 1 ms)."""
     epoch, batch_idx = start
     while True:
@@ -75,7 +123,14 @@ def iterate_batches(
             yield (
                 (epoch, b),
                 [
-                    collate(shards, sub_batch(batch, m, rank, world_size, accumulation), max_len, teacher)
+                    collate(
+                        shards,
+                        sub_batch(batch, m, rank, world_size, accumulation),
+                        max_len,
+                        teacher,
+                        packer,
+                        batch_vocabulary,
+                    )
                     for m in range(accumulation)
                 ],
             )
@@ -107,7 +162,7 @@ class Prefetcher:
         if not self.pin_memory:
             return item
         position, micro_batches = item
-        return position, [{k: v.pin_memory() for k, v in batch.items()} for batch in micro_batches]
+        return position, [pinned(batch) for batch in micro_batches]
 
     def _fill(self) -> None:
         try:

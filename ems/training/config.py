@@ -101,6 +101,10 @@ class TrainConfig:
     # faster than fp32 (`ems.precision.bf16_is_fast`: GPUs, CPUs with AMX/AVX512-BF16; not AVX2-only CPUs,
     # which emulate it ~50x slower than fp32); "none": fp32
     autocast: str = "none"
+    # torch.compile of the training step's forward (model and losses; the backward is compiled with it):
+    # true, false, or "auto": on where it runs on CUDA. A compiled step packs every batch with static shapes
+    # (ems.packing: bucketed token counts), so it compiles once per bucket; recompiles are logged.
+    compile: bool | str = "auto"
     seed: int = 0
     log_every: int = 10
     save_every: int = 1000
@@ -190,6 +194,8 @@ class TrainConfig:
             problems.append(f"lr_scaling must be one of {', '.join(LR_SCALING_RULES)}, got {self.lr_scaling!r}")
         if self.autocast not in AUTOCAST_MODES:
             problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
+        if not (isinstance(self.compile, bool) or self.compile == "auto"):
+            problems.append(f"compile must be true, false or auto, got {self.compile!r}")
         problems += self._wsd_problems()
         if problems:
             raise ConfigError("TrainConfig", problems)

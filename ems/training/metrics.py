@@ -23,6 +23,7 @@ import torch
 from ems.artifacts import write_text, writing
 from ems.losses import OBJECTIVES
 from ems.model import EMSConfig
+from ems.training.runtime import compiled_graphs
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
@@ -152,6 +153,7 @@ class TrainingMetrics:
     every: int
     engine: DeepSpeedEngine
     world_size: int
+    compiled: bool = False  # the step is compiled: each record counts the graphs compiled so far
     sums: MetricSums = field(default_factory=MetricSums)
     opened: float = field(default_factory=time.time)
     waited: float = 0.0  # the data loader's total wait at the last step (ems.training.batches.Prefetcher.wait_seconds)
@@ -182,6 +184,8 @@ class TrainingMetrics:
             "data_wait_fraction": total.data_wait_seconds / self.world_size / max(seconds, 1e-9),
             "seconds": seconds,  # the window's wall time (steps, and any validation or checkpoint in it)
         }
+        if self.compiled:
+            record["compiled_graphs"] = compiled_graphs()
         scalars = {f"loss/{'total' if key == 'loss' else key}": record[key] for key in LOSSES}
         scalars.update(
             {

@@ -200,6 +200,19 @@ def autocast_context(bf16: bool, device: torch.device) -> contextlib.AbstractCon
     return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
+def compile_enabled(setting: bool | str, device: torch.device) -> bool:
+    """TrainConfig.compile decided: true, false, or "auto": on CUDA (on CPU, inductor's compile takes minutes
+    for a step that eager runs at the speed of its matmuls)."""
+    return setting is True or (setting == "auto" and device.type == "cuda")
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has compiled in this process so far (each recompile is one more)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def seed_rngs(seed: np.random.SeedSequence) -> None:
     """Seed torch's, numpy's and Python's global RNGs (this process's dropout stream) from `seed`."""
     value = int(seed.generate_state(1)[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ import torch
 from ems.artifacts import recover_replaced, staged_directory
 from ems.encoder import check_model_directory, export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
-from ems.model import EMSConfig, EMSModel, config_from_preset
+from ems.model import EMSConfig, EMSModel, attention_path, config_from_preset
 from ems.run_metadata import run_metadata, write_run_metadata
 from ems.shards import PairShards
 from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
@@ -37,6 +38,7 @@ from ems.training.runtime import (
     BatchLayout,
     autocast_context,
     build_engine,
+    compile_enabled,
     deepspeed_config,
     engine_autocast,
     gradient_accumulation,
@@ -64,6 +66,9 @@ class Run:
     layout: BatchLayout
     engine: DeepSpeedEngine
     autocast: contextlib.AbstractContextManager  # the forward pass's (runtime.autocast_context)
+    # the training step's forward: the engine, or the model compiled (TrainConfig.compile) with the engine's
+    # backward and step around it
+    forward: Callable[..., dict]
     schedule: Schedule  # the lr factor LambdaLR applies: its end moves with a time budget
     tokenizer: Tokenizer
     batches: Prefetcher  # ((epoch, batch index), this rank's micro-batches), read ahead
@@ -272,6 +277,10 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
     # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
     seed_rngs(np.random.SeedSequence([cfg.seed, rank]))
     autocast = autocast_context(bf16, engine.device)
+    compiled = compile_enabled(cfg.compile, engine.device)
+    forward = torch.compile(engine.module) if compiled else engine
+    varlen = attention_path(model.cfg.attention, engine.device, torch.bfloat16 if bf16 else torch.float32) == "varlen"
+    packer = model.encoder.packer(varlen=varlen, static_shapes=compiled)
 
     fixed = {"deepspeed": optimizer_layout(ds_config), "data": data_fingerprint(shards)}
     if teacher is not None:
@@ -291,6 +300,8 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
             world_size=world_size,
             accumulation=accumulation,
             teacher=teacher,
+            packer=packer,
+            batch_vocabulary=model.cfg.xtr_vocabulary == "batch",
         ),
         cfg.prefetch_batches,
         pin_memory=engine.device.type == "cuda",
@@ -305,12 +316,13 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
         layout=layout,
         engine=engine,
         autocast=autocast,
+        forward=forward,
         schedule=schedule,
         tokenizer=tokenizer,
         batches=batches,
         state=state,
         checkpointer=checkpointer,
-        metrics=TrainingMetrics(metrics_log, cfg.log_every, engine, world_size),
+        metrics=TrainingMetrics(metrics_log, cfg.log_every, engine, world_size, compiled),
         validator=Validator(valid, cfg.valid_every, engine, cfg.batch_size, autocast, metrics_log),
         probe=Probe(retrieval, cfg.probe_every, engine, rank, metrics_log),
         budget=TimeBudget(

@@ -72,6 +72,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -81,7 +82,7 @@ from ems.cli import add_debug_option, run_main
 from ems.configs import load_config
 from ems.encoder import export_encoder
 from ems.run_metadata import RUN_METADATA_FILE
-from ems.training.batches import real_and_padded_tokens
+from ems.training.batches import real_and_padded_tokens, to_device
 from ems.training.config import TrainConfig
 from ems.training.metrics import LOSSES, StepValues, show_losses
 from ems.training.model_card import model_facts, write_model_card
@@ -96,36 +97,67 @@ def _module_grad_norm(module: torch.nn.Module) -> torch.Tensor | None:
     return torch.nn.utils.get_total_norm(grads) if grads else None
 
 
-def train_step(run: Run, micro_batches: list[dict[str, torch.Tensor]]) -> StepValues:
-    """Forward, backward and optimizer step over one global batch (this rank's micro-batches);
-    returns the step's values. They are read to the host once, after the optimizer step: on a GPU
-    an earlier read would make the host wait for the backward pass before queueing the step."""
+STEP_KEYS = (*LOSSES, "duplicate_rows")  # the values a step reads back, in PendingStep.sums' order
+
+
+@dataclass
+class PendingStep:
+    """A training step's values on their way to the host: `sums` (len(STEP_KEYS) + 1,) float64, the mean of
+    each STEP_KEYS value over the micro-batches, then the gradient norm (nan when there is none), copied
+    asynchronously into pinned memory on a GPU; `ready` the CUDA event after that copy (None on CPU,
+    where the copy is synchronous). `values` waits for it: the loop calls it once the next step is queued,
+    so the host never waits for the device inside a step."""
+
+    sums: torch.Tensor
+    ready: torch.cuda.Event | None
+    lr: float
+    real_tokens: int
+    token_slots: int
+
+    def values(self) -> StepValues:
+        if self.ready is not None:
+            self.ready.synchronize()
+        *sums, grad_norm = self.sums.tolist()
+        named = dict(zip(STEP_KEYS, sums, strict=True))
+        duplicate_rows = named.pop("duplicate_rows")
+        return StepValues(named, grad_norm, self.lr, duplicate_rows, self.real_tokens, self.token_slots)
+
+
+def train_step(run: Run, micro_batches: list[dict]) -> PendingStep:
+    """Forward, backward and optimizer step over one global batch (this rank's micro-batches); returns the
+    step's values still on their way to the host (PendingStep): nothing here reads a device value."""
     engine, accumulation = run.engine, run.layout.accumulation
     lr = float(engine.get_lr()[0])
     unclipped_norm = None
-    keys = (*LOSSES, "duplicate_rows")
     step_sums = []  # per micro-batch: its values / accumulation, float64 on the device
     real_tokens = token_slots = 0
     for micro_batch in micro_batches:
         real, slots = real_and_padded_tokens(micro_batch)
         real_tokens += real
         token_slots += slots
-        micro_batch = {k: v.to(engine.device) for k, v in micro_batch.items()}
+        micro_batch = to_device(micro_batch, engine.device, non_blocking=True)
         with run.autocast:
-            out = engine(**micro_batch)
+            out = run.forward(**micro_batch)
         engine.backward(out["loss"])
         if engine.is_gradient_accumulation_boundary():
             unclipped_norm = _module_grad_norm(engine.module)
         engine.step()
-        step_sums.append(torch.stack([out[key].detach().double() for key in keys]) / accumulation)
+        step_sums.append(torch.stack([out[key].detach().double() for key in STEP_KEYS]) / accumulation)
     # DeepSpeed keeps the norm it clipped with, except under ZeRO 0 in fp32 (where the
     # gradients are whole in .grad, so the norm taken before the step is the same value)
     grad_norm = engine.get_global_grad_norm()
     if grad_norm is None:
-        grad_norm = math.nan if unclipped_norm is None else unclipped_norm
-    sums = dict(zip(keys, [sum(values) for values in zip(*torch.stack(step_sums).tolist())], strict=True))
-    duplicate_rows = sums.pop("duplicate_rows")
-    return StepValues(sums, float(grad_norm), lr, duplicate_rows, real_tokens, token_slots)
+        grad_norm = torch.tensor(math.nan) if unclipped_norm is None else unclipped_norm
+    grad_norm = torch.as_tensor(grad_norm, dtype=torch.float64).to(engine.device).reshape(1)
+    sums = torch.cat([torch.stack(step_sums).sum(dim=0), grad_norm])
+    ready = None
+    if sums.device.type == "cuda":
+        host = torch.empty(sums.shape, dtype=sums.dtype, pin_memory=True)
+        host.copy_(sums, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        sums = host
+    return PendingStep(sums, ready, lr, real_tokens, token_slots)
 
 
 def diverged(run: Run, values: StepValues) -> bool:
@@ -176,11 +208,22 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
 
 
 def train_loop(run: Run) -> dict:
-    """Train from run.state to the end of the schedule (or a stop), then finish; see train()."""
+    """Train from run.state to the end of the schedule (or a stop), then finish; see train(). A step's
+    values are read (logged, checked for divergence) after the next step is queued, or at once where the
+    loop logs, saves, evaluates or ends after it."""
     from tqdm import tqdm
 
     state, started, stop = run.state, time.time(), None
     history = evaluate(run, 0) if state.step == 0 else []
+    unread = None  # (PendingStep, its micro-batches, data position, step) of the last step, not yet read
+
+    def read(step: tuple) -> None:
+        pending, micro_batches, position, step_number = step
+        values = pending.values()
+        run.metrics.add(values, run.batches.wait_seconds)
+        if diverged(run, values):
+            run.checkpointer.stop_diverged(step_number, values, micro_batches, position, run.tokenizer.languages)
+
     # closed on any exit, so that an error's one line is not written after a half-drawn bar
     with tqdm(
         total=state.max_steps, initial=state.step, disable=run.rank != 0, desc="train", unit="step", mininterval=2.0
@@ -189,26 +232,31 @@ def train_loop(run: Run) -> dict:
             if stop := run.stopping.requested(state.step, started):
                 break
             (epoch, batch), micro_batches = next(run.batches)
-            values = train_step(run, micro_batches)
-            run.metrics.add(values, run.batches.wait_seconds)
+            pending = train_step(run, micro_batches)
+            if unread is not None:
+                read(unread)
             state.step, state.position = state.step + 1, (epoch, batch + 1)
-            if diverged(run, values):
-                run.checkpointer.stop_diverged(
-                    state.step, values, micro_batches, (epoch, batch), run.tokenizer.languages
-                )
+            unread = (pending, micro_batches, (epoch, batch), state.step)
             bar.update(1)
             if (fitted := run.budget.fitted_end(state.step, state.max_steps, state.budget_fitted, started)) is not None:
                 state.max_steps = run.schedule.max_steps = bar.total = fitted
                 state.budget_fitted = True
             last = run.stopping.last_step(state.max_steps)
-            if run.metrics.should_log(state.step, last):
+            log, save = run.metrics.should_log(state.step, last), run.checkpointer.should_save(state.step)
+            evaluations = [e for e in (run.validator, run.probe) if e.should_run(state.step, last)]
+            if log or save or evaluations or state.step >= last:
+                read(unread)
+                unread = None
+            if log:
                 history.append(logged := run.metrics.log(state.step, epoch))
                 show_losses(bar, logged, run.engine.module.cfg)
-            if run.checkpointer.should_save(state.step):
+            if save:
                 run.checkpointer.save(state)
-            for evaluation in (run.validator, run.probe):  # not at the last step: finish runs them
-                if evaluation.should_run(state.step, last) and (record := evaluation.run(state.step)):
+            for evaluation in evaluations:  # not at the last step: finish runs them
+                if record := evaluation.run(state.step):
                     history.append(record)
+        if unread is not None:
+            read(unread)
     return finish(run, history, preempted=stop is Stop.PREEMPTED)
 
 

@@ -13,7 +13,7 @@ import numbers
 import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
@@ -45,16 +45,30 @@ from ems.encoder import (
 )
 from ems.losses import DUPLICATE_NEGATIVES, OBJECTIVES
 from ems.model import (
+    ATTENTION_PATHS,
     NORM_PLACEMENTS,
     EMSConfig,
     EncoderLayer,
     EncoderNetwork,
-    PackedTokens,
+    attention_path,
     attention_with_dropout,
     check_tensor_shapes,
     encoder_shapes,
     load_weights,
+    varlen_attention_available,
     weight_shapes,
+)
+from ems.packing import (
+    BUCKETS_PER_OCTAVE_BITS,
+    BatchVocabulary,
+    Group,
+    Layout,
+    Packer,
+    Packing,
+    _HostTensors,
+    _pinned,
+    _to,
+    bucket_size,
 )
 from ems.text import (
     _SURROGATE,
