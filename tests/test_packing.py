@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from ems.model import EMSModel, EncoderNetwork, config_from_preset
 from ems.packing import BatchVocabulary, Packer, bucket_size
