@@ -133,9 +133,15 @@ class Profile:
     caps: dict[str, float] = field(default_factory=dict)  # minutes: environment, mfu, evaluate, report
     train_margin_minutes: float = 0.0  # training's set-up and finish (validation, checkpoint, export)
     min_train_minutes: float = 0.0  # what training should get: less is said in the report
+    # the training loop (ems.training.train, compiled where TrainConfig.compile says) of each of these presets
+    # at each of these batches, timed in the mfu stage (gpu_loop_overhead.measure): pairs/s, MFU, recompiles
+    loop_presets: tuple[str, ...] = ()
+    loop_pairs: tuple[int, ...] = ()
+    loop_steps: tuple[int, int, int] = (0, 0, 0)  # steps, log window, windows skipped as start-up
 
 
 CAPS = {"environment": 1.0, "mfu": 2.0, "evaluate": 3.0, "report": 0.25}
+GPU_CAPS = {**CAPS, "mfu": 4.5}  # the loop timings: two presets at three batches
 TINY = {"d_model": 32, "n_heads": 2, "d_ffn": 64, "d_lang": 16, "dropout": 0.0}
 GPU = Profile(
     name="gpu",
@@ -155,9 +161,12 @@ GPU = Profile(
     eval_max_sentences=None,
     tokenizer_workers=8,
     batch_tokens=32768,
-    caps=CAPS,
+    caps=GPU_CAPS,
     train_margin_minutes=0.75,
-    min_train_minutes=4.0,
+    min_train_minutes=2.0,
+    loop_presets=("medium", "ems-paper"),
+    loop_pairs=(1024, 2048, 4096),
+    loop_steps=(40, 10, 1),
 )
 SMOKE = Profile(
     name="smoke",
@@ -193,6 +202,9 @@ SMOKE = Profile(
     tokenizer_workers=0,
     batch_tokens=2048,
     caps=CAPS,
+    loop_presets=("tiny",),
+    loop_pairs=(8, 16),
+    loop_steps=(6, 2, 1),
 )
 
 
@@ -448,12 +460,12 @@ def batch_flops(cfg, batch: dict) -> float:
 
 
 def step_seconds(cfg, batch: dict, device: str, compiled: bool, dtype: str, warmup: int, repeats: int) -> float:
-    """Median seconds of one EMS training step (model, fused AdamW, autocast as train_mfu's)."""
-    from benchmarks import train_mfu
+    """Median seconds of one EMS training step (ems.training.bare_step: model, fused AdamW, autocast)."""
+    from ems.training.bare_step import bare_step, median_seconds
 
-    step = train_mfu.ems_step_fn(cfg, batch, torch.device(device), "fused", compile=compiled, dtype=dtype)
+    step = bare_step(cfg, batch, torch.device(device), "fused", compile=compiled, dtype=dtype)
     try:
-        return train_mfu.median_seconds(step, torch.device(device), warmup, repeats)
+        return median_seconds(step, torch.device(device), warmup, repeats)
     finally:
         del step
         torch._dynamo.reset()
@@ -601,6 +613,28 @@ def stage_mfu(ctx: Context, output: dict) -> None:
     eager, compiled = (output["variants"].get(name, {}) for name in ("eager", "compiled"))
     if "s_per_step" in eager and "s_per_step" in compiled:
         output["compile_speedup"] = eager["s_per_step"] / compiled["s_per_step"]
+    time_loops(ctx, output.setdefault("loops", []))
+
+
+def time_loops(ctx: Context, output: list) -> None:
+    """The training loop of each profile.loop_presets at each profile.loop_pairs (gpu_loop_overhead.measure:
+    the loop and the bare step, pairs/s, MFU, loop / bare, graphs compiled), appended to `output` as each ends;
+    one that fails is a finding ({"error"}); the stage's cap marks the rest cut."""
+    from benchmarks.gpu_loop_overhead import LoopTiming, measure
+
+    profile = ctx.profile
+    timing = LoopTiming(*profile.loop_steps, overrides=(), device=ctx.device, work=ctx.work / "loops")
+    runs = [(preset, pairs) for preset in profile.loop_presets for pairs in profile.loop_pairs]
+    for index, (preset, pairs) in enumerate(runs):
+        try:
+            figures = measure({"train": ctx.train_data, "eval": ctx.eval_data}, preset, pairs, timing)
+        except OutOfTime as cut:
+            output.extend({"preset": p, "pairs": n, "error": f"cut: {cut}"} for p, n in runs[index:])
+            raise
+        except Exception as error:  # out of memory, a compiler failure: findings of the run, not crashes
+            figures = {"preset": preset, "pairs": pairs, "error": f"{type(error).__name__}: {one_line(error)}"}
+        output.append(figures)
+        print(f"loop {preset} x {pairs}: {gpu_report.describe_loop(figures)}", flush=True)
 
 
 # -- train ---------------------------------------------------------------------------------------
@@ -695,7 +729,6 @@ def stage_train(ctx: Context, output: dict) -> None:
     print(f"preset {choice['preset']} ({choice['rule']})", flush=True)
     cfg = load_config(TrainConfig, TRAIN_CONFIG, values=train_values(ctx, loop_minutes, choice))
     output["config"] = dataclasses.asdict(cfg)
-    output["compiled"] = "no: ems.training.train has no torch.compile path (see the MFU probe for what it would gain)"
     write_report(ctx)
     shutil.rmtree(ctx.run_dir, ignore_errors=True)
     started = time.monotonic()

@@ -1,22 +1,25 @@
-"""What the training loop adds to the bare training step, on the data and config of the GPU acceptance run.
+"""What the training loop adds to the bare training step, per preset and batch size, on the data and config of
+the GPU acceptance run: the figures that choose the GPU's preset and batch.
 
-    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo [--preset medium] [--steps 300] \
-        [--set prefetch_batches=0 ...]
+    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo --preset medium ems-paper \
+        --pairs 1024 2048 4096 --steps 200 --out-dir DIR            # the GPU run: pairs/s, MFU, recompiles
     python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
-        --steps 12 --log-every 3                                           # wiring, on CPU
+        --steps 12 --log-every 3                                     # wiring, on CPU
 
-The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast; no DeepSpeed, no data loading,
-nothing read back to the host but the timing's synchronisation) on `--pairs` random training pairs, as the
-acceptance run's mfu stage times each preset. The loop: `ems.training.train` on configs/train/gpu.yaml with
-`--preset`, `--steps` steps, no validation or checkpoint inside the loop and the `--set` items (a variant of the
-loop; the bare step is unchanged); its seconds per step and real
-tokens per second (and the share of its time the loop waited for a batch) are the logged windows' after the
-first `--skip-windows` (start-up). Prints one JSON object (also written to --out-dir): both, and loop / bare.
-With --profile the loop runs under torch.profiler (which slows it): the operators by self CPU and self device
-time go to --out-dir; give it ~20 --steps, as building its tables from 60 steps of `medium` took over two
-minutes on an H200 (docs/results/gpu.md). With --cprofile it runs under cProfile instead: Python functions by
-own and cumulative time (on Python 3.12 every thread's, the batch-reading one included; on earlier
-versions the training thread's only).
+The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast, compiled where the loop compiles:
+TrainConfig.compile; the batch packed on the host as the loop packs it; no DeepSpeed, no data loading,
+nothing read back to the host but the timing's synchronisation) on `--pairs` random training pairs. The loop:
+`ems.training.train` on configs/train/gpu.yaml with each `--preset` and `--pairs`, `--steps` steps, no
+validation or checkpoint inside the loop and the `--set` items (a variant of the loop; the bare step is
+unchanged); its seconds per step and real tokens per second (and the share of its time the loop waited for a
+batch) are the logged windows' after the first `--skip-windows` (start-up). Each run: both, pairs/s, MFU (on a
+GPU whose peak is known), loop / bare, and the graphs a compiled loop compiled; one JSON line per run, the
+whole report at the end (also written to --out-dir after every run). With --profile the loop runs under
+torch.profiler (which slows it): the operators by self CPU and self device time go to --out-dir; give it ~20
+--steps, as building its tables from 60 steps of `medium` took over two minutes on an H200
+(docs/results/gpu.md). With --cprofile it runs under cProfile instead: Python functions by own and cumulative
+time (on Python 3.12 every thread's, the batch-reading one included; on earlier versions the training
+thread's only).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import dataclasses
 import io
 import json
 import pstats
@@ -36,13 +40,22 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.gpu_acceptance import TRAIN_CONFIG, model_config, probe_batch, shards_of, step_seconds  # noqa: E402
+from benchmarks.gpu_acceptance import (  # noqa: E402
+    TRAIN_CONFIG,
+    batch_flops,
+    model_config,
+    probe_batch,
+    shards_of,
+    step_seconds,
+)
 from benchmarks.gpu_prepared import open_prepared, unpack  # noqa: E402
+from benchmarks.train_mfu import known_peak_tflops  # noqa: E402
 from ems.apps.demo import data_paths  # noqa: E402
 from ems.cli import add_debug_option, run_main  # noqa: E402
 from ems.configs import load_config  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
 from ems.training.config import TrainConfig  # noqa: E402
+from ems.training.runtime import compile_enabled  # noqa: E402
 from ems.training.train import train  # noqa: E402
 
 
@@ -95,15 +108,81 @@ def profiled(kind: str | None, device: str, out_dir: Path | None):
         (out_dir / f"profile_{key}.txt").write_text(table + "\n")
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopTiming:
+    """How one loop is timed: its steps, log window, windows skipped as start-up, the training config's --set
+    items, the device and the work directory (its run is WORK/run, fresh each time)."""
+
+    steps: int
+    log_every: int
+    skip_windows: int
+    overrides: tuple[str, ...]
+    device: str
+    work: Path
+    profiler: str | None = None  # "torch" or "cprofile": the loop under it, its tables in `out_dir`
+    out_dir: Path | None = None
+
+
+def measure(unpacked: dict, preset: str, pairs: int, timing: LoopTiming) -> dict:
+    """The bare step and the loop of `preset` at `pairs` pairs a step: s/step, pairs/s, tokens/s, MFU (on a GPU
+    whose peak is known; model FLOPs of the probe batch, ems.flops), the loop over the bare step, and with a
+    compiled step the graphs compiled in the loop (at most one per token-count bucket)."""
+    train_config = load_config(TrainConfig, TRAIN_CONFIG, overrides=list(timing.overrides))
+    device = torch.device(timing.device)
+    dtype = "bf16" if timing.device == "cuda" else "fp32"
+    compiled = compile_enabled(train_config.compile, device)
+    shards = shards_of(unpacked["train"])
+    cfg = model_config(preset, train_config.model_overrides, shards)
+    batch = probe_batch(cfg, shards, pairs)
+    flops, peak = batch_flops(cfg, batch), known_peak_tflops(device)
+    bare = step_seconds(cfg, batch, timing.device, compiled, dtype, 3, 10)
+    bare_tokens = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
+    values = {
+        **data_paths(unpacked["train"], unpacked["eval"]),
+        "model": preset,
+        "out": str(timing.work / "run"),
+        "batch_size": pairs,
+        "max_steps": timing.steps,
+        "warmup_steps": max(1, timing.steps // 10),
+        "log_every": timing.log_every,
+        "valid_every": 10 * timing.steps,
+        "valid_pairs": 256,
+        "save_every": 10 * timing.steps,
+        "probe_every": 0,
+        **({} if timing.device == "cuda" else {"autocast": "none"}),
+    }
+    shutil.rmtree(timing.work / "run", ignore_errors=True)  # a fresh run, never a resume of the last one
+    with profiled(timing.profiler, timing.device, timing.out_dir):
+        result = train(load_config(TrainConfig, TRAIN_CONFIG, overrides=list(timing.overrides), values=values))
+    loop = loop_figures(result["history"], timing.skip_windows)
+    logged = [record for record in result["history"] if "compiled_graphs" in record]
+
+    def rates(seconds: float) -> dict:
+        return {
+            "pairs_per_s": pairs / seconds,
+            "mfu": None if peak is None else flops / seconds / (1e12 * peak),
+        }
+
+    return {
+        "preset": preset,
+        "pairs": pairs,
+        "compiled": compiled,
+        "bare": {"s_per_step": bare, "tokens_per_s": bare_tokens / bare, **rates(bare)},
+        "loop": {**loop, **rates(loop["s_per_step"])},
+        "loop_over_bare_s_per_step": loop["s_per_step"] / bare,
+        "compiled_graphs": logged[-1]["compiled_graphs"] if logged else None,
+    }
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="the directory gpu_acceptance.py prepare wrote")
     parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--preset", default="medium")
+    parser.add_argument("--preset", nargs="+", default=["medium"], help="one or more presets, each timed")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--log-every", type=int, default=25)
     parser.add_argument("--skip-windows", type=int, default=2)
-    parser.add_argument("--pairs", type=int, default=1024)
+    parser.add_argument("--pairs", type=int, nargs="+", default=[1024], help="one or more batch sizes, each timed")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out-dir", type=Path, help="write loop_overhead.json (and the profile's tables) here")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="training config items for the loop")
@@ -114,54 +193,34 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if (args.profile or args.cprofile) and args.out_dir is None:
         raise SystemExit("--profile and --cprofile write their tables to --out-dir: give one")
+    if (args.profile or args.cprofile) and len(args.preset) * len(args.pairs) > 1:
+        raise SystemExit("--profile and --cprofile profile one loop: give one --preset and one --pairs")
     load_config(TrainConfig, TRAIN_CONFIG, overrides=args.set)  # the --set items checked before the slow work
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU here: --device cpu for the wiring run")
 
     unpacked = unpack(open_prepared(args.data), args.work / "data")
-    dtype = "bf16" if args.device == "cuda" else "fp32"
-    shards = shards_of(unpacked["train"])
-    cfg = model_config(args.preset, load_config(TrainConfig, TRAIN_CONFIG).model_overrides, shards)
-    batch = probe_batch(cfg, shards, args.pairs)
-    bare = step_seconds(cfg, batch, args.device, False, dtype, 3, 10)
-    bare_tokens = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
-
-    values = {
-        **data_paths(unpacked["train"], unpacked["eval"]),
-        "model": args.preset,
-        "out": str(args.work / "run"),
-        "batch_size": args.pairs,
-        "max_steps": args.steps,
-        "warmup_steps": max(1, args.steps // 10),
-        "log_every": args.log_every,
-        "valid_every": 10 * args.steps,
-        "valid_pairs": 256,
-        "save_every": 10 * args.steps,
-        "probe_every": 0,
-        **({} if args.device == "cuda" else {"autocast": "none"}),
-    }
-    shutil.rmtree(args.work / "run", ignore_errors=True)  # a fresh run, never a resume of the last one
     if args.out_dir:
         args.out_dir.mkdir(parents=True, exist_ok=True)
     kind = "torch" if args.profile else "cprofile" if args.cprofile else None
-    with profiled(kind, args.device, args.out_dir):
-        result = train(load_config(TrainConfig, TRAIN_CONFIG, overrides=args.set, values=values))
-    loop = loop_figures(result["history"], args.skip_windows)
+    timing = LoopTiming(
+        args.steps, args.log_every, args.skip_windows, tuple(args.set), args.device, args.work, kind, args.out_dir
+    )
     report = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "torch": torch.__version__,
-        "preset": args.preset,
-        "pairs": args.pairs,
-        "bare": {"s_per_step": bare, "tokens_per_s": bare_tokens / bare},
-        "loop": loop,
-        "loop_over_bare_s_per_step": loop["s_per_step"] / bare,
         "profiler": kind,
         "loop_overrides": args.set,
+        "runs": [],
     }
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out_dir:
-        (args.out_dir / "loop_overhead.json").write_text(text + "\n")
+    for preset in args.preset:
+        for pairs in args.pairs:
+            report["runs"].append(run := measure(unpacked, preset, pairs, timing))
+            print(json.dumps(run), flush=True)
+            if args.out_dir:  # after every run: a cut command keeps what it measured
+                (args.out_dir / "loop_overhead.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+    return 0
 
 
 if __name__ == "__main__":

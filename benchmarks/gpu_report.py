@@ -49,6 +49,17 @@ def describe_step(figures: dict) -> str:
     )
 
 
+def describe_loop(figures: dict) -> str:
+    """A training loop's timing from the mfu stage (gpu_loop_overhead.measure's figures, or {"error"})."""
+    if "error" in figures:
+        return f"error: {figures['error']}"
+    loop = figures["loop"]
+    return (
+        f"{loop['s_per_step']:.4f} s/step, {loop['pairs_per_s']:.0f} pairs/s, MFU {_fmt(loop['mfu'])}, "
+        f"loop / bare {figures['loop_over_bare_s_per_step']:.2f}, compiled graphs {figures['compiled_graphs']}"
+    )
+
+
 def describe_preset_step(timing: dict) -> str:
     """A preset's timing from the mfu stage ({"s_per_step", "pairs"} or {"error"}) in a few words."""
     if "error" in timing:
@@ -100,7 +111,8 @@ def training_figures(train: dict, curve: list[dict], mfu: dict) -> dict:
         "model_tflops_with_setup": tflops,
         "mfu_with_setup": None if tflops is None or not peak else tflops / peak,
         "valid_loss": [valid[0], valid[-1]] if valid else None,
-        "compiled": train.get("compiled"),
+        # graphs compiled by the loop's last record (None: an eager loop, TrainConfig.compile)
+        "compiled_graphs": next((row["compiled_graphs"] for row in reversed(logged) if "compiled_graphs" in row), None),
     }
 
 
@@ -167,6 +179,9 @@ def cuts(report: dict) -> list[str]:
     for name, timing in report["mfu"].get("presets", {}).items():
         if "error" in timing:
             lines.append(f"mfu preset {name}: {timing['error']}")
+    for loop in report["mfu"].get("loops", []):
+        if "error" in loop:
+            lines.append(f"mfu loop {loop['preset']} x {loop['pairs']}: {loop['error']}")
     training = report["training"]
     if training and training["steps"] < training["max_steps"]:
         lines.append(f"training stopped at step {training['steps']} of its fitted {training['max_steps']}")
@@ -257,6 +272,23 @@ def mfu_markdown(mfu: dict) -> list[str]:
     if mfu.get("presets"):
         timings = "; ".join(f"{name} {describe_preset_step(t)}" for name, t in mfu["presets"].items())
         lines += ["", f"Each candidate preset's eager step on the train config's batch: {timings}"]
+    if mfu.get("loops"):
+        lines += [
+            "",
+            "The training loop (ems.training.train; compiled: TrainConfig.compile) against its bare step:",
+            "",
+            "| preset | pairs | compiled | loop s/step | pairs/s | MFU | loop / bare | compiled graphs |",
+            "|:--|--:|:--|--:|--:|--:|--:|--:|",
+        ]
+        for loop in mfu["loops"]:
+            if "error" in loop:
+                lines.append(f"| {loop['preset']} | {loop['pairs']} | error: {loop['error']} ||||||")
+                continue
+            lines.append(
+                f"| {loop['preset']} | {loop['pairs']} | {loop['compiled']} | {loop['loop']['s_per_step']:.4f} | "
+                f"{loop['loop']['pairs_per_s']:.0f} | {_fmt(loop['loop']['mfu'])} | "
+                f"{loop['loop_over_bare_s_per_step']:.2f} | {loop['compiled_graphs']} |"
+            )
     return lines
 
 
@@ -305,7 +337,8 @@ def training_markdown(figures: dict, curve: list[dict]) -> list[str]:
         f"pairs/s with set-up, {_fmt(figures['tokens_per_s'], '.0f')} tokens/s in the loop (median), data wait "
         f"{_fmt(figures['data_wait_fraction'])}; model {_fmt(figures['model_tflops_with_setup'], '.3g')} TFLOP/s "
         f"with set-up (MFU {_fmt(figures['mfu_with_setup'])}); validation loss "
-        f"{' -> '.join(_fmt(v) for v in figures['valid_loss'] or [])}; compiled: {figures['compiled']}",
+        f"{' -> '.join(_fmt(v) for v in figures['valid_loss'] or [])}; "
+        f"compiled graphs: {figures['compiled_graphs'] or 'none (eager)'}",
         "",
         "| step | loss | xtr | contrastive | lr | tokens/s | valid loss | valid xtr | valid contrastive |",
         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",

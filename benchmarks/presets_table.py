@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +26,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from ems.flops import encoder_parameters, step_flops  # noqa: E402
-from ems.model import PRESETS, EMSModel, config_from_preset  # noqa: E402
+from ems.model import PRESETS, config_from_preset  # noqa: E402
 from ems.shards import PairShards  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
-from ems.training.runtime import parameter_groups  # noqa: E402
+from ems.training.bare_step import bare_step, median_seconds  # noqa: E402
 
 
 def sample_batches(shards: PairShards, batch_size: int, n: int, seed: int = 0) -> list[np.ndarray]:
@@ -71,21 +69,10 @@ def truncated_share(shards: PairShards, max_len: int) -> float:
 
 
 def step_seconds(cfg, batch: dict[str, torch.Tensor], steps: int, bf16: bool) -> float:
-    """Median seconds of one training step of a fresh model of `cfg` on `batch`."""
-    torch.manual_seed(0)
-    model = EMSModel(cfg).train()
-    optimizer = torch.optim.AdamW(parameter_groups(model, 1e-5), lr=1e-4)
-    times = []
-    for step in range(steps + 2):
-        started = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(**batch)["loss"]
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step >= 2:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    """Median seconds of one training step (ems.training.bare_step) of a fresh model of `cfg` on `batch`,
+    after two warm-up steps."""
+    step = bare_step(cfg, batch, torch.device("cpu"), dtype="bf16" if bf16 else "fp32")
+    return median_seconds(step, torch.device("cpu"), warmup=2, repeats=steps)
 
 
 def preset_config(name: str, shards: PairShards, batch_vocabulary: bool):

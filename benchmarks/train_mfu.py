@@ -29,11 +29,8 @@ padding are not counted either: the printed "padded" figure says how much more t
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import statistics
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -46,11 +43,12 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from ems.configs import yaml_value  # noqa: E402
 from ems.flops import encoder_flops, step_flops  # noqa: E402
-from ems.model import EMSConfig, EMSModel, config_from_preset  # noqa: E402
+from ems.model import EMSConfig, config_from_preset  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
+from ems.training.bare_step import bare_step, median_seconds, step_context  # noqa: E402
 from ems.training.batch_order import BatchOrder  # noqa: E402
 from ems.training.config import TrainConfig  # noqa: E402
-from ems.training.runtime import parameter_groups  # noqa: E402
+from ems.training.runtime import adamw as adamw_optimizer  # noqa: E402
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), matched in order against the device name.
 PEAK_BF16_TFLOPS = [
@@ -102,61 +100,12 @@ def real_lengths(tokens: torch.Tensor) -> np.ndarray:
     return (tokens != PAD_ID).sum(dim=1).numpy()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_seconds(fn, device: torch.device, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def matmul_rate(dtype: torch.dtype, n: int, device: torch.device, repeats: int) -> float:
     """FLOP/s of an n x n @ n x n matmul in `dtype` (median of `repeats` timed calls after a warm-up)."""
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, generator=gen).to(dtype)
     b = torch.randn(n, n, device=device, generator=gen).to(dtype)
     return 2.0 * n**3 / median_seconds(lambda: torch.matmul(a, b), device, warmup=2, repeats=repeats)
-
-
-def make_optimizer(params, adamw: str) -> torch.optim.Optimizer:
-    """The trainer's AdamW (betas, eps); `adamw` picks torch's implementation."""
-    impl = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for-loop": dict(foreach=False)}[adamw]
-    betas, eps = (0.9, TrainConfig.adam_beta2), TrainConfig.adam_eps
-    return torch.optim.AdamW(params, lr=1e-4, betas=betas, eps=eps, **impl)
-
-
-def step_context(device: torch.device, dtype: str):
-    """bf16 autocast for a "bf16" step, nothing for "fp32"."""
-    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
-
-
-def ems_step_fn(
-    cfg: EMSConfig, batch: dict, device: torch.device, adamw: str, compile: bool = False, dtype: str = "bf16"
-):
-    torch.manual_seed(0)
-    model = EMSModel(cfg).to(device).train()
-    optimizer = make_optimizer(parameter_groups(model, 1e-5), adamw)
-    model = torch.compile(model) if compile else model
-    batch = {k: v.to(device) for k, v in batch.items()}
-
-    def step() -> None:
-        with step_context(device, dtype):
-            loss = model(**batch)["loss"]
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
 
 
 class ReferenceEncoder(nn.Module):
@@ -186,7 +135,7 @@ def reference_step_fn(
 ):
     torch.manual_seed(0)
     model = ReferenceEncoder(cfg).to(device).train()
-    optimizer = make_optimizer(model.parameters(), adamw)
+    optimizer = adamw_optimizer([{"params": list(model.parameters())}], 1e-4, TrainConfig(), adamw)
     model = torch.compile(model) if compile else model
     pad = (tokens == PAD_ID).to(device)
     x = torch.randn(*tokens.shape, cfg.d_model, device=device)
@@ -267,7 +216,7 @@ def run(args: argparse.Namespace) -> dict:
     }
     result["ems_flops"] = {**asdict(flops), "total": flops.total, "padded_total": padded.total}
 
-    ems_step = ems_step_fn(cfg, batch, device, args.adamw, args.compile, step_dtype)
+    ems_step = bare_step(cfg, batch, device, args.adamw, args.compile, step_dtype)
     seconds = median_seconds(ems_step, device, args.warmup, args.steps)
     result["ems"] = _figures(flops.total, seconds, real_tokens, peak)
     if args.profile:

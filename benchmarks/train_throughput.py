@@ -1,55 +1,41 @@
-"""Training-step throughput of an EMS preset on this machine (forward + backward + AdamW step).
+"""Training-step throughput of an EMS preset on this machine (forward + backward + AdamW step), fp32 and bf16.
 
     python benchmarks/train_throughput.py [--preset tiny] [--batch 128] [--length 12] [--steps 10]
 
-Prints, for fp32 and bf16 autocast: seconds per step, pairs/s, real tokens/s and the achieved
-model FLOP/s (6 x parameters-touched-per-token x tokens, plus attention), so presets and
-dtypes can be compared on one machine. Synthetic token ids; lengths as given.
+Prints, for fp32 and bf16 autocast: seconds per step (the median after two warm-up steps), pairs/s, real
+tokens/s and the model FLOP rate (ems.flops), so presets and dtypes can be compared on one machine. The step
+is the trainer's without its loop (ems.training.bare_step); synthetic token ids, every sentence `--length`
+tokens.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import time
 
+import numpy as np
 import torch
 
-from ems.model import EMSModel, config_from_preset
-
-
-def step_flops(cfg, batch: int, length: int) -> float:
-    """Forward+backward FLOPs of one training step (x3 the forward matmul FLOPs)."""
-    d, f, layers = cfg.d_model, cfg.d_ffn, cfg.n_layers
-    tokens = 2 * batch * length  # both sides of each pair
-    per_token = layers * (2 * 4 * d * d + 2 * 2 * d * f + 2 * 2 * length * d)  # qkv+proj, ffn, attention
-    heads = 2 * batch * 2 * ((cfg.d_lang + d) ** 2 + (cfg.d_lang + d) * cfg.vocab_size + d * d + d * cfg.d_contrastive)
-    return 3 * (tokens * per_token + heads)
+from ems.flops import step_flops
+from ems.model import config_from_preset
+from ems.training.bare_step import bare_step, median_seconds
 
 
 def run(preset: str, batch: int, length: int, steps: int, dtype: str, vocab: int, langs: int) -> dict:
-    torch.manual_seed(0)
     cfg = config_from_preset(preset, vocab_size=vocab, n_languages=langs)
-    model = EMSModel(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    src = torch.randint(2 + langs, vocab, (batch, length))
-    tgt = torch.randint(2 + langs, vocab, (batch, length))
-    lang = torch.randint(0, langs, (batch,))
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
-    for i in range(steps + 2):
-        if i == 2:  # two warm-up steps
-            start = time.perf_counter()
-        with autocast:
-            loss = model(src, tgt, lang, lang)["loss"]
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    seconds = (time.perf_counter() - start) / steps
+    generator = torch.Generator().manual_seed(0)
+    pairs = {
+        "src": torch.randint(2 + langs, vocab, (batch, length), generator=generator),
+        "tgt": torch.randint(2 + langs, vocab, (batch, length), generator=generator),
+        "src_lang": torch.randint(0, langs, (batch,), generator=generator),
+        "tgt_lang": torch.randint(0, langs, (batch,), generator=generator),
+    }
+    seconds = median_seconds(bare_step(cfg, pairs, torch.device("cpu"), dtype=dtype), torch.device("cpu"), 2, steps)
+    lengths = np.full(batch, length)
     return {
         "s_per_step": seconds,
         "pairs_per_s": batch / seconds,
         "tokens_per_s": 2 * batch * length / seconds,
-        "gflops": step_flops(cfg, batch, length) / seconds / 1e9,
+        "gflops": step_flops(cfg, lengths, lengths).total / seconds / 1e9,
     }
 
 

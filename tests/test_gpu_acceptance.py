@@ -140,7 +140,15 @@ def test_smoke_runs_every_stage_and_reports_them(smoke_run, prepared):
     assert f"measured on {SMOKE_BATCH} random training pairs" in choice["rule"]
     training = report["training"]
     assert training["steps"] == training["max_steps"] == 10 and training["preset"] == "tiny"
-    assert "no torch.compile" in training["compiled"]
+    assert training["compiled_graphs"] is None  # compile auto: eager on CPU
+    # the loop of every loop preset at every loop batch, beside its bare step
+    loops = report["mfu"]["loops"]
+    assert [(row["preset"], row["pairs"]) for row in loops] == [("tiny", 8), ("tiny", 16)]
+    for row in loops:
+        assert (
+            row["loop"]["pairs_per_s"] > 0 and row["bare"]["pairs_per_s"] > 0 and row["loop_over_bare_s_per_step"] > 0
+        )
+        assert row["compiled"] is False and row["compiled_graphs"] is None
     curve = report["learning_curve"]
     assert [row["step"] for row in curve if "loss" in row] == [2, 4, 6, 8, 10]
     assert [row["step"] for row in curve if "valid_loss" in row] == [0, 5, 10]

@@ -42,42 +42,37 @@ def collate(
 ) -> dict:
     """Pair indices -> padded (B, L) `src`/`tgt` id tensors, (B,) language indices, when the
     shards have them (B, 2) `content_ids`, and with `teacher` (ems.teacher_store.TeacherTargets)
-    the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`.
-
-    With `packer` (the model's, EncoderNetwork.packer), both sides are padded to one width and the batch
-    carries the `packing` of the (2B, L) rows [src; tgt] and, with `batch_vocabulary`, the XTR
-    `vocabulary` of the targets [tgt; src] (ems.packing): the forward pass then reads nothing back from
-    the device."""
+    the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`;
+    with `packer`, packed (`packed`)."""
     indices = np.asarray(indices, dtype=np.int64)
-    sides = [shards.padded(2 * indices + side, max_len, PAD_ID) for side in (0, 1)]
-    extra = {}
-    if packer is not None:
-        width = max(side.shape[1] for side in sides)
-        both = packer.pad_width(
-            np.concatenate(
-                [np.pad(side, ((0, 0), (0, width - side.shape[1])), constant_values=PAD_ID) for side in sides]
-            )
-        )
-        sides = np.split(both, 2)
-        extra["packing"] = packer(both)
-        if batch_vocabulary:
-            extra["vocabulary"] = BatchVocabulary.of(
-                np.concatenate(sides[::-1]), PAD_ID, static_shapes=packer.static_shapes
-            )
+    sides = [torch.from_numpy(shards.padded(2 * indices + side, max_len, PAD_ID)) for side in (0, 1)]
     langs = torch.from_numpy(np.asarray(shards.langs[indices], dtype=np.int64))
-    batch = {
-        "src": torch.from_numpy(np.ascontiguousarray(sides[0])),
-        "tgt": torch.from_numpy(np.ascontiguousarray(sides[1])),
-        "src_lang": langs[:, 0],
-        "tgt_lang": langs[:, 1],
-    }
+    batch = {"src": sides[0], "tgt": sides[1], "src_lang": langs[:, 0], "tgt_lang": langs[:, 1]}
     content_ids = np.ascontiguousarray(shards.content_ids[indices]) if shards.content_ids is not None else None
     if content_ids is not None:  # uint64 hashes, compared for equality only: int64 bits
         batch["content_ids"] = torch.from_numpy(content_ids.view(np.int64))
     if teacher is not None:
         vectors, mask = teacher(content_ids, langs.numpy())
         batch["teacher"], batch["teacher_mask"] = torch.from_numpy(vectors), torch.from_numpy(mask)
-    return {**batch, **extra}
+    return batch if packer is None else packed(batch, packer, batch_vocabulary)
+
+
+def packed(batch: dict, packer: Packer, batch_vocabulary: bool = False) -> dict:
+    """A collated batch on the host with both sides padded to one width and the `packing` of its (2B, L) rows
+    [src; tgt] (the model's Packer, EncoderNetwork.packer) and, with `batch_vocabulary`, XTR's `vocabulary`
+    of the targets [tgt; src] (ems.packing): the forward pass then reads nothing back from the device."""
+    src, tgt = batch["src"].numpy(), batch["tgt"].numpy()
+    width = max(src.shape[1], tgt.shape[1])
+    both = packer.pad_width(
+        np.concatenate(
+            [np.pad(side, ((0, 0), (0, width - side.shape[1])), constant_values=PAD_ID) for side in (src, tgt)]
+        )
+    )
+    src, tgt = np.split(both, 2)
+    extra = {"packing": packer(both)}
+    if batch_vocabulary:
+        extra["vocabulary"] = BatchVocabulary.of(np.concatenate([tgt, src]), PAD_ID, static_shapes=packer.static_shapes)
+    return {**batch, "src": torch.from_numpy(src), "tgt": torch.from_numpy(tgt), **extra}
 
 
 def to_device(batch: dict, device: torch.device, non_blocking: bool = False) -> dict:

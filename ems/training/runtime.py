@@ -136,6 +136,17 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+ADAMW_IMPLEMENTATIONS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
+
+
+def adamw(groups: list[dict], lr: float, cfg: TrainConfig, implementation: str = "fused") -> torch.optim.AdamW:
+    """The trainer's AdamW over parameter `groups` (parameter_groups) at `lr`, with cfg's betas and eps. fused:
+    one kernel over all parameters (the for-loop default loops over tensors: ~5% of a demo step; measured:
+    docs/results/throughput.md); the other implementations are for benchmarks comparing them."""
+    betas = (0.9, cfg.adam_beta2)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=cfg.adam_eps, **ADAMW_IMPLEMENTATIONS[implementation])
+
+
 def build_engine(
     cfg: TrainConfig, model: torch.nn.Module, ds_config: dict, lr: float, schedule: Callable[[int], float]
 ) -> DeepSpeedEngine:
@@ -145,11 +156,7 @@ def build_engine(
     import deepspeed
     import torch.distributed as dist
 
-    # fused: one kernel over all parameters (the default loops over tensors: ~5% of a demo step;
-    # measured: docs/results/throughput.md)
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, cfg.weight_decay), lr=lr, betas=(0.9, cfg.adam_beta2), eps=cfg.adam_eps, fused=True
-    )
+    optimizer = adamw(parameter_groups(model, cfg.weight_decay), lr, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     try:
         engine, _, _, _ = deepspeed.initialize(
