@@ -5,6 +5,8 @@ the GPU acceptance run: the figures that choose the GPU's preset and batch.
         --pairs 1024 2048 4096 --steps 200 --out-dir DIR            # the GPU run: pairs/s, MFU, recompiles
     python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
         --steps 12 --log-every 3                                     # wiring, on CPU
+    python benchmarks/gpu_loop_overhead.py --demo runs/demo --config configs/train/demo.yaml --device cpu \
+        --preset tiny --pairs 256 --steps 300 --log-every 50 --work /tmp/lo   # the demo's loop on CPU (bf16 where fast)
 
 The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast, compiled where the loop compiles:
 TrainConfig.compile; the batch packed on the host as the loop packs it; no DeepSpeed, no data loading,
@@ -53,6 +55,7 @@ from benchmarks.train_mfu import known_peak_tflops  # noqa: E402
 from ems.apps.demo import data_paths  # noqa: E402
 from ems.cli import add_debug_option, run_main  # noqa: E402
 from ems.configs import load_config  # noqa: E402
+from ems.precision import bf16_is_fast  # noqa: E402
 from ems.text import PAD_ID  # noqa: E402
 from ems.training.config import TrainConfig  # noqa: E402
 from ems.training.runtime import compile_enabled  # noqa: E402
@@ -121,15 +124,17 @@ class LoopTiming:
     work: Path
     profiler: str | None = None  # "torch" or "cprofile": the loop under it, its tables in `out_dir`
     out_dir: Path | None = None
+    config: Path = TRAIN_CONFIG  # the training config the loop runs (and its model overrides the bare step's)
+    cpu_bf16: bool = False  # on CPU: bf16 autocast where it is fast (ems.precision.bf16_is_fast), else fp32
 
 
 def measure(unpacked: dict, preset: str, pairs: int, timing: LoopTiming) -> dict:
     """The bare step and the loop of `preset` at `pairs` pairs a step: s/step, pairs/s, tokens/s, MFU (on a GPU
     whose peak is known; model FLOPs of the probe batch, ems.flops), the loop over the bare step, and with a
     compiled step the graphs compiled in the loop (at most one per token-count bucket)."""
-    train_config = load_config(TrainConfig, TRAIN_CONFIG, overrides=list(timing.overrides))
+    train_config = load_config(TrainConfig, timing.config, overrides=list(timing.overrides))
     device = torch.device(timing.device)
-    dtype = "bf16" if timing.device == "cuda" else "fp32"
+    dtype = "bf16" if timing.device == "cuda" or (timing.cpu_bf16 and bf16_is_fast(device)) else "fp32"
     compiled = compile_enabled(train_config.compile, device)
     shards = shards_of(unpacked["train"])
     cfg = model_config(preset, train_config.model_overrides, shards)
@@ -149,11 +154,11 @@ def measure(unpacked: dict, preset: str, pairs: int, timing: LoopTiming) -> dict
         "valid_pairs": 256,
         "save_every": 10 * timing.steps,
         "probe_every": 0,
-        **({} if timing.device == "cuda" else {"autocast": "none"}),
+        **({} if timing.device == "cuda" else {"autocast": "none" if dtype == "fp32" else "bf16"}),
     }
     shutil.rmtree(timing.work / "run", ignore_errors=True)  # a fresh run, never a resume of the last one
     with profiled(timing.profiler, timing.device, timing.out_dir):
-        result = train(load_config(TrainConfig, TRAIN_CONFIG, overrides=list(timing.overrides), values=values))
+        result = train(load_config(TrainConfig, timing.config, overrides=list(timing.overrides), values=values))
     loop = loop_figures(result["history"], timing.skip_windows)
     logged = [record for record in result["history"] if "compiled_graphs" in record]
 
@@ -176,7 +181,11 @@ def measure(unpacked: dict, preset: str, pairs: int, timing: LoopTiming) -> dict
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, required=True, help="the directory gpu_acceptance.py prepare wrote")
+    data = parser.add_mutually_exclusive_group(required=True)
+    data.add_argument("--data", type=Path, help="the directory gpu_acceptance.py prepare wrote")
+    data.add_argument("--demo", type=Path, help="an ems-demo run directory (its shards/ and vocab/) instead")
+    parser.add_argument("--config", type=Path, default=TRAIN_CONFIG, help="the training config (default: gpu.yaml)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="with --demo: the evaluation data (probe_data)")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--preset", nargs="+", default=["medium"], help="one or more presets, each timed")
     parser.add_argument("--steps", type=int, default=300)
@@ -195,16 +204,28 @@ def main(argv: list[str]) -> int:
         raise SystemExit("--profile and --cprofile write their tables to --out-dir: give one")
     if (args.profile or args.cprofile) and len(args.preset) * len(args.pairs) > 1:
         raise SystemExit("--profile and --cprofile profile one loop: give one --preset and one --pairs")
-    load_config(TrainConfig, TRAIN_CONFIG, overrides=args.set)  # the --set items checked before the slow work
+    load_config(TrainConfig, args.config, overrides=args.set)  # the --set items checked before the slow work
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU here: --device cpu for the wiring run")
 
-    unpacked = unpack(open_prepared(args.data), args.work / "data")
+    if args.demo is not None:
+        unpacked = {"train": args.demo, "eval": args.data_dir or args.demo}
+    else:
+        unpacked = unpack(open_prepared(args.data), args.work / "data")
     if args.out_dir:
         args.out_dir.mkdir(parents=True, exist_ok=True)
     kind = "torch" if args.profile else "cprofile" if args.cprofile else None
     timing = LoopTiming(
-        args.steps, args.log_every, args.skip_windows, tuple(args.set), args.device, args.work, kind, args.out_dir
+        args.steps,
+        args.log_every,
+        args.skip_windows,
+        tuple(args.set),
+        args.device,
+        args.work,
+        kind,
+        args.out_dir,
+        args.config,
+        cpu_bf16=args.demo is not None,
     )
     report = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",

@@ -210,3 +210,22 @@ def test_collate_hands_over_everything_the_forward_reads(real_batch):
             "loss"
         ],
     )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="device-to-host synchronisation is a CUDA matter")
+def test_twenty_training_steps_read_nothing_back_from_the_gpu(real_batch):
+    # set_sync_debug_mode("error") raises at any operation that waits for the device (.item(), nonzero, a
+    # blocking copy to the host): the step as the loop runs it (packed on the host, bf16, varlen) has none.
+    from ems.training.bare_step import bare_step
+
+    model, batch = real_batch
+    plain = {key: value for key, value in batch.items() if key not in ("packing", "vocabulary")}
+    step = bare_step(model.cfg, plain, torch.device("cuda"), dtype="bf16")
+    step()  # the first step: allocations, kernel selection
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(20):
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
