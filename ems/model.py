@@ -169,6 +169,11 @@ class EMSConfig:
         """The weight of `objective` (one of ems.losses.OBJECTIVES) in the training loss."""
         return getattr(self, f"{objective}_weight")
 
+    def weighted_loss(self, means: Mapping):
+        """The training loss (paper Eq. 12): each objective's batch mean in `means` (a tensor or a float, by
+        name) times its weight, summed; what training backpropagates and validation reports."""
+        return sum(self.weight(name) * means[name] for name in OBJECTIVES)
+
     @property
     def d_sentence(self) -> int:
         """The dimension of the sentence vector the encoder outputs."""
@@ -592,7 +597,7 @@ class EMSModel(nn.Module):
             name: losses[name].sum() / rows[name].sum().clamp(min=1) if name in rows else losses[name].mean()
             for name in OBJECTIVES
         }
-        loss = sum(self.cfg.weight(name) * means[name] for name in OBJECTIVES)
+        loss = self.cfg.weighted_loss(means)
         out = {
             "loss": loss,
             **{name: means[name].detach() for name in OBJECTIVES},

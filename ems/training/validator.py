@@ -137,7 +137,7 @@ def validation_losses(
             name: float(row[1 + 2 * i] / row[2 + 2 * i]) if row[2 + 2 * i] > 0 else 0.0
             for i, name in enumerate(OBJECTIVES)
         }
-        return {"loss": sum(cfg.weight(name) * means[name] for name in OBJECTIVES), **means}
+        return {"loss": cfg.weighted_loss(means), **means}
 
     total = losses(sums.sum(dim=0))
     return {
