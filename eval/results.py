@@ -59,7 +59,7 @@ class TaskResult(Mapping):
 
     @classmethod
     def from_dict(cls, type_name: str, result: dict, metric: str | None = None) -> TaskResult:
-        """From a runner's mapping (or a results.json entry): its common keys become fields
+        """From an evaluator's mapping (or a results.json entry): its common keys become fields
         (`metric` fills a missing metric), every other key goes to `details`."""
         common = {key: result[key] for key in cls.COMMON if key in result and key != "type"}
         if common.get("metric") is None and metric is not None:

@@ -16,7 +16,7 @@ files it needs and where to get them, and the other tasks run. results.json and 
 written in any case; the exit status is then 2 (eval.faults.NOT_RUN_EXIT_CODE) if anything
 requested could not run, with one `error: ...` line naming what, else 0. A mistake on the command
 line (a missing --model, --suite or encoder) is one `error: ...` line and status 2 before anything runs.
-From Python, call `run_all(encoder, data_dir, heldout_dir, out_dir)` with any encoder object.
+From Python, call `run_all(encoder, data_dir, heldout_dir, out_dir)` with any ems.encoder_kinds.Encoder.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from ems.cli import UserError, add_debug_option, one_line, run_main
 from ems.configs import load_config
 from ems.encoder import TruncationWarning
-from ems.encoder_kinds import ENCODER_KINDS, load_encoder
+from ems.encoder_kinds import ENCODER_KINDS, Encoder, load_encoder
 from ems.languages import TATOEBA_TEST_CODES, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
 from eval.chart import CHART_FILE, write_chart
 from eval.evaluators.items import NOT_COVERED
@@ -83,7 +83,7 @@ def _not_run(name: str, type_name: str, exc: Exception) -> TaskResult:
     return result
 
 
-def _run_task(results: dict[str, TaskResult], kind: TaskType, encoder, task: TaskRun) -> None:
+def _run_task(results: dict[str, TaskResult], kind: TaskType, encoder: Encoder, task: TaskRun) -> None:
     """results[task.name] = the TaskResult of kind.run(encoder, task), or a not-run result if it
     raises a DATA_FAULTS error (bad or missing input); a bug is recorded too, then re-raised.
     What could not run goes to stderr. The encoder's TruncationWarnings (one per encode call)
@@ -134,7 +134,7 @@ def _fail_if_nothing_evaluated(result: TaskResult, filtered: bool) -> None:
 
 
 def run_all(
-    encoder,
+    encoder: Encoder,
     data_dir: Path,
     heldout_dir: Path | None = None,
     out_dir: Path | None = None,
@@ -173,13 +173,11 @@ def run_all(
                 results[path.stem] = _not_run(path.stem, "unknown", exc)
                 continue
             task_dir = task_dirs.get(config.name, Path(data_dir) / config.data_subdir)
-            _run_task(results, kind, encoder, TaskRun(config, path, task_dir, options))
+            _run_task(results, kind, encoder, TaskRun(config, task_dir, options))
             _fail_if_nothing_evaluated(results[config.name], filtered=options.canonical is not None)
         if heldout_dir is not None:
             heldout = TaskConfig(type="heldout", name="heldout", data_subdir=str(heldout_dir))
-            _run_task(
-                results, task_type("heldout"), encoder, TaskRun(heldout, Path(heldout_dir), Path(heldout_dir), options)
-            )
+            _run_task(results, task_type("heldout"), encoder, TaskRun(heldout, Path(heldout_dir), options))
     finally:
         if print_tables:
             for name, task_result in results.items():

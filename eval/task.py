@@ -1,17 +1,16 @@
 """Evaluation task types and their configs: what the `type:` of a task config (configs/eval/*.yaml) names.
 
 A task type is one `TaskType` object, `TASK`, in one module: its metric, its config (a TaskConfig
-dataclass: the keys it takes, typed), its runner (encoder + the config and data directory -> a
-result mapping), its markdown table and the score its chart shows per language. The built-in
-types are the modules of eval/tasks (`type: qe` is eval/tasks/qe.py); a config may also name any
-importable module that defines `TASK` (`type: my_project.my_task`). `read_task_config` reads a
-config file into its type's dataclass with ems.configs.load_config, the project's one config
-loader: keys the type does not take, missing keys, values of the wrong type, the type's own checks
-(its __post_init__: `one_of`, `refuse`), then misspelled language codes are one error naming the
-file. That config is the one typed object of a task: the evaluator (eval/evaluators/) that defines
-it takes it as it is, with the data directory and the run's options (language filter, sentence
-cap) as arguments, and checks none of its keys again. A task module is the glue (the run's options
--> the evaluator's arguments), as MTEB keeps tasks (data plus metadata) apart from its evaluators.
+dataclass: the keys it takes, typed), its evaluator (an `ems.encoder_kinds.Encoder` and a `TaskRun`
+-> a result mapping), its markdown table and the score its chart shows per language. The built-in
+types are the modules of eval/evaluators that define `TASK` (`type: qe` is eval/evaluators/qe.py,
+which holds QeConfig, evaluate_qe and TASK); a config may also name any importable module that
+defines `TASK` (`type: my_project.my_task`). `read_task_config` reads a config file into its type's
+dataclass with ems.configs.load_config, the project's one config loader: keys the type does not
+take, missing keys, values of the wrong type, the type's own checks (its __post_init__: `one_of`,
+`refuse`), then misspelled language codes are one error naming the file. That config is the one
+typed object of a task: the evaluator takes it as it is, in the TaskRun beside the data directory
+and the run's options (language filter, sentence cap), and checks none of its keys again.
 Adding a task is one new module plus its YAML.
 """
 
@@ -20,14 +19,16 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
 from ems.cli import MissingDataError
 from ems.configs import ConfigError, load_config, read_yaml
+from ems.encoder_kinds import Encoder
 from ems.languages import UnknownLanguageError, canonical_language
 
+BUILTIN_PACKAGE = "eval.evaluators"  # where an undotted `type:` is a module
 NOT_IN_TASK = "not a language of this task"
 # A config's `languages`: a list of codes, or "all" (every language of the data set).
 Languages = list[str] | Literal["all"]
@@ -37,8 +38,8 @@ Languages = list[str] | Literal["all"]
 class TaskConfig(Mapping):
     """The keys every task config has: `name` (the task's name in the results), `data_subdir` (its
     data under the data root), `type` (the task type; tatoeba when absent) and `source` (where the
-    data comes from, named when it is missing). A task type's config is a subclass, defined beside
-    the evaluator that takes it (qe and sts: a subclass of correlation's HeadsConfig adding the keys
+    data comes from, named when it is missing). A task type's config is a subclass, defined in the
+    module of its evaluator (qe and sts: a subclass of correlation's HeadsConfig adding the keys
     that pick their files), adding its own keys, each typed, with a default where it has one and
     checked in its __post_init__ where its type says too little. It also reads as the YAML
     mapping it came from (`config["name"]`, `"heads" in config`): the keys that have a value."""
@@ -86,7 +87,7 @@ def refuse(config: object, problems: list[str]) -> None:
 
 @dataclass
 class RunOptions:
-    """What every task runner gets besides its config: the language filter (None = all) in both
+    """What every evaluator gets besides its config: the language filter (None = all) in both
     code systems, the per-language sentence cap, progress bars, the data root (for tasks that
     also read another task's data, e.g. FLORES to train heads) and the output directory (for
     tasks that write files besides results.json; None = write nothing)."""
@@ -102,64 +103,76 @@ class RunOptions:
 
 @dataclass
 class TaskRun:
-    """One task to run: its config (its type's TaskConfig), the file it came from, the directory
-    of its data and the run's options."""
+    """One task to run: its config (its type's TaskConfig), the directory of its data and the
+    run's options."""
 
     config: TaskConfig
-    config_path: Path
     data_dir: Path
-    options: RunOptions
+    options: RunOptions = field(default_factory=RunOptions)
 
     @property
     def name(self) -> str:
         return self.config["name"]
 
 
-Runner = Callable[[object, TaskRun], dict]
+Evaluator = Callable[[Encoder, TaskRun], dict]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The score a task's chart shows: `score(row)` for one language row (a percentage-like
+    number), `label` its axis label."""
+
+    label: str
+    score: Callable[[dict], float]
 
 
 @dataclass(frozen=True)
 class TaskType:
-    """An evaluation task type.
+    """An evaluation task type; its name is the config's `type` (a built-in's: its module's name).
 
-    name: the type's name (a built-in's is its module's name and the config's `type`).
     metric: the name of its score, stored in every result.
-    config: its TaskConfig subclass, the keys it takes (TaskConfig itself for a type with none of its own).
     run(encoder, TaskRun) -> result mapping with at least "task", "languages" ({item: row}),
-      "average" and "skipped" (eval.results.TaskResult holds it).
+      "average" and "skipped" (eval.results.TaskResult holds it): the type's evaluator.
     table(result mapping, title) -> the markdown section of eval/report.md.
-    headline(row) -> the chart's bar for one language row (a percentage-like number), with
-      `headline_label` as its axis label; None keeps the task out of the chart."""
+    config: its TaskConfig subclass, the keys it takes (TaskConfig itself for a type with none of its own).
+    headline: the chart's bar per language row; None keeps the task out of the chart."""
 
-    name: str
     metric: str
-    run: Runner
+    run: Evaluator
     table: Callable[[dict, str], str]
     config: type[TaskConfig] = TaskConfig
-    headline: Callable[[dict], float] | None = None
-    headline_label: str = ""
+    headline: Headline | None = None
+
+
+def _defined_task(module_name: str) -> TaskType | None:
+    task = getattr(importlib.import_module(module_name), "TASK", None)
+    return task if isinstance(task, TaskType) else None
 
 
 def builtin_task_types() -> list[str]:
-    """The names of the task types in eval/tasks (listed, not imported: its modules import this one)."""
-    return sorted(module.name for module in pkgutil.iter_modules([str(Path(__file__).with_name("tasks"))]))
+    """The names of the built-in task types: the modules of eval/evaluators that define TASK (the
+    others hold what several types share). Imports them all, so only the error path calls it."""
+    modules = pkgutil.iter_modules([str(Path(__file__).with_name("evaluators"))])
+    return sorted(module.name for module in modules if _defined_task(f"{BUILTIN_PACKAGE}.{module.name}"))
 
 
 def task_type(name: str) -> TaskType:
-    """The TaskType a config's `type` names: eval/tasks/<name>.py, or the module `name` when it
-    is dotted. ValueError naming the built-in types when there is none."""
-    module_name = name if "." in name else f"eval.tasks.{name}"
+    """The TaskType a config's `type` names: the TASK of eval/evaluators/<name>.py, or of the
+    module `name` when it is dotted. ValueError naming the built-in types when there is none."""
+    module_name = name if "." in name else f"{BUILTIN_PACKAGE}.{name}"
     try:
-        module = importlib.import_module(module_name)
+        task = _defined_task(module_name)
     except ModuleNotFoundError as error:
-        if "." not in name and error.name == module_name:
-            raise ValueError(
-                f"unknown task type {name!r}; expected one of {', '.join(builtin_task_types())} "
-                "or an importable module that defines TASK"
-            ) from None
-        raise ValueError(f"task type {name!r}: cannot import {module_name} ({error})") from None
-    task = getattr(module, "TASK", None)
-    if not isinstance(task, TaskType):
+        if "." in name or error.name != module_name:
+            raise ValueError(f"task type {name!r}: cannot import {module_name} ({error})") from None
+        task = None
+    if task is None and "." not in name:
+        raise ValueError(
+            f"unknown task type {name!r}; expected one of {', '.join(builtin_task_types())} "
+            "or an importable module that defines TASK"
+        )
+    if task is None:
         raise ValueError(f"task type {name!r}: {module_name} defines no TASK = TaskType(...)")
     return task
 

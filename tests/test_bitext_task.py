@@ -10,6 +10,7 @@ from eval.evaluators.bitext import BitextConfig, evaluate_bitext
 from eval.evaluators.retrieval import read_lines
 from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
+from eval.task import RunOptions, TaskRun
 from tests.test_eval_tatoeba import TrigramEncoder
 
 N = 30
@@ -105,7 +106,7 @@ def test_languages_the_encoder_lacks_are_listed_and_codes_map_to_its_own(data_di
         ["deu", "zho-CN", "srp-Cyrl"],
     )
     encoder = TrigramEncoder(languages=["en", "de", "zh"])
-    result = evaluate_bitext(encoder, config, tmp_path / "ntrex" / "NTREX-128", progress=False)
+    result = evaluate_bitext(encoder, TaskRun(config, tmp_path / "ntrex" / "NTREX-128", RunOptions(progress=False)))
     assert list(result["languages"]) == ["deu", "zho-CN"] and result["skipped"] == {
         "not covered by the encoder": ["srp-Cyrl"]
     }
@@ -136,9 +137,14 @@ def test_margin_scoring_and_laser_duplicates_on_hand_built_vectors(tmp_path):
         }
     )
     sides = ({"pattern": "src.{lang}", "lang": "eng"}, {"pattern": "ref.{lang}"})
-    cosine = evaluate_bitext(encoder, bitext_config(*sides, ["deu"]), tmp_path, progress=False)["languages"]["deu"]
+
+    def deu(**settings) -> dict:
+        config = bitext_config(*sides, ["deu"], **settings)
+        return evaluate_bitext(encoder, TaskRun(config, tmp_path, RunOptions(progress=False)))
+
+    cosine = deu()["languages"]["deu"]
     assert cosine["xx2en"] == pytest.approx(100 / 3) and cosine["en2xx"] == 100.0
-    margin = evaluate_bitext(encoder, bitext_config(*sides, ["deu"], scoring="margin", k=2), tmp_path, progress=False)
+    margin = deu(scoring="margin", k=2)
     assert margin["languages"]["deu"]["xx2en"] == 100.0 and margin["settings"]["margin"] == "ratio"
     # English side "A", "B", "B": x2's pick y1 now has its gold's text; counted only with the rule.
     (tmp_path / "src.eng").write_text("A\nB\nB\n", encoding="utf-8")
@@ -147,8 +153,7 @@ def test_margin_scoring_and_laser_duplicates_on_hand_built_vectors(tmp_path):
     encoder.encode = lambda sentences, lang: (
         y_dup if lang == "en" else np.array([x[s] for s in sentences], dtype=np.float32)
     )
-    off = evaluate_bitext(encoder, bitext_config(*sides, ["deu"]), tmp_path, progress=False)["languages"]["deu"]
-    on = evaluate_bitext(encoder, bitext_config(*sides, ["deu"], laser_duplicates=True), tmp_path, progress=False)
+    off, on = deu()["languages"]["deu"], deu(laser_duplicates=True)
     assert off["xx2en"] == pytest.approx(100 / 3) and off["duplicate_hits"] == 0
     assert on["languages"]["deu"]["xx2en"] == pytest.approx(200 / 3) and on["languages"]["deu"]["duplicate_hits"] == 1
     assert on["laser_duplicates"] is True

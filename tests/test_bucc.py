@@ -19,6 +19,7 @@ from eval.evaluators.bucc import (
     unique_texts,
 )
 from eval.make_flores_bucc import build_flores_bucc
+from eval.task import RunOptions, TaskRun
 
 SQRT3_2 = np.sqrt(3) / 2
 
@@ -196,7 +197,7 @@ def test_bucc_end_to_end_with_duplicates_threshold_and_test_f1(tmp_path):
         [("c1", "d1"), ("c2", "d2")],
     )
     config = bucc_config(["de", "fr"], k=1, margin="absolute", mode="max")
-    result = evaluate_bucc(TableEncoder(VECTORS), config, tmp_path, progress=False)
+    result = evaluate_bucc(TableEncoder(VECTORS), TaskRun(config, tmp_path, RunOptions(progress=False)))
     de = result["languages"]["de"]
     assert de["threshold"] == pytest.approx((1 / np.sqrt(1.01) + 1 / np.sqrt(1.09)) / 2, abs=1e-6)
     assert de["train"]["n_predicted"] == 3 and de["train"]["precision"] == pytest.approx(200 / 3)
@@ -215,11 +216,16 @@ def test_bucc_end_to_end_with_duplicates_threshold_and_test_f1(tmp_path):
         and "fr-en.training.fr" in result["data_errors"]["fr"]
     )
 
-    only_fr = evaluate_bucc(TableEncoder(VECTORS, languages=["en", "fr"]), config, tmp_path, progress=False)
+    only_fr = evaluate_bucc(
+        TableEncoder(VECTORS, languages=["en", "fr"]), TaskRun(config, tmp_path, RunOptions(progress=False))
+    )
     assert only_fr["skipped"]["not covered by the encoder"] == ["de"]
-    assert evaluate_bucc(TableEncoder(VECTORS), config, tmp_path, ["de"], progress=False)["data_errors"] == {}
+    only_de = RunOptions(canonical=["de"], progress=False)  # the run's language filter: fr's bad files are not read
+    assert evaluate_bucc(TableEncoder(VECTORS), TaskRun(config, tmp_path, only_de))["data_errors"] == {}
     with pytest.raises(MissingDataError, match=r"nowhere.*de-en\.training\.de"):
-        evaluate_bucc(TableEncoder(VECTORS), bucc_config(["de"]), tmp_path / "nowhere", progress=False)
+        evaluate_bucc(
+            TableEncoder(VECTORS), TaskRun(bucc_config(["de"]), tmp_path / "nowhere", RunOptions(progress=False))
+        )
     with pytest.raises(ConfigError) as error:  # every problem of the config at once, each naming its key
         bucc_config([], margin="cosine", mode="union", index="ivf:bogus=1")
     assert error.value.problems == [
@@ -289,7 +295,9 @@ def test_bucc_reader_rejects_bad_files(tmp_path):
     write_split(tmp_path, "de", "training", {"a1": "Hund"}, {"b1": "dog"}, [])
     assert (
         "non-empty gold"
-        in evaluate_bucc(TableEncoder(VECTORS), bucc_config(["de"]), tmp_path, progress=False)["data_errors"]["de"]
+        in evaluate_bucc(TableEncoder(VECTORS), TaskRun(bucc_config(["de"]), tmp_path, RunOptions(progress=False)))[
+            "data_errors"
+        ]["de"]
     )
     assert unique_texts(["a", "b", "c"], ["x", "y", "x"]) == (["x", "y"], [["a", "c"], ["b"]])
 

@@ -16,7 +16,7 @@ from eval.evaluators.classification import (
     ClassificationConfig,
     MlpSettings,
     document_embeddings,
-    evaluate_classification,
+    score_classification,
 )
 from eval.evaluators.classification_data import (
     BAD_RECORD,
@@ -107,7 +107,7 @@ def test_mlp_is_perfect_in_language_and_fooled_by_a_rotation():
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
-    result = evaluate_classification(encoder, classification_config([0, 1, 2], FAST), task, progress=False)
+    result = score_classification(encoder, classification_config([0, 1, 2], FAST), task, progress=False)
     assert torch.rand(1) == before  # the global torch RNG is left alone
     assert result["in_language"] == {"n": 30, "accuracy": 100.0, "std": 0.0, "per_seed": [100.0] * 3}
     assert result["languages"]["ja"]["accuracy"] == 100.0
@@ -119,7 +119,7 @@ def test_mlp_is_perfect_in_language_and_fooled_by_a_rotation():
     assert result["dev"]["accuracy"] == 100.0 and len(result["dev"]["best_epoch"]) == 3
     # one encode call per split and language: train, dev, then the three test sets
     assert encoder.calls == [("de", 60), ("de", 15), ("de", 30), ("fr", 30), ("ja", 30)]
-    again = evaluate_classification(TableEncoder(vectors), classification_config([0, 1, 2], FAST), task, progress=False)
+    again = score_classification(TableEncoder(vectors), classification_config([0, 1, 2], FAST), task, progress=False)
     assert again["languages"] == result["languages"] and again["dev"] == result["dev"]
 
 
@@ -127,7 +127,7 @@ def test_mlp_std_over_seeds_and_uncovered_languages():
     task, vectors = _synthetic_task()
     for doc in task.test["fr"][:10]:  # make fr's accuracy depend on the seed: some points halfway
         vectors[("fr", doc.sentences[0])] = np.full(8, 0.3)
-    result = evaluate_classification(
+    result = score_classification(
         TableEncoder(vectors, languages=["de", "fr"]), classification_config([0, 1], FAST), task, progress=False
     )
     row = result["languages"]["fr"]
@@ -135,7 +135,7 @@ def test_mlp_std_over_seeds_and_uncovered_languages():
         np.std(row["per_seed"])
     )
     assert result["skipped"]["not covered by the encoder"] == ["ja"]
-    none = evaluate_classification(
+    none = score_classification(
         TableEncoder(vectors, languages=["fr"]), classification_config([0], FAST), task, progress=False
     )
     assert none["languages"] == {} and none["average"] is None
@@ -331,7 +331,7 @@ def test_sib200_real_data_with_a_hashing_encoder(data_dir):
     rows = (data_dir / "sib200" / "deu_Latn" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]
     assert [(d.sentences[0], d.label) for d in task.test["de"]] == [tuple(r.split("\t")[2:0:-1]) for r in rows]
     assert (len(task.train), len(task.dev), len(task.labels)) == (701, 99, 7) and task.skipped == {}
-    result = evaluate_classification(HashEncoder(), classification_config([0, 1], MlpSettings(epochs=20)), task)
+    result = score_classification(HashEncoder(), classification_config([0, 1], MlpSettings(epochs=20)), task)
     assert {lang: row["n"] for lang, row in result["languages"].items()} == {"de": 204, "fr": 204, "ja": 204}
     # character trigrams carry topic within English (chance is 1/7 = 14%), hardly across scripts
     assert result["in_language"]["accuracy"] > 30

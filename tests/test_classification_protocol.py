@@ -13,8 +13,8 @@ from eval.evaluators.classification import (
     PRESETS,
     ClassificationConfig,
     MlpSettings,
-    evaluate_classification,
     mlp_settings,
+    score_classification,
     train_mlps,
 )
 from eval.evaluators.classification_data import ClassificationTask, Document
@@ -106,7 +106,7 @@ def test_xx2en_trains_on_x_and_tests_on_english():
         reads.append(lang)
         return task(lang, ["en"])
 
-    result = evaluate_classification(
+    result = score_classification(
         encoder,
         classification_config([0, 1], directions=["en2xx", "xx2en"]),
         task("en", ["de", "fr"]),
@@ -128,7 +128,7 @@ def test_xx2en_trains_on_x_and_tests_on_english():
     assert "| fr→en | 100.0 | 0.0 ± 0.0 |" in report and "**average** (2, X→en)" in report
     assert "| de | 20 | 100.0 ± 0.0 |" in report
 
-    only = evaluate_classification(
+    only = score_classification(
         TableEncoder(vectors),
         classification_config([0], directions=["xx2en"]),
         task("en", ["de"]),
@@ -141,13 +141,13 @@ def test_xx2en_trains_on_x_and_tests_on_english():
     def broken(lang):
         raise FileNotFoundError(f"no {lang} train file")
 
-    missing = evaluate_classification(
+    missing = score_classification(
         TableEncoder(vectors), classification_config([0], directions=["xx2en"]), task("en", ["de"]), broken, False
     )
     assert missing["data_errors"] == {"de (xx2en training data)": "no de train file"}
     assert missing["directions"]["xx2en"] == {"languages": {}, "average": None}
     with pytest.raises(ValueError, match="read_train_task"):
-        evaluate_classification(
+        score_classification(
             TableEncoder(vectors), classification_config([0], directions=["xx2en"]), task("en", ["de"])
         )
     with pytest.raises(ConfigError) as error:  # refused when the config is read, every problem at once
@@ -174,7 +174,7 @@ def test_poisoned_test_labels_change_no_choice():
     for test_documents in (test, poisoned):
         task = ClassificationTask("noisy", ["a", "b"], "en", train, dev, {"en": test_documents, "de": test_documents})
         encoder = TableEncoder({**vectors, **{("de", s): v for (lang, s), v in vectors.items()}})
-        runs.append(evaluate_classification(encoder, classification_config([0, 1, 2], settings), task, progress=False))
+        runs.append(score_classification(encoder, classification_config([0, 1, 2], settings), task, progress=False))
     clean, dirty = runs
     assert clean["dev"] == dirty["dev"]  # same epochs kept, same dev accuracies
     assert len(set(clean["dev"]["best_epoch"])) > 1 or clean["dev"]["best_epoch"][0] < 30

@@ -175,6 +175,7 @@ def test_ems_unseen_neutral_encodes_languages_the_model_never_saw(model_dir, dat
     from ems.languages import UnknownLanguageError
     from eval.evaluators.items import NOT_COVERED
     from eval.evaluators.tatoeba import SEEN, UNSEEN, evaluate_tatoeba
+    from eval.task import RunOptions, TaskRun
     from tests.test_eval_tatoeba import tatoeba_config
 
     default = load_encoder(f"ems:{model_dir}")
@@ -201,9 +202,9 @@ def test_ems_unseen_neutral_encodes_languages_the_model_never_saw(model_dir, dat
     with pytest.raises(ValueError, match="unseen must be one of neutral; got 'guess'"):
         load_encoder(f"ems:{model_dir},unseen=guess")
     # Tatoeba: the unseen language is scored and grouped as unseen instead of skipped
-    config, tatoeba = tatoeba_config(["deu", "spa"]), data_dir / "tatoeba"
-    assert evaluate_tatoeba(default, config, tatoeba, None, 20, progress=False)["skipped"] == {NOT_COVERED: ["es"]}
-    result = evaluate_tatoeba(zero_shot, config, tatoeba, None, 20, progress=False)
+    task = TaskRun(tatoeba_config(["deu", "spa"]), data_dir / "tatoeba", RunOptions(max_sentences=20, progress=False))
+    assert evaluate_tatoeba(default, task)["skipped"] == {NOT_COVERED: ["es"]}
+    result = evaluate_tatoeba(zero_shot, task)
     assert list(result["languages"]) == ["de", "es"] and result["skipped"] == {}
     assert result["groups"][SEEN]["n_languages"] == 1 and result["groups"][UNSEEN]["n_languages"] == 1
     assert result["groups"][UNSEEN]["mean"] == result["languages"]["es"]["mean"]

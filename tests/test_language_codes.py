@@ -16,6 +16,7 @@ from ems.languages import (
 from eval.evaluators.large_retrieval import LargeRetrievalConfig, evaluate_large_retrieval
 from eval.faults import not_run
 from eval.run_all import run_all, split_language_filter
+from eval.task import RunOptions, TaskRun
 
 MODEL_LANGUAGES = ["ar", "az", "de", "en", "fr", "zh"]
 
@@ -103,7 +104,7 @@ def test_three_letter_codes_in_a_task_config_run_for_a_model_with_two_letter_lan
     ]
     values = {"name": "r", "data_subdir": "r", "pairs": pairs, "n_queries": 8, "n_candidates": 8, "k": 2}
     config = load_config(LargeRetrievalConfig, values={**values, "index": "flat"})
-    result = evaluate_large_retrieval(ListedLanguagesEncoder(), config, tmp_path, progress=False)
+    result = evaluate_large_retrieval(ListedLanguagesEncoder(), TaskRun(config, tmp_path, RunOptions(progress=False)))
     assert result["languages"]["deu-eng"]["p_at_1"] == 100.0
     assert result["skipped"] == {"not covered by the encoder": ["jpn-eng"]}  # skipped with the reason
     with pytest.raises(ConfigError, match=r"^LargeRetrievalConfig: pairs\[0\]: 'deuu'.*closest known codes: deu"):

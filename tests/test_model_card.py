@@ -75,7 +75,7 @@ def test_the_trainers_model_card_has_languages_data_config_and_steps(run):
     assert f"The clean stage read {read:,} pairs" in card
     vocab_size = Tokenizer.load(run / "run" / "model").vocab_size
     assert f"| 64 | 2 | 4 | 128 | {vocab_size} | {PRESET_MAX_LEN} | 64 |" in card  # conftest's SMALL_MODEL, tiny preset
-    assert "Objectives: XTR × 1 (softmax over the vocabulary), contrastive × 1" in card
+    assert "Objectives: xtr × 1 (softmax over the vocabulary), contrastive × 1 (temperature 0.1), distill × 0." in card
     assert "No evaluation report was found" in card
     assert json.loads((run / "run" / "run_metadata.json").read_text())["git"]["commit"] in card
 

@@ -211,12 +211,12 @@ def test_repo_configs_name_real_files_and_column_languages(data_dir):
     import re
     from pathlib import Path
 
-    from eval.task import read_task_config
+    from eval.task import read_task_config, task_type
 
     configs = Path(__file__).resolve().parents[1] / "configs" / "eval"
     qe, _ = read_task_config(configs / "mlqe.yaml")
     assert all(mlqe_path(data_dir / qe["data_subdir"], pair, qe["split"]).is_file() for pair in qe["pairs"])
-    assert read_task_config(configs / "language_id.yaml")[1].name == "language_id"
+    assert read_task_config(configs / "language_id.yaml")[1] is task_type("language_id")
     looks_like = {
         "ar": lambda s: bool(re.search("[\u0600-\u06ff]", s)),
         "tr": lambda s: bool(re.search("[çğıöşü]", s)),

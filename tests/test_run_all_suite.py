@@ -15,6 +15,7 @@ from eval.evaluators.tatoeba import load_tatoeba_pair
 from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
+from eval.task import RunOptions, TaskRun
 
 
 class TableEncoder:
@@ -50,13 +51,16 @@ def test_large_retrieval_by_hand(tmp_path):
     write_lines(tmp_path / "c.en", ["c0", "c1", "c2"])
     pairs = [{"src": "q.de", "tgt": "c.en", "src_lang": "de"}, {"src": "q.fr", "tgt": "c.en", "src_lang": "fr"}]
     values = {"name": "r", "data_subdir": "r", "pairs": pairs, "n_queries": 2, "n_candidates": 5, "k": 1}
-    config = load_config(LargeRetrievalConfig, values={**values, "margin": "absolute"})
-    result = evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), config, tmp_path, progress=False)
+    config, quiet = (
+        load_config(LargeRetrievalConfig, values={**values, "margin": "absolute"}),
+        RunOptions(progress=False),
+    )
+    result = evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), TaskRun(config, tmp_path, quiet))
     assert result["languages"] == {"de-en": {"n_queries": 2, "n_candidates": 3, "p_at_1": 50.0}}
     assert result["skipped"]["fewer lines than n_candidates (all lines used)"] == ["de-en (3 of 5)"]
     assert result["data_errors"] == {"fr-en": f"missing {tmp_path / 'q.fr'} (line-aligned q.fr + c.en)"}
     with pytest.raises(MissingDataError, match=r"nowhere does not exist.*q\.fr \+ c\.en"):
-        evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), config, tmp_path / "nowhere", progress=False)
+        evaluate_large_retrieval(TableEncoder(RETRIEVAL_VECTORS), TaskRun(config, tmp_path / "nowhere", quiet))
     with pytest.raises(ConfigError, match=r"^LargeRetrievalConfig: need 0 < n_queries <= n_candidates, got 10 and 5$"):
         load_config(LargeRetrievalConfig, values={**values, "n_queries": 10})
     with pytest.raises(ConfigError, match=r"got 2000 and 5$"):  # the paper's 2000 queries when none are set

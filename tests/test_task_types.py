@@ -13,7 +13,7 @@ import yaml
 
 from eval.results import SCHEMA_VERSION, TaskResult, read_results, write_results_json
 from eval.run_all import run_all
-from eval.task import builtin_task_types, read_task_config, task_type
+from eval.task import TaskConfig, builtin_task_types, read_task_config, task_type
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ TOY_TASK = '''
 from dataclasses import dataclass
 
 import numpy as np
-from eval.task import TaskConfig, TaskType, filtered_languages
+from eval.task import Headline, TaskConfig, TaskType, filtered_languages
 
 @dataclass(kw_only=True)
 class ToyConfig(TaskConfig):
@@ -45,8 +45,8 @@ def table(result, title):
     rows = [f"| {lang} | {row['positive']:.1f} |" for lang, row in result["languages"].items()]
     return "\\n".join(lines + rows) + "\\n"
 
-TASK = TaskType(name="toy", metric="toy_share", run=run, table=table, config=ToyConfig,
-                headline=lambda row: row["positive"], headline_label="positive (%)")
+TASK = TaskType(metric="toy_share", run=run, table=table, config=ToyConfig,
+                headline=Headline("positive (%)", lambda row: row["positive"]))
 '''
 
 
@@ -65,17 +65,27 @@ def test_every_shipped_config_names_a_type_that_takes_its_keys():
         if path.name.startswith("suite"):
             continue
         config, kind = read_task_config(path)
-        assert kind.name == config["type"] and set(yaml.safe_load(path.read_text())) <= set(
+        assert kind is task_type(config["type"]) and set(yaml.safe_load(path.read_text())) <= set(
             kind.config.__dataclass_fields__
         )
-        types.add(kind.name)
+        types.add(config["type"])
     assert types <= set(builtin_task_types())
     assert {"tatoeba", "qe", "sts", "xsim", "bitext", "classification", "language_id", "bucc"} <= types
 
 
-def test_each_builtin_module_defines_its_own_task():
+def test_the_builtin_types_are_the_evaluator_modules_that_define_a_task():
+    # one module per type: its config, its evaluator and its TASK; the shared modules define none
+    assert builtin_task_types() == [
+        "bitext", "bucc", "classification", "flores", "heldout", "language_id", "large_retrieval", "qe", "sts",
+        "tatoeba", "xsim",
+    ]  # fmt: skip
     for name in builtin_task_types():
-        assert task_type(name).name == name
+        module = sys.modules[f"eval.evaluators.{name}"]
+        assert task_type(name) is module.TASK and module.TASK.run is getattr(module, f"evaluate_{name}")
+        assert module.TASK.config is TaskConfig or module.TASK.config.__module__ == module.__name__
+    for shared in ("items", "retrieval", "correlation", "classification_data"):
+        with pytest.raises(ValueError, match=f"unknown task type '{shared}'; expected one of bitext, bucc, "):
+            task_type(shared)
 
 
 def test_an_unknown_type_or_a_module_without_task_is_one_clear_error(tmp_path, monkeypatch):

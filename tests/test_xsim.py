@@ -180,13 +180,15 @@ def test_xsim_and_flores_bitext_key_every_real_flores_language_alike(data_dir):
     from ems.languages import flores_languages
     from eval.evaluators.flores import FloresConfig, evaluate_flores
     from eval.evaluators.xsim import evaluate_xsim
+    from eval.task import RunOptions, TaskRun
 
     split_dir = data_dir / "flores200" / "devtest"
     encoder = NgramEncoder(dim=8)
     every_file = {"name": "flores", "data_subdir": "flores200/devtest", "languages": "all"}
     flores_config, xsim_config = (load_config(cls, values=every_file) for cls in (FloresConfig, XsimConfig))
-    bitext = evaluate_flores(encoder, flores_config, split_dir, max_sentences=8, progress=False)
-    xsim = evaluate_xsim(encoder, xsim_config, split_dir, max_sentences=8, progress=False)
+    options = RunOptions(max_sentences=8, progress=False)
+    bitext = evaluate_flores(encoder, TaskRun(flores_config, split_dir, options))
+    xsim = evaluate_xsim(encoder, TaskRun(xsim_config, split_dir, options))
     assert len(bitext["languages"]) == 203 and len(xsim["languages"]) == 203
     assert bitext["skipped"] == {"same text as zsm.devtest": ["msa"]} and "ms" in bitext["languages"]
     assert xsim["skipped"] == {"same text as zsm.devtest": ["msa"]} and xsim["languages"]["zsm"]["language"] == "ms"

@@ -31,71 +31,78 @@ the traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import typing
 from pathlib import Path
 
 from ems.cli import add_debug_option, run_main
 from ems.encoder_kinds import ENCODER_KINDS, load_encoder
 from ems.mining.index import INDEX_TYPES
-from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL
+from ems.mining.margin import MARGINS, RETRIEVAL
 from ems.mining.pipeline.launch import mine_files, run_step
 from ems.mining.pipeline.manifest import done_record
-from ems.mining.pipeline.options import DEFAULT_SHARD_LINES, MineOptions
+from ems.mining.pipeline.options import MineOptions
 from ems.mining.pipeline.plan import STEPS, plan, unit_ranges
-from ems.mining.streaming import DEFAULT_CHUNK_LINES
 
 COMMANDS = ("plan", "stage")
+# Every MineOptions field is the option --<field-name>: its type, its default (none: required) and,
+# for a Literal, its choices come from MineOptions, which also checks the values; here is only
+# what --help says of each.
+HELP = {
+    "src": "source text file, one sentence per line",
+    "src_lang": "language code, e.g. de (checked against the encoder's)",
+    "tgt": "target text file, one sentence per line",
+    "tgt_lang": "language code, e.g. en",
+    "out": "output TSV: score, src, tgt",
+    "encoder": f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)}",
+    "src_embeddings": "precomputed .npy, one row per line of --src",
+    "tgt_embeddings": "precomputed .npy, one row per line of --tgt",
+    "work_dir": "the stages' files (kept: rerun to resume); none: a temporary directory",
+    "threshold": "keep pairs scoring at least this (none: every pair)",
+    "k": "nearest neighbours of each sentence that the margin looks at",
+    "margin": f"one of {', '.join(MARGINS)}",
+    "mode": f"which direction's neighbours make the pairs: one of {', '.join(RETRIEVAL)}",
+    "index": f"KIND[:key=value,...], KIND one of {', '.join(INDEX_TYPES)}, "
+    "e.g. ivf-pq:nprobe=32,m=32 (see ems.mining.index.IndexSpec; auto: exact below 1M rows)",
+    "shard_lines": "distinct lines per shard (one job each)",
+    "dtype": "how vectors are stored",
+    "line_numbers": "also write each sentence's 1-based line number",
+    "cache_dir": "cache embeddings here",
+    "device": "where the encoder runs: cpu, cuda, cuda:1, ... (as device= in the spec; none: cpu)",
+    "chunk_lines": "lines read and encoded at a time",
+    "chunk_rows": "queries per k-NN search call",
+    "tokenizer_workers": "ems: encoders: tokenise in this many processes while the model runs (0: in this process)",
+    "workers": "processes running a step's shards at once",
+}
 
 
 def _mining_parser(prog: str, work_dir_required: bool) -> argparse.ArgumentParser:
+    """The options of a mining run, one per MineOptions field (HELP); `plan` requires --work-dir."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--encoder", help=f"KIND[:PATH][,key=value...], KIND one of {', '.join(ENCODER_KINDS)}")
-    parser.add_argument("--src", required=True)
-    parser.add_argument("--src-lang", required=True, help="language code, e.g. de (checked against the encoder's)")
-    parser.add_argument("--tgt", required=True)
-    parser.add_argument("--tgt-lang", required=True, help="language code, e.g. en")
-    parser.add_argument("--out", required=True, help="output TSV: score, src, tgt")
-    parser.add_argument("--threshold", type=float, help="keep pairs scoring at least this (default: all)")
-    parser.add_argument("--k", type=int, default=DEFAULT_K)
-    parser.add_argument("--margin", choices=list(MARGINS), default="ratio")
-    parser.add_argument("--mode", choices=list(RETRIEVAL), default="max")
-    parser.add_argument(
-        "--index",
-        default="auto",
-        help=f"KIND[:key=value,...], KIND one of {', '.join(INDEX_TYPES)}, "
-        "e.g. ivf-pq:nprobe=32,m=32 (see ems.mining.index.IndexSpec; auto: exact below 1M rows)",
-    )
-    parser.add_argument("--line-numbers", action="store_true", help="also write each sentence's 1-based line number")
-    parser.add_argument("--cache-dir", help="cache embeddings here")
-    parser.add_argument(
-        "--device", help="where the encoder runs: cpu (default), cuda, cuda:1, ... (as device= in the spec)"
-    )
-    parser.add_argument("--src-embeddings", help="precomputed .npy, one row per line of --src")
-    parser.add_argument("--tgt-embeddings", help="precomputed .npy, one row per line of --tgt")
-    parser.add_argument(
-        "--work-dir",
-        required=work_dir_required,
-        help="the stages' files (kept: rerun to resume); default: a temporary directory",
-    )
-    parser.add_argument(
-        "--shard-lines", type=int, default=DEFAULT_SHARD_LINES, help="distinct lines per shard (one job each)"
-    )
-    parser.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="how vectors are stored")
-    parser.add_argument("--workers", type=int, default=1, help="processes running a step's shards at once")
-    parser.add_argument("--chunk-lines", type=int, default=DEFAULT_CHUNK_LINES, help="lines read and encoded at a time")
-    parser.add_argument(
-        "--tokenizer-workers",
-        type=int,
-        default=0,
-        help="ems: encoders: tokenise in this many processes while the model runs (0: in this process)",
-    )
+    types = typing.get_type_hints(MineOptions)
+    for field in dataclasses.fields(MineOptions):
+        flag, kind = f"--{field.name.replace('_', '-')}", types[field.name]
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", help=HELP[field.name])
+            continue
+        required = field.default is dataclasses.MISSING
+        choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
+        value_type = str if choices else next(t for t in (*typing.get_args(kind), kind) if t is not type(None))
+        parser.add_argument(
+            flag,
+            type=value_type,
+            choices=choices,
+            required=required or (field.name == "work_dir" and work_dir_required),
+            default=None if required else field.default,
+            help=HELP[field.name] + ("" if required or field.default is None else f" (default: {field.default})"),
+        )
     add_debug_option(parser)
     return parser
 
 
 def _options(args: argparse.Namespace) -> MineOptions:
-    names = [field for field in MineOptions.__dataclass_fields__ if hasattr(args, field)]
-    return MineOptions(**{name: getattr(args, name) for name in names})
+    return MineOptions(**{field.name: getattr(args, field.name) for field in dataclasses.fields(MineOptions)})
 
 
 def plan_main(argv: list[str]) -> int:

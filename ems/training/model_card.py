@@ -21,6 +21,7 @@ import yaml
 
 from ems.configs import read_yaml
 from ems.encoder import CONFIG_FILE
+from ems.losses import OBJECTIVES
 from ems.model import EMSConfig
 from ems.run_metadata import REPO_ROOT, RUN_METADATA_FILE
 from ems.shards import INDEX_FILE, language_pair_counts, read_index
@@ -209,16 +210,21 @@ def _training_text(facts: ModelFacts) -> list[str]:
 
 
 def _config_lines(config: EMSConfig) -> list[str]:
+    # Every objective of ems.losses.OBJECTIVES by its name there, with its weight and, where a term has
+    # one, the setting that shapes it.
     xtr_softmax = "the batch's tokens" if config.xtr_vocabulary == "batch" else "the vocabulary"
+    settings = {"xtr": f"softmax over {xtr_softmax}", "contrastive": f"temperature {config.temperature:g}"}
+    objectives = [
+        f"{name} × {config.weight(name):g}" + (f" ({settings[name]})" if name in settings else "")
+        for name in OBJECTIVES
+    ]
     return [
         "| d_model | layers | heads | d_ffn | vocabulary | max_len | output dim |",
         "| --: | --: | --: | --: | --: | --: | --: |",
         f"| {config.d_model} | {config.n_layers} | {config.n_heads} | {config.d_ffn} | {config.vocab_size} | "
         f"{config.max_len} | {config.d_sentence} |",
         "",
-        f"Objectives: XTR × {config.xtr_weight:g} (softmax over {xtr_softmax}), "
-        f"contrastive × {config.contrastive_weight:g} (temperature {config.temperature:g}), "
-        f"distillation × {config.distill_weight:g}. Sentences longer than {config.max_len} tokens are cut to "
+        f"Objectives: {', '.join(objectives)}. Sentences longer than {config.max_len} tokens are cut to "
         f"their first {config.max_len}.",
     ]
 

@@ -14,9 +14,10 @@ A config (configs/eval/ntrex.yaml) names a source side and a pattern for the oth
 `{lang}` is filled with each code exactly as written, so files named with 3-letter, FLORES or
 BCP-47 codes are found as they are; every code must name a language (ems.languages), else the
 task does not run. The source side is the pivot: "xx2en" retrieves source sentences for each
-target sentence, "en2xx" the reverse. In: an encoder, that config (BitextConfig), the corpus
-directory, optionally the run's codes and a sentence cap. Out: eval.evaluators.retrieval.evaluate_bitexts's
-result keyed by the codes as written, plus "metric": "bitext_p_at_1" and "settings".
+target sentence, "en2xx" the reverse. In: an encoder and a TaskRun: that config (BitextConfig), the
+corpus directory and the run's options (language filter, sentence cap). Out:
+eval.evaluators.retrieval.evaluate_bitexts's result keyed by the codes as written, plus "metric":
+"bitext_p_at_1" and "settings" (`evaluate_bitext`, the evaluator of the task type `bitext`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
-from ems.encoder_kinds import encoder_languages
+from ems.encoder_kinds import Encoder, encoder_languages
 from ems.mining.margin import DEFAULT_K, MARGINS
 from eval.evaluators.items import NOT_COVERED, score_items
 from eval.evaluators.retrieval import (
@@ -38,7 +39,8 @@ from eval.evaluators.retrieval import (
     read_aligned_files,
 )
 from eval.evaluators.xsim import correct_picks, encoder_lang, margin_picks
-from eval.task import TaskConfig, one_of, refuse
+from eval.report import bitext_table
+from eval.task import Headline, TaskConfig, TaskRun, TaskType, codes_in_filter, one_of, refuse
 
 SCORINGS = ("cosine", "margin")
 DIRECTIONS = ("both", "xx2en", "en2xx")
@@ -110,21 +112,15 @@ def _scorer(config: BitextConfig):
     return score
 
 
-def evaluate_bitext(
-    encoder,
-    config: BitextConfig,
-    data_dir: Path,
-    languages: list[str] | None = None,
-    max_sentences: int | None = None,
-    progress: bool = True,
-) -> dict:
-    """P@1 (%) per code the encoder covers (module docstring) in the corpus under `data_dir`:
-    `languages` (the run's choice among the config's codes) or else the config's, the first
-    `max_sentences` pairs of each (None: all). A language the encoder lacks is listed under
-    "skipped" (NOT_COVERED); one whose file is missing, unreadable or misaligned is a data error; a
-    missing data directory or source file raises MissingDataError."""
+def evaluate_bitext(encoder: Encoder, task: TaskRun) -> dict:
+    """P@1 (%) per code the encoder covers (module docstring) in the corpus under `task.data_dir`:
+    the config's codes whose language the run's filter keeps, the first `max_sentences` pairs of
+    each (None: all). A language the encoder lacks is listed under "skipped" (NOT_COVERED); one
+    whose file is missing, unreadable or misaligned is a data error; a missing data directory or
+    source file raises MissingDataError."""
+    config, options, max_sentences = task.config, task.options, task.options.max_sentences
     check_max_sentences(max_sentences)
-    data_dir, source = Path(data_dir), config.source
+    data_dir, source = Path(task.data_dir), config.source
     where = f"; get the corpus from {config.url}" if config.url else ""
     source_path = source.path(data_dir, source.lang)
     if not source_path.is_file():
@@ -144,13 +140,13 @@ def evaluate_bitext(
         xx, en = read_aligned_files(path, source_path, max_sentences)
         return Bitext(lang=encoder_lang(code, covered), source=path.name, xx=xx, en=en, name=code)
 
-    found = score_items(config.languages if languages is None else languages, read, skip=uncovered, desc=config.name)
+    found = score_items(codes_in_filter(config.languages, options), read, skip=uncovered, desc=config.name)
     result = evaluate_bitexts(
         encoder,
         list(found.rows.values()),
         config.name,
         found.skipped,
-        progress,
+        options.progress,
         found.errors,
         config.laser_duplicates,
         pivot or source.lang,
@@ -166,8 +162,14 @@ def evaluate_bitext(
         settings.update(margin=config.margin, k=config.k)
     return {
         "task": result.pop("task"),
-        "metric": "bitext_p_at_1",
+        "metric": TASK.metric,
         "data_dir": str(data_dir),
         "settings": settings,
         **result,
     }
+
+
+MEAN_OF_DIRECTIONS = Headline("P@1 (%), mean of the directions", lambda row: row["mean"])
+TASK = TaskType(
+    metric="bitext_p_at_1", run=evaluate_bitext, table=bitext_table, config=BitextConfig, headline=MEAN_OF_DIRECTIONS
+)

@@ -6,9 +6,9 @@ identical sentences are embedded and mined once and a mined pair stands for ever
 those texts; the score threshold that maximises F1 on the training split is applied to the test
 split (whose gold, if present, gives the test P/R/F1).
 
-In: an encoder, a BuccConfig (configs/eval/bucc2018.yaml: the languages, the splits, the mining
-settings), the data directory, optionally the languages of the run and a sentence cap. Out:
-P/R/F1 per language and their averages (`evaluate_bucc`).
+In: an encoder and a TaskRun: a BuccConfig (configs/eval/bucc2018.yaml: the languages, the splits,
+the mining settings), the data directory and the run's options (language filter, sentence cap).
+Out: P/R/F1 per language and their averages (`evaluate_bucc`, the evaluator of the task type `bucc`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
-from ems.encoder_kinds import encode_checked, encoder_languages
+from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
 from ems.languages import ENGLISH
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.evaluators.items import not_covered, score_items
 from eval.evaluators.retrieval import read_lines
 from eval.faults import DATA_ERRORS
-from eval.task import TaskConfig, one_of, refuse
+from eval.report import bucc_table
+from eval.task import Headline, TaskConfig, TaskRun, TaskType, filtered_languages, one_of, refuse
 
 BUCC_SOURCE = "https://comparable.limsi.fr/bucc2018/bucc2018-task.html (BUCC 2017/2018 shared task)"
 NO_TEST_SPLIT = "no test split (threshold and training F1 only)"
@@ -174,7 +175,7 @@ def mine_ids(
     return MinedIdPairs(pairs, np.asarray(scores, dtype=np.float64))
 
 
-def mine_split(encoder, split: BuccSplit, lang: str, config: BuccConfig) -> MinedIdPairs:
+def mine_split(encoder: Encoder, split: BuccSplit, lang: str, config: BuccConfig) -> MinedIdPairs:
     """Embed a split's distinct sentences with `encoder` and mine them (see `mine_ids`)."""
     xx_texts, xx_holders = unique_texts(split.xx_ids, split.xx)
     en_texts, en_holders = unique_texts(split.en_ids, split.en)
@@ -242,7 +243,9 @@ def load_bucc_language(
     return train, load_bucc_split(data_dir, lang, config.test_split, max_sentences, source)
 
 
-def score_bucc_language(encoder, config: BuccConfig, lang: str, train: BuccSplit, test: BuccSplit | None) -> dict:
+def score_bucc_language(
+    encoder: Encoder, config: BuccConfig, lang: str, train: BuccSplit, test: BuccSplit | None
+) -> dict:
     """Threshold from the training split, P/R/F1 on training and (if it has gold) test.
 
     Returns {"threshold", "train": {precision, recall, f1, n_predicted, n_gold}, "test": same or
@@ -262,25 +265,23 @@ def score_bucc_language(encoder, config: BuccConfig, lang: str, train: BuccSplit
     return row
 
 
-def evaluate_bucc(
-    encoder,
-    config: BuccConfig,
-    data_dir: Path,
-    languages: list[str] | None = None,
-    max_sentences: int | None = None,
-    progress: bool = True,
-) -> dict:
-    """BUCC F1 for each of `languages` (the run's choice among the config's; None: the config's)
-    the encoder covers, in the files of `data_dir`; `max_sentences` keeps the first N lines of each
-    side and split (quick runs; gold pairs it cuts are dropped).
+def evaluate_bucc(encoder: Encoder, task: TaskRun) -> dict:
+    """BUCC F1 for each of the config's languages that the run's filter keeps and the encoder
+    covers, in the files of `task.data_dir`; `max_sentences` keeps the first N lines of each side
+    and split (quick runs; gold pairs it cuts are dropped).
 
     Returns {"task", "metric": "mining_f1", "data_dir", "settings", "languages": {lang: row of
     `score_bucc_language`}, "average": {"train_f1", "test_f1" (None without test gold),
-    "n_languages"} or None, "skipped": {reason: [codes]}, "data_errors": {lang: reason}}.
+    "n_languages"} or None, "skipped": {reason: [codes]}, "data_errors": {lang: reason}}; when the
+    filter keeps none of them, only the task, metric, no languages and what the filter left out.
     MissingDataError if the data directory is missing; a language whose files are missing or
     bad is a data error (eval.faults), the other languages still run.
     """
-    data_dir = Path(data_dir)
+    config, options, max_sentences = task.config, task.options, task.options.max_sentences
+    languages, outside = filtered_languages(config.languages, options)
+    if not languages:
+        return {"task": task.name, "metric": TASK.metric, "languages": {}, "average": None, "skipped": outside}
+    data_dir = Path(task.data_dir)
     if not data_dir.is_dir():
         raise MissingDataError(
             f"BUCC data directory {data_dir} does not exist; it should hold "
@@ -288,12 +289,12 @@ def evaluate_bucc(
         )
     covered = encoder_languages(encoder)
     scored = score_items(
-        config.languages if languages is None else languages,
+        languages,
         lambda lang: load_bucc_language(config, data_dir, lang, max_sentences),
         lambda lang, splits: score_bucc_language(encoder, config, lang, *splits),
         skip=lambda lang: not_covered(covered, lang, ENGLISH),
         desc=config.name,
-        progress=progress,
+        progress=options.progress,
     )
     per_language = scored.rows
     average = None
@@ -316,11 +317,15 @@ def evaluate_bucc(
     }
     return {
         "task": config.name,
-        "metric": "mining_f1",
+        "metric": TASK.metric,
         "data_dir": str(data_dir),
         "settings": settings,
         "languages": per_language,
         "average": average,
-        "skipped": scored.skipped,
+        "skipped": {**scored.skipped, **outside},
         DATA_ERRORS: dict(scored.errors),
     }
+
+
+TEST_F1 = Headline("F1 (%), test split (training if no test gold)", lambda row: (row["test"] or row["train"])["f1"])
+TASK = TaskType(metric="mining_f1", run=evaluate_bucc, table=bucc_table, config=BuccConfig, headline=TEST_F1)

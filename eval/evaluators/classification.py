@@ -2,9 +2,10 @@
 
 In: an encoder (`encode(sentences, lang) -> (n, d)` and `languages`), a ClassificationConfig
 (configs/eval/sib200.yaml: the seeds, the MLP, the directions) and a ClassificationTask, the data
-(eval.evaluators.classification_data). A document's embedding is the mean of its sentences'
-embeddings; the sentences of one split of one language go to the encoder in a single call (so a
-cache hits).
+(eval.evaluators.classification_data): `score_classification`; `evaluate_classification`, the
+evaluator of the task type `classification`, reads the data of a TaskRun first. A document's
+embedding is the mean of its sentences' embeddings; the sentences of one split of one language go
+to the encoder in a single call (so a cache hits).
 
 The classifier is LASER's (source/sent_classif.py with the settings of tasks/mldoc/mldoc.sh):
 dropout 0.2 on the input, hidden layers 10 and 8 each followed by tanh and dropout 0.2, a linear
@@ -40,12 +41,13 @@ from tqdm import tqdm
 
 from ems.cli import one_line
 from ems.configs import FieldsOf
-from ems.encoder_kinds import encode_checked, encoder_languages
+from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
 from ems.languages import ENGLISH, covered_language
-from eval.evaluators.classification_data import ClassificationTask, Document
+from eval.evaluators.classification_data import ClassificationTask, Document, read_task
 from eval.evaluators.items import NOT_COVERED
 from eval.faults import DATA_ERRORS, DATA_FAULTS
-from eval.task import Languages, TaskConfig, refuse
+from eval.report import classification_table
+from eval.task import Headline, Languages, TaskConfig, TaskRun, TaskType, filtered_languages, refuse
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 EN2XX, XX2EN = "en2xx", "xx2en"
@@ -145,7 +147,7 @@ class ClassificationConfig(TaskConfig):
         return [*super().language_codes(), self.train_language]
 
 
-def document_embeddings(encoder, documents: list[Document], lang: str) -> np.ndarray:
+def document_embeddings(encoder: Encoder, documents: list[Document], lang: str) -> np.ndarray:
     """(n documents, d) float32: each row the mean of its document's sentence embeddings, all
     sentences encoded in one call."""
     sentences = [sentence for document in documents for sentence in document.sentences]
@@ -254,20 +256,20 @@ def _mean_std(values) -> dict:
     return {"accuracy": float(np.mean(values)), "std": float(np.std(values)), "per_seed": [float(v) for v in values]}
 
 
-def _fit(encoder, task: ClassificationTask, seeds: list[int], settings: MlpSettings) -> tuple[SeedMlps, dict]:
-    """The seeds' MLPs trained on the task's train split and selected on its dev split (both in
+def _fit(encoder: Encoder, data: ClassificationTask, seeds: list[int], settings: MlpSettings) -> tuple[SeedMlps, dict]:
+    """The seeds' MLPs trained on the train split of `data` and selected on its dev split (both in
     the train language), and the dev row {"n", "accuracy", "std", "per_seed", "best_epoch"}."""
-    lang = task.train_language
-    train_x, dev_x = document_embeddings(encoder, task.train, lang), document_embeddings(encoder, task.dev, lang)
-    train_y, dev_y = _labels(task.train, task.labels), _labels(task.dev, task.labels)
-    models, dev_scores, epochs = train_mlps(train_x, train_y, dev_x, dev_y, len(task.labels), seeds, settings)
-    return models, {"n": len(task.dev), **_mean_std(dev_scores), "best_epoch": epochs}
+    lang = data.train_language
+    train_x, dev_x = document_embeddings(encoder, data.train, lang), document_embeddings(encoder, data.dev, lang)
+    train_y, dev_y = _labels(data.train, data.labels), _labels(data.dev, data.labels)
+    models, dev_scores, epochs = train_mlps(train_x, train_y, dev_x, dev_y, len(data.labels), seeds, settings)
+    return models, {"n": len(data.dev), **_mean_std(dev_scores), "best_epoch": epochs}
 
 
-def evaluate_classification(
-    encoder,
+def score_classification(
+    encoder: Encoder,
     config: ClassificationConfig,
-    task: ClassificationTask,
+    data: ClassificationTask,
     read_train_task: Callable[[str], ClassificationTask] | None = None,
     progress: bool = True,
 ) -> dict:
@@ -275,53 +277,53 @@ def evaluate_classification(
     "per_seed"}} (en2xx: non-train languages), "in_language": that row for the train language or
     None, "average": {"n_languages", "accuracy"} or None, "dev": {"n", "accuracy", "std",
     "best_epoch"}, "directions": {direction: {"languages", "average"}}, "settings", "skipped":
-    {reason: [items]}, "data_errors": the task's}; accuracies in percent, mean/std over the seeds,
+    {reason: [items]}, "data_errors": the data's}; accuracies in percent, mean/std over the seeds,
     the MLP and the directions of `config`.
 
-    "xx2en" needs `read_train_task(X)`: a task whose train language is X (its train and dev splits)
-    and whose test splits include this task's train language; its rows are {"n" (test documents
+    "xx2en" needs `read_train_task(X)`: the data whose train language is X (its train and dev splits)
+    and whose test splits include this data's train language; its rows are {"n" (test documents
     in the train language), "accuracy", "std", "per_seed", "dev": X's dev row}. A language whose
     training data cannot be read is a data error "X (xx2en training data)"."""
     seeds, settings, directions = config.seeds, config.mlp, config.directions
     if XX2EN in directions and read_train_task is None:
         raise ValueError("the xx2en direction needs read_train_task")
     covered = encoder_languages(encoder)
-    skipped = {reason: list(items) for reason, items in task.skipped.items()}
-    pivot = task.train_language
+    skipped = {reason: list(items) for reason, items in data.skipped.items()}
+    pivot = data.train_language
     result = {
-        "task": task.name,
-        "metric": "accuracy",
+        "task": data.name,
+        "metric": TASK.metric,
         "train_language": pivot,
         "languages": {},
         "in_language": None,
         "average": None,
         "dev": None,
         "directions": {},
-        "settings": {"seeds": seeds, "labels": task.labels, "directions": directions, **asdict(settings)},
+        "settings": {"seeds": seeds, "labels": data.labels, "directions": directions, **asdict(settings)},
         "skipped": skipped,
-        DATA_ERRORS: dict(task.data_errors),
+        DATA_ERRORS: dict(data.data_errors),
     }
     result["settings"]["hidden"] = list(settings.hidden)
     if covered_language(pivot, covered) is None:
         skipped.setdefault(NOT_COVERED, []).append(f"{pivot} (the train language: nothing evaluated)")
         return result
 
-    test_languages = [lang for lang in task.test if covered_language(lang, covered) is not None]
-    skipped_test = [lang for lang in task.test if lang not in test_languages]
+    test_languages = [lang for lang in data.test if covered_language(lang, covered) is not None]
+    skipped_test = [lang for lang in data.test if lang not in test_languages]
     if skipped_test:
         skipped.setdefault(NOT_COVERED, []).extend(skipped_test)
     embedded = {}
 
     def test_set(lang: str) -> tuple[np.ndarray, np.ndarray]:
         if lang not in embedded:
-            documents = task.test[lang]
-            embedded[lang] = document_embeddings(encoder, documents, lang), _labels(documents, task.labels)
+            documents = data.test[lang]
+            embedded[lang] = document_embeddings(encoder, documents, lang), _labels(documents, data.labels)
         return embedded[lang]
 
     if EN2XX in directions:
-        models, result["dev"] = _fit(encoder, task, seeds, settings)
-        for lang in tqdm(test_languages, desc=f"{task.name} test", disable=not progress):
-            row = {"n": len(task.test[lang]), **_mean_std(models.accuracies(*test_set(lang)))}
+        models, result["dev"] = _fit(encoder, data, seeds, settings)
+        for lang in tqdm(test_languages, desc=f"{data.name} test", disable=not progress):
+            row = {"n": len(data.test[lang]), **_mean_std(models.accuracies(*test_set(lang)))}
             if lang == pivot:
                 result["in_language"] = row
             else:
@@ -333,21 +335,21 @@ def evaluate_classification(
 
     if XX2EN in directions:
         rows = {}
-        if pivot not in task.test:
+        if pivot not in data.test:
             skipped.setdefault("xx2en: no test split in the train language", []).append(pivot)
         else:
             for lang in tqdm(
-                [lang for lang in test_languages if lang != pivot], desc=f"{task.name} xx2en", disable=not progress
+                [lang for lang in test_languages if lang != pivot], desc=f"{data.name} xx2en", disable=not progress
             ):
                 try:
                     source = read_train_task(lang)
                 except DATA_FAULTS as error:
                     result[DATA_ERRORS][f"{lang} (xx2en training data)"] = one_line(error)
                     continue
-                if source.labels != task.labels:
-                    raise ValueError(f"{task.name}: {lang}'s labels {source.labels} differ from {task.labels}")
+                if source.labels != data.labels:
+                    raise ValueError(f"{data.name}: {lang}'s labels {source.labels} differ from {data.labels}")
                 models, dev = _fit(encoder, source, seeds, settings)
-                rows[lang] = {"n": len(task.test[pivot]), **_mean_std(models.accuracies(*test_set(pivot))), "dev": dev}
+                rows[lang] = {"n": len(data.test[pivot]), **_mean_std(models.accuracies(*test_set(pivot))), "dev": dev}
         average = (
             {"n_languages": len(rows), "accuracy": float(np.mean([r["accuracy"] for r in rows.values()]))}
             if rows
@@ -355,3 +357,36 @@ def evaluate_classification(
         )
         result["directions"][XX2EN] = {"languages": rows, "average": average}
     return result
+
+
+def evaluate_classification(encoder: Encoder, task: TaskRun) -> dict:
+    """`score_classification` of the data in `task.data_dir` (read by the config's `format`): the
+    config's languages that the run's filter keeps ("all": the filter's, or every language of the
+    data), at most `max_sentences` documents per split; the train language is always read."""
+    config, options, outside = task.config, task.options, {}
+    if config.languages == "all":
+        languages = options.canonical
+    else:
+        languages, outside = filtered_languages(config.languages, options)
+
+    def read(train: str, test_languages: list[str] | None) -> ClassificationTask:
+        return read_task(
+            config.format, task.data_dir, test_languages, train, options.max_sentences, task.name, **config.reader
+        )
+
+    data = read(config.train_language, languages)
+    result = score_classification(
+        encoder, config, data, lambda lang: read(lang, [config.train_language]), options.progress
+    )
+    result["skipped"].update(outside)
+    return result
+
+
+ACCURACY = Headline("accuracy (%), mean over seeds", lambda row: row["accuracy"])
+TASK = TaskType(
+    metric="accuracy",
+    run=evaluate_classification,
+    table=classification_table,
+    config=ClassificationConfig,
+    headline=ACCURACY,
+)

@@ -2,10 +2,11 @@
 (eval.evaluators.sts).
 
 In: `RatedPairs` (sentence pairs in two languages with a gold score each, from a task reader),
-an encoder, and the task's config (a HeadsConfig: the heads and their training). Out: per pair
-set the Pearson r and Spearman rho (scipy.stats)
+an encoder, and the TaskRun (its config a HeadsConfig: the heads and their training). Out: per
+pair set the Pearson r and Spearman rho (scipy.stats)
 between cosine(sent1, sent2) and the gold score, for the raw embeddings and for each head's
-meaning view, plus their averages over pair sets.
+meaning view, plus their averages over pair sets; `RAW_PEARSON`, the raw Pearson r, is the chart's
+headline of both tasks.
 
 Nothing here is chosen on the scored pairs: the heads are trained and early-stopped (or, for the
 projection head, their ridge strength chosen) on held-out training pairs alone (FLORES-200 or a
@@ -24,15 +25,17 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ems.encoder_kinds import Encoder
 from ems.heads.base import UnknownLanguageError
 from ems.languages import flores_file
 from eval.evaluators.items import score_items
 from eval.faults import DATA_ERRORS, DataErrors
 from eval.parallel_data import PIVOT, SentencePairs, capped, flores_pairs, pivot_pairs
-from eval.task import TaskConfig
+from eval.task import Headline, TaskConfig, TaskRun
 from eval.train_head import train_heads
 
 RAW = "raw"
+RAW_PEARSON = Headline("Pearson r × 100 (raw embeddings)", lambda row: 100.0 * (row[RAW]["pearson"] or 0.0))
 
 
 @dataclass
@@ -81,7 +84,7 @@ def correlations(predicted: np.ndarray, gold: np.ndarray) -> dict:
     }
 
 
-def evaluate_rated_pairs(encoder, pair_sets: list[RatedPairs], heads: dict) -> tuple[dict, dict]:
+def evaluate_rated_pairs(encoder: Encoder, pair_sets: list[RatedPairs], heads: dict) -> tuple[dict, dict]:
     """Per pair set: n, the skipped-row counts, and {view: {"pearson", "spearman"}} for "raw"
     and each head's meaning view (None when the head does not know a language of the set).
     Returns (per-set results, {reason: [descriptions]} for heads that could not be applied)."""
@@ -194,25 +197,25 @@ def _with_head_data(
 
 
 def evaluate_correlation_task(
-    encoder,
-    config: HeadsConfig,
+    encoder: Encoder,
+    task: TaskRun,
     metric: str,
     pair_sets: list[RatedPairs],
-    data_root: Path,
-    progress: bool = True,
     data_errors: dict | None = None,
     dev_split: str | None = None,
     dev_pair_sets: list[RatedPairs] | None = None,
     dev_data_errors: dict | None = None,
 ) -> dict:
-    """Train the config's heads on its head_training pairs (under `data_root`) for the languages
-    of `pair_sets`, then correlations per set and view. A pair set with a language that has no
-    training pairs for the heads joins `data_errors` ({set name: reason}, eval.faults) instead.
+    """Train the heads of the task's config on its head_training pairs (under the run's data root)
+    for the languages of `pair_sets`, then correlations per set and view. A pair set with a
+    language that has no training pairs for the heads joins `data_errors` ({set name: reason},
+    eval.faults) instead.
     Result: {"task", "metric", "views", "languages": {set name: row}, "average", "heads": training
     logs, "head_training", "skipped", "data_errors"}, plus "dev": {"split", "languages", "average", "data_errors"} when
     `dev_split` is given: the dev pair sets scored by the same heads (a dev set whose languages
     the heads were not trained for is a dev data error). The scored pairs never reach the heads'
     training or selection."""
+    config, data_root, progress = task.config, task.options.data_root, task.options.progress
     name, training, source = config.name, config.head_training, config.head_training.source(data_root)
     skipped: dict[str, list] = {}
     errors = DataErrors(data_errors or {})

@@ -9,9 +9,10 @@ says: the canonical code (`de`, `zh`), a variety key where FLORES has several fi
 language (`zh-Hant`, `ace-Arab`, `ace-Latn`, `twi`). FLORES sentences are also SIB-200's: a model
 trained on them must not be scored here.
 
-In: an encoder, a FloresConfig (configs/eval/flores_bitext.yaml: the language keys, the split),
-the split directory, optionally the run's language keys and a sentence cap. Out: P@1 per language
-and their average, shaped as Tatoeba's (`evaluate_flores`).
+In: an encoder and a TaskRun: a FloresConfig (configs/eval/flores_bitext.yaml: the language keys,
+the split), the split directory and the run's options (language filter, sentence cap). Out: P@1
+per language and their average, shaped as Tatoeba's (`evaluate_flores`, the evaluator of the task
+type `flores`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ems.cli import MissingDataError
-from ems.languages import ENGLISH, FLORES_FILES, duplicate_flores_files, flores_file, flores_languages
+from ems.encoder_kinds import Encoder
+from ems.languages import (
+    ENGLISH,
+    FLORES_FILES,
+    canonical_language,
+    duplicate_flores_files,
+    flores_file,
+    flores_languages,
+)
 from eval.evaluators.items import score_items
-from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
-from eval.task import Languages, TaskConfig
+from eval.evaluators.retrieval import MEAN_P_AT_1, Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.report import markdown_table
+from eval.task import Languages, TaskConfig, TaskRun, TaskType, filtered_languages
 
 FLORES_SOURCE = "https://github.com/openlanguagedata/flores (FLORES-200)"
 NOT_IN_FLORES = "no FLORES-200 file for the language"
@@ -60,33 +70,32 @@ def load_flores_pair(
     return read_aligned_files(*paths, max_sentences)
 
 
-def evaluate_flores(
-    encoder,
-    config: FloresConfig,
-    data_dir: Path,
-    languages: list[str] | None = None,
-    max_sentences: int | None = None,
-    progress: bool = True,
-) -> dict:
-    """Bidirectional P@1 (%) per language of the split directory `data_dir`: `languages` (the
-    run's keys, replacing the config's) or else the config's, the first `max_sentences` lines of
+def evaluate_flores(encoder: Encoder, task: TaskRun) -> dict:
+    """Bidirectional P@1 (%) per language of the split directory `task.data_dir`: the config's
+    languages that the run's language filter keeps (with "all" and a filter: the files whose
+    canonical code it keeps, `zh` keeping `zh` and `zh-Hant`), the first `max_sentences` lines of
     each (None: all); the result shaped as
     eval.evaluators.tatoeba.evaluate_tatoeba's ("languages": {lang: {source, n, xx2en, en2xx,
     mean}}, "average", "skipped", "data_errors").
-    A language FLORES-200 does not have is skipped, and with "all" so is one whose file is
-    absent; a requested language whose file is missing or unreadable is a data error."""
+    A language FLORES-200 does not have is skipped, and with "all" and no filter so is one whose
+    file is absent; a requested language whose file is missing or unreadable is a data error; the
+    filter's languages that the config lacks are skipped (eval.task.NOT_IN_TASK)."""
+    config, options = task.config, task.options
+    data_dir, split, max_sentences = Path(task.data_dir), config.split, options.max_sentences
     check_max_sentences(max_sentences)
-    data_dir, split = Path(data_dir), config.split
     if flores_file(data_dir, ENGLISH, split) is None:
         raise MissingDataError(
             f"no FLORES-200 {split} split in {data_dir} (missing "
             f"{FLORES_FILES[ENGLISH]}.{split}); get it from {FLORES_SOURCE}"
         )
-    every_file = languages is None and config.languages == "all"
-    requested = languages if languages is not None else config.languages
-    copies = duplicate_flores_files(data_dir, split) if every_file else {}
+    every_file, outside = config.languages == "all" and options.canonical is None, {}
     if every_file:
         requested = [lang for lang in flores_languages(data_dir, split) if lang != ENGLISH]
+    elif config.languages == "all":
+        requested = _filtered_keys(data_dir, split, options.canonical)
+    else:
+        requested, outside = filtered_languages(config.languages, options)
+    copies = duplicate_flores_files(data_dir, split) if every_file else {}
 
     def absent(lang: str) -> str | None:  # a requested FLORES language without its file is a data error naming it
         if lang in copies:  # counted once, under the file it repeats
@@ -99,5 +108,19 @@ def evaluate_flores(
         return Bitext(lang=lang, source=flores_file(data_dir, lang, split).name, xx=xx, en=en)
 
     found = score_items(requested, read, skip=absent, desc=config.name)
-    result = evaluate_bitexts(encoder, list(found.rows.values()), config.name, found.skipped, progress, found.errors)
+    result = evaluate_bitexts(
+        encoder, list(found.rows.values()), config.name, found.skipped, options.progress, found.errors
+    )
+    result["skipped"].update(outside)
     return {"task": result.pop("task"), "data_dir": str(data_dir), "max_sentences": max_sentences, **result}
+
+
+def _filtered_keys(data_dir: Path, split: str, canonical: list[str]) -> list[str]:
+    """The directory's language keys whose canonical code the run's filter keeps (`zh` keeps `zh`
+    and `zh-Hant`), then the filter's codes that no file has (reported as not in FLORES)."""
+    keys = [key for key in flores_languages(data_dir, split) if key != ENGLISH]
+    kept = [key for key in keys if canonical_language(key) in canonical]
+    return kept + [lang for lang in canonical if lang not in {canonical_language(key) for key in keys}]
+
+
+TASK = TaskType(metric="p_at_1", run=evaluate_flores, table=markdown_table, config=FloresConfig, headline=MEAN_P_AT_1)

@@ -5,6 +5,9 @@ one of them `en` (e.g. de-en/gettext.de + de-en/gettext.en). All corpora of a pa
 concatenated in name order into one test set for that language. A language whose directory has
 a file without its aligned partner, files of unequal length or bad UTF-8 is not scored: it is
 listed under "data_errors" with the reason (eval.faults), and the other languages still run.
+
+`evaluate_heldout` is the evaluator of the task type `heldout`: run_all's --heldout runs it, and a
+config with `type: heldout` names the directory (it takes only the keys every config has).
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ems.cli import MissingDataError
+from ems.encoder_kinds import Encoder
 from ems.languages import ENGLISH
 from eval.evaluators.items import score_items
-from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
+from eval.evaluators.retrieval import MEAN_P_AT_1, Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 from eval.faults import DataErrors
+from eval.report import markdown_table
+from eval.task import TaskRun, TaskType
 
 NOT_A_PAIR_DIRECTORY = "not a <l1>-<l2> directory"
 NOT_PAIRED_WITH_ENGLISH = "pair without en"
@@ -100,28 +106,23 @@ def _read_pair_directory(pair_dir: Path, lang: str) -> Bitext:
     return Bitext(lang=lang, source=f"{pair_dir.name}/{'+'.join(corpora)}", xx=xx_all, en=en_all)
 
 
-def evaluate_heldout(
-    encoder,
-    root: Path,
-    languages: list[str] | None = None,
-    max_sentences: int | None = None,
-    progress: bool = True,
-    name: str = "heldout",
-) -> dict:
-    """Bidirectional P@1 (%) on each held-out pair under `root` whose language the encoder covers.
+def evaluate_heldout(encoder: Encoder, task: TaskRun) -> dict:
+    """Bidirectional P@1 (%) on each held-out pair under `task.data_dir` whose language the encoder covers.
 
-    `languages` (canonical codes) restricts the evaluation; requested languages without a pair
-    directory are listed as skipped, languages whose files cannot be used under "data_errors"
-    (see find_heldout_bitexts). Returns the same shape as `evaluate_tatoeba`, with "root"
-    instead of "data_dir" and each language's "source" naming its directory and corpora.
+    The run's language filter (`task.options.canonical`) restricts the evaluation; its languages
+    without a pair directory are listed as skipped, languages whose files cannot be used under
+    "data_errors" (see find_heldout_bitexts). Returns the same shape as `evaluate_tatoeba`, with
+    "root" instead of "data_dir" and each language's "source" naming its directory and corpora.
     """
-    if isinstance(languages, str):
-        raise ValueError(f"languages must be a list of language codes, got the string {languages!r}")
+    root, languages, max_sentences = task.data_dir, task.options.canonical, task.options.max_sentences
     bitexts, skipped, errors = find_heldout_bitexts(root, max_sentences)
     if languages is not None:
         found = {b.lang for b in bitexts} | set(errors)
         skipped[NOT_IN_HELDOUT] = [lang for lang in languages if lang not in found and lang != ENGLISH]
         bitexts = [b for b in bitexts if b.lang in languages]
         errors = {lang: reason for lang, reason in errors.items() if lang in languages}
-    result = evaluate_bitexts(encoder, bitexts, name, skipped, progress, errors)
+    result = evaluate_bitexts(encoder, bitexts, task.name, skipped, task.options.progress, errors)
     return {"task": result.pop("task"), "root": str(root), "max_sentences": max_sentences, **result}
+
+
+TASK = TaskType(metric="p_at_1", run=evaluate_heldout, table=markdown_table, headline=MEAN_P_AT_1)

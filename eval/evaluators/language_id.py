@@ -1,9 +1,9 @@
 """Language neutrality (Libovický et al., 2020): how well a linear language-ID probe recognises
 the language of an embedding, on raw embeddings and on each head's meaning and language views.
 
-In: FLORES-200 (multi-parallel), an encoder and a LanguageIdConfig (configs/eval/language_id.yaml:
-the languages, head names, line blocks, the probe's penalty), optionally the run's languages and
-a cap on the lines of each block. The FLORES lines
+In: an encoder and a TaskRun: a LanguageIdConfig (configs/eval/language_id.yaml: the languages, head
+names, line blocks, the probe's penalty), a FLORES-200 split directory (multi-parallel) and the
+run's options (language filter, a cap on the lines of each block, where the plot goes). The FLORES lines
 are cut into three disjoint blocks: the first `head_lines` train the heads (English paired with
 each language), the next `probe_train_lines` train the probe, the next `probe_test_lines` test
 it; so no sentence is shared between head training, probe training and probe testing. Out:
@@ -12,7 +12,8 @@ meaning and language embeddings of one language pair on the probe-test sentences
 head: raw | meaning | language).
 
 A meaning view that is language-neutral brings the accuracy down towards chance (100 / number
-of languages); a language view should keep it high.
+of languages); a language view should keep it high. `evaluate_language_id` is the evaluator of the
+task type `language_id`, which has no per-language rows and so no chart.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ import numpy as np
 import torch
 
 from ems.cli import MissingDataError
+from ems.encoder_kinds import Encoder
 from ems.heads.base import ParallelEmbeddings
 from ems.languages import flores_file
 from eval.evaluators.items import score_items
 from eval.faults import DATA_ERRORS
 from eval.parallel_data import PIVOT, flores_pairs
 from eval.pca_plot import write_pca_plot
-from eval.task import TaskConfig
+from eval.report import language_id_table
+from eval.task import TaskConfig, TaskRun, TaskType, filtered_languages
 from eval.train_head import train_head
 
 PCA_FILE = "language_pca.png"
@@ -120,23 +123,16 @@ def pivot_embeddings(embeddings: dict[str, np.ndarray], rows: slice, pivot: str 
     return ParallelEmbeddings(x, y, x_lang, y_lang, languages)
 
 
-def evaluate_language_id(
-    encoder,
-    config: LanguageIdConfig,
-    data_dir: Path,
-    languages: list[str] | None = None,
-    max_sentences: int | None = None,
-    out_dir: Path | None = None,
-    progress: bool = True,
-) -> dict:
+def evaluate_language_id(encoder: Encoder, task: TaskRun) -> dict:
     """Train the config's heads on the head block, then LID probe accuracy on the raw view and on
-    every head's meaning and language views, for `languages` (the run's choice among the
-    config's; None: the config's) in the FLORES split directory `data_dir`, the blocks
-    `config.blocks(max_sentences)`; the PCA plot goes to out_dir/PCA_FILE if out_dir is given. A
-    language without a FLORES file is left out as a data error (eval.faults).
+    every head's meaning and language views, for the config's languages that the run's filter
+    keeps, in the FLORES split directory `task.data_dir`, the blocks `config.blocks(max_sentences)`;
+    the PCA plot goes to the run's out_dir/PCA_FILE if it has one. A language without a FLORES file
+    is left out as a data error (eval.faults).
     Result: {"task", "metric": "lid_accuracy", "views": {view: accuracy}, "chance", "lines",
     "heads" (training logs), "pca_plot", "skipped", "data_errors": {lang: reason}}."""
-    data_dir, probed = Path(data_dir), config.languages if languages is None else languages
+    config, options, data_dir = task.config, task.options, Path(task.data_dir)
+    probed, outside = filtered_languages(config.languages, options)
     if flores_file(data_dir, PIVOT) is None:
         flores_pairs(data_dir, [PIVOT])  # MissingDataError naming the English file: nothing can run
     found = score_items(sorted(set(probed) - {PIVOT}), lambda lang: flores_pairs(data_dir, [lang])[0])
@@ -146,11 +142,11 @@ def evaluate_language_id(
     languages = sorted({PIVOT, *(pairs.y_lang for pairs in pair_sets)})
     sentences = {PIVOT: pair_sets[0].x, **{pairs.y_lang: pairs.y for pairs in pair_sets}}
     n_lines = min(len(lines) for lines in sentences.values())
-    blocks = _blocks(config.blocks(max_sentences), data_dir, n_lines)
+    blocks = _blocks(config.blocks(options.max_sentences), data_dir, n_lines)
     used = blocks["probe_test"].stop  # only the lines of the three blocks are encoded
     embeddings = {}
     for lang in languages:
-        if progress:
+        if options.progress:
             print(f"{config.name}: encoding {used} {lang} sentences ({flores_file(data_dir, lang).name})")
         embeddings[lang] = np.asarray(encoder.encode(sentences[lang][:used], lang), dtype=np.float32)
 
@@ -175,18 +171,18 @@ def evaluate_language_id(
     plot, pca_pair = None, config.pca_pair
     if pca_pair and set(pca_pair.split("-")) - set(languages):
         skipped.setdefault("PCA plot not drawn (a language of pca_pair was not probed)", []).append(pca_pair)
-    elif out_dir is not None and pca_pair:
-        plot = str(_pca_plot(views, pca_pair, Path(out_dir) / PCA_FILE))
+    elif options.out_dir is not None and pca_pair:
+        plot = str(_pca_plot(views, pca_pair, Path(options.out_dir) / PCA_FILE))
     return {
         "task": config.name,
-        "metric": "lid_accuracy",
+        "metric": TASK.metric,
         "views": accuracies,
         "chance": 100.0 / len(languages),
         "languages_probed": languages,
         "lines": {block: [rows.start, rows.stop] for block, rows in blocks.items()},
         "heads": logs,
         "pca_plot": plot,
-        "skipped": skipped,
+        "skipped": {**skipped, **outside},
         DATA_ERRORS: dict(errors),
     }
 
@@ -216,3 +212,6 @@ def _pca_plot(views: dict, pair: str, path: Path) -> Path:
         (f"{view} ({pair})", {lang: views[view][lang][1] for lang in pair_languages}) for row in rows for view in row
     ]
     return write_pca_plot(panels, path, columns=len(rows[0]))
+
+
+TASK = TaskType(metric="lid_accuracy", run=evaluate_language_id, table=language_id_table, config=LanguageIdConfig)

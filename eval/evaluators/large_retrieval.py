@@ -6,9 +6,10 @@ the first m lines of the candidate file the candidates, so query i's gold candid
 the other m - n lines are distractors. A retrieved candidate whose text equals the gold one
 counts as correct (LASER's rule for duplicates).
 
-In: an encoder, a LargeRetrievalConfig (configs/eval/paracrawl.yaml: the file pairs, the pool, the
-margin search), the data directory, optionally the run's pairs and a sentence cap. Out: P@1 per
-pair and their average (`evaluate_large_retrieval`).
+In: an encoder and a TaskRun: a LargeRetrievalConfig (configs/eval/paracrawl.yaml: the file pairs,
+the pool, the margin search), the data directory and the run's options (language filter, sentence
+cap). Out: P@1 per pair and their average (`evaluate_large_retrieval`, the evaluator of the task
+type `large_retrieval`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
-from ems.encoder_kinds import encode_checked, encoder_languages
+from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
 from ems.languages import ENGLISH, canonical_language, covered_language
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.items import not_covered, score_items
 from eval.evaluators.retrieval import read_aligned_files
 from eval.faults import DATA_ERRORS
-from eval.task import TaskConfig, one_of, refuse
+from eval.report import retrieval_table
+from eval.task import Headline, TaskConfig, TaskRun, TaskType, one_of, refuse
 
 SHORTER_THAN_ASKED = "fewer lines than n_candidates (all lines used)"
 POOL = {"n_queries": 2000, "n_candidates": 200_000}  # the paper's pool, where a config sets no size
@@ -116,22 +118,18 @@ def read_retrieval_pair(
     return read_aligned_files(data_dir / pair.src, data_dir / pair.tgt, n_candidates)
 
 
-def evaluate_large_retrieval(
-    encoder,
-    config: LargeRetrievalConfig,
-    data_dir: Path,
-    pairs: list[RetrievalPair] | None = None,
-    max_sentences: int | None = None,
-    progress: bool = True,
-) -> dict:
-    """P@1 per file pair the encoder covers, the files under `data_dir`: `pairs` (the run's choice
-    among the config's) or else the config's, in the pool `config.pool(max_sentences)`. Returns
+def evaluate_large_retrieval(encoder: Encoder, task: TaskRun) -> dict:
+    """P@1 per file pair the encoder covers, the files under `task.data_dir`: the config's pairs
+    whose query language the run's filter keeps, in the pool `config.pool(max_sentences)`. Returns
     {"task", "metric": "retrieval_p_at_1",
     "data_dir", "settings", "languages": {"xx-yy": {n_queries, n_candidates, p_at_1}},
     "average": {p_at_1, n_languages} or None, "skipped": {reason: [pair names]},
     "data_errors": {pair name: reason}}. A pair whose files are missing or bad is a data error
     (eval.faults); MissingDataError if the data directory is missing."""
-    data_dir, pairs = Path(data_dir), config.pairs if pairs is None else pairs
+    config, options, data_dir = task.config, task.options, Path(task.data_dir)
+    pairs, max_sentences = config.pairs, options.max_sentences
+    if options.canonical is not None:
+        pairs = [pair for pair in pairs if pair.src_lang in options.canonical]
     n_queries, n_candidates = config.pool(max_sentences)
     if not data_dir.is_dir():
         where = f" (get them from {config.source})" if config.source else ""
@@ -163,7 +161,7 @@ def evaluate_large_retrieval(
         skipped=skipped,
         desc=config.name,
         unit="pair",
-        progress=progress,
+        progress=options.progress,
     )
     per_pair = scored.rows
     average = None
@@ -178,7 +176,7 @@ def evaluate_large_retrieval(
     }
     return {
         "task": config.name,
-        "metric": "retrieval_p_at_1",
+        "metric": TASK.metric,
         "data_dir": str(data_dir),
         "settings": settings,
         "languages": per_pair,
@@ -186,3 +184,12 @@ def evaluate_large_retrieval(
         "skipped": skipped,
         DATA_ERRORS: dict(scored.errors),
     }
+
+
+TASK = TaskType(
+    metric="retrieval_p_at_1",
+    run=evaluate_large_retrieval,
+    table=retrieval_table,
+    config=LargeRetrievalConfig,
+    headline=Headline("P@1 (%)", lambda row: row["p_at_1"]),
+)

@@ -4,7 +4,10 @@ In: `<data>/<src>-<tgt>/<split>.<srctgt>.df.short.tsv` (tab-separated with a hea
 columns index, original, translation, scores, mean, z_scores, z_mean, model_scores; the texts
 contain quote characters, which are literal: no CSV quoting). Out: `RatedPairs` of (original in
 src, translation in tgt, z_mean). The score of an encoder is Pearson r between
-cosine(original, translation) and z_mean, per pair (eval.evaluators.correlation).
+cosine(original, translation) and z_mean, per pair (eval.evaluators.correlation), raw and through
+each head's meaning view: `evaluate_qe`, the evaluator of the task type `qe`, whose config is a
+QeConfig. `dev_split` is scored beside `split` by the same heads: choices are made on it, never on
+`split`.
 """
 
 from __future__ import annotations
@@ -12,20 +15,36 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ems.cli import MissingDataError
-from eval.evaluators.correlation import RatedPairs
+from ems.encoder_kinds import Encoder
+from eval.evaluators.correlation import RAW_PEARSON, HeadsConfig, RatedPairs, evaluate_correlation_task
 from eval.evaluators.items import score_items
 from eval.evaluators.retrieval import read_text
 from eval.faults import DataErrors
+from eval.report import correlation_table
+from eval.task import TaskRun, TaskType, pair_in_filter
 
 COLUMNS = ("original", "translation", "z_mean")
 SKIP_MALFORMED = "wrong number of fields"
 SKIP_EMPTY = "empty sentence"
 SKIP_SCORE = "z_mean not a number"
+
+
+@dataclass(kw_only=True)
+class QeConfig(HeadsConfig):
+    """configs/eval/mlqe.yaml: the MLQE-PE pairs ("en-de"), the split scored and the dev split."""
+
+    pairs: list[str]
+    split: str = "test20"
+    dev_split: str | None = None
+
+    def language_codes(self) -> list[str]:
+        return [code for pair in self.pairs for code in pair.split("-")]
 
 
 def mlqe_path(data_dir: Path, pair: str, split: str) -> Path:
@@ -88,3 +107,23 @@ def read_qe_pairs(
     paths = {pair: mlqe_path(data_dir, pair, split) for pair in pairs}  # a malformed pair name fails the task
     found = score_items(pairs, lambda pair: read_mlqe(paths[pair], pair), lambda _, rated: rated.head(max_sentences))
     return list(found.rows.values()), found.errors
+
+
+def evaluate_qe(encoder: Encoder, task: TaskRun) -> dict:
+    """The correlation task (eval.evaluators.correlation.evaluate_correlation_task) on the config's
+    pairs that the run's filter keeps, the first `max_sentences` rows of each, on `split` and on
+    `dev_split` when the config names one."""
+    config, options = task.config, task.options
+    pairs = [pair for pair in config.pairs if pair_in_filter(pair.split("-"), options)]
+    pair_sets, errors = read_qe_pairs(task.data_dir, pairs, config.split, options.max_sentences)
+    dev_sets, dev_errors = (
+        read_qe_pairs(task.data_dir, pairs, config.dev_split, options.max_sentences)
+        if config.dev_split
+        else (None, None)
+    )
+    return evaluate_correlation_task(
+        encoder, task, TASK.metric, pair_sets, errors, config.dev_split, dev_sets, dev_errors
+    )
+
+
+TASK = TaskType(metric="qe_pearson", run=evaluate_qe, table=correlation_table, config=QeConfig, headline=RAW_PEARSON)

@@ -4,7 +4,8 @@ In: `<data>/STS2017.track<N>.<xx-yy>.sent1-sent2-gold.tsv`: three tab-separated 
 (sent1, sent2, gold similarity 0-5), no header, quotes literal. Which language each column holds
 differs per track (track 2: en | ar, 4a: es | en, 4b: en | es, 6: en | tr), so the task config
 names them. Out: `RatedPairs`; the score is Pearson r and Spearman rho between
-cosine(sent1, sent2) and gold, per track (eval.evaluators.correlation).
+cosine(sent1, sent2) and gold, per track (eval.evaluators.correlation), raw and through each
+head's meaning view: `evaluate_sts`, the evaluator of the task type `sts`, whose config is a StsConfig.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
-from eval.evaluators.correlation import RatedPairs
+from ems.encoder_kinds import Encoder
+from eval.evaluators.correlation import RAW_PEARSON, HeadsConfig, RatedPairs, evaluate_correlation_task
 from eval.evaluators.items import score_items
 from eval.evaluators.retrieval import read_text
 from eval.faults import DataErrors
+from eval.report import correlation_table
+from eval.task import TaskRun, TaskType, pair_in_filter
 
 SKIP_MALFORMED = "not 3 fields"
 SKIP_EMPTY = "empty sentence"
@@ -90,3 +94,27 @@ def read_sts_tracks(
         key=lambda track: track.name,
     )
     return list(found.rows.values()), found.errors
+
+
+@dataclass(kw_only=True)
+class StsConfig(HeadsConfig):
+    """configs/eval/sts2017.yaml: the tracks ({name, file, langs}: StsTrack), the heads and their training."""
+
+    tracks: list[StsTrack]
+
+    def language_codes(self) -> list[str]:
+        return [lang for track in self.tracks for lang in track.langs]
+
+
+def evaluate_sts(encoder: Encoder, task: TaskRun) -> dict:
+    """The correlation task (eval.evaluators.correlation.evaluate_correlation_task) on the config's
+    tracks that the run's filter keeps, the first `max_sentences` pairs of each."""
+    config, options = task.config, task.options
+    tracks = [track for track in config.tracks if pair_in_filter(track.langs, options)]
+    pair_sets, errors = read_sts_tracks(task.data_dir, tracks, options.max_sentences)
+    return evaluate_correlation_task(encoder, task, TASK.metric, pair_sets, errors)
+
+
+TASK = TaskType(
+    metric="sts_correlation", run=evaluate_sts, table=correlation_table, config=StsConfig, headline=RAW_PEARSON
+)

@@ -1,9 +1,10 @@
 """Tatoeba similarity search: LASER's test set of up to 1000 English sentences and their
 translations for 112 languages, scored by bidirectional P@1 (see eval.evaluators.retrieval).
 
-In: an encoder, a TatoebaConfig (configs/eval/tatoeba.yaml: the file pattern, the Tatoeba codes,
-groups, LASER's duplicate rule), the data directory, optionally the run's Tatoeba codes and a
-sentence cap. Out: P@1 per language, their average and the groups' (`evaluate_tatoeba`).
+In: an encoder and a TaskRun: a TatoebaConfig (configs/eval/tatoeba.yaml: the file pattern, the
+Tatoeba codes, groups, LASER's duplicate rule), the data directory and the run's options (its
+--languages replace the config's codes; a sentence cap). Out: P@1 per language, their average and
+the groups' (`evaluate_tatoeba`, the evaluator of the task type `tatoeba`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ems.cli import MissingDataError
-from ems.encoder_kinds import encoder_languages
+from ems.encoder_kinds import Encoder, encoder_languages
 from ems.languages import TATOEBA_ENGLISH_CODE, TATOEBA_TEST_CODES, tatoeba_code_to_lang
 from eval.evaluators.items import score_items
-from eval.evaluators.retrieval import Bitext, check_max_sentences, evaluate_bitexts, group_averages, read_aligned_files
-from eval.task import Languages, TaskConfig, refuse
+from eval.evaluators.retrieval import (
+    MEAN_P_AT_1,
+    Bitext,
+    check_max_sentences,
+    evaluate_bitexts,
+    group_averages,
+    read_aligned_files,
+)
+from eval.report import markdown_table
+from eval.task import Languages, TaskConfig, TaskRun, TaskType, refuse
 
 TATOEBA_SOURCE = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 DEFAULT_FILE_PATTERN = "tatoeba.{code}-eng.{side}"  # side: the language's code, or "eng"
 UNKNOWN_CODE = "unknown Tatoeba code"
+NO_TATOEBA_SET = "no Tatoeba test set"
 SUPPORTED_METRIC = "p_at_1"
 SEEN, UNSEEN = "seen in training", "unseen in training"
 
@@ -95,17 +105,11 @@ def load_tatoeba_pair(
     return read_aligned_files(xx_path, en_path, max_sentences)
 
 
-def evaluate_tatoeba(
-    encoder,
-    config: TatoebaConfig,
-    data_dir: Path,
-    languages: list[str] | None = None,
-    max_sentences: int | None = None,
-    progress: bool = True,
-) -> dict:
+def evaluate_tatoeba(encoder: Encoder, task: TaskRun) -> dict:
     """Bidirectional P@1 (%) on each Tatoeba language the encoder covers (`encoder.languages` None = all),
-    in the files of `data_dir`: `languages` (Tatoeba codes replacing the config's, the run's
-    --languages) or else the config's; the first `max_sentences` pairs of each (None: all).
+    in the files of `task.data_dir`: the run's Tatoeba codes (`task.options.tatoeba_codes`, from
+    --languages) or else the config's; the first `max_sentences` pairs of each (None: all). The
+    run's languages without a Tatoeba test set are listed under NO_TATOEBA_SET.
 
     With `config.laser_duplicates` (LASER's rule, source/lib/indexing.py IndexSearchMultiple with
     texts) a retrieved sentence identical to the gold one counts as correct, and each language
@@ -120,14 +124,17 @@ def evaluate_tatoeba(
     are the config's, plus seen / unseen in training when the encoder says which languages it was
     trained on (`training_languages`, else `languages`).
     """
+    config, options = task.config, task.options
+    data_dir, pattern, max_sentences = Path(task.data_dir), config.file_pattern, options.max_sentences
     check_max_sentences(max_sentences)
-    data_dir, pattern = Path(data_dir), config.file_pattern
     if not data_dir.is_dir():
         raise MissingDataError(
             f"Tatoeba data directory {data_dir} does not exist; it should hold LASER's test set "
             f"({_expected_files(pattern)}, ... for 112 languages) from {TATOEBA_SOURCE}"
         )
-    codes = languages if languages is not None else None if config.languages == "all" else config.languages
+    codes = options.tatoeba_codes
+    if codes is None and config.languages != "all":
+        codes = config.languages
     if codes is None:
         codes = find_tatoeba_codes(data_dir, pattern)
         if not codes:
@@ -146,9 +153,10 @@ def evaluate_tatoeba(
         skip=lambda code: None if code in TATOEBA_TEST_CODES else UNKNOWN_CODE,
         desc=config.name,
     )
-    result = evaluate_bitexts(
-        encoder, list(known.rows.values()), config.name, known.skipped, progress, known.errors, config.laser_duplicates
-    )
+    bitexts, skipped, errors = list(known.rows.values()), known.skipped, known.errors
+    result = evaluate_bitexts(encoder, bitexts, config.name, skipped, options.progress, errors, config.laser_duplicates)
+    if options.without_tatoeba:
+        result["skipped"][NO_TATOEBA_SET] = options.without_tatoeba
     groups = dict(config.groups or {})
     seen = getattr(encoder, "training_languages", None) or encoder_languages(encoder)
     if seen is not None:
@@ -156,3 +164,6 @@ def evaluate_tatoeba(
         groups[UNSEEN] = [lang for lang in result["languages"] if lang not in seen]
     result["groups"] = group_averages(result["languages"], groups)
     return {"task": result.pop("task"), "data_dir": str(data_dir), "max_sentences": max_sentences, **result}
+
+
+TASK = TaskType(metric="p_at_1", run=evaluate_tatoeba, table=markdown_table, config=TatoebaConfig, headline=MEAN_P_AT_1)

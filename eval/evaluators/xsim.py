@@ -24,9 +24,10 @@ task (eval.evaluators.flores) keys its rows by (ems.languages.flores_language: `
 the encoder's own code for encoders with a language list) so that a cache of these embeddings is
 reused, by the FLORES bitext task too; `max_sentences` keeps the first N rows after encoding.
 
-In: an encoder, an XsimConfig (configs/eval/xsim_flores.yaml: the stems, the split, the margin
-search, the textual comparison), the split directory, optionally the run's stems, xSIM++'s
-directory and a sentence cap. Out: error rates per stem and their average (`evaluate_xsim`).
+In: an encoder and a TaskRun: an XsimConfig (configs/eval/xsim_flores.yaml: the stems, the split,
+the margin search, the textual comparison, xSIM++'s directory under the data root), the split
+directory and the run's options (language filter, sentence cap). Out: error rates per stem and
+their average (`evaluate_xsim`, the evaluator of the task type `xsim`).
 """
 
 from __future__ import annotations
@@ -38,14 +39,21 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
-from ems.encoder_kinds import encode_checked, encoder_languages
-from ems.languages import canonical_language, covered_language, duplicate_flores_files, flores_language
+from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
+from ems.languages import (
+    UnknownLanguageError,
+    canonical_language,
+    covered_language,
+    duplicate_flores_files,
+    flores_language,
+)
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.flores import FLORES_SOURCE
 from eval.evaluators.items import NOT_COVERED, score_items
 from eval.evaluators.retrieval import check_max_sentences, read_lines
 from eval.faults import DATA_ERRORS, DataErrors
-from eval.task import Languages, TaskConfig, one_of, refuse
+from eval.report import xsim_table
+from eval.task import Headline, Languages, RunOptions, TaskConfig, TaskRun, TaskType, one_of, refuse
 
 XSIMPP_SOURCE = "https://dl.fbaipublicfiles.com/nllb/laser/xsimplusplus (LASER tasks/xsimplusplus)"
 MISALIGNED = "Misaligned"
@@ -179,7 +187,25 @@ def flores_stems(data_dir: Path, split: str = "devtest", english: str = "eng") -
     )
 
 
-def _embed(encoder, path: Path, split: str, lang: str, max_sentences: int | None) -> tuple[list[str], np.ndarray]:
+def stems_in_filter(stems: list[str], options: RunOptions) -> list[str]:
+    """The FLORES file stems whose language key (ems.languages.flores_language: `quy` -> `qu`,
+    `cmn_Hant` -> `zh-Hant`) is of a language the run's filter keeps; a stem that names no
+    language stays, for evaluate_xsim to report."""
+    kept = []
+    for stem in stems:
+        try:
+            language = canonical_language(flores_language(stem))
+        except UnknownLanguageError:
+            kept.append(stem)
+            continue
+        if language in options.canonical:
+            kept.append(stem)
+    return kept
+
+
+def _embed(
+    encoder: Encoder, path: Path, split: str, lang: str, max_sentences: int | None
+) -> tuple[list[str], np.ndarray]:
     if not path.is_file():
         raise MissingDataError(f"missing FLORES-200 file {path}; get the {split} split from {FLORES_SOURCE}")
     sentences = read_lines(path)
@@ -188,27 +214,21 @@ def _embed(encoder, path: Path, split: str, lang: str, max_sentences: int | None
     return sentences[:n], embeddings[:n]
 
 
-def evaluate_xsim(
-    encoder,
-    config: XsimConfig,
-    data_dir: Path,
-    languages: list[str] | None = None,
-    augmented_dir: Path | None = None,
-    max_sentences: int | None = None,
-    progress: bool = True,
-) -> dict:
-    """xSIM error (%) per language the encoder covers, both directions, and xSIM++ with
-    `augmented_dir` (the config's augmented_subdir under the data root; None: no xSIM++), on the
-    split directory `data_dir`: `languages` (the run's stems, replacing the config's) or else the
-    config's, the first `max_sentences` rows of each (None: all).
+def evaluate_xsim(encoder: Encoder, task: TaskRun) -> dict:
+    """xSIM error (%) per language the encoder covers, both directions, and xSIM++ when the config
+    names its `augmented_subdir` (under the run's data root), on the split directory
+    `task.data_dir`: the config's stems whose language the run's filter keeps, the first
+    `max_sentences` rows of each (None: all).
 
     Returns {"task", "metric": "xsim_error", "data_dir", "settings", "languages": {stem: {language, lang, n,
     xx2en, en2xx, mean[, xsimpp, xsimpp_errors: {errtype: count}]}}, "average": {xx2en, en2xx, mean[,
     xsimpp], n_languages, n} (errors over all sentences, as LASER's average) or None, "skipped",
     "data_errors"}. A missing or unreadable language file is a data error; a missing English file
     or data directory raises MissingDataError."""
+    config, options, max_sentences = task.config, task.options, task.options.max_sentences
     check_max_sentences(max_sentences)
-    data_dir, split, english_stem = Path(data_dir), config.split, config.english
+    data_dir, split, english_stem = Path(task.data_dir), config.split, config.english
+    augmented_dir = options.data_root / config.augmented_subdir if config.augmented_subdir else None
 
     def file(stem: str) -> Path:
         return data_dir / f"{stem}.{split}"
@@ -218,9 +238,10 @@ def evaluate_xsim(
         raise MissingDataError(
             f"no FLORES-200 {split} split in {data_dir} (missing {english_path.name}); get it from {FLORES_SOURCE}"
         )
-    stems = languages if languages is not None else None if config.languages == "all" else config.languages
-    copies = {}
-    if stems is None:
+    stems, copies = config.languages, {}
+    if options.canonical is not None:
+        stems = stems_in_filter(flores_stems(data_dir, split, english_stem) if stems == "all" else stems, options)
+    elif stems == "all":
         stems = flores_stems(data_dir, split, english_stem)
         copies = duplicate_flores_files(data_dir, split)
     covered = encoder_languages(encoder)
@@ -270,7 +291,7 @@ def evaluate_xsim(
         skip=uncovered,
         errors=errors,
         desc=config.name,
-        progress=progress,
+        progress=options.progress,
     )
     per_language = scored.rows
     average = None
@@ -291,7 +312,7 @@ def evaluate_xsim(
     }
     return {
         "task": config.name,
-        "metric": "xsim_error",
+        "metric": TASK.metric,
         "data_dir": str(data_dir),
         "settings": settings,
         "languages": per_language,
@@ -299,3 +320,7 @@ def evaluate_xsim(
         "skipped": scored.skipped,
         DATA_ERRORS: dict(errors),
     }
+
+
+XX2EN_ERROR = Headline("xSIM error (%), xx→en, lower is better", lambda row: row["xx2en"])
+TASK = TaskType(metric="xsim_error", run=evaluate_xsim, table=xsim_table, config=XsimConfig, headline=XX2EN_ERROR)
