@@ -1,7 +1,7 @@
 """Train and evaluate the runs of a compute→quality map: several model sizes, several budgets each,
 on one corpus; each finished model becomes one point (OUT/points/<size>/<budget>/map_point.json).
 
-    python benchmarks/compute_map_runs.py --config configs/scaling/multilingual.yaml --out runs/map
+    python -m benchmarks.compute_map_runs --config configs/scaling/multilingual.yaml --out runs/map
                                           [--sizes tiny ...] [--budgets LABEL ...] [--data-dir DIR] [--map]
 
 Per size, ONE warm-up–stable–decay run to the largest budget keeps a checkpoint at each smaller
@@ -31,12 +31,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from ems.cli import UserError, add_debug_option, run_main
+from ems.configs import ConfigError, load_config, load_yaml
+from ems.training.model_card import TRAIN_CONFIG_FILE
 
-from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
-from ems.configs import ConfigError, load_config, load_yaml  # noqa: E402
-from ems.training.model_card import TRAIN_CONFIG_FILE  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 TASK_METRICS = {"tatoeba": "tatoeba", "flores200": "flores", "sib200": "sib200"}  # results.json task -> metric name
 TIMES_FILE = "train_seconds.json"

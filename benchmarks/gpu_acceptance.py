@@ -1,13 +1,13 @@
 """The GPU acceptance run: a lent GPU gives a whole report in one command of at most 9 minutes.
 
     # on the CPU machine, once: the data stage, packed to travel (benchmarks/gpu_prepared.py)
-    python benchmarks/gpu_acceptance.py prepare --out runs/gpu_data --wheels
+    python -m benchmarks.gpu_acceptance prepare --out runs/gpu_data --wheels
     # on the GPU machine (runs/gpu_data carried; docs/getting-started.md, "GPU machines"): checks, MFU
     # probe, training, evaluation, report
     python3 -m pip install -q --no-index --no-deps --target /tmp/site runs/gpu_data/wheels/*.whl
-    PYTHONPATH=/tmp/site python3 benchmarks/gpu_acceptance.py run --data runs/gpu_data --work /tmp/ga --report-dir DIR
+    PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu_acceptance run --data runs/gpu_data --work /tmp/ga --report-dir DIR
     # the same path, tiny, on CPU (CI: tests/test_gpu_acceptance.py, on a prepared slice)
-    python benchmarks/gpu_acceptance.py run --data PREPARED --work /tmp/smoke --smoke
+    python -m benchmarks.gpu_acceptance run --data PREPARED --work /tmp/smoke --smoke
 
 `prepare` runs the all-language recipe's data stage (configs/data/multilingual.yaml: every Tatoeba
 Challenge and TICO-19 language, evaluation sentences removed, 64k SentencePiece, shards) here and keeps
@@ -72,11 +72,8 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from benchmarks import gpu_report  # noqa: E402
-from benchmarks.gpu_prepared import (  # noqa: E402
+from benchmarks import gpu_report
+from benchmarks.gpu_prepared import (
     DATA_CONFIG,
     DEFAULT_LIMIT_MIB,
     SEGMENTATION,
@@ -85,7 +82,9 @@ from benchmarks.gpu_prepared import (  # noqa: E402
     prepare,
     unpack,
 )
-from ems.cli import UserError, add_debug_option, one_line, run_main  # noqa: E402
+from ems.cli import UserError, add_debug_option, one_line, run_main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 STAGES = ("environment", "mfu", "train", "evaluate", "report")
 TRAIN_CONFIG = REPO_ROOT / "configs" / "train" / "gpu.yaml"
@@ -478,7 +477,7 @@ def step_seconds_in_child(request: dict, minutes: float) -> float:
     its process group after `minutes`: OutOfTime then, RuntimeError with its last line if it fails."""
     result = Path(request["work"]) / f"step_{request['variant']}.json"
     result.unlink(missing_ok=True)
-    command = [sys.executable, str(Path(__file__).resolve()), "step-time", "--request", json.dumps(request)]
+    command = [sys.executable, "-m", "benchmarks.gpu_acceptance", "step-time", "--request", json.dumps(request)]
     child = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

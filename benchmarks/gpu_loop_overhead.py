@@ -1,11 +1,11 @@
 """What the training loop adds to the bare training step, per preset and batch size, on the data and config of
 the GPU acceptance run: the figures that choose the GPU's preset and batch.
 
-    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo --preset medium ems-paper \
+    python -m benchmarks.gpu_loop_overhead --data runs/gpu_data --work /tmp/lo --preset medium ems-paper \
         --pairs 1024 2048 4096 --steps 200 --out-dir DIR            # the GPU run: pairs/s, MFU, recompiles
-    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
+    python -m benchmarks.gpu_loop_overhead --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
         --steps 12 --log-every 3                                     # wiring, on CPU
-    python benchmarks/gpu_loop_overhead.py --demo runs/demo --config configs/train/demo.yaml --device cpu \
+    python -m benchmarks.gpu_loop_overhead --demo runs/demo --config configs/train/demo.yaml --device cpu \
         --preset tiny --pairs 256 --steps 300 --log-every 50 --work /tmp/lo   # the demo's loop on CPU (bf16 where fast)
 
 The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast, compiled where the loop compiles:
@@ -39,10 +39,7 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from benchmarks.gpu_acceptance import (  # noqa: E402
+from benchmarks.gpu_acceptance import (
     TRAIN_CONFIG,
     batch_flops,
     model_config,
@@ -50,16 +47,16 @@ from benchmarks.gpu_acceptance import (  # noqa: E402
     shards_of,
     step_seconds,
 )
-from benchmarks.gpu_prepared import open_prepared, unpack  # noqa: E402
-from benchmarks.train_mfu import known_peak_tflops  # noqa: E402
-from ems.apps.demo import data_paths  # noqa: E402
-from ems.cli import add_debug_option, run_main  # noqa: E402
-from ems.configs import load_config  # noqa: E402
-from ems.precision import bf16_is_fast  # noqa: E402
-from ems.text import PAD_ID  # noqa: E402
-from ems.training.config import TrainConfig  # noqa: E402
-from ems.training.runtime import compile_enabled  # noqa: E402
-from ems.training.train import train  # noqa: E402
+from benchmarks.gpu_prepared import open_prepared, unpack
+from benchmarks.train_mfu import known_peak_tflops
+from ems.apps.demo import data_paths
+from ems.cli import add_debug_option, run_main
+from ems.configs import load_config
+from ems.precision import bf16_is_fast
+from ems.text import PAD_ID
+from ems.training.config import TrainConfig
+from ems.training.runtime import compile_enabled
+from ems.training.train import train
 
 
 def loop_figures(history: list[dict], skip_windows: int) -> dict:

@@ -1,11 +1,11 @@
 """The peer benchmark: sentence-transformers' stock trainer against the EMS trainer, at equal time.
 
-    python benchmarks/peer_sentence_transformers.py --demo runs/demo --out runs/peer
-    python benchmarks/peer_sentence_transformers.py --demo runs/multilingual --out runs/peer-multilingual \
+    python -m benchmarks.peer_sentence_transformers --demo runs/demo --out runs/peer
+    python -m benchmarks.peer_sentence_transformers --demo runs/multilingual --out runs/peer-multilingual \
         --suite configs/eval/suite_multilingual.yaml
-    python benchmarks/peer_sentence_transformers.py ... --vocab-grid 8000 16000 32000 64000 --lr-grid 1e-3 3e-3 1e-2 \
+    python -m benchmarks.peer_sentence_transformers ... --vocab-grid 8000 16000 32000 64000 --lr-grid 1e-3 3e-3 1e-2 \
         --extend 2 --precision auto --equal-pairs --seed 0
-    python benchmarks/peer_sentence_transformers.py --demo runs/map/data --run runs/map/runs/tiny/30min \
+    python -m benchmarks.peer_sentence_transformers --demo runs/map/data --run runs/map/runs/tiny/30min \
         --seconds 2760 --suite configs/eval/suite_multilingual.yaml --out runs/peer-map   # a map point
 
 What a new user would try instead of this project, built the way its documentation teaches, on the
@@ -70,11 +70,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from ems.cli import UserError, add_debug_option, run_main
+from ems.corpus import list_parallel, read_parallel
 
-from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
-from ems.corpus import list_parallel, read_parallel  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 VOCAB_GRID = [8000, 16000, 32000, 64000]

@@ -1,7 +1,7 @@
 """The model presets side by side: parameters, training FLOPs per pair on a real corpus, and (with
 --time) the seconds of one training step on this machine.
 
-    python benchmarks/presets_table.py --shards runs/ml/data/shards/train [--time tiny small base] [--out DIR]
+    python -m benchmarks.presets_table --shards runs/ml/data/shards/train [--time tiny small base] [--out DIR]
 
 FLOPs per pair (ems.flops.step_flops, real tokens only) are averaged over --batches random batches
 of --batch-size pairs drawn from the shards, so they follow the corpus's sentence lengths (each cut
@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from ems.flops import encoder_parameters, step_flops  # noqa: E402
-from ems.model import PRESETS, config_from_preset  # noqa: E402
-from ems.shards import PairShards  # noqa: E402
-from ems.text import PAD_ID  # noqa: E402
-from ems.training.bare_step import bare_step, median_seconds  # noqa: E402
+from ems.flops import encoder_parameters, step_flops
+from ems.model import PRESETS, config_from_preset
+from ems.shards import PairShards
+from ems.text import PAD_ID
+from ems.training.bare_step import bare_step, median_seconds
 
 
 def sample_batches(shards: PairShards, batch_size: int, n: int, seed: int = 0) -> list[np.ndarray]:

@@ -1,10 +1,10 @@
 """Model-FLOPs utilisation of the full EMS training step against the machine's matmul peak.
 
-    python benchmarks/train_mfu.py                    # ems-paper shapes, 152 pairs, CPU (~13 min on 2 AVX2 cores
+    python -m benchmarks.train_mfu                    # ems-paper shapes, 152 pairs, CPU (~13 min on 2 AVX2 cores
                                                       #   in fp32; ~2 min on 2 cores with AMX bf16)
-    python benchmarks/train_mfu.py --quick            # tiny shapes: a smoke test in seconds
-    python benchmarks/train_mfu.py --device cuda      # + MFU against the GPU's bf16 peak and the full-run projection
-    python benchmarks/train_mfu.py --profile          # + torch.profiler table of one EMS step
+    python -m benchmarks.train_mfu --quick            # tiny shapes: a smoke test in seconds
+    python -m benchmarks.train_mfu --device cuda      # + MFU against the GPU's bf16 peak and the full-run projection
+    python -m benchmarks.train_mfu --profile          # + torch.profiler table of one EMS step
 
 One run prints, on one machine:
 1. the dense matmul rate of fp32 and bf16 (torch.matmul of two n x n matrices, median of timed calls);
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -38,17 +37,14 @@ import numpy as np
 import torch
 from torch import nn
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from ems.configs import yaml_value  # noqa: E402
-from ems.flops import encoder_flops, step_flops  # noqa: E402
-from ems.model import EMSConfig, config_from_preset  # noqa: E402
-from ems.text import PAD_ID  # noqa: E402
-from ems.training.bare_step import bare_step, median_seconds, step_context  # noqa: E402
-from ems.training.batch_order import BatchOrder  # noqa: E402
-from ems.training.config import TrainConfig  # noqa: E402
-from ems.training.runtime import adamw as adamw_optimizer  # noqa: E402
+from ems.configs import yaml_value
+from ems.flops import encoder_flops, step_flops
+from ems.model import EMSConfig, config_from_preset
+from ems.text import PAD_ID
+from ems.training.bare_step import bare_step, median_seconds, step_context
+from ems.training.batch_order import BatchOrder
+from ems.training.config import TrainConfig
+from ems.training.runtime import adamw as adamw_optimizer
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), matched in order against the device name.
 PEAK_BF16_TFLOPS = [

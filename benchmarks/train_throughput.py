@@ -1,6 +1,6 @@
 """Training-step throughput of an EMS preset on this machine (forward + backward + AdamW step), fp32 and bf16.
 
-    python benchmarks/train_throughput.py [--preset tiny] [--batch 128] [--length 12] [--steps 10]
+    python -m benchmarks.train_throughput [--preset tiny] [--batch 128] [--length 12] [--steps 10]
 
 Prints, for fp32 and bf16 autocast: seconds per step (the median after two warm-up steps), pairs/s, real
 tokens/s and the model FLOP rate (ems.flops), so presets and dtypes can be compared on one machine. The step

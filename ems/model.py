@@ -208,7 +208,7 @@ class EMSConfig:
 
 # The model sizes, smallest first: EMSConfig fields over its defaults (vocab_size and n_languages come
 # from the tokenizer, except ems-paper's). Parameters and training FLOPs per pair of each:
-# python benchmarks/presets_table.py. The demo (12 languages of short Tatoeba sentences) cuts at 64.
+# python -m benchmarks.presets_table. The demo (12 languages of short Tatoeba sentences) cuts at 64.
 PRESETS: dict[str, dict] = {
     # CPU-sized model for the demo and tests: in a fixed time on CPU cores, more epochs of this size beat
     # fewer of a larger one (measured: docs/results/ablations.md).
