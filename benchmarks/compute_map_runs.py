@@ -253,14 +253,12 @@ def group_scores(results: Path, pairs: dict[str, int]) -> dict[str, float]:
 def write_points(
     cfg: MapConfig, size: str, budgets: dict[str, int], runs: dict[str, Path], prepared: Path, out: Path, data_dir: Path
 ) -> None:
+    from benchmarks.presets_table import flops_per_pair, sample_batches
     from ems.encoder import load
     from ems.flops import encoder_parameters
     from ems.shards import PairShards
     from eval.compute_map import MapPoint, point_path, write_point
     from eval.language_groups import training_pairs
-
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    from presets_table import flops_per_pair, sample_batches
 
     shards = PairShards(prepared / "shards" / "train")
     pairs = training_pairs(prepared / "shards" / "train")

@@ -5,7 +5,8 @@
     # on the GPU machine (runs/gpu_data carried; docs/getting-started.md, "GPU machines"): checks, MFU
     # probe, training, evaluation, report
     python3 -m pip install -q --no-index --no-deps --target /tmp/site runs/gpu_data/wheels/*.whl
-    PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu_acceptance run --data runs/gpu_data --work /tmp/ga --report-dir DIR
+    PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu_acceptance run --data runs/gpu_data --work /tmp/ga \
+        --report-dir DIR
     # the same path, tiny, on CPU (CI: tests/test_gpu_acceptance.py, on a prepared slice)
     python -m benchmarks.gpu_acceptance run --data PREPARED --work /tmp/smoke --smoke
 
@@ -814,16 +815,18 @@ def segmenters(mode: str, table: Path):
     saved_modules = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     saved_env = {key: os.environ.get(key) for key in ("PYTHONPATH", "EMS_SEGMENTATION_TABLE")}
     getters = (ems.text._jieba, ems.text._mecab, ems.text._opencc)
-    sys.path.insert(0, str(STANDINS))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STANDINS), saved_env["PYTHONPATH"]]))
     os.environ["EMS_SEGMENTATION_TABLE"] = str(table)
+    for name in ("_segmentation_table", "jieba", "fugashi", "opencc"):  # the table first: the others import it
+        spec = importlib.util.spec_from_file_location(name, STANDINS / f"{name}.py")
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
     for getter in getters:
         getter.cache_clear()
     why = f"missing: {', '.join(missing)}" if missing else "--segmenters table"
     try:
         yield {"mode": "table", "detail": f"the stand-ins of benchmarks/segmenters on {table.name} ({why})"}
     finally:
-        sys.path.remove(str(STANDINS))
         for name in names:
             sys.modules.pop(name, None)
         sys.modules.update(saved_modules)
