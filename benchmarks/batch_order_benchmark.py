@@ -1,6 +1,6 @@
 """In-batch duplicates and padding of the trainer's batch order on real shards.
 
-    python benchmarks/batch_order_benchmark.py SHARDS [--batch 256] [--max-len 64] [--bucket-batches 50 1000]
+    python -m benchmarks.batch_order_benchmark SHARDS [--batch 256] [--max-len 64] [--bucket-batches 50 1000]
                                                [--padding-budgets 0 0.005 0.01]
 
 For random batches, length-bucketed batches (ems.training.batch_order.BatchOrder without content ids) and bucketed
@@ -18,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ems.shards import PairShards  # noqa: E402
-from ems.training.batch_order import BatchOrder, rows_with_duplicates  # noqa: E402
+from ems.shards import PairShards
+from ems.training.batch_order import BatchOrder, rows_with_duplicates
 
 
 def measure(batches: list[np.ndarray], content_ids: np.ndarray, lengths: np.ndarray) -> tuple[float, float]:

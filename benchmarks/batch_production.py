@@ -1,6 +1,6 @@
 """Host-side cost of one training batch: the batch order's pair indices and their collation into tensors.
 
-    python benchmarks/batch_production.py --data SHARDS [--config configs/train/gpu.yaml] [--set KEY=VALUE ...]
+    python -m benchmarks.batch_production --data SHARDS [--config configs/train/gpu.yaml] [--set KEY=VALUE ...]
         [--batches 30] [--json OUT]
 
 The trainer's own BatchOrder (ems.training.setup.build_order: the config's batch size, temperature,
@@ -17,18 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ems.configs import load_config  # noqa: E402
-from ems.model import config_from_preset  # noqa: E402
-from ems.shards import PairShards  # noqa: E402
-from ems.training.batches import collate  # noqa: E402
-from ems.training.config import TrainConfig  # noqa: E402
-from ems.training.setup import build_order  # noqa: E402
+from ems.configs import load_config
+from ems.model import config_from_preset
+from ems.shards import PairShards
+from ems.training.batches import collate
+from ems.training.config import TrainConfig
+from ems.training.setup import build_order
 
 
 def measure(cfg: TrainConfig, shards: PairShards, batches: int) -> dict:

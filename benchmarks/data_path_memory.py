@@ -1,6 +1,6 @@
 """Per-rank host memory of the trainer's data path on synthetic shards of N pairs.
 
-    python benchmarks/data_path_memory.py --pairs 10000000 50000000 [--dir /tmp/shards] [--batches 20]
+    python -m benchmarks.data_path_memory --pairs 10000000 50000000 [--dir /tmp/shards] [--batches 20]
 
 For each N: writes format-2 shards (data_prep.binarize's layout; tokens.npy sparse, since only
 the rows of a few batches are read; 8 language pairs; unique content ids; side lengths drawn
@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.process_memory import status_mib
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 1 << 22
@@ -82,65 +86,66 @@ def write_shards(directory: Path, n_pairs: int, seed: int = 0) -> None:
     index_path.write_text(json.dumps(index))
 
 
-MEASURE = r"""
-import json, resource, sys, time
-import numpy as np
-sys.path.insert(0, sys.argv[2])
-from ems.training.batches import iterate_batches
-from ems.shards import PairShards
-from ems.training.config import TrainConfig
-from ems.training.setup import build_order
+def measure(directory: str, batches: int) -> None:
+    """What one rank of the trainer does with the shards in `directory`, in this process (a fresh one:
+    `--measure`); prints one JSON list of the memory figures after each stage."""
+    from ems.shards import PairShards
+    from ems.training.batches import iterate_batches
+    from ems.training.config import TrainConfig
+    from ems.training.setup import build_order
 
-def rss_mb():
-    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+    stages, start = [], time.time()
 
-def status_mb(key):
-    line = next(l for l in open("/proc/self/status") if l.startswith(key + ":"))
-    return int(line.split()[1]) / 1024
+    def stage(name: str) -> None:
+        stages.append(
+            {
+                "stage": name,
+                "rss_mb": round(status_mib("VmRSS"), 1),
+                "anon_mb": round(status_mib("RssAnon"), 1),
+                "file_mb": round(status_mib("RssFile"), 1),
+                "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "seconds": round(time.time() - start, 1),
+            }
+        )
 
-stages, start = [], time.time()
-def stage(name):
-    stages.append({"stage": name, "rss_mb": round(rss_mb(), 1), "anon_mb": round(status_mb("RssAnon"), 1),
-                   "file_mb": round(status_mb("RssFile"), 1),
-                   "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                   "seconds": round(time.time() - start, 1)})
-stage("imports")
-shards = PairShards(sys.argv[1])
-stage("open shards")
-cfg = TrainConfig(data=sys.argv[1], batch_size=152)
-order = build_order(cfg, shards, 4 * 152, 64, rank=0)
-stage("build_order")
-stream = iterate_batches(shards, order, 64, rank=0, world_size=4)
-next(stream)
-stage("1st window, 1st batch")
-for _ in range(int(sys.argv[3]) - 1):
+    stage("imports")
+    shards = PairShards(directory)
+    stage("open shards")
+    cfg = TrainConfig(data=directory, batch_size=152)
+    order = build_order(cfg, shards, 4 * 152, 64, rank=0)
+    stage("build_order")
+    stream = iterate_batches(shards, order, 64, rank=0, world_size=4)
     next(stream)
-stage("first batches collated")
-print(json.dumps(stages))
-"""
+    stage("1st window, 1st batch")
+    for _ in range(batches - 1):
+        next(stream)
+    stage("first batches collated")
+    print(json.dumps(stages))
 
 
-def measure(directory: Path, batches: int) -> list[dict]:
-    out = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(directory), str(ROOT), str(batches)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+def measured(directory: Path, batches: int) -> list[dict]:
+    """`measure`'s stages, run in a fresh process (this module with --measure)."""
+    command = [sys.executable, "-m", "benchmarks.data_path_memory", "--measure", str(directory.resolve())]
+    command += ["--batches", str(batches)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, nargs="+", default=[10_000_000, 50_000_000])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/ems_data_path_memory"))
     parser.add_argument("--batches", type=int, default=20)
-    args = parser.parse_args()
+    parser.add_argument("--measure", metavar="SHARDS", help=argparse.SUPPRESS)  # the child process of `measured`
+    args = parser.parse_args(argv)
+    if args.measure:
+        measure(args.measure, args.batches)
+        return
     peaks, anonymous = {}, {}
     for n in args.pairs:
         directory = args.dir / f"{n}"
         write_shards(directory, n)
-        stages = measure(directory, args.batches)
+        stages = measured(directory, args.batches)
         # ru_maxrss can carry the parent's high-water mark across fork+exec (seen here after the
         # parent wrote the shards), so the figure extrapolated is the largest resident set measured
         peaks[n] = max(s["rss_mb"] for s in stages)

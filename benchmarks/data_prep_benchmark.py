@@ -11,9 +11,9 @@ inserted, a word dropped or repeated, neighbours swapped). Out (printed):
 3. peak RSS of the largest process of the clean and binarize stages (2 workers) at 1M and
    10M pairs (target: flat, under 1 GiB). Each measurement runs in a fresh process.
 
-    python benchmarks/data_prep_benchmark.py                # ~10 min on 2 cores
-    python benchmarks/data_prep_benchmark.py --sizes 1000000  # skip the 10M run
-    python benchmarks/data_prep_benchmark.py --parts rss      # only the memory figures
+    python -m benchmarks.data_prep_benchmark                # ~10 min on 2 cores
+    python -m benchmarks.data_prep_benchmark --sizes 1000000  # skip the 10M run
+    python -m benchmarks.data_prep_benchmark --parts rss      # only the memory figures
 """
 
 from __future__ import annotations
@@ -30,21 +30,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import sentencepiece as spm
+
+from benchmarks.process_memory import status_kib
+from data_prep.binarize import _encode_part, binarize
+from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences
+from data_prep.config import PrepConfig
+from data_prep.opus import MirrorSource, fetch
+from data_prep.pretokenize import mark_pretokenized, pretokenize_corpus
+from data_prep.vocab import train_vocab
+from ems.configs import load_config
+from ems.corpus import list_parallel, read_parallel
+from ems.text import Preprocessing, Tokenizer
+from fixtures.opus_mirror import FLORES, build_mirror, flores_lines
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))  # the repo's own `tests` package, not the one opustools installs
-
-import sentencepiece as spm  # noqa: E402
-
-from data_prep.binarize import _encode_part, binarize  # noqa: E402
-from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences  # noqa: E402
-from data_prep.config import PrepConfig  # noqa: E402
-from data_prep.opus import MirrorSource, fetch  # noqa: E402
-from data_prep.pretokenize import mark_pretokenized, pretokenize_corpus  # noqa: E402
-from data_prep.vocab import train_vocab  # noqa: E402
-from ems.configs import load_config  # noqa: E402
-from ems.corpus import list_parallel, read_parallel  # noqa: E402
-from ems.text import Preprocessing, Tokenizer  # noqa: E402
-from tests.opus_mirror import FLORES, build_mirror, flores_lines  # noqa: E402
 
 PAIRS = [("de", "en"), ("en", "fr"), ("en", "ja"), ("en", "ru")]
 EVAL_SETS = ("tatoeba", "sts")
@@ -174,7 +174,7 @@ def measure(stage: str, corpus: str, out: str, vocab: str, data_dir: str) -> Non
     else:
         binarize(corpus, vocab, out, workers=2)
     # VmHWM, not RUSAGE_SELF: Linux carries the parent's pre-exec peak into a child's ru_maxrss.
-    own_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    own_kib = status_kib("VmHWM")
     workers_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({"seconds": time.perf_counter() - start, "peak_rss_mib": max(own_kib, workers_kib) / 1024}))
 
@@ -230,20 +230,13 @@ def main() -> None:
             )
             for stage in args.rss_stages:
                 out = work / f"{stage}-{size}"
+                paths = [str(path.resolve()) for path in (corpus, out, vocab, args.data_dir)]
                 result = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--measure",
-                        stage,
-                        str(corpus),
-                        str(out),
-                        str(vocab),
-                        str(args.data_dir),
-                    ],
+                    [sys.executable, "-m", "benchmarks.data_prep_benchmark", "--measure", stage, *paths],
                     check=True,
                     capture_output=True,
                     text=True,
+                    cwd=REPO_ROOT,
                 )
                 figures = json.loads(result.stdout.strip().splitlines()[-1])
                 print(

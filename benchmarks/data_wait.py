@@ -1,7 +1,7 @@
 """Share of training wall time spent waiting for data, with batches read inside the step and
 read ahead by ems.training.batches.Prefetcher: the real trainer, one process, on your shards.
 
-    python benchmarks/data_wait.py --data SHARDS --vocab VOCAB [--config configs/train/demo.yaml]
+    python -m benchmarks.data_wait --data SHARDS --vocab VOCAB [--config configs/train/demo.yaml]
         [--steps 60] [--skip 20] [--out /tmp/ems_data_wait]
 
 Runs `ems.training.train.train` for --steps steps once per `prefetch_batches` setting (0, then 2), logging
@@ -14,14 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ems.configs import load_config  # noqa: E402
-from ems.training.config import TrainConfig  # noqa: E402
-from ems.training.train import train  # noqa: E402
+from ems.configs import load_config
+from ems.training.config import TrainConfig
+from ems.training.train import train
 
 
 def measure(cfg: TrainConfig, skip: int) -> dict:

@@ -1,9 +1,9 @@
 """Encoding throughput: `ems.load(DIR).encode` against the same model exported with `ems-export`
 and encoded by `SentenceTransformer.encode`, on the same real sentences, same machine, same threads.
 
-    python benchmarks/encode_throughput.py --model runs/demo/run/model --out runs/encode_throughput
-    python benchmarks/encode_throughput.py --model DIR --languages de,fr,ja --sentences 2000 --repeats 3
-    python benchmarks/encode_throughput.py --model DIR --precision fp32 --tokenizer-workers 1
+    python -m benchmarks.encode_throughput --model runs/demo/run/model --out runs/encode_throughput
+    python -m benchmarks.encode_throughput --model DIR --languages de,fr,ja --sentences 2000 --repeats 3
+    python -m benchmarks.encode_throughput --model DIR --precision fp32 --tokenizer-workers 1
 
 The sentences are the first `--sentences` lines of each language's FLORES-200 devtest file (real
 text of every length, the data directory's `flores200/devtest`), plus English. Each encoder runs the
@@ -30,11 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from ems.cli import UserError, add_debug_option, run_main
+from ems.languages import ENGLISH, flores_file
 
-from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
-from ems.languages import ENGLISH, flores_file  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 MIN_COSINE = 0.999
 

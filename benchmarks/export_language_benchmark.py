@@ -1,41 +1,32 @@
 """What the language choice of an exported sentence-transformers model costs, on real sentences.
 
-    python benchmarks/export_language_benchmark.py MODEL_DIR --languages de,fr,ja,zh,en [--data-dir ../shared/data]
+    python -m benchmarks.export_language_benchmark MODEL_DIR --languages de,fr,ja,zh,en [--data-dir ../shared/data]
 
 For each language, LASER's Tatoeba sentences are encoded by `ems.load(MODEL_DIR)` with the right
 language (the reference) and by the model exported with `ems.apps.export --format sentence-transformers`
 without `lang=` (the by-script `auto` default) and with each wrong fixed default. Printed per row:
 the cosine to the reference (mean, 5th percentile, min, share identical) and Tatoeba P@1 xx->en
-(for en: en->de). Its measured figures: docs/results/throughput.md.
+(for en: en->de; eval.evaluators.retrieval.cosine_p_at_1). Its measured figures: docs/results/throughput.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ems  # noqa: E402
-from ems.apps.export import export_sentence_transformers  # noqa: E402
-from ems.languages import lang_to_tatoeba_code  # noqa: E402
-from ems.text import guess_language  # noqa: E402
+import ems
+from ems.apps.export import export_sentence_transformers
+from ems.languages import lang_to_tatoeba_code
+from ems.text import guess_language
+from eval.evaluators.retrieval import cosine_p_at_1, read_lines
 
 
 def unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def p_at_1(src: np.ndarray, tgt: np.ndarray) -> float:
-    return 100 * float(np.mean((unit(src) @ unit(tgt).T).argmax(1) == np.arange(len(src))))
-
-
-def read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def main() -> None:
@@ -54,12 +45,12 @@ def main() -> None:
     reference = ems.load(args.model)
     for lang in args.languages.split(","):
         if lang == "en":  # English sentences, retrieved against their German translations
-            xx = read(tatoeba / "tatoeba.deu-eng.eng")
-            targets = reference.encode(read(tatoeba / "tatoeba.deu-eng.deu"), "de")
+            xx = read_lines(tatoeba / "tatoeba.deu-eng.eng")
+            targets = reference.encode(read_lines(tatoeba / "tatoeba.deu-eng.deu"), "de")
         else:
             code = lang_to_tatoeba_code(lang)
-            xx = read(tatoeba / f"tatoeba.{code}-eng.{code}")
-            targets = reference.encode(read(tatoeba / f"tatoeba.{code}-eng.eng"), "en")
+            xx = read_lines(tatoeba / f"tatoeba.{code}-eng.{code}")
+            targets = reference.encode(read_lines(tatoeba / f"tatoeba.{code}-eng.eng"), "en")
         correct = reference.encode(xx, lang)
         rows = {"auto (no lang=)": exported.encode(xx)}
         for wrong in ["en"] + [other for other in reference.languages if other not in (lang, "en")]:
@@ -68,13 +59,13 @@ def main() -> None:
         counts = {guess: guessed.count(guess) for guess in sorted(set(guessed))}
         print(
             f"\n{lang} ({len(xx)} Tatoeba sentences; guessed {counts}); "
-            f"P@1 with the right lang: {p_at_1(correct, targets):.1f}"
+            f"P@1 with the right lang: {100 * cosine_p_at_1(correct, targets):.1f}"
         )
         for name, vectors in rows.items():
             cos = (unit(vectors) * unit(correct)).sum(1)
             print(
                 f"  {name:16s} cos mean {cos.mean():.4f}  p5 {np.percentile(cos, 5):.4f}  min {cos.min():.4f}  "
-                f"identical {100 * np.mean(cos > 0.99999):.0f}%  P@1 {p_at_1(vectors, targets):.1f}"
+                f"identical {100 * np.mean(cos > 0.99999):.0f}%  P@1 {100 * cosine_p_at_1(vectors, targets):.1f}"
             )
 
 

@@ -1,6 +1,6 @@
 """How many FLORES-200 devtest sentences a max_len cuts, per trained language of a vocabulary.
 
-    python benchmarks/flores_lengths.py --vocab runs/ml/data/vocab [--data-dir ../shared/data]
+    python -m benchmarks.flores_lengths --vocab runs/ml/data/vocab [--data-dir ../shared/data]
                                         [--max-len 64 128 160 192 256] [--out DIR]
 
 Each language of the vocabulary that FLORES-200 has is tokenized as an encoder would (its own
@@ -15,16 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from ems.languages import flores_file
+from ems.text import Tokenizer
 
-from ems.languages import flores_file  # noqa: E402
-from ems.text import Tokenizer  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 COVERAGE = 0.99
 

@@ -1,15 +1,15 @@
 """The readers' fuzz tests (tests/test_fuzz_readers.py) in the long profile, one reader at a time:
 a table of reader x examples x seconds x failures found.
 
-    python benchmarks/fuzz_readers.py --out runs/fuzz_readers.md [--readers moses shards ...]
+    python -m benchmarks.fuzz_readers --out runs/fuzz_readers.md [--readers moses shards ...]
         [--examples N] [--profile long|ci] [--seed S]
 
 Each reader's test runs in its own pytest process (EMS_FUZZ_PROFILE=long: LONG_FACTOR times the CI
-profile's examples, random; --examples N sets every reader's count; --seed fixes hypothesis's seed),
-with OMP_NUM_THREADS=1. Per reader: the examples hypothesis ran (its statistics: the generate
-phase's passing and failing test cases; shrinking a failure runs more), the seconds the process
-took, the distinct failures it reported (a crash of the process, such as a segmentation fault,
-counts as one) and the first line of each.
+profile's examples, random, as fixtures/fuzz_profiles.py sets them; --examples N sets every reader's
+count; --seed fixes hypothesis's seed), with OMP_NUM_THREADS=1. Per reader: the examples hypothesis
+ran (its statistics: the generate phase's passing and failing test cases; shrinking a failure runs
+more), the seconds the process took, the distinct failures it reported (a crash of the process, such
+as a segmentation fault, counts as one) and the first line of each.
 --out: a .md file gets the markdown table, a .json file the same rows as JSON (any other suffix:
 both, OUT.md and OUT.json). Exit status 0 whatever the tests found; the table says it.
 """
@@ -25,20 +25,20 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from fixtures.fuzz_profiles import EXAMPLES_VARIABLE, PROFILE_VARIABLE, PROFILES, READER_TESTS, examples
 
-from tests.test_fuzz_readers import EXAMPLES, READER_TESTS  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 STATISTICS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid test cases")
 FAILURE_LINE = re.compile(r"^\s*(?:\| )?(?:E\s+)?([A-Za-z_.]*(?:Error|Exception|Group|Warning)[A-Za-z_.]*: .*)$")
 
 
-def run_reader(reader: str, profile: str, examples: int | None, seed: int | None) -> dict:
-    """One reader's fuzz test in its own process: its row of the table."""
-    env = {**os.environ, "EMS_FUZZ_PROFILE": profile, "OMP_NUM_THREADS": "1"}
-    if examples is not None:
-        env["EMS_FUZZ_EXAMPLES"] = str(examples)
+def run_reader(reader: str, profile: str, every: int | None, seed: int | None) -> dict:
+    """One reader's fuzz test in its own process (`every`: the examples, default the profile's): its row
+    of the table."""
+    env = {**os.environ, PROFILE_VARIABLE: profile, "OMP_NUM_THREADS": "1"}
+    if every is not None:
+        env[EXAMPLES_VARIABLE] = str(every)
     command = [
         sys.executable,
         "-m",
@@ -68,7 +68,7 @@ def run_reader(reader: str, profile: str, examples: int | None, seed: int | None
         "reader": reader,
         "test": READER_TESTS[reader],
         "examples": counts[0] if counts else None,
-        "examples_asked": examples or EXAMPLES[reader] * (10 if profile == "long" else 1),
+        "examples_asked": examples(reader, profile, every),
         "seconds": round(seconds, 1),
         "failures": failures,
         "crashed": crashed,
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the table: .md, .json, or both for another suffix")
     parser.add_argument("--readers", nargs="+", choices=sorted(READER_TESTS), help="default: all")
     parser.add_argument("--examples", type=int, help="examples per reader (default: the profile's)")
-    parser.add_argument("--profile", choices=("long", "ci"), default="long")
+    parser.add_argument("--profile", choices=PROFILES, default="long")
     parser.add_argument("--seed", type=int, help="hypothesis's seed (default: random)")
     args = parser.parse_args(argv)
     rows = []

@@ -1,8 +1,8 @@
 """What the training loop adds to the bare training step, on the data and config of the GPU acceptance run.
 
-    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo [--preset medium] [--steps 300] \
+    python -m benchmarks.gpu_loop_overhead --data runs/gpu_data --work /tmp/lo [--preset medium] [--steps 300] \
         [--set prefetch_batches=0 ...]
-    python benchmarks/gpu_loop_overhead.py --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
+    python -m benchmarks.gpu_loop_overhead --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
         --steps 12 --log-every 3                                           # wiring, on CPU
 
 The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast; no DeepSpeed, no data loading,
@@ -33,17 +33,14 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from benchmarks.gpu_acceptance import TRAIN_CONFIG, model_config, probe_batch, shards_of, step_seconds  # noqa: E402
-from benchmarks.gpu_prepared import open_prepared, unpack  # noqa: E402
-from ems.apps.demo import data_paths  # noqa: E402
-from ems.cli import add_debug_option, run_main  # noqa: E402
-from ems.configs import load_config  # noqa: E402
-from ems.text import PAD_ID  # noqa: E402
-from ems.training.config import TrainConfig  # noqa: E402
-from ems.training.train import train  # noqa: E402
+from benchmarks.gpu_acceptance import TRAIN_CONFIG, model_config, probe_batch, shards_of, step_seconds
+from benchmarks.gpu_prepared import open_prepared, unpack
+from ems.apps.demo import data_paths
+from ems.cli import add_debug_option, run_main
+from ems.configs import load_config
+from ems.text import PAD_ID
+from ems.training.config import TrainConfig
+from ems.training.train import train
 
 
 def loop_figures(history: list[dict], skip_windows: int) -> dict:
@@ -97,7 +94,9 @@ def profiled(kind: str | None, device: str, out_dir: Path | None):
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, required=True, help="the directory gpu_acceptance.py prepare wrote")
+    parser.add_argument(
+        "--data", type=Path, required=True, help="the directory `python -m benchmarks.gpu_acceptance prepare` wrote"
+    )
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--preset", default="medium")
     parser.add_argument("--steps", type=int, default=300)

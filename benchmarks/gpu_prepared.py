@@ -1,4 +1,4 @@
-"""The GPU acceptance run's data, prepared on a CPU machine: `benchmarks/gpu_acceptance.py prepare`.
+"""The GPU acceptance run's data, prepared on a CPU machine: `python -m benchmarks.gpu_acceptance prepare`.
 
 In: the shared data directory (tatoeba_challenge/, tico19/ and the evaluation sets) and a data config
 (configs/data/multilingual.yaml: every Tatoeba Challenge and TICO-19 language). Out: a directory small
@@ -360,14 +360,14 @@ def open_prepared(path: Path, limit_mib: float = DEFAULT_LIMIT_MIB) -> Prepared:
     """The prepared directory at `path`, checked: its manifest, every file it lists at its size and
     sha256, nothing over `limit_mib` in all; UserError (one line) otherwise."""
     path = Path(path)
-    hint = "run `python benchmarks/gpu_acceptance.py prepare` on the CPU machine, and carry its --out"
+    hint = "run `python -m benchmarks.gpu_acceptance prepare` on the CPU machine, and carry its --out"
     if not (path / MANIFEST).is_file():
         raise UserError(f"{path} is no prepared directory (no {MANIFEST}; incomplete or over its limit): {hint}")
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         files = manifest["files"]
     except (ValueError, KeyError, TypeError):
-        raise UserError(f"{path / MANIFEST} is not a manifest of `gpu_acceptance.py prepare`: {hint}") from None
+        raise UserError(f"{path / MANIFEST} is not a manifest of `benchmarks.gpu_acceptance prepare`: {hint}") from None
     if manifest.get("format") != FORMAT:
         raise UserError(f"{path} was prepared in format {manifest.get('format')}, this run reads {FORMAT}: {hint}")
     problems = []

@@ -2,8 +2,8 @@
 to show that the import streams (its memory does not grow with the source); and the local
 parallel-sentences layout of the distillation recipe in docs/data.md.
 
-    python benchmarks/import_hf.py --data-dir ../shared/data --work runs/bench_hf [--sizes 250000 1200000]
-    python benchmarks/import_hf.py --data-dir ../shared/data --parallel-sentences runs/parallel-sentences \\
+    python -m benchmarks.import_hf --data-dir ../shared/data --work runs/bench_hf [--sizes 250000 1200000]
+    python -m benchmarks.import_hf --data-dir ../shared/data --parallel-sentences runs/parallel-sentences \\
         --languages de fr es
 
 The source: every English pair of the Tatoeba Challenge release (tatoeba_challenge/: ~570k real pairs,
@@ -14,7 +14,7 @@ language pairs from them). Each size is imported by `python -m data_prep import 
 process of its own (streamed, the default); printed: rows/s over the command's wall time and over
 its CPU time (the machine may be shared), the command's peak resident set (`os.wait4`) and the
 machine's 1-minute load average when it ended. `--parallel-sentences DIR` instead writes
-sentence-transformers' parallel-sentences layout (tests/hf_datasets.py) from the real pairs of
+sentence-transformers' parallel-sentences layout (fixtures/hf_datasets.py) from the real pairs of
 `--languages` and exits.
 """
 
@@ -30,12 +30,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from ems.languages import lang_to_tatoeba_code
+from fixtures.hf_datasets import TATOEBA_CHALLENGE_RELEASE, write_parallel_sentences
+from fixtures.hf_datasets import tatoeba_challenge_pairs as folder_pairs
 
-from ems.languages import lang_to_tatoeba_code  # noqa: E402
-from tests.hf_datasets import TATOEBA_CHALLENGE_RELEASE, write_parallel_sentences  # noqa: E402
-from tests.hf_datasets import tatoeba_challenge_pairs as folder_pairs  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 SHARD_ROWS = 100_000
 

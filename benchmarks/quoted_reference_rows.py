@@ -2,7 +2,7 @@
 5, per language) averaged over the language groups of OUR training corpus, so they sit beside the
 grouped tables of models trained here. Nothing is measured.
 
-    python benchmarks/quoted_reference_rows.py --train-data runs/multilingual/shards/train
+    python -m benchmarks.quoted_reference_rows --train-data runs/multilingual/shards/train
            [--quoted docs/results/multilingual/quoted_tatoeba.tsv] [--out FILE.md]
 
 The groups are eval.language_groups' (≥10k pairs, 1k–10k, <1k, unseen: the training pairs of each
@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from eval.language_groups import ALL, GROUPS, group_of, training_pairs
 
-from eval.language_groups import ALL, GROUPS, group_of, training_pairs  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 QUOTED = REPO_ROOT / "docs" / "results" / "multilingual" / "quoted_tatoeba.tsv"
 MODELS = ("LASER", "SBERT-distill", "EMS", "LaBSE")

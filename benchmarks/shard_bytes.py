@@ -1,7 +1,7 @@
 """Bytes of a shard directory in the current format (narrow token ids, lengths.npy) against the
 same shards in format 1 (int32 token ids, no lengths.npy), which this writes beside them.
 
-    python benchmarks/shard_bytes.py SHARDS [--work /tmp/ems_shard_bytes]
+    python -m benchmarks.shard_bytes SHARDS [--work /tmp/ems_shard_bytes]
 
 Prints each array's size in both formats and the totals. The format-1 copy is made as
 binarize wrote it before format 2 and checked to read back the same batches (ems.training.batches).
@@ -12,16 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ems.shards import PairShards  # noqa: E402
-from ems.training.batch_order import BatchOrder  # noqa: E402
-from ems.training.batches import collate  # noqa: E402
+from ems.shards import PairShards
+from ems.training.batch_order import BatchOrder
+from ems.training.batches import collate
 
 
 def format_1_copy(directory: Path, out: Path) -> Path:

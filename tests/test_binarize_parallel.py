@@ -15,7 +15,7 @@ from data_prep.vocab import language_quotas
 from ems.corpus import list_parallel, read_parallel
 from ems.shards import PairShards
 from ems.text import Preprocessing, Tokenizer
-from tests.opus_mirror import build_mirror
+from fixtures.opus_mirror import build_mirror
 
 SHARD_FILES = ("tokens.npy", "offsets.npy", "langs.npy", "index.json")
 

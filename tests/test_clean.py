@@ -18,7 +18,7 @@ from data_prep.clean import (
 )
 from ems.cli import run_main
 from ems.corpus import read_parallel, write_parallel
-from tests.opus_mirror import flores_lines
+from fixtures.opus_mirror import flores_lines
 
 NO_EVAL = HashSet()
 

@@ -200,15 +200,8 @@ def test_spreading_adds_no_padding_without_a_budget():
 
 
 def test_batch_order_benchmark_prints_rates_for_real_shards(tiny_pipeline, capsys):
-    import importlib.util
+    from benchmarks import batch_order_benchmark as benchmark
 
-    from tests.conftest import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location(
-        "batch_order_benchmark", REPO_ROOT / "benchmarks" / "batch_order_benchmark.py"
-    )
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
     assert (
         benchmark.main(
             [str(tiny_pipeline / "shards"), "--batch", "32", "--bucket-batches", "50", "--padding-budgets", "0"]

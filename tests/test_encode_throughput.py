@@ -2,20 +2,13 @@
 (both rates, their ratio, the vectors' agreement) and its one-line refusals. The figures themselves
 are the benchmark's run on a quiet machine."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
 import ems
+from benchmarks import encode_throughput as bench
 from ems.cli import run_main
-from tests.conftest import REPO_ROOT
-
-spec = importlib.util.spec_from_file_location("encode_throughput", REPO_ROOT / "benchmarks" / "encode_throughput.py")
-bench = importlib.util.module_from_spec(spec)
-sys.modules["encode_throughput"] = bench
-spec.loader.exec_module(bench)
 
 
 def test_the_report_compares_the_same_vectors(model_dir, data_dir, tmp_path):

@@ -1,6 +1,6 @@
 """Faults of data prep (issue 13): what a hostile but fair user does to `python -m data_prep`,
 `python -m data_prep.gettext_corpus`, an OPUS mirror and a data config, and the one clear outcome
-each must have. Offline: the OPUS mirror is built from real FLORES-200 text (tests.opus_mirror)."""
+each must have. Offline: the OPUS mirror is built from real FLORES-200 text (fixtures.opus_mirror)."""
 
 import gzip
 import importlib.util
@@ -21,8 +21,8 @@ from data_prep.opus import FetchError, FetchJob, OnlineSource
 from ems.cli import run_main
 from ems.configs import ConfigError
 from ems.corpus import list_parallel, read_parallel, write_parallel
+from fixtures.opus_mirror import build_mirror, edit_sentence_archive, flores_lines
 from tests.conftest import REPO_ROOT
-from tests.opus_mirror import build_mirror, edit_sentence_archive, flores_lines
 
 CONFIG = "languages: [de, en]\npivot: en\ncorpora:\n  - {name: TED2020, release: v1}\n"
 DJANGO_DE = Path(importlib.util.find_spec("django").submodule_search_locations[0]) / "conf/locale/de/LC_MESSAGES"

@@ -20,7 +20,7 @@ from data_prep import fetch as data_fetch
 from data_prep.__main__ import main as prep_main
 from ems.cli import run_main
 from ems.teacher_store import STORE_FILE, TeacherStore
-from tests.opus_mirror import build_mirror
+from fixtures.opus_mirror import build_mirror
 
 pytestmark = pytest.mark.faults
 
@@ -205,7 +205,7 @@ def test_a_saved_hf_dataset_naming_files_outside_it_is_refused(listed_in, tmp_pa
 
 
 def test_a_hf_import_report_naming_files_outside_the_output_removes_nothing(data_dir, tmp_path, capsys):
-    from tests.hf_datasets import tatoeba_challenge_pairs, write_parallel_sentences
+    from fixtures.hf_datasets import tatoeba_challenge_pairs, write_parallel_sentences
 
     dataset = write_parallel_sentences(tmp_path / "ps", {"de": tatoeba_challenge_pairs(data_dir, "deu", 20)})
     out, victim = tmp_path / "out", tmp_path / "victim.txt"

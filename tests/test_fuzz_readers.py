@@ -18,11 +18,12 @@ out of it (ems.corpus.inside_folder), a property of its own below, as is a stage
 pre-filled output folder (a clean run's outputs, or one line).
 
 Profiles (EMS_FUZZ_PROFILE): "ci" (the default; derandomized, so CI runs the same examples every
-time; EXAMPLES per reader) and "long" (LONG_FACTOR times as many, random). EMS_FUZZ_EXAMPLES=N sets
-every reader's count. No example database is written (database=None), and hypothesis's caches go to
-a temporary folder, not into the repository. What the long profile found
-is pinned as @example cases, which both profiles run first: each stays as the regression test of
-its fix. benchmarks/fuzz_readers.py runs the long profile reader by reader and tabulates what it found.
+time; EXAMPLES per reader) and "long" (LONG_FACTOR times as many, random); EMS_FUZZ_EXAMPLES=N sets
+every reader's count (fixtures/fuzz_profiles.py, which the long profile's runner reads too). No
+example database is written (database=None), and hypothesis's caches go to a temporary folder, not
+into the repository. What the long profile found is pinned as @example cases, which both profiles run
+first: each stays as the regression test of its fix. `python -m benchmarks.fuzz_readers` runs the
+long profile reader by reader and tabulates what it found.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from ems.cli import USER_ERRORS, one_line, run_main
+from fixtures import fuzz_profiles
+from fixtures.fuzz_profiles import EXAMPLES_VARIABLE, PROFILE_VARIABLE, PROFILES
 
 pytestmark = pytest.mark.fuzz
 
@@ -60,47 +63,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # --- profiles ------------------------------------------------------------------------------------
 
-PROFILE = os.environ.get("EMS_FUZZ_PROFILE", "ci")
-LONG_FACTOR = 10
-# examples per reader in the ci profile (the slower readers, whose examples run a command line over
-# several files, get fewer): the file runs in about two minutes on 2 busy cores
-EXAMPLES = {
-    "moses": 200,
-    "gettext_catalog": 300,
-    "gettext_wheel": 120,
-    "opus_mirror": 100,
-    "opus_moses_zip": 60,
-    "hf_local": 60,
-    "tokenizer": 200,
-    "model": 150,
-    "shards": 200,
-    "configs": 150,
-    "teacher_store": 200,
-    "mining_inputs": 40,
-    "mining_workdir": 60,
-    "checkpoint": 200,
-    "folder_links": 30,
-    "prefilled": 30,
-}
-# reader -> its test function (benchmarks/fuzz_readers.py runs them one at a time)
-READER_TESTS = {
-    "moses": "test_moses_parallel_files",
-    "gettext_catalog": "test_gettext_catalog_bytes",
-    "gettext_wheel": "test_gettext_wheel",
-    "opus_mirror": "test_opus_mirror",
-    "opus_moses_zip": "test_opus_moses_zip",
-    "hf_local": "test_hf_local_layouts",
-    "tokenizer": "test_tokenizer_folder",
-    "model": "test_model_folder",
-    "shards": "test_shards",
-    "configs": "test_config_yaml",
-    "teacher_store": "test_teacher_store",
-    "mining_inputs": "test_mining_inputs",
-    "mining_workdir": "test_mining_work_dir",
-    "checkpoint": "test_checkpoints",
-    "folder_links": "test_a_folder_with_a_symlink_out_is_refused",
-    "prefilled": "test_a_stage_rerun_into_a_prefilled_folder_gives_a_clean_runs_outputs_or_one_line",
-}
+PROFILE = os.environ.get(PROFILE_VARIABLE, "ci")
 _COMMON = dict(
     deadline=None,
     database=None,
@@ -115,14 +78,12 @@ settings.register_profile("long", derandomize=False, **_COMMON)
 # hypothesis's own caches (the constants it collects from the source, Unicode tables) go to a temporary
 # folder, not to .hypothesis/ in the repository (there is no example database: database=None)
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "ems-fuzz-hypothesis")
-if PROFILE not in ("ci", "long"):
-    raise ValueError(f"EMS_FUZZ_PROFILE must be ci or long, got {PROFILE!r}")
+if PROFILE not in PROFILES:
+    raise ValueError(f"{PROFILE_VARIABLE} must be ci or long, got {PROFILE!r}")
 
 
 def examples(reader: str) -> int:
-    if os.environ.get("EMS_FUZZ_EXAMPLES"):
-        return int(os.environ["EMS_FUZZ_EXAMPLES"])
-    return EXAMPLES[reader] * (LONG_FACTOR if PROFILE == "long" else 1)
+    return fuzz_profiles.examples(reader, PROFILE, os.environ.get(EXAMPLES_VARIABLE))
 
 
 def fuzz(reader: str, **strategies):
@@ -796,7 +757,7 @@ def _check_fetched(out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def opus_mirror(base) -> Path:
-    from tests.opus_mirror import build_mirror
+    from fixtures.opus_mirror import build_mirror
 
     root = base / "opus_seed"
     build_mirror(root / "mirror", "TED2020", "v1", None, [("de", "en")], docs=2, text=OPUS_TEXT)

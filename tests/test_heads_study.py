@@ -2,17 +2,11 @@
 choice, changing a dev figure does; capped_rows is the sample `capped` keeps."""
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks import heads_study
 from eval.parallel_data import SentencePairs, capped, capped_rows
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("heads_study", REPO_ROOT / "benchmarks" / "heads_study.py")
-heads_study = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(heads_study)
 
 
 def _row(source, head, rate, dev, test):

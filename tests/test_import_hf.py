@@ -23,8 +23,8 @@ from ems.cli import run_main
 from ems.configs import ConfigError, load_config
 from ems.corpus import list_parallel, read_parallel
 from ems.languages import split_language_pair
+from fixtures.hf_datasets import tatoeba_challenge_pairs, write_parallel_sentences
 from tests.conftest import REPO_ROOT
-from tests.hf_datasets import tatoeba_challenge_pairs, write_parallel_sentences
 
 N = 240  # real pairs per language pair
 

@@ -2,14 +2,9 @@
 scale runs use): every stage measured in its own processes, recall against exact search, F1
 against the gold and against the exact miner, and the projections."""
 
-import importlib.util
 import json
 
-from tests.conftest import REPO_ROOT
-
-spec = importlib.util.spec_from_file_location("mining_scale", REPO_ROOT / "benchmarks" / "mining_scale.py")
-mining_scale = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mining_scale)
+from benchmarks import mining_scale
 
 
 def test_mining_scale_measures_every_stage(data_dir, tmp_path, capsys):

@@ -13,7 +13,7 @@ from data_prep.config import PrepConfig
 from data_prep.opus import FetchError, MirrorSource, OnlineSource, check_opus_codes, download, fetch
 from ems.cli import run_main
 from ems.configs import ConfigError, load_config
-from tests.opus_mirror import build_mirror, flores_lines
+from fixtures.opus_mirror import build_mirror, flores_lines
 
 
 def make_config(**overrides):

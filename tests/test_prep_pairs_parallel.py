@@ -2,7 +2,7 @@
 `pretokenize` with different `--pair` write into the same output directories at the same time, and
 keep every pair's entries of the shared reports; a second writer of the same pair, and a writer of
 the whole directory, are refused in one line. The corpus: a local parallel-sentences dataset of real
-Tatoeba Challenge pairs (tests.hf_datasets), imported through the config's hf: corpora.
+Tatoeba Challenge pairs (fixtures.hf_datasets), imported through the config's hf: corpora.
 
 The overlap is made deterministic: while one pair's stage is in the middle of its work (its first
 call of the function named below), the other command runs from start to end in the same process,
@@ -16,7 +16,7 @@ import pytest
 
 from data_prep.__main__ import main
 from ems.cli import run_main
-from tests.hf_datasets import pairs_config
+from fixtures.hf_datasets import pairs_config
 
 PAIRS = ("de-en", "en-fr")
 # Per stage: the function a running pair task is inside of when the other task runs.

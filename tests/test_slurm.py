@@ -289,7 +289,7 @@ def job_states(job: str) -> list[str]:
 
 
 def test_prep_pair_tasks_run_side_by_side_and_the_join_makes_shards(slurm_cluster, data_dir, tmp_path):
-    from tests.hf_datasets import pairs_config
+    from fixtures.hf_datasets import pairs_config
 
     caps = {"de": "max_pairs: 250", "fr": "max_pairs: 200"}
     config = pairs_config(tmp_path, data_dir, 300, caps, "vocab: {vocab_size: 300, max_sentences: 10000}\n")

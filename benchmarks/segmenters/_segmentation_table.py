@@ -1,6 +1,7 @@
 """The table behind the stand-ins in this directory (jieba, fugashi, opencc): the answers the real
-packages gave to every evaluation sentence that can reach them, recorded by `benchmarks/gpu_acceptance.py
-prepare` (benchmarks/gpu_prepared.py: segmentation.json.xz) and named by $EMS_SEGMENTATION_TABLE.
+packages gave to every evaluation sentence that can reach them, recorded by `python -m
+benchmarks.gpu_acceptance prepare` (benchmarks/gpu_prepared.py: segmentation.json.xz) and named by
+$EMS_SEGMENTATION_TABLE.
 
 The GPU run puts this directory first on sys.path and PYTHONPATH (so that spawned tokenizer workers
 see it too) where those packages are not installed: ems.text then segments Chinese and Japanese
@@ -21,7 +22,9 @@ ENV = "EMS_SEGMENTATION_TABLE"
 def table() -> dict:
     path = os.environ.get(ENV)
     if not path:
-        raise LookupError(f"${ENV} is not set: the segmenter stand-ins need the table of `gpu_acceptance.py prepare`")
+        raise LookupError(
+            f"${ENV} is not set: the segmenter stand-ins need the table of `benchmarks.gpu_acceptance prepare`"
+        )
     with lzma.open(path, "rt", encoding="utf-8") as f:
         return json.load(f)
 
