@@ -27,7 +27,7 @@ from data_prep.config import HF_SAMPLES, CorpusSpec, PrepConfig
 from data_prep.importers import CORPUS_SOURCES, unknown_source
 from data_prep.opus import MirrorSource, OnlineSource, fetch
 from data_prep.pretokenize import pretokenize_corpus
-from data_prep.split import split_heldout
+from data_prep.split import DRAWS, split_heldout
 from data_prep.vocab import train_vocab
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
@@ -301,10 +301,26 @@ def split_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heldout-out", type=Path, required=True)
     p.add_argument("--per-pair", type=int, required=True, help="held-out pairs per language pair")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--draw",
+        choices=DRAWS,
+        default="random",
+        help="random: each language pair on its own; pivot: the pairs whose English has the smallest seeded hash, "
+        "the same English sentences in every language of a multi-parallel corpus",
+    )
+    p.add_argument("--by-corpus", action="store_true", help="--per-pair pairs from each corpus of a language pair")
 
 
 def run_split(args) -> None:
-    report = split_heldout(args.input, args.train_out, args.heldout_out, per_pair=args.per_pair, seed=args.seed)
+    report = split_heldout(
+        args.input,
+        args.train_out,
+        args.heldout_out,
+        per_pair=args.per_pair,
+        seed=args.seed,
+        draw=args.draw,
+        by_corpus=args.by_corpus,
+    )
     for entry in report["pairs"]:
         state = "too small for held-out" if entry["too_small_for_heldout"] else f"heldout {entry['heldout']}"
         removed = entry["removed_overlapping_heldout"]
