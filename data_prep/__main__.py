@@ -1,8 +1,8 @@
 """Command line of the data-prep pipeline: `python -m data_prep <stage> ...`.
 
 Stages: pairs (list a config's language pairs), fetch (a config's OPUS corpora and Hugging Face
-datasets -> aligned files), import (OPUS-MT-testsets Tatoeba Challenge / TICO-19, or a Hugging Face
-dataset: --format hf SOURCE -> aligned files), split (held-out pairs), clean,
+datasets -> aligned files), import (a local corpus layout of data_prep.importers: --format KEY --in DIR,
+or a Hugging Face dataset: --format hf SOURCE -> aligned files), split (held-out pairs), clean,
 pretokenize, vocab, binarize, teacher (a distillation teacher's vectors of the shards' source
 sentences: data_prep.teacher) and all (fetch to binarize in order under one output directory).
 A stage that reads the data-prep config (--config, data_prep.config) takes `--set key=value`
@@ -24,10 +24,10 @@ from pathlib import Path
 from data_prep.binarize import binarize
 from data_prep.clean import check_clean_succeeded, clean_corpus, failed_files, load_eval_sentences
 from data_prep.config import HF_SAMPLES, CorpusSpec, PrepConfig
+from data_prep.importers import CORPUS_SOURCES, unknown_source
 from data_prep.opus import MirrorSource, OnlineSource, fetch
-from data_prep.opus_mt_testsets import build_tatoeba_challenge_corpus, build_tico19_corpus
 from data_prep.pretokenize import pretokenize_corpus
-from data_prep.split import split_heldout
+from data_prep.split import DRAWS, split_heldout
 from data_prep.vocab import train_vocab
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
@@ -177,8 +177,15 @@ def run_fetch(args) -> None:
             print(f"warning: no corpus has the pair {pair}", file=sys.stderr)
 
 
-IMPORTERS = {"tatoeba-challenge": build_tatoeba_challenge_corpus, "tico19": build_tico19_corpus}
 HF_ONLY = ("split", "columns", "min_score", "max_pairs", "name", "cache_dir")
+
+
+def _import_format(value: str) -> str:
+    """--format's value: a key of data_prep.importers.CORPUS_SOURCES, or hf; anything else (the dashed
+    spelling of a key too) is refused in one line naming the keys."""
+    if value == "hf" or value in CORPUS_SOURCES:
+        return value
+    raise argparse.ArgumentTypeError(f"{unknown_source(value)}, hf")
 
 
 def import_arguments(p: argparse.ArgumentParser) -> None:
@@ -190,7 +197,12 @@ def import_arguments(p: argparse.ArgumentParser) -> None:
         help="hf: a Hub id (owner/name[:config]) or a local path (a save_to_disk directory, a directory of data "
         "files, parquet / arrow / jsonl / csv / tsv files or a glob)[:config]",
     )
-    p.add_argument("--format", choices=sorted([*IMPORTERS, "hf"]), required=True)
+    p.add_argument(
+        "--format",
+        type=_import_format,
+        required=True,
+        help=f"the corpus layout: {', '.join(CORPUS_SOURCES)} (data_prep.importers; --in DIR), or hf (SOURCE)",
+    )
     p.add_argument(
         "--languages",
         nargs="+",
@@ -233,7 +245,8 @@ def run_import(args) -> None:
             f"--format {args.format} reads --in DIR; SOURCE, {', '.join(f'--{o}' for o in HF_ONLY)} and "
             f"--no-streaming are for --format hf" + (f" (given: {', '.join(given)})" if given else "")
         )
-    report = IMPORTERS[args.format](
+    source = CORPUS_SOURCES[args.format]
+    report = source.build(
         args.input,
         args.out,
         languages=args.languages,
@@ -241,30 +254,7 @@ def run_import(args) -> None:
     )
     for code, count in report["languages"].items():
         print(f"{pair_dir_name('en', code)}\t{count}")
-    print(_import_summary(report))
-
-
-def _import_summary(report: dict) -> str:
-    merged = "; ".join(
-        f"{code} <- " + ", ".join(f"{tag} {count}" for tag, count in tags)
-        for code, tags in report["merged"].items()
-        if len(tags) > 1
-    )
-    skipped: dict[str, int] = {}
-    for folder in report["folders"].values():
-        for reason, counts in folder["skipped"].items():
-            skipped[reason] = skipped.get(reason, 0) + (sum(counts.values()) if isinstance(counts, dict) else counts)
-    skipped_lines = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items()))
-    skipped_folders = ", ".join(f"{name} ({why})" for name, why in report["skipped_folders"].items())
-    parts = [
-        f"merged: {merged or 'nothing'}",
-        f"skipped lines: {skipped_lines or 'none'}",
-        f"skipped folders: {skipped_folders or 'none'}",
-    ]
-    labels_missing = sum(len(folder.get("labels_missing", [])) for folder in report["folders"].values())
-    if labels_missing:
-        parts.append(f"labels files missing: {labels_missing}")
-    return " | ".join(parts)
+    print(source.summary(report))
 
 
 def run_import_hf(args) -> None:
@@ -275,7 +265,7 @@ def run_import_hf(args) -> None:
     if source is None or (args.source is not None and args.input is not None):
         raise UserError("--format hf takes one SOURCE: a Hub id (owner/name[:config]) or a local path")
     if args.merge:
-        raise UserError("--merge is for --format tatoeba-challenge and tico19")
+        raise UserError(f"--merge is for the corpus layouts ({', '.join(CORPUS_SOURCES)}), not hf")
     spec = CorpusSpec(
         name=args.name or "",
         hf=source,
@@ -311,10 +301,26 @@ def split_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heldout-out", type=Path, required=True)
     p.add_argument("--per-pair", type=int, required=True, help="held-out pairs per language pair")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--draw",
+        choices=DRAWS,
+        default="random",
+        help="random: each language pair on its own; pivot: the pairs whose English has the smallest seeded hash, "
+        "the same English sentences in every language of a multi-parallel corpus",
+    )
+    p.add_argument("--by-corpus", action="store_true", help="--per-pair pairs from each corpus of a language pair")
 
 
 def run_split(args) -> None:
-    report = split_heldout(args.input, args.train_out, args.heldout_out, per_pair=args.per_pair, seed=args.seed)
+    report = split_heldout(
+        args.input,
+        args.train_out,
+        args.heldout_out,
+        per_pair=args.per_pair,
+        seed=args.seed,
+        draw=args.draw,
+        by_corpus=args.by_corpus,
+    )
     for entry in report["pairs"]:
         state = "too small for held-out" if entry["too_small_for_heldout"] else f"heldout {entry['heldout']}"
         removed = entry["removed_overlapping_heldout"]
@@ -453,8 +459,8 @@ STAGES = (
     ("fetch", "OPUS corpora and hf: datasets -> aligned Moses-style files", fetch_arguments, run_fetch),
     (
         "import",
-        "OPUS-MT-testsets Tatoeba Challenge or TICO-19 (--in DIR), or a Hugging Face dataset (--format hf SOURCE) "
-        "-> aligned files (counts before the clean stage's deduplication)",
+        f"a local corpus (--format {' | '.join(CORPUS_SOURCES)} --in DIR: data_prep.importers), or a Hugging Face "
+        "dataset (--format hf SOURCE) -> aligned files (counts before the clean stage's deduplication)",
         import_arguments,
         run_import,
     ),

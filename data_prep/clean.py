@@ -5,8 +5,10 @@ evaluation sentences to keep out of training (`load_eval_sentences`). Out: the s
 under another root with, per pair: Unicode NFKC, whitespace collapsed, lowercase; pairs
 dropped for control characters, empty or too short/long sides, an abnormal length ratio,
 being a duplicate of an earlier pair of the same language pair (all its corpora), or sharing
-a side with an evaluation set. `clean_report.json` gives per file: read, kept, dropped by
-reason. Memory is bounded by 8 bytes per distinct kept pair of one language pair.
+a side with an evaluation set; in the corpora `alignment_check` names, also pairs that
+data_prep.alignment flags as misaligned (`misaligned`, and the stretches they form). `clean_report.json`
+gives per file: read, kept, dropped by reason. Memory is bounded by 8 bytes per distinct kept pair of
+one language pair, and 24 bytes per pair of the file being checked for alignment.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import re
 import statistics
 import unicodedata
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -24,10 +27,21 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep.alignment import flagged_pairs, stretches
 from data_prep.pretokenize import MARKER_FILE
 from ems.artifacts import write_json
 from ems.configs import ConfigError, out_of_range
-from ems.corpus import CorpusError, ReadReport, check_no_other_files, list_parallel, read_parallel, write_parallel
+from ems.corpus import (
+    CorpusError,
+    ParallelFiles,
+    ReadReport,
+    check_no_other_files,
+    corpus_of,
+    list_parallel,
+    read_parallel,
+    write_parallel,
+)
+from ems.languages import ENGLISH
 from ems.text import to_simplified
 
 REPORT_FILE = "clean_report.json"
@@ -50,6 +64,9 @@ class CleanSettings:
     max_length_ratio: float = 3.0  # relative to the file's median length ratio
     max_line_bytes: int = 100_000  # longer raw lines are skipped while reading, never held in memory
     eval_sets: tuple[str, ...] = ()  # names in EVAL_SETS
+    # corpora (ems.corpus.corpus_of a file's name: nllb_seed, ebible) of one-to-one translations whose
+    # files get the misalignment check of data_prep.alignment
+    alignment_check: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = [
@@ -62,6 +79,7 @@ class CleanSettings:
         if unknown:
             problems.append(f"eval_sets names unknown evaluation set(s) {unknown}; known: {sorted(EVAL_SETS)}")
         object.__setattr__(self, "eval_sets", tuple(self.eval_sets))
+        object.__setattr__(self, "alignment_check", tuple(self.alignment_check))
         if problems:
             raise ConfigError("CleanSettings", problems)
 
@@ -235,20 +253,43 @@ def _side_hashes(text: str) -> tuple[int, int]:
     return own, own if key == text else text_hash(key)
 
 
+def _alignment_flags(files: ParallelFiles, settings: CleanSettings) -> tuple[np.ndarray, np.ndarray]:
+    """(the mask of misaligned pairs, data_prep.alignment.flagged_pairs, and each pair's line number),
+    over the pairs read_parallel yields, sides compared in their normalized form."""
+    read, hashes, lines = ReadReport(), array("Q"), array("q")
+    for a, b in read_parallel(files.path_l1, files.path_l2, read, max_line_bytes=settings.max_line_bytes):
+        hashes.extend((text_hash(normalize(a, settings.lowercase)), text_hash(normalize(b, settings.lowercase))))
+        lines.append(read.read)  # counted before the pair is yielded: its line number
+    sides = np.frombuffer(hashes, dtype=np.uint64).reshape(-1, 2)
+    return flagged_pairs(sides[:, 0], sides[:, 1], files.l1, files.l2, ENGLISH), np.frombuffer(lines, dtype=np.int64)
+
+
 def clean_pair_files(
-    files, out_root: Path, settings: CleanSettings, eval_hashes: HashSet, seen: HashSet, batch: int = 10_000
+    files: ParallelFiles,
+    out_root: Path,
+    settings: CleanSettings,
+    eval_hashes: HashSet,
+    seen: HashSet,
+    batch: int = 10_000,
 ) -> dict:
     """Clean one file pair into `out_root`, updating `seen` (pair hashes); returns its report entry."""
     read = ReadReport()
     dropped: Counter = Counter()
     kept = Counter()
     median_ratio = _median_ratio(files.path_l1, files.path_l2, settings)
+    checked = corpus_of(files.name) in settings.alignment_check
+    misaligned, lines = _alignment_flags(files, settings) if checked else (None, None)
 
     def kept_pairs() -> Iterator[tuple[str, str]]:
         pairs = read_parallel(files.path_l1, files.path_l2, read, max_line_bytes=settings.max_line_bytes)
+        index = 0  # of the pair among those read_parallel yields, as in _alignment_flags
         while chunk := list(islice(pairs, batch)):
             candidates = []
             for raw_a, raw_b in chunk:
+                index += 1
+                if misaligned is not None and misaligned[index - 1]:
+                    dropped["misaligned"] += 1
+                    continue
                 a, b = normalize(raw_a, settings.lowercase), normalize(raw_b, settings.lowercase)
                 reason = _drop_reason(a, b, raw_a, raw_b, median_ratio, settings)
                 if reason:
@@ -273,13 +314,16 @@ def clean_pair_files(
     dropped.update(
         {"invalid_utf8": read.skipped_invalid_utf8, "empty": read.skipped_empty, "huge_line": read.skipped_too_long}
     )
-    return {
+    entry = {
         "name": files.name,
         "read": read.read,
         "kept": kept["pairs"],
         "dropped": {reason: count for reason, count in sorted(dropped.items()) if count},
         "median_length_ratio": round(median_ratio, 4),
     }
+    if checked:
+        entry["misaligned_stretches"] = stretches(lines, misaligned)
+    return entry
 
 
 def clean_language_pair(

@@ -43,21 +43,21 @@ TATOEBA_CHALLENGE_RELEASE = "tatoeba-test-v2021-08-07"
 class Layout:
     """Where one OPUS-MT-testsets collection keeps its files."""
 
-    name: str
-    corpus_prefix: str  # corpus name: <corpus_prefix>-<the folder's non-English code>
+    name: str  # its key in data_prep.importers and its corpus files' name: <name>-<the folder's non-English code>
     file_stem: str  # <folder>/<file_stem>.<code> and <file_stem>.<code>.labels
     english_code: str  # the English side's code in folder and file names
+    licence: str  # the release's, for every pair
     expected: str  # the layout, in words, for error messages
 
 
 TATOEBA_CHALLENGE = Layout(
-    "tatoeba-challenge",
     "tatoeba_challenge",
     TATOEBA_CHALLENGE_RELEASE,
     "eng",
+    "CC-BY 2.0 FR",
     f"Tatoeba Challenge folders <a>-<b> (one of them eng) holding {TATOEBA_CHALLENGE_RELEASE}.<code> files",
 )
-TICO19 = Layout("tico19", "tico19", "tico19-test", "en", "TICO-19 folders en-<xx> holding tico19-test.<code> files")
+TICO19 = Layout("tico19", "tico19-test", "en", "CC0 1.0", "TICO-19 folders en-<xx> holding tico19-test.<code> files")
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ def import_corpus(
     - `skipped_folders`: {folder: reason}, e.g. eng-eng.
     - `merged`: {code: [[source label, pairs], ...] sorted}, the labels folded into each code.
     - `languages`: {code: pairs written}, summed over folders.
+    - `corpora`: {corpus file name: {"licence": the release's, "pairs": {code: pairs}}}.
 
     Lines are read with ems.corpus.read_parallel: empty and invalid UTF-8 lines are counted
     and skipped. Raises FileNotFoundError when `root` holds no folder of the layout, CorpusError
@@ -148,6 +149,11 @@ def import_corpus(
         written.update(folder_report["kept"])
     report["merged"] = {code: sorted(map(list, tags.items())) for code, tags in sorted(tags_by_language.items())}
     report["languages"] = dict(sorted(written.items()))
+    report["corpora"] = {
+        entry["corpus"]: {"licence": layout.licence, "pairs": entry["kept"]}
+        for entry in report["folders"].values()
+        if entry["kept"]
+    }
     out_root.mkdir(parents=True, exist_ok=True)
     (out_root / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return report
@@ -182,7 +188,7 @@ def _checked_folder(layout: Layout, root: Path, path: Path, other_code: str) -> 
     present = [p for p in (english_text, other_text, english_labels, other_labels) if p is not None]
     for file in present:
         inside_folder(root, file)
-    line_counts = {p: _count_lines(p) for p in present}
+    line_counts = {p: count_lines(p) for p in present}
     if len(set(line_counts.values())) > 1:
         raise CorpusError(
             "files of one folder differ in line count: " + ", ".join(f"{p} has {n}" for p, n in line_counts.items())
@@ -195,7 +201,7 @@ def _labels_path(text: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def _count_lines(path: Path) -> int:
+def count_lines(path: Path) -> int:
     """Lines as readline() counts them: a last line without a newline counts too."""
     count, last_byte = 0, b"\n"
     with open(path, "rb") as file:
@@ -246,7 +252,7 @@ def _import_folder(
         else:
             pairs_by_language[language].append((english, other))
             kept_tags[language][tag] += 1
-    corpus = f"{layout.corpus_prefix}-{folder.other_code}"
+    corpus = f"{layout.name}-{folder.other_code}"
     for language, pairs in sorted(pairs_by_language.items()):
         write_parallel(out_root, corpus, ENGLISH, language, pairs)
         tags_by_language[language].update(kept_tags[language])
@@ -266,3 +272,27 @@ def _import_folder(
     if missing:
         folder_report["labels_missing"] = missing
     return folder_report
+
+
+def summary(report: dict) -> str:
+    """The import's last line for `ems-prep import`: labels merged, lines and folders skipped."""
+    merged = "; ".join(
+        f"{code} <- " + ", ".join(f"{tag} {count}" for tag, count in tags)
+        for code, tags in report["merged"].items()
+        if len(tags) > 1
+    )
+    skipped: dict[str, int] = {}
+    for folder in report["folders"].values():
+        for reason, counts in folder["skipped"].items():
+            skipped[reason] = skipped.get(reason, 0) + (sum(counts.values()) if isinstance(counts, dict) else counts)
+    skipped_lines = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items()))
+    skipped_folders = ", ".join(f"{name} ({why})" for name, why in report["skipped_folders"].items())
+    parts = [
+        f"merged: {merged or 'nothing'}",
+        f"skipped lines: {skipped_lines or 'none'}",
+        f"skipped folders: {skipped_folders or 'none'}",
+    ]
+    labels_missing = sum(len(folder.get("labels_missing", [])) for folder in report["folders"].values())
+    if labels_missing:
+        parts.append(f"labels files missing: {labels_missing}")
+    return " | ".join(parts)

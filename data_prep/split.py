@@ -26,7 +26,15 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.clean import normalize, text_hash
-from ems.corpus import ParallelFiles, ReadReport, check_no_other_files, list_parallel, read_parallel, write_parallel
+from ems.corpus import (
+    ParallelFiles,
+    ReadReport,
+    check_no_other_files,
+    corpus_of,
+    list_parallel,
+    read_parallel,
+    write_parallel,
+)
 
 REPORT_FILE = "split_report.json"
 HELDOUT_NAME = "heldout"
@@ -43,6 +51,7 @@ def split_heldout(
     seed: int = 0,
     draw: str = "random",
     pivot: str = "en",
+    by_corpus: bool = False,
 ) -> dict:
     """Split every language pair of `corpus_root` (all its files, in list_parallel order) into
     `per_pair` held-out pairs and training pairs; returns the report written to
@@ -61,8 +70,15 @@ def split_heldout(
     pairs whose `pivot`-language side has the smallest seeded hash are held out, so language pairs
     that share pivot sentences (TICO-19 translates the same 2100 English sentences into every
     language) hold out the same ones, and far fewer training pairs share a side with a held-out
-    pair (a pair without the pivot language is drawn at random). Raises ValueError for per_pair < 1,
-    an unknown draw or an output that is the input.
+    pair (a pair without the pivot language is drawn at random).
+
+    `by_corpus`: `per_pair` pairs are drawn from each corpus of a language pair (its files grouped by
+    ems.corpus.corpus_of; a corpus with fewer than 2 * per_pair pairs of the language pair keeps them
+    all), and each entry gets `by_corpus` {corpus: {"read", "heldout"}}. With the pivot draw, every
+    language of a multi-parallel corpus (NLLB-Seed, the Bible) then holds out the same English
+    sentences of that corpus, whatever other corpora the language has (drawn over all its pairs, a
+    language with a second corpus would hold out other ones). Raises ValueError for per_pair < 1, an
+    unknown draw or an output that is the input.
     """
     corpus_root, train_out, heldout_out = Path(corpus_root), Path(train_out), Path(heldout_out)
     if per_pair < 1:
@@ -79,22 +95,33 @@ def split_heldout(
     inputs = [files for _, pair_files in language_pairs for files in pair_files]
     check_no_other_files(train_out, inputs, corpus_root)
     check_no_other_files(heldout_out, [replace(files, name=HELDOUT_NAME) for files in inputs], corpus_root)
-    drawn, heldout_hashes = {}, []
+    drawn, groups, heldout_hashes = {}, {}, []
     for pair, files in language_pairs:
-        hashes_l1, hashes_l2 = _side_hashes(files)
+        hashes_l1, hashes_l2, file_of = _side_hashes(files)
         drawn[pair] = np.zeros(len(hashes_l1), dtype=bool)
-        if len(hashes_l1) >= 2 * per_pair:
-            pivot_side = {files[0].l1: hashes_l1, files[0].l2: hashes_l2}.get(pivot) if draw == "pivot" else None
-            order = (
-                np.random.default_rng([seed, *pair.encode()]).permutation(len(hashes_l1))
-                if pivot_side is None
-                else np.argsort(_mix(pivot_side ^ np.uint64(seed)), kind="stable")
-            )
-            drawn[pair][_draw_heldout(hashes_l1, hashes_l2, per_pair, order)] = True
+        # the pairs of each corpus (without by_corpus: one group of them all)
+        corpus_of_file = np.array([corpus_of(f.name) if by_corpus else "" for f in files])
+        groups[pair] = {name: np.flatnonzero(corpus_of_file[file_of] == name) for name in dict.fromkeys(corpus_of_file)}
+        for name, rows in groups[pair].items():
+            if len(rows) >= 2 * per_pair:
+                l1, l2 = hashes_l1[rows], hashes_l2[rows]
+                pivot_side = {files[0].l1: l1, files[0].l2: l2}.get(pivot) if draw == "pivot" else None
+                order = (
+                    np.random.default_rng([seed, *f"{pair}{name}".encode()]).permutation(len(rows))
+                    if pivot_side is None
+                    else np.argsort(_mix(pivot_side ^ np.uint64(seed)), kind="stable")
+                )
+                drawn[pair][rows[_draw_heldout(l1, l2, per_pair, order)]] = True
         heldout_hashes += [hashes_l1[drawn[pair]], hashes_l2[drawn[pair]]]
     heldout_sentences = np.unique(np.concatenate(heldout_hashes)) if heldout_hashes else np.zeros(0, dtype=np.uint64)
     for pair, files in language_pairs:
         entry = _split_language_pair(pair, files, train_out, heldout_out, drawn[pair], heldout_sentences, per_pair)
+        if by_corpus:
+            entry["by_corpus"] = {
+                name: {"read": len(rows), "heldout": int(drawn[pair][rows].sum())}
+                for name, rows in groups[pair].items()
+            }
+            entry["too_small_for_heldout"] = not drawn[pair].any()
         report["pairs"].append(entry)
         if entry["too_small_for_heldout"]:
             report["too_small_for_heldout"].append(pair)
@@ -103,13 +130,15 @@ def split_heldout(
     return report
 
 
-def _side_hashes(files: list[ParallelFiles]) -> tuple[np.ndarray, np.ndarray]:
-    hashes_l1, hashes_l2 = array("Q"), array("Q")
-    for f in files:
+def _side_hashes(files: list[ParallelFiles]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Both sides' hashes of every readable pair of `files`, in order, and the index of each pair's file."""
+    hashes_l1, hashes_l2, file_of = array("Q"), array("Q"), array("l")
+    for index, f in enumerate(files):
         for text_l1, text_l2 in read_parallel(f.path_l1, f.path_l2):
             hashes_l1.append(text_hash(normalize(text_l1)))
             hashes_l2.append(text_hash(normalize(text_l2)))
-    return np.frombuffer(hashes_l1, dtype=np.uint64), np.frombuffer(hashes_l2, dtype=np.uint64)
+            file_of.append(index)
+    return np.frombuffer(hashes_l1, dtype=np.uint64), np.frombuffer(hashes_l2, dtype=np.uint64), np.asarray(file_of)
 
 
 def _mix(values: np.ndarray) -> np.ndarray:
@@ -145,7 +174,7 @@ def _split_language_pair(
 ) -> dict:
     """Write one language pair's held-out pairs (`is_heldout`) and its training pairs, less those
     holding a sentence whose hash is in `heldout_sentences` (sorted); returns its report entry."""
-    hashes_l1, hashes_l2 = _side_hashes(files)
+    hashes_l1, hashes_l2, _ = _side_hashes(files)
     too_small = len(hashes_l1) < 2 * per_pair
     removed = (np.isin(hashes_l1, heldout_sentences) | np.isin(hashes_l2, heldout_sentences)) & ~is_heldout
     heldout_pairs: list[tuple[str, str]] = []

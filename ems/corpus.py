@@ -58,6 +58,12 @@ class ParallelFiles:
     path_l2: Path
 
 
+def corpus_of(name: str) -> str:
+    """The corpus a corpus file belongs to: its name up to the first '-' (importers name their files
+    `<corpus>-<part>`: `nllb_seed-mni_Beng`, `tatoeba_challenge-deu`; `gettext` is its own)."""
+    return name.split("-", 1)[0]
+
+
 def _check_language_code(code: str) -> None:
     if not code or "-" in code or "/" in code or "." in code or code != code.strip():
         raise CorpusError(f"invalid language code {code!r}: expected a code such as 'de' or 'yue'")

@@ -309,6 +309,45 @@ def flores_file(split_dir: str | Path, lang: str, split: str | None = None) -> P
     return next((path for path in sorted(Path(split_dir).glob(f"{stem}.{split or '*'}")) if path.is_file()), None)
 
 
+# The script of FLORES-200's file of a language where CLDR's likely-subtags data (langcodes' maximize)
+# names another: Arabic varieties and South Azerbaijani, which CLDR lacks (it then says Latin), Crimean
+# Tatar (CLDR: Cyrillic) and Central Atlas Tamazight (CLDR: Latin). Checked against every FLORES-200
+# file by tests/test_lowres_corpora.py.
+_USUAL_SCRIPTS = {"acm": "Arab", "acq": "Arab", "ajp": "Arab", "azb": "Arab", "crh": "Latn", "tzm": "Tfng"}
+# ISO 15924 codes that stand for a mix of scripts, and the scripts a character of such text has
+_SCRIPT_PARTS = {"Jpan": ("Hani", "Hira", "Kana"), "Kore": ("Hang", "Hani"), "Hans": ("Hani",), "Hant": ("Hani",)}
+
+
+def usual_script(lang: str) -> str:
+    """The ISO 15924 script that text of a language key (`mni`, `ps`, `crh`) is written in when no
+    script is named: FLORES-200's where it has the language in one script, else CLDR's likely script."""
+    import langcodes
+
+    return _USUAL_SCRIPTS.get(lang) or langcodes.Language.get(lang).maximize().script
+
+
+def writes_in(script: str, usual: str) -> bool:
+    """Whether text found to be in `script` (a character's script: `Hani`) is in the script `usual`
+    (which may stand for a mix: `Jpan`, `Hans`)."""
+    return script == usual or script in _SCRIPT_PARTS.get(usual, ())
+
+
+def corpus_language(tag: str, script: str | None = None) -> str:
+    """The language code of a corpus pair folder for text in the language `tag` written in `script`
+    (ISO 15924; None: the tag's own script subtag, else the language's usual script): the key
+    FLORES-200's file of the language has where FLORES_FILES names it (`pbt` -> `ps`, `dik` -> `din`),
+    else the canonical code (`twi` -> `ak`), with `_<Script>` appended when the script is not the
+    usual one (usual_script): `mni_Beng` -> `mni`, Latin-script `mni` -> `mni_Latn`, `ace_Latn` ->
+    `ace`, `ace_Arab` -> `ace_Arab`, `kas_Deva` -> `ks_Deva`. The script is joined with `_` because a
+    corpus code holds no `-` (ems.corpus); resolve_language takes FLORES-200's key of the same
+    language and script (`ace-Arab`, `mni`) to it. A code it returns gives itself back.
+    UnknownLanguageError for a tag that names no language."""
+    language = re.split("[-_]", tag, maxsplit=1)[0].lower()
+    base = _FLORES_KEYS.get(language) or canonical_language(language)
+    script = (script or _script_subtag(tag) or usual_script(base)).title()
+    return base if writes_in(script, usual_script(base)) else f"{base}_{script}"
+
+
 class UnknownLanguageError(ValueError):
     """A language code that is not in the table."""
 

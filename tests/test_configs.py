@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from data_prep.config import PrepConfig
-from ems.apps.ablation import AblationConfig
+from ems.apps.ablation import AblationConfig, variant_data_config
 from ems.apps.demo import DemoDataConfig
 from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.model import EMSConfig
@@ -329,8 +329,10 @@ def test_every_config_under_configs_loads_with_its_dataclass(path):
         load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
         for name in cfg.sizes:
             load_config(TrainConfig, REPO_ROOT / cfg.train_config, values={"model": name, **cfg.size(name).overrides})
-    if cls is AblationConfig:  # every run it trains: its data config, the base config with each variant's overrides
+    if cls is AblationConfig:  # every run it trains: its data configs, the base config with each variant's overrides
         load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+        for variant in cfg.data_variants:
+            variant_data_config(cfg, variant)
         for overrides in cfg.variants.values():
             load_config(TrainConfig, REPO_ROOT / cfg.train_config, values=merge(cfg.train_overrides, overrides))
 

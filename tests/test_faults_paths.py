@@ -298,7 +298,7 @@ def assert_refused_outside(capsys, path: Path, status: int) -> None:
 @pytest.mark.parametrize(
     "layout, folder, stem, english, other",
     [
-        ("tatoeba-challenge", "afr-eng", "tatoeba-test-v2021-08-07", "eng", "afr"),
+        ("tatoeba_challenge", "afr-eng", "tatoeba-test-v2021-08-07", "eng", "afr"),
         ("tico19", "en-fr", "tico19-test", "en", "fr"),
     ],
 )

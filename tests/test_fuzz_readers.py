@@ -1647,7 +1647,7 @@ def _read_folder(reader: str, folder: Path, root: Path):
     if reader in ("moses", "tatoeba", "tico19"):
         argv = {
             "moses": ["pretokenize", "--workers", "1"],
-            "tatoeba": ["import", "--format", "tatoeba-challenge"],
+            "tatoeba": ["import", "--format", "tatoeba_challenge"],
             "tico19": ["import", "--format", "tico19"],
         }[reader]
         status, _, err = run_cli(root, main, [*argv, "--in", str(folder), "--out", str(root / "out")])

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ems.apps.demo import LANGUAGES_FILE, DemoDataConfig, build_corpus
+from ems.apps.recipe_corpus import LANGUAGES_FILE, DemoDataConfig, build_corpus
 from ems.configs import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 
@@ -67,7 +67,11 @@ def test_multi_parallel_languages_hold_out_the_same_english_sentences(built):
 
 def test_bad_data_configs_are_one_error_naming_the_key(tmp_path):
     for values, message in (
-        ({"corpora": ["opus"]}, "unknown corpus 'opus'; known: tatoeba_challenge, tico19"),
+        ({"corpora": ["opus"]}, "unknown corpus 'opus'; known: tatoeba_challenge, tico19, nllb_seed, ebible"),
+        ({"corpora": ["tatoeba-challenge"]}, r"'tatoeba-challenge' \(the key is spelled tatoeba_challenge\)"),
+        ({"corpus_mix": {"ebible": {"max_pairs": 10}}}, "corpus_mix names 'ebible', not in corpora"),
+        ({"alignment_check": ["nllb_seed"]}, "alignment_check names 'nllb_seed', not in corpora"),
+        ({"corpora": ["ebible"], "corpus_mix": {"ebible": {"weight": 0}}}, "weight must be above 0"),
         ({"heldout_draw": "first"}, "heldout_draw must be one of random, pivot, got 'first'"),
         ({"min_pairs": 0}, "min_pairs must be at least 1, got 0"),
         ({"languages": None, "gettext_packages": ["django"]}, "gettext_packages needs an explicit languages list"),

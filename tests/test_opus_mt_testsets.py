@@ -338,7 +338,7 @@ def test_cli_import_prints_pairs_and_a_summary(tmp_path, capsys):
         [
             "import",
             "--format",
-            "tatoeba-challenge",
+            "tatoeba_challenge",
             "--in",
             str(tmp_path / "in"),
             "--out",

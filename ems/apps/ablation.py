@@ -6,7 +6,9 @@ with every seed on the same prepared data, score each model, print mean ± sd pe
 
 Data are prepared once with the demo's data stages (ems.apps.demo.prepare_data) under OUT/data, and
 for a variant that distils (TrainConfig.teacher), its teacher's vectors of the training and
-held-out shards once (data_prep.teacher). Each run trains with the base training config, the
+held-out shards once (data_prep.teacher). A variant of `data_variants` trains on its own data (a
+data config file, or keys set over data_config: another vocabulary, corpus_mix, ...), prepared once
+under OUT/data-<variant> with the same languages and held-out pairs. Each run trains with the base training config, the
 variant's overrides and its seed into OUT/runs/<variant>/seed<k>/, and is scored with the config's
 evaluation suite (eval.run_all on the trained languages; default: the held-out pairs, Tatoeba and
 FLORES-200 devtest) on the config's `metrics`. Reference encoders (e.g. the teacher) are scored
@@ -30,19 +32,12 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from ems.apps.demo import (
-    DEFAULT_DATA_DIR,
-    DEMO_SUITE,
-    DemoDataConfig,
-    Stages,
-    data_paths,
-    prepare_data,
-    trained_languages,
-)
+from ems.apps.demo import DEFAULT_DATA_DIR, DEMO_SUITE, Stages, data_paths, prepare_data, trained_languages
+from ems.apps.recipe_corpus import DemoDataConfig
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.teacher_store import teacher_slug
@@ -62,6 +57,7 @@ DEFAULT_METRICS = {
 
 
 TrainOverrides = Annotated[dict, FieldsOf(TrainConfig)]  # TrainConfig keys, checked when the ablation config loads
+DataOverrides = Annotated[dict, FieldsOf(DemoDataConfig)]  # DemoDataConfig keys, checked likewise
 
 
 @dataclass
@@ -70,9 +66,10 @@ class AblationConfig:
     train_config: str = "configs/train/demo.yaml"  # the base TrainConfig of every run
     train_overrides: TrainOverrides = field(default_factory=dict)  # applied to every run (the step budget, ...)
     variants: dict[str, TrainOverrides] = field(default_factory=dict)  # {name: its overrides}, in table order
-    # {variant name: a DemoDataConfig} for variants that train on other data than data_config (another
-    # vocabulary or preprocessing), prepared once under OUT/data-<variant>; same languages, same held-out pairs
-    data_variants: dict[str, str] = field(default_factory=dict)
+    # {variant name: a DemoDataConfig file, or DemoDataConfig keys set over data_config} for variants that
+    # train on other data (another vocabulary, preprocessing or corpus mix), prepared once under
+    # OUT/data-<variant>; same languages, same held-out pairs
+    data_variants: dict[str, str | DataOverrides] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     suite: str = str(DEMO_SUITE)  # the evaluation suite every model is scored with (eval.run_all)
     # {task name: directory, relative to the ablation's out directory} for suite tasks whose data is
@@ -129,6 +126,21 @@ def metric_value(results: dict, metric: dict) -> float:
     else:
         value = follow(task, metric["task"])
     return value * metric.get("scale", 1.0)
+
+
+def variant_data_config(cfg: AblationConfig, variant: str) -> DemoDataConfig:
+    """The DemoDataConfig of a data variant: its file, or data_config with the variant's keys over it."""
+    config = cfg.data_variants[variant]
+    if isinstance(config, str):
+        return load_config(DemoDataConfig, _resolve(config))
+    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=_as_loaded(config))
+
+
+def _as_loaded(value: Any) -> Any:
+    """A checked config value as a YAML file would hold it (its dataclasses as mappings), for load_config."""
+    if is_dataclass(value):
+        return asdict(value)
+    return {key: _as_loaded(item) for key, item in value.items()} if isinstance(value, dict) else value
 
 
 def _resolve(path: str) -> Path:
@@ -258,9 +270,9 @@ def _build_flores_bucc(data_dir: Path, out: Path, languages: list[str]) -> None:
 def _build_tico19_dev(data_dir: Path, out: Path, languages: list[str]) -> None:
     """TICO-19's English-X pairs of `languages` (those it has), in the held-out layout: a development set
     of another domain (COVID-19 texts) for a corpus that does not train on TICO-19."""
-    from data_prep.opus_mt_testsets import build_tico19_corpus
+    from data_prep.importers import CORPUS_SOURCES
 
-    build_tico19_corpus(data_dir / "tico19", out, languages)
+    CORPUS_SOURCES["tico19"].build(data_dir / "tico19", out, languages, None)
 
 
 # Suite tasks whose data an ablation builds under its out directory (AblationConfig.task_dirs):
@@ -317,13 +329,13 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     prepare_teachers(cfg, prepared)
     languages = data_cfg.languages if data_cfg.languages is not None else trained_languages(prepared)
     variant_data = {}
-    for variant, config in cfg.data_variants.items():
+    for variant in cfg.data_variants:
         if variant not in cfg.variants:  # left out by --variants
             continue
-        variant_cfg = load_config(DemoDataConfig, _resolve(config))
+        variant_cfg = variant_data_config(cfg, variant)
         if variant_cfg.languages != data_cfg.languages or variant_cfg.seed != data_cfg.seed:
             raise UserError(
-                f"data_variants: {config} must have data_config's languages and seed (the same held-out pairs)"
+                f"data_variants: {variant}'s data must have data_config's languages and seed (the same held-out pairs)"
             )
         variant_data[variant] = out / f"data-{variant.replace(' ', '_')}"
         if not (variant_data[variant] / "shards" / "heldout" / "index.json").is_file():

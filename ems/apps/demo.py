@@ -26,14 +26,13 @@ import os
 import shutil
 import sys
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
+from ems.apps.recipe_corpus import DemoDataConfig, build_corpus
 from ems.cli import UserError, add_debug_option, run_main
-from ems.configs import ConfigError, load_config
+from ems.configs import load_config
 from ems.languages import ENGLISH
-from ems.text import Preprocessing
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
 
@@ -44,51 +43,6 @@ PREPARED_FILE = "prepared.json"  # OUT/prepared.json: the data config the corpus
 REPORT_FILE = "demo_report.md"
 STAGES_FILE = "demo_stages.json"  # {"seconds": {stage: wall seconds}, "steps": training steps}
 CHART_FILE = "demo_chart.png"
-LANGUAGES_FILE = "languages.json"  # in OUT/corpus: pairs per language imported, after cleaning, held out, trained
-
-
-# The corpora the demo's data stage reads from --data-dir (OPUS-MT-testsets layouts), and their importers.
-CORPUS_IMPORTERS = {"tatoeba_challenge": "build_tatoeba_challenge_corpus", "tico19": "build_tico19_corpus"}
-
-
-@dataclass
-class DemoDataConfig:
-    # canonical codes to train on; null: every language of the corpora with at least min_pairs pairs
-    languages: list[str] | None = field(default_factory=lambda: "de fr es ru zh it pt nl pl tr ja ar".split())
-    # under --data-dir: tatoeba_challenge (the Tatoeba Translation Challenge release), tico19 (TICO-19)
-    corpora: list[str] = field(default_factory=lambda: ["tatoeba_challenge"])
-    min_pairs: int = 1  # with languages: null, a language with fewer imported pairs (all corpora) is left out
-    gettext_packages: list[str] = field(default_factory=list)  # also the UI strings of these wheels' catalogs
-    eval_sets: list[str] = field(default_factory=lambda: ["tatoeba", "flores", "sib200", "qe", "sts"])
-    heldout_per_pair: int = 500  # a language pair with fewer than twice this many pairs keeps all for training
-    # "random": each language's held-out pairs drawn on their own; "pivot": the same English sentences
-    # wherever languages share them (data_prep.split.split_heldout), for multi-parallel corpora (TICO-19)
-    heldout_draw: str = "random"
-    max_train_pairs: int | None = None  # per language pair, a seeded sample of the training split (None: all)
-    vocab_size: int = 16000
-    # The text SentencePiece is trained on and reads (ems.text.Preprocessing: NFKC, lowercase, and with
-    # `moses` the per-language word pre-tokenizer: Moses, jieba for zh, MeCab for ja); saved with the
-    # vocabulary, so encoding applies the same.
-    preprocessing: Preprocessing = field(default_factory=Preprocessing)
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        from data_prep.split import DRAWS
-
-        problems = [f"unknown corpus {name!r}; known: {', '.join(CORPUS_IMPORTERS)}" for name in self.corpora]
-        problems = [p for p, name in zip(problems, self.corpora) if name not in CORPUS_IMPORTERS]
-        if not self.corpora:
-            problems.append("corpora must name at least one corpus")
-        if self.heldout_draw not in DRAWS:
-            problems.append(f"heldout_draw must be one of {', '.join(DRAWS)}, got {self.heldout_draw!r}")
-        if self.min_pairs < 1:
-            problems.append(f"min_pairs must be at least 1, got {self.min_pairs}")
-        if self.languages is not None and not self.languages:
-            problems.append("languages must list at least one language, or be null for every language")
-        if self.gettext_packages and self.languages is None:
-            problems.append("gettext_packages needs an explicit languages list")
-        if problems:
-            raise ConfigError("DemoDataConfig", problems)
 
 
 class Stages:
@@ -108,184 +62,6 @@ class Stages:
             name, started = self._current
             self.seconds[name] = round(time.time() - started, 1)
             self._current = None
-
-
-def import_corpora(cfg: DemoDataConfig, data_dir: Path, raw: Path) -> tuple[list[str], dict]:
-    """Every corpus of `cfg.corpora` under `data_dir`, imported into `raw` (one file per corpus
-    folder, data_prep.opus_mt_testsets); returns (the languages kept, {"imported": {lang: pairs of
-    all corpora}, "by_corpus": {corpus: {lang: pairs}}, "left_out": {lang: pairs} under min_pairs}).
-    With `cfg.languages` null every language with at least `cfg.min_pairs` pairs is kept: the
-    corpora are imported once to count, then again with that list."""
-    from data_prep import opus_mt_testsets
-
-    sources = {name: data_dir / name for name in cfg.corpora}
-    missing = [str(path) for path in sources.values() if not path.is_dir()]
-    if missing:
-        raise FileNotFoundError(
-            f"the demo's corpora are expected at {', '.join(missing)} (see ../shared/data/PROVENANCE.md); "
-            f"point --data-dir at the directory that holds {', '.join(f'{name}/' for name in cfg.corpora)}"
-        )
-
-    def run(languages: list[str] | None) -> dict[str, dict[str, int]]:
-        """Import every corpus into `raw` (their file names differ), each report as import_report.<corpus>.json."""
-        shutil.rmtree(raw, ignore_errors=True)
-        counts = {}
-        for name, path in sources.items():
-            counts[name] = getattr(opus_mt_testsets, CORPUS_IMPORTERS[name])(path, raw, languages)["languages"]
-            (raw / opus_mt_testsets.REPORT_FILE).replace(raw / f"import_report.{name}.json")
-        return counts
-
-    by_corpus = run(cfg.languages)
-    totals = Counter()
-    for counts in by_corpus.values():
-        totals.update(counts)
-    left_out = {lang: n for lang, n in sorted(totals.items()) if cfg.languages is None and n < cfg.min_pairs}
-    if left_out:
-        by_corpus = run(sorted(set(totals) - set(left_out)))
-        totals = Counter()
-        for counts in by_corpus.values():
-            totals.update(counts)
-    return sorted(totals), {"imported": dict(sorted(totals.items())), "by_corpus": by_corpus, "left_out": left_out}
-
-
-def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
-    """Import, clean (evaluation sentences removed) and split the training corpus into
-    out/corpus/{train,heldout}; returns a summary, writes the pairs of each language at every
-    stage to out/corpus/languages.json (LANGUAGES_FILE) and prints one line per step."""
-    from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences
-    from data_prep.split import cap_pairs, split_heldout
-
-    corpus = out / "corpus"
-    shutil.rmtree(corpus, ignore_errors=True)
-    languages, imported = import_corpora(cfg, data_dir, corpus / "raw")
-    print(
-        f"imported {sum(imported['imported'].values())} pairs in {len(languages)} languages from "
-        f"{', '.join(cfg.corpora)}: " + ", ".join(f"{lang} {n}" for lang, n in imported["imported"].items()),
-        flush=True,
-    )
-    if imported["left_out"]:
-        print(
-            f"left out {len(imported['left_out'])} languages with fewer than {cfg.min_pairs} pairs: "
-            + ", ".join(f"{lang} {n}" for lang, n in imported["left_out"].items()),
-            flush=True,
-        )
-    if cfg.gettext_packages:
-        print(f"added gettext pairs: {add_gettext_pairs(cfg, corpus / 'raw')}", flush=True)
-    settings = CleanSettings(eval_sets=tuple(cfg.eval_sets))
-    eval_hashes, eval_counts = load_eval_sentences(data_dir, settings.eval_sets, settings.lowercase)
-    cleaned = clean_corpus(corpus / "raw", corpus / "clean", settings, eval_hashes, eval_counts)
-    dropped, kept_by_language = Counter(), Counter()
-    for pair in cleaned["pairs"]:
-        for entry in pair["files"]:
-            dropped.update(entry.get("dropped", {}))
-            kept_by_language[_non_english(pair["pair"])] += entry.get("kept", 0)
-    kept = sum(kept_by_language.values())
-    print(
-        f"clean: kept {kept} pairs; removed {dropped.get('in_eval_set', 0)} that share a sentence with an evaluation "
-        f"set ({', '.join(cfg.eval_sets)}: {sum(c['sentences'] for c in eval_counts.values())} sentences), "
-        f"{dropped.get('duplicate', 0)} duplicates, "
-        f"{sum(dropped.values()) - dropped.get('in_eval_set', 0) - dropped.get('duplicate', 0)} "
-        f"by the other filters (corpus/clean/clean_report.json)",
-        flush=True,
-    )
-    split = split_heldout(
-        corpus / "clean", corpus / "train", corpus / "heldout", cfg.heldout_per_pair, cfg.seed, cfg.heldout_draw
-    )
-    heldout = sum(entry["heldout"] for entry in split["pairs"])
-    train_pairs = sum(entry["train"] for entry in split["pairs"])
-    removed = sum(entry["removed_overlapping_heldout"] for entry in split["pairs"])
-    print(
-        f"split: {heldout} held-out pairs (up to {cfg.heldout_per_pair} per language pair; none from the "
-        f"{len(split['too_small_for_heldout'])} with fewer than {2 * cfg.heldout_per_pair}), {train_pairs} training "
-        f"pairs; {removed} training pairs that shared a side with a held-out pair removed",
-        flush=True,
-    )
-    by_language = {_non_english(entry["pair"]): entry for entry in split["pairs"]}
-    train_by_language = {lang: by_language.get(lang, {}).get("train", 0) for lang in languages}
-    if cfg.max_train_pairs is not None:
-        capped = cap_pairs(corpus / "train", cfg.max_train_pairs, cfg.seed)
-        train_pairs = sum(entry["kept"] for entry in capped.values())
-        train_by_language.update({_non_english(name): entry["kept"] for name, entry in capped.items()})
-        print(
-            f"cap: at most {cfg.max_train_pairs} training pairs per language pair: "
-            + ", ".join(f"{name} {entry['kept']} of {entry['pairs']}" for name, entry in capped.items()),
-            flush=True,
-        )
-    table = {
-        lang: {
-            "imported": imported["imported"].get(lang, 0),
-            "after_clean": kept_by_language.get(lang, 0),
-            "heldout": by_language.get(lang, {}).get("heldout", 0),
-            "train": train_by_language[lang],
-        }
-        for lang in languages
-    }
-    (corpus / LANGUAGES_FILE).write_text(
-        json.dumps({"languages": table, "left_out": imported["left_out"], "by_corpus": imported["by_corpus"]}, indent=2)
-        + "\n"
-    )
-    (corpus / LANGUAGES_FILE).with_suffix(".md").write_text(languages_markdown(table, imported["left_out"], cfg))
-    return {
-        "languages": languages,
-        "imported": imported["imported"],
-        "left_out": imported["left_out"],
-        "removed_in_eval_set": dropped.get("in_eval_set", 0),
-        "dropped": dict(dropped),
-        "heldout_pairs": heldout,
-        "train_pairs": train_pairs,
-        "removed_overlapping_heldout": removed,
-    }
-
-
-def languages_markdown(table: dict[str, dict[str, int]], left_out: dict[str, int], cfg: DemoDataConfig) -> str:
-    """The pairs of each language at every stage as a markdown table, most training pairs first."""
-    lines = [
-        f"Pairs per language ({', '.join(cfg.corpora)}): imported, after cleaning (evaluation sentences, "
-        f"duplicates and the other filters removed), held out (up to {cfg.heldout_per_pair}), trained on.",
-        "",
-        "| language | imported | after cleaning | held out | training |",
-        "|:--|--:|--:|--:|--:|",
-    ]
-    for lang, row in sorted(table.items(), key=lambda item: (-item[1]["train"], item[0])):
-        lines.append(f"| {lang} | {row['imported']} | {row['after_clean']} | {row['heldout']} | {row['train']} |")
-    totals = {key: sum(row[key] for row in table.values()) for key in ("imported", "after_clean", "heldout", "train")}
-    lines.append(
-        f"| **{len(table)} languages** | **{totals['imported']}** | **{totals['after_clean']}** | "
-        f"**{totals['heldout']}** | **{totals['train']}** |"
-    )
-    if left_out:
-        lines += [
-            "",
-            f"Left out (fewer than {cfg.min_pairs} pairs): " + ", ".join(f"{k} {v}" for k, v in left_out.items()),
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _non_english(pair: str) -> str:
-    """The non-English code of a language pair's name (`de-en`, `en-fr`)."""
-    l1, l2 = pair.split("-", 1)
-    return l2 if l1 == ENGLISH else l1
-
-
-def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
-    """The gettext UI strings of cfg.gettext_packages for the demo's languages, written to
-    raw/<pair>/gettext.* (its own train/held-out split is undone: the demo splits after cleaning)."""
-    from data_prep.gettext_corpus import build_gettext_corpus
-    from ems.corpus import list_parallel, read_parallel, write_parallel
-
-    scratch = raw.parent / "gettext"
-    build_gettext_corpus(
-        scratch, packages=cfg.gettext_packages, languages=cfg.languages, min_pairs=100, heldout_size=1, overwrite=True
-    )
-    counts = {}
-    for files in list_parallel(scratch / "train"):
-        held = scratch / "heldout" / files.path_l1.parent.name
-        pairs = list(read_parallel(files.path_l1, files.path_l2))
-        pairs += list(read_parallel(held / files.path_l1.name, held / files.path_l2.name))
-        write_parallel(raw, "gettext", files.l1, files.l2, pairs)
-        counts[files.l2 if files.l1 == "en" else files.l1] = len(pairs)
-    shutil.rmtree(scratch)
-    return counts
 
 
 def comparison_table(before, after, task: str) -> str:

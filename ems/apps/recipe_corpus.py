@@ -1,0 +1,324 @@
+"""The recipes' data stage: a DemoDataConfig (configs/data/demo*.yaml, multilingual*.yaml) -> the
+training corpus under OUT/corpus/: every corpus of `corpora` imported from --data-dir by its importer
+(data_prep.importers), cleaned (every evaluation sentence removed; the corpora of `alignment_check`
+checked for misaligned pairs), split into held-out and training pairs, the training pairs capped and
+weighted per corpus (`corpus_mix`), and the pairs of every language at every stage, with each
+corpus's licence, written to OUT/corpus/languages.{json,md}. The recipes (ems.apps.demo) and the
+ablations (ems.apps.ablation) run it before the vocabulary, the shards and training.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_prep.importers import CORPUS_SOURCES, unknown_source
+from data_prep.mixing import CorpusMix, mix_corpora
+from data_prep.opus_mt_testsets import REPORT_FILE as IMPORT_REPORT_FILE
+from data_prep.opus_mt_testsets import count_lines
+from ems.configs import ConfigError
+from ems.corpus import corpus_of, list_parallel, read_parallel, write_parallel
+from ems.languages import ENGLISH
+from ems.text import Preprocessing
+
+LANGUAGES_FILE = "languages.json"  # in OUT/corpus: pairs per language imported, after cleaning, held out, trained
+
+
+@dataclass
+class DemoDataConfig:
+    # language codes to train on, as the importers key them (canonical codes; nllb_seed and ebible add the
+    # script where it is not the language's usual one: mni_Latn, ks_Deva); null: every language of the
+    # corpora with at least min_pairs pairs
+    languages: list[str] | None = field(default_factory=lambda: "de fr es ru zh it pt nl pl tr ja ar".split())
+    # under --data-dir/<key>/, each a key of data_prep.importers.CORPUS_SOURCES: tatoeba_challenge (the
+    # Tatoeba Translation Challenge release), tico19 (TICO-19), nllb_seed (OLDI Seed), ebible (eBible)
+    corpora: list[str] = field(default_factory=lambda: ["tatoeba_challenge"])
+    # corpora of one-to-one translations whose pairs the clean stage checks for misalignment
+    # (data_prep.alignment: a non-English side repeated against different English sides)
+    alignment_check: list[str] = field(default_factory=list)
+    min_pairs: int = 1  # with languages: null, a language with fewer imported pairs (all corpora) is left out
+    gettext_packages: list[str] = field(default_factory=list)  # also the UI strings of these wheels' catalogs
+    eval_sets: list[str] = field(default_factory=lambda: ["tatoeba", "flores", "sib200", "qe", "sts"])
+    heldout_per_pair: int = 500  # a language pair with fewer than twice this many pairs keeps all for training
+    # "random": each language's held-out pairs drawn on their own; "pivot": the same English sentences
+    # wherever languages share them (data_prep.split.split_heldout), for multi-parallel corpora (TICO-19)
+    heldout_draw: str = "random"
+    # draw heldout_per_pair pairs from each corpus of a language pair (with pivot: the same English
+    # sentences of a multi-parallel corpus in every language), not from all its corpora together
+    heldout_by_corpus: bool = False
+    # {corpus: CorpusMix}: a cap per language pair (max_pairs) and a weight (repeats) of a corpus's
+    # training pairs, applied after the held-out split (data_prep.mixing)
+    corpus_mix: dict[str, CorpusMix] = field(default_factory=dict)
+    max_train_pairs: int | None = None  # per language pair, a seeded sample of the training split (None: all)
+    vocab_size: int = 16000
+    # The text SentencePiece is trained on and reads (ems.text.Preprocessing: NFKC, lowercase, and with
+    # `moses` the per-language word pre-tokenizer: Moses, jieba for zh, MeCab for ja); saved with the
+    # vocabulary, so encoding applies the same.
+    preprocessing: Preprocessing = field(default_factory=Preprocessing)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from data_prep.split import DRAWS
+
+        problems = [unknown_source(name) for name in self.corpora if name not in CORPUS_SOURCES]
+        for key, names in (("alignment_check", self.alignment_check), ("corpus_mix", self.corpus_mix)):
+            outside = [name for name in names if name not in self.corpora]
+            if outside:
+                problems.append(f"{key} names {', '.join(map(repr, outside))}, not in corpora")
+        if not self.corpora:
+            problems.append("corpora must name at least one corpus")
+        if self.heldout_draw not in DRAWS:
+            problems.append(f"heldout_draw must be one of {', '.join(DRAWS)}, got {self.heldout_draw!r}")
+        if self.min_pairs < 1:
+            problems.append(f"min_pairs must be at least 1, got {self.min_pairs}")
+        if self.languages is not None and not self.languages:
+            problems.append("languages must list at least one language, or be null for every language")
+        if self.gettext_packages and self.languages is None:
+            problems.append("gettext_packages needs an explicit languages list")
+        if problems:
+            raise ConfigError("DemoDataConfig", problems)
+
+
+def import_corpora(cfg: DemoDataConfig, data_dir: Path, raw: Path) -> tuple[list[str], dict]:
+    """Every corpus of `cfg.corpora` under `data_dir`, imported into `raw` by its importer
+    (data_prep.importers); returns (the languages kept, {"imported": {lang: pairs of all corpora},
+    "by_corpus": {corpus: {lang: pairs}}, "licences": {lang: {corpus file: licence}}, "left_out":
+    {lang: pairs} under min_pairs}). With `cfg.languages` null every language with at least
+    `cfg.min_pairs` pairs is kept: the corpora are imported once to count, then again, each with its
+    languages that are kept."""
+    sources = {name: data_dir / name for name in cfg.corpora}
+    missing = [str(path) for path in sources.values() if not path.is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"the demo's corpora are expected at {', '.join(missing)} (see ../shared/data/PROVENANCE.md); "
+            f"point --data-dir at the directory that holds {', '.join(f'{name}/' for name in cfg.corpora)}"
+        )
+
+    def run(languages: dict[str, list[str] | None]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, str]]]:
+        """Import every corpus into `raw` (their file names differ), each report as
+        import_report.<corpus>.json; returns ({corpus: {lang: pairs}}, {lang: {corpus file: licence}})."""
+        shutil.rmtree(raw, ignore_errors=True)
+        counts, licences = {}, {}
+        for name, path in sources.items():
+            report = CORPUS_SOURCES[name].build(path, raw, languages[name], None)
+            (raw / IMPORT_REPORT_FILE).replace(raw / f"import_report.{name}.json")
+            counts[name] = report["languages"]
+            for corpus_file, entry in report["corpora"].items():
+                for lang in entry["pairs"]:
+                    licences.setdefault(lang, {})[corpus_file] = entry["licence"]
+        return counts, licences
+
+    by_corpus, licences = run(dict.fromkeys(sources, cfg.languages))
+    totals = Counter()
+    for counts in by_corpus.values():
+        totals.update(counts)
+    left_out = {lang: n for lang, n in sorted(totals.items()) if cfg.languages is None and n < cfg.min_pairs}
+    if left_out:
+        by_corpus, licences = run({name: sorted(set(counts) - set(left_out)) for name, counts in by_corpus.items()})
+        totals = Counter()
+        for counts in by_corpus.values():
+            totals.update(counts)
+    imported = {"imported": dict(sorted(totals.items())), "by_corpus": by_corpus, "licences": licences}
+    return sorted(totals), {**imported, "left_out": left_out}
+
+
+def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
+    """Import, clean (evaluation sentences removed) and split the training corpus into
+    out/corpus/{train,heldout}; returns a summary, writes the pairs of each language at every
+    stage to out/corpus/languages.json (LANGUAGES_FILE) and prints one line per step."""
+    from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences
+    from data_prep.split import cap_pairs, split_heldout
+
+    corpus = out / "corpus"
+    shutil.rmtree(corpus, ignore_errors=True)
+    languages, imported = import_corpora(cfg, data_dir, corpus / "raw")
+    print(
+        f"imported {sum(imported['imported'].values())} pairs in {len(languages)} languages from "
+        f"{', '.join(cfg.corpora)}: " + ", ".join(f"{lang} {n}" for lang, n in imported["imported"].items()),
+        flush=True,
+    )
+    if imported["left_out"]:
+        print(
+            f"left out {len(imported['left_out'])} languages with fewer than {cfg.min_pairs} pairs: "
+            + ", ".join(f"{lang} {n}" for lang, n in imported["left_out"].items()),
+            flush=True,
+        )
+    if cfg.gettext_packages:
+        gettext = add_gettext_pairs(cfg, corpus / "raw")
+        print(f"added gettext pairs: {gettext}", flush=True)
+        for lang in gettext:
+            imported["licences"].setdefault(lang, {})["gettext"] = f"each catalog's ({', '.join(cfg.gettext_packages)})"
+    settings = CleanSettings(eval_sets=tuple(cfg.eval_sets), alignment_check=tuple(cfg.alignment_check))
+    eval_hashes, eval_counts = load_eval_sentences(data_dir, settings.eval_sets, settings.lowercase)
+    cleaned = clean_corpus(corpus / "raw", corpus / "clean", settings, eval_hashes, eval_counts)
+    dropped, kept_by_language = Counter(), Counter()
+    for pair in cleaned["pairs"]:
+        for entry in pair["files"]:
+            dropped.update(entry.get("dropped", {}))
+            kept_by_language[_non_english(pair["pair"])] += entry.get("kept", 0)
+    named = ("in_eval_set", "duplicate", "misaligned")
+    print(
+        f"clean: kept {sum(kept_by_language.values())} pairs; removed {dropped['in_eval_set']} that share a sentence "
+        f"with an evaluation set ({', '.join(cfg.eval_sets)}: {sum(c['sentences'] for c in eval_counts.values())} "
+        f"sentences), {dropped['duplicate']} duplicates, {dropped['misaligned']} misaligned, "
+        f"{sum(dropped.values()) - sum(dropped[reason] for reason in named)} by the other filters "
+        "(corpus/clean/clean_report.json)",
+        flush=True,
+    )
+    if cfg.alignment_check:
+        print(misaligned_summary(cleaned, cfg.alignment_check), flush=True)
+    split = split_heldout(
+        corpus / "clean",
+        corpus / "train",
+        corpus / "heldout",
+        cfg.heldout_per_pair,
+        cfg.seed,
+        cfg.heldout_draw,
+        by_corpus=cfg.heldout_by_corpus,
+    )
+    heldout = sum(entry["heldout"] for entry in split["pairs"])
+    removed = sum(entry["removed_overlapping_heldout"] for entry in split["pairs"])
+    print(
+        f"split: {heldout} held-out pairs (up to {cfg.heldout_per_pair} per language pair"
+        f"{' and corpus' if cfg.heldout_by_corpus else ''}; none from the {len(split['too_small_for_heldout'])} "
+        f"with fewer than {2 * cfg.heldout_per_pair}), {sum(entry['train'] for entry in split['pairs'])} training "
+        f"pairs; {removed} training pairs that shared a side with a held-out pair removed",
+        flush=True,
+    )
+    if cfg.corpus_mix:
+        mixed = mix_corpora(corpus / "train", cfg.corpus_mix, cfg.seed)
+        print(
+            "mix: "
+            + "; ".join(f"{name} {mix}" for name, mix in cfg.corpus_mix.items())
+            + ": "
+            + ", ".join(
+                f"{_non_english(pair)} {name} {counts['pairs']} -> {counts['written']}"
+                for pair, corpora in mixed.items()
+                for name, counts in corpora.items()
+                if counts["written"] != counts["pairs"]
+            ),
+            flush=True,
+        )
+    if cfg.max_train_pairs is not None:
+        capped = cap_pairs(corpus / "train", cfg.max_train_pairs, cfg.seed)
+        print(
+            f"cap: at most {cfg.max_train_pairs} training pairs per language pair: "
+            + ", ".join(f"{name} {entry['kept']} of {entry['pairs']}" for name, entry in capped.items()),
+            flush=True,
+        )
+    by_language = {_non_english(entry["pair"]): entry for entry in split["pairs"]}
+    train_by_corpus = pairs_by_corpus(corpus / "train")
+    table = {
+        lang: {
+            "imported": imported["imported"].get(lang, 0),
+            "after_clean": kept_by_language.get(lang, 0),
+            "heldout": by_language.get(lang, {}).get("heldout", 0),
+            "train": sum(train_by_corpus.get(lang, {}).values()),
+            "train_by_corpus": train_by_corpus.get(lang, {}),
+            "licences": imported["licences"].get(lang, {}),
+        }
+        for lang in languages
+    }
+    (corpus / LANGUAGES_FILE).write_text(
+        json.dumps({"languages": table, "left_out": imported["left_out"], "by_corpus": imported["by_corpus"]}, indent=2)
+        + "\n"
+    )
+    (corpus / LANGUAGES_FILE).with_suffix(".md").write_text(languages_markdown(table, imported["left_out"], cfg))
+    return {
+        "languages": languages,
+        "imported": imported["imported"],
+        "left_out": imported["left_out"],
+        "removed_in_eval_set": dropped["in_eval_set"],
+        "dropped": dict(dropped),
+        "heldout_pairs": heldout,
+        "train_pairs": sum(row["train"] for row in table.values()),
+        "removed_overlapping_heldout": removed,
+    }
+
+
+def misaligned_summary(cleaned: dict, corpora: list[str]) -> str:
+    """One line: the pairs the alignment check removed, per file that lost any (most first), with the
+    stretches they form (data_prep.alignment)."""
+    checked = [entry for pair in cleaned["pairs"] for entry in pair["files"] if "misaligned_stretches" in entry]
+    losing = [entry for entry in checked if entry["dropped"].get("misaligned")]
+    files = []
+    for entry in sorted(losing, key=lambda entry: -entry["dropped"]["misaligned"]):
+        stretches = ", ".join(f"{first}-{last}" for first, last, _ in entry["misaligned_stretches"])
+        files.append(
+            f"{entry['name']} {entry['dropped']['misaligned']} of {entry['read']}"
+            + (f" (stretches at lines {stretches})" if stretches else "")
+        )
+    total = sum(entry["dropped"]["misaligned"] for entry in losing)
+    return f"alignment check ({', '.join(corpora)}, {len(checked)} files): removed {total} misaligned pairs: " + (
+        ", ".join(files) or "none"
+    )
+
+
+def pairs_by_corpus(root: Path) -> dict[str, dict[str, int]]:
+    """{non-English language: {corpus (ems.corpus.corpus_of): pairs}} of the corpus at `root`."""
+    counts: dict[str, Counter] = {}
+    for files in list_parallel(root):
+        language = _non_english(f"{files.l1}-{files.l2}")
+        counts.setdefault(language, Counter())[corpus_of(files.name)] += count_lines(files.path_l1)
+    return {lang: dict(sorted(corpora.items())) for lang, corpora in counts.items()}
+
+
+def languages_markdown(table: dict[str, dict], left_out: dict[str, int], cfg: DemoDataConfig) -> str:
+    """The pairs of each language at every stage as a markdown table, most training pairs first, with
+    the corpora its pairs come from and their licences."""
+    lines = [
+        f"Pairs per language ({', '.join(cfg.corpora)}): imported, after cleaning (evaluation sentences, "
+        f"duplicates and the other filters removed), held out (up to {cfg.heldout_per_pair}), trained on; the "
+        "corpora of its pairs, each with its licence.",
+        "",
+        "| language | imported | after cleaning | held out | training | corpora (licence) |",
+        "|:--|--:|--:|--:|--:|:--|",
+    ]
+    for lang, row in sorted(table.items(), key=lambda item: (-item[1]["train"], item[0])):
+        corpora = "; ".join(
+            f"{corpus} ({licence})"
+            for corpus, licence in sorted({(corpus_of(name), licence) for name, licence in row["licences"].items()})
+        )
+        lines.append(
+            f"| {lang} | {row['imported']} | {row['after_clean']} | {row['heldout']} | {row['train']} | {corpora} |"
+        )
+    totals = {key: sum(row[key] for row in table.values()) for key in ("imported", "after_clean", "heldout", "train")}
+    lines.append(
+        f"| **{len(table)} languages** | **{totals['imported']}** | **{totals['after_clean']}** | "
+        f"**{totals['heldout']}** | **{totals['train']}** |"
+    )
+    if left_out:
+        lines += [
+            "",
+            f"Left out (fewer than {cfg.min_pairs} pairs): " + ", ".join(f"{k} {v}" for k, v in left_out.items()),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _non_english(pair: str) -> str:
+    """The non-English code of a language pair's name (`de-en`, `en-fr`)."""
+    l1, l2 = pair.split("-", 1)
+    return l2 if l1 == ENGLISH else l1
+
+
+def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
+    """The gettext UI strings of cfg.gettext_packages for the demo's languages, written to
+    raw/<pair>/gettext.* (its own train/held-out split is undone: the demo splits after cleaning)."""
+    from data_prep.gettext_corpus import build_gettext_corpus
+
+    scratch = raw.parent / "gettext"
+    build_gettext_corpus(
+        scratch, packages=cfg.gettext_packages, languages=cfg.languages, min_pairs=100, heldout_size=1, overwrite=True
+    )
+    counts = {}
+    for files in list_parallel(scratch / "train"):
+        held = scratch / "heldout" / files.path_l1.parent.name
+        pairs = list(read_parallel(files.path_l1, files.path_l2))
+        pairs += list(read_parallel(held / files.path_l1.name, held / files.path_l2.name))
+        write_parallel(raw, "gettext", files.l1, files.l2, pairs)
+        counts[files.l2 if files.l1 == "en" else files.l1] = len(pairs)
+    shutil.rmtree(scratch)
+    return counts
