@@ -227,7 +227,13 @@ def test_the_shipped_modules_are_the_package_modules_and_the_core_template_fills
     glue = template[template.index("\nclass EMSTextTokenizer") :]
     assert glue in core and "from ems." in template  # the glue as it is; the imports from ems replaced
     definitions = core_definitions(ast.parse(template))
-    assert list(definitions) == ["ems.text", "ems.losses", "ems.packing", "ems.model", "ems.encoder"]  # dependency order
+    assert list(definitions) == [
+        "ems.text",
+        "ems.losses",
+        "ems.packing",
+        "ems.model",
+        "ems.encoder",
+    ]  # dependency order
     assert "read_tokenizer_file" in definitions["ems.text"] and "EncoderNetwork" in definitions["ems.model"]
     assert core.index("def read_tokenizer_file") < core.index("class EncoderNetwork") < core.index(glue)
     with pytest.raises(ValueError, match="the exported x.py imports the ems package \\(line 2\\)"):
