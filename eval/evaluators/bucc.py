@@ -23,9 +23,8 @@ from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
 from ems.languages import ENGLISH
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
-from eval.evaluators.items import not_covered, score_items
+from eval.evaluators.items import not_covered, score_items, scored_result
 from eval.evaluators.retrieval import read_lines
-from eval.faults import DATA_ERRORS
 from eval.report import bucc_table
 from eval.task import Headline, TaskConfig, TaskRun, TaskType, filtered_languages, one_of, refuse
 
@@ -315,16 +314,8 @@ def evaluate_bucc(encoder: Encoder, task: TaskRun) -> dict:
         "test_split": config.test_split,
         "max_sentences": max_sentences,
     }
-    return {
-        "task": config.name,
-        "metric": TASK.metric,
-        "data_dir": str(data_dir),
-        "settings": settings,
-        "languages": per_language,
-        "average": average,
-        "skipped": {**scored.skipped, **outside},
-        DATA_ERRORS: dict(scored.errors),
-    }
+    scored.skipped.update(outside)
+    return scored_result(task, TASK.metric, settings, scored, average)
 
 
 TEST_F1 = Headline("F1 (%), test split (training if no test gold)", lambda row: (row["test"] or row["train"])["f1"])

@@ -4,6 +4,7 @@ In: the items, how to name one (`key`), why to leave one out (`skip`: not covere
 not in the data set, ...), how to read its data (`read`) and how to score it (`score`). Out:
 `ItemScores`: {key: row} of the items scored, {reason: [keys]} of those left out and the data
 errors (eval.faults) of those whose data could not be read; the other items still run.
+`scored_result` makes them an evaluator's result mapping.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Generic, TypeVar
 from tqdm import tqdm
 
 from ems.languages import covered_language
-from eval.faults import DataErrors
+from eval.faults import DATA_ERRORS, DataErrors
+from eval.task import TaskRun
 
 NOT_COVERED = "not covered by the encoder"
 Item = TypeVar("Item")
@@ -74,3 +76,18 @@ def not_covered(covered: list[str] | None, *langs: str) -> str | None:
     """NOT_COVERED unless the encoder's languages (`covered`, None = any) cover every one of
     `langs` (ems.languages.covered_language): a `skip` for score_items."""
     return None if all(covered_language(lang, covered) is not None for lang in langs) else NOT_COVERED
+
+
+def scored_result(task: TaskRun, metric: str, settings: dict, scored: ItemScores, average: dict | None) -> dict:
+    """The result mapping of an evaluator whose rows are `scored`'s: {"task", "metric", "data_dir",
+    "settings", "languages": the rows, "average", "skipped", "data_errors"}."""
+    return {
+        "task": task.name,
+        "metric": metric,
+        "data_dir": str(task.data_dir),
+        "settings": settings,
+        "languages": scored.rows,
+        "average": average,
+        "skipped": scored.skipped,
+        DATA_ERRORS: dict(scored.errors),
+    }

@@ -24,9 +24,8 @@ from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
 from ems.languages import ENGLISH, canonical_language, covered_language
 from ems.mining.index import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
-from eval.evaluators.items import not_covered, score_items
+from eval.evaluators.items import not_covered, score_items, scored_result
 from eval.evaluators.retrieval import read_aligned_files
-from eval.faults import DATA_ERRORS
 from eval.report import retrieval_table
 from eval.task import Headline, TaskConfig, TaskRun, TaskType, one_of, refuse
 
@@ -174,16 +173,7 @@ def evaluate_large_retrieval(encoder: Encoder, task: TaskRun) -> dict:
         "n_queries": n_queries,
         "n_candidates": n_candidates,
     }
-    return {
-        "task": config.name,
-        "metric": TASK.metric,
-        "data_dir": str(data_dir),
-        "settings": settings,
-        "languages": per_pair,
-        "average": average,
-        "skipped": skipped,
-        DATA_ERRORS: dict(scored.errors),
-    }
+    return scored_result(task, TASK.metric, settings, scored, average)
 
 
 TASK = TaskType(

@@ -49,9 +49,9 @@ from ems.languages import (
 )
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.flores import FLORES_SOURCE
-from eval.evaluators.items import NOT_COVERED, score_items
+from eval.evaluators.items import NOT_COVERED, score_items, scored_result
 from eval.evaluators.retrieval import check_max_sentences, read_lines
-from eval.faults import DATA_ERRORS, DataErrors
+from eval.faults import DataErrors
 from eval.report import xsim_table
 from eval.task import Headline, Languages, RunOptions, TaskConfig, TaskRun, TaskType, one_of, refuse
 
@@ -310,16 +310,7 @@ def evaluate_xsim(encoder: Encoder, task: TaskRun) -> dict:
         "max_sentences": max_sentences,
         "augmented_dir": None if augmented_dir is None else str(augmented_dir),
     }
-    return {
-        "task": config.name,
-        "metric": TASK.metric,
-        "data_dir": str(data_dir),
-        "settings": settings,
-        "languages": per_language,
-        "average": average,
-        "skipped": scored.skipped,
-        DATA_ERRORS: dict(errors),
-    }
+    return scored_result(task, TASK.metric, settings, scored, average)
 
 
 XX2EN_ERROR = Headline("xSIM error (%), xx→en, lower is better", lambda row: row["xx2en"])
