@@ -111,7 +111,9 @@ def split_heldout(
                     if pivot_side is None
                     else np.argsort(_mix(pivot_side ^ np.uint64(seed)), kind="stable")
                 )
-                drawn[pair][rows[_draw_heldout(l1, l2, per_pair, order)]] = True
+                # a side another corpus's held-out pairs already have is not drawn again
+                fresh = ~np.isin(l1, hashes_l1[drawn[pair]]) & ~np.isin(l2, hashes_l2[drawn[pair]])
+                drawn[pair][rows[_draw_heldout(l1, l2, per_pair, order[fresh[order]])]] = True
         heldout_hashes += [hashes_l1[drawn[pair]], hashes_l2[drawn[pair]]]
     heldout_sentences = np.unique(np.concatenate(heldout_hashes)) if heldout_hashes else np.zeros(0, dtype=np.uint64)
     for pair, files in language_pairs:

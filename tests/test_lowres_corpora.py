@@ -286,7 +286,8 @@ def test_the_pivot_draw_per_corpus_holds_out_the_same_english_of_a_multi_paralle
     shared = [f"Shared sentence {i}." for i in range(60)]
     write_corpus(tmp_path / "in", "seed-a", "de", shared)
     write_corpus(tmp_path / "in", "seed-b", "fr", shared)
-    write_corpus(tmp_path / "in", "tatoeba-c", "fr", [f"French only {i}." for i in range(300)])
+    # fr's second corpus also translates the shared sentences (differently): held out once at most
+    write_corpus(tmp_path / "in", "tatoeba-c", "fr", [f"French only {i}." for i in range(240)] + shared, "fr2")
     held = {}
     for by_corpus in (True, False):
         out = tmp_path / str(by_corpus)
@@ -298,6 +299,8 @@ def test_the_pivot_draw_per_corpus_holds_out_the_same_english_of_a_multi_paralle
         if by_corpus:
             entry = next(e for e in report["pairs"] if e["pair"] == "en-fr")
             assert entry["by_corpus"] == {"seed": {"read": 60, "heldout": 10}, "tatoeba": {"read": 300, "heldout": 10}}
+            english = lines_of(out / "h" / "en-fr" / "heldout.en")
+            assert len(english) == len(set(english)) == 20
     assert len(held[True]["de"]) == 10 and held[True]["de"] == held[True]["fr"]
     assert held[False]["de"] != held[False]["fr"]  # drawn over all of fr's pairs, fr holds out other ones
 
