@@ -153,7 +153,7 @@ def _read_verses(path: Path) -> tuple[list[str | None], int]:
     return lines, repaired
 
 
-def verse_groups(english: list[str | None], other: list[str | None]) -> Iterator[tuple[int, int]]:
+def _verse_groups(english: list[str | None], other: list[str | None]) -> Iterator[tuple[int, int]]:
     """(first, end) line ranges of the verse groups: a line and the `<range>` lines after it, on
     either side; a `<range>` at the very start is a group of its own (nothing to merge into)."""
     start = 0
@@ -171,7 +171,7 @@ def _import_translation(
 
     def pairs() -> Iterator[tuple[str, str]]:
         nonlocal merged
-        for first, end in verse_groups(english, other):
+        for first, end in _verse_groups(english, other):
             sides = (english[first:end], other[first:end])
             if RANGE in (sides[0][0], sides[1][0]):
                 skipped["range_without_verse"] += end - first

@@ -388,3 +388,24 @@ def test_the_recipe_checks_mixes_and_reports_each_language_s_corpora_and_licence
     }
     # (the check took 11.5% of mni's lines, so about that share of its 200 differs: 171 are the same)
     assert len(heldout["mni"]) == len(heldout["ks_Deva"]) == 200 and len(heldout["mni"] & heldout["ks_Deva"]) >= 160
+
+
+def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
+    """Its settings differ from configs/data/multilingual_lowres.yaml in corpus_mix alone, so each trains
+    the same languages and is scored on the same held-out pairs."""
+    from dataclasses import replace
+
+    from ems.apps.ablation import AblationConfig, variant_data_config
+    from ems.apps.recipe_corpus import DemoDataConfig
+    from ems.configs import load_config
+    from tests.conftest import REPO_ROOT
+
+    cfg = load_config(AblationConfig, REPO_ROOT / "configs/ablation/multilingual_lowres_mix.yaml")
+    base = load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+    mixes = [base.corpus_mix]
+    for name in cfg.data_variants:
+        variant = variant_data_config(cfg, name)
+        assert replace(variant, corpus_mix={}) == replace(base, corpus_mix={}), name
+        mixes.append(variant.corpus_mix)
+    assert len(cfg.variants) == len(mixes) >= 3 and len({repr(mix) for mix in mixes}) == len(mixes)
+    assert mixes[-1] == {"ebible": CorpusMix(max_pairs=3000), "nllb_seed": CorpusMix(weight=0.5)}

@@ -16,6 +16,8 @@ trains on every language of the Tatoeba Translation Challenge and TICO-19 (confi
 configs/train/multilingual.yaml), resumes where it stopped (the data are kept when prepared with the
 same config, training goes on from its checkpoints), and scores the model on every language of
 Tatoeba, FLORES-200 (P@1 and xSIM) and SIB-200, those it never saw zero-shot, by training-data group.
+`--data-config configs/data/multilingual_lowres.yaml` adds NLLB-Seed and the eBible subset. The data
+stage is ems.apps.recipe_corpus.
 """
 
 from __future__ import annotations

@@ -192,7 +192,10 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
         mixed = mix_corpora(corpus / "train", cfg.corpus_mix, cfg.seed)
         print(
             "mix: "
-            + "; ".join(f"{name} {mix}" for name, mix in cfg.corpus_mix.items())
+            + "; ".join(
+                f"{name} at most {mix.max_pairs or 'all'} pairs a language pair, weight {mix.weight}"
+                for name, mix in cfg.corpus_mix.items()
+            )
             + ": "
             + ", ".join(
                 f"{_non_english(pair)} {name} {counts['pairs']} -> {counts['written']}"
@@ -271,7 +274,8 @@ def languages_markdown(table: dict[str, dict], left_out: dict[str, int], cfg: De
     the corpora its pairs come from and their licences."""
     lines = [
         f"Pairs per language ({', '.join(cfg.corpora)}): imported, after cleaning (evaluation sentences, "
-        f"duplicates and the other filters removed), held out (up to {cfg.heldout_per_pair}), trained on; the "
+        f"duplicates and the other filters removed), held out (up to {cfg.heldout_per_pair}"
+        f"{' per corpus' if cfg.heldout_by_corpus else ''}), trained on; the "
         "corpora of its pairs, each with its licence.",
         "",
         "| language | imported | after cleaning | held out | training | corpora (licence) |",
