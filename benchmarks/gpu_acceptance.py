@@ -802,8 +802,9 @@ def stage_evaluate(ctx: Context, output: dict) -> None:
 def segmenters(mode: str, table: Path):
     """Chinese and Japanese segmentation for the run: the installed jieba, MeCab and OpenCC ("installed"),
     or the stand-ins of benchmarks/segmenters answering from the prepared table ("table"; "auto": where
-    any of them is missing). The stand-ins go first on sys.path and PYTHONPATH (spawned tokenizer workers
-    inherit them), ems.text's cached segmenters are dropped; all restored on exit. Yields
+    any of them is missing). The stand-ins are loaded as the modules jieba, fugashi and opencc of this process
+    and named first in the PYTHONPATH that spawned tokenizer workers inherit; ems.text's cached segmenters are
+    dropped; all restored on exit. Yields
     {"mode", "detail"}."""
     import ems.text
 

@@ -3,8 +3,8 @@ packages gave to every evaluation sentence that can reach them, recorded by `pyt
 benchmarks.gpu_acceptance prepare` (benchmarks/gpu_prepared.py: segmentation.json.xz) and named by
 $EMS_SEGMENTATION_TABLE.
 
-The GPU run puts this directory first on sys.path and PYTHONPATH (so that spawned tokenizer workers
-see it too) where those packages are not installed: ems.text then segments Chinese and Japanese
+The GPU run loads these modules in place of those packages (and names this directory in the PYTHONPATH
+of spawned tokenizer workers) where those packages are not installed: ems.text then segments Chinese and Japanese
 exactly as the real packages would, for those sentences. Any other text is a LookupError naming it.
 """
 
