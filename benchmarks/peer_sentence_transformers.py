@@ -65,6 +65,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
@@ -563,21 +564,25 @@ def ems_train_settings(run: Path) -> tuple[float, int]:
 def score(encoder_spec: str, scoring: Scoring, out: Path) -> dict[str, float]:
     """eval.run_all of the encoder `encoder_spec` (ems.encoder_kinds) on the suite and the held-out pairs,
     results in out/results.json; returns the average P@1 (both directions) of each task of METRICS and of
-    every other task of the suite with a P@1 average (e.g. a development set)."""
+    every other task of the suite with a P@1 average (e.g. a development set). Embeddings are cached
+    for the run only: FLORES-200's bitext and xSIM tasks (and every language's English side) encode
+    the same sentences."""
     from ems.encoder_kinds import load_encoder
     from eval.run_all import run_all
 
-    results = run_all(
-        load_encoder(encoder_spec),
-        scoring.data_dir,
-        heldout_dir=scoring.prepared / "corpus" / "heldout",
-        out_dir=out,
-        languages=scoring.languages,
-        suite_path=scoring.suite,
-        task_dirs=scoring.task_dirs,
-        progress=False,
-        print_tables=False,
-    )
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="embeddings-", dir=out) as cache:
+        results = run_all(
+            load_encoder(encoder_spec, Path(cache)),
+            scoring.data_dir,
+            heldout_dir=scoring.prepared / "corpus" / "heldout",
+            out_dir=out,
+            languages=scoring.languages,
+            suite_path=scoring.suite,
+            task_dirs=scoring.task_dirs,
+            progress=False,
+            print_tables=False,
+        )
     scores = {}
     for column, task in METRICS.items():
         result = results.get(task)
