@@ -1,28 +1,22 @@
-"""benchmarks/peer_sentence_transformers.py: the budget it reads from a demo directory, the refusal of
-anything else, the peer's shape and training settings read from the EMS run, the (vocab, lr) coordinate
-search on held-out at the full budget (a fake trainer whose scores are known functions of both), its
-extensions past an edge and its edge flags, EMS's worst case over the grid on each metric, the faster
-precision, the comparison tables' ratios (the by-group one from hand-written results files), and the
-schedule re-fitted to the budget (the training itself is the benchmark's run)."""
+"""benchmarks/peer_sentence_transformers.py and its helpers (peer_training, peer_grid, peer_scoring,
+peer_report): the budget it reads from a demo directory, the refusal of anything else, the peer's shape
+and training settings read from the EMS run, the (vocab, lr) coordinate search on held-out at the full
+budget (a fake trainer whose scores are known functions of both), its extensions past an edge and its
+edge flags, EMS's worst case over the grid on each metric, the faster precision, the comparison tables'
+ratios (the by-group one from hand-written results files), and the schedule re-fitted to the budget (the
+training itself is the benchmark's run)."""
 
-import importlib.util
 import json
 import math
-import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
+from benchmarks import peer_grid, peer_report, peer_scoring, peer_training
+from benchmarks import peer_sentence_transformers as peer
 from ems.cli import UserError
 from tests.conftest import REPO_ROOT
-
-spec = importlib.util.spec_from_file_location(
-    "peer_sentence_transformers", REPO_ROOT / "benchmarks" / "peer_sentence_transformers.py"
-)
-peer = importlib.util.module_from_spec(spec)
-sys.modules["peer_sentence_transformers"] = peer
-spec.loader.exec_module(peer)
 
 
 def test_budget_is_the_demo_training_stage(tmp_path):
@@ -65,18 +59,18 @@ def test_peer_shape_follows_the_ems_model_config(tmp_path):
     # the all-language recipe's model (the small preset, max_len 288), with 6 heads: no two numbers equal
     cfg = config_from_preset("small", vocab_size=1000, n_languages=3, max_len=288, n_heads=6)
     (model / "config.json").write_text(json.dumps(asdict(cfg)))
-    shape = peer.peer_shape(peer.ems_config(tmp_path / "run"))
-    assert shape == peer.PeerShape(
+    shape = peer_training.peer_shape(peer.ems_config(tmp_path / "run"))
+    assert shape == peer_training.PeerShape(
         hidden_size=192, num_hidden_layers=4, num_attention_heads=6, intermediate_size=768, max_len=288, dropout=0.1
     )
     assert shape.describe() == "d 192, 4 layers, 6 heads, ffn 768, dropout 0.1, 288 tokens"
     # the demo's: tiny at 64 tokens without dropout
-    demo = peer.peer_shape(config_from_preset("tiny", vocab_size=1000, n_languages=3, max_len=64, dropout=0.0))
-    assert demo == replace(peer.TINY, dropout=0.0)
+    demo = peer_training.peer_shape(config_from_preset("tiny", vocab_size=1000, n_languages=3, max_len=64, dropout=0.0))
+    assert demo == replace(peer_training.TINY, dropout=0.0)
 
     pairs = [("ein kleiner hund", "a small dog"), ("die katze schläft", "the cat sleeps")] * 20
-    tokenizer = peer.train_tokenizer(pairs, 40, tmp_path / "tokenizer", shape.max_len)
-    built = peer.initial_model(tokenizer, tmp_path / "init", seed=0, shape=shape)
+    tokenizer = peer_training.train_tokenizer(pairs, 40, tmp_path / "tokenizer", shape.max_len)
+    built = peer_training.initial_model(tokenizer, tmp_path / "init", seed=0, shape=shape)
     bert = built[0].auto_model.config
     assert (bert.hidden_size, bert.num_hidden_layers, bert.num_attention_heads, bert.intermediate_size) == (
         192,
@@ -127,7 +121,7 @@ def fake_training(monkeypatch):
         calls.append(("tokenizer", size, max_len))
         return FakeTokenizer(size)
 
-    def train_peer(pairs, tokenizer, out, lr, max_steps, seconds, training=peer.PeerTraining(), **_):
+    def train_peer(pairs, tokenizer, out, lr, max_steps, seconds, training=peer_training.PeerTraining(), **_):
         calls.append(("train", tokenizer.size, lr, max_steps, seconds, training.precision))
         runs[out / "model"] = (tokenizer.size, lr)
         rate = 32000 / tokenizer.size * (2 if training.precision == "bf16" else 1)
@@ -136,29 +130,29 @@ def fake_training(monkeypatch):
     def score(spec, scoring, out):
         return scores_of(*runs[Path(spec.split(":", 1)[1])])
 
-    monkeypatch.setattr(peer, "train_tokenizer", train_tokenizer)
-    monkeypatch.setattr(peer, "train_peer", train_peer)
-    monkeypatch.setattr(peer, "count_tokens", lambda tokenizer, pairs, max_len: 30.0)
-    monkeypatch.setattr(peer, "score", score)
+    monkeypatch.setattr(peer_training, "train_tokenizer", train_tokenizer)
+    monkeypatch.setattr(peer_training, "train_peer", train_peer)
+    monkeypatch.setattr(peer_training, "count_tokens", lambda tokenizer, pairs, max_len: 30.0)
+    monkeypatch.setattr(peer_scoring, "score", score)
     return calls
 
 
 def test_coordinate_search_at_the_full_budget(tmp_path, fake_training):
     # every vocabulary at the middle lr, then every other lr at the best vocabulary; each point the
     # whole budget, scored on every metric; the pick is the held-out best
-    choice, vocabularies = peer.search_peer(
+    choice, vocabularies = peer_grid.search_peer(
         pairs=[("a", "b")],
         vocab_grid=[32000, 8000, 16000],  # unsorted on purpose: the search goes smallest first
         lr_grid=[3e-3, 3e-4, 1e-3],
         seconds=1000.0,
         out=tmp_path,
-        scoring=peer.Scoring(tmp_path, tmp_path, ["de"], tmp_path / "suite.yaml"),
-        training=peer.PeerTraining(),
+        scoring=peer_scoring.Scoring(tmp_path, tmp_path, ["de"], tmp_path / "suite.yaml"),
+        training=peer_training.PeerTraining(),
         extend=0,
     )
     # each run: 1000 s, and the steps its vocabulary's probe rate gives in them, 4 s of start-up
     # off: 8000 -> 4 steps/s x 996 s = 3984, 16000 -> 2 x 996 = 1992, 32000 -> 1 x 996 = 996
-    probe = peer.PROBE_STEPS
+    probe = peer_training.PROBE_STEPS
     assert fake_training == [
         ("tokenizer", 8000, 64),
         ("train", 8000, 1e-3, probe, None, "fp32"),
@@ -188,14 +182,16 @@ def test_coordinate_search_at_the_full_budget(tmp_path, fake_training):
     # the same search again: each point trained before is reused, not trained (its model must exist)
     fake_training.clear()
     search = dict(pairs=[("a", "b")], vocab_grid=[8000, 16000, 32000], lr_grid=[3e-4, 1e-3, 3e-3], out=tmp_path)
-    scoring = peer.Scoring(tmp_path, tmp_path, ["de"], tmp_path / "suite.yaml")
-    again, _ = peer.search_peer(**search, seconds=1000.0, scoring=scoring, training=peer.PeerTraining(), extend=0)
+    scoring = peer_scoring.Scoring(tmp_path, tmp_path, ["de"], tmp_path / "suite.yaml")
+    again, _ = peer_grid.search_peer(
+        **search, seconds=1000.0, scoring=scoring, training=peer_training.PeerTraining(), extend=0
+    )
     trained = [call[1:3] for call in fake_training if call[0] == "train"]
     assert [p.scores for p in again.points] == [p.scores for p in choice.points]
     assert (16000, 3e-3) not in trained and len(trained) == 3 + 4  # the other 4 points had no model: 3 probes, 4 runs
     # another budget trains every point again
     fake_training.clear()
-    peer.search_peer(**search, seconds=900.0, scoring=scoring, training=peer.PeerTraining(), extend=0)
+    peer_grid.search_peer(**search, seconds=900.0, scoring=scoring, training=peer_training.PeerTraining(), extend=0)
     assert (16000, 3e-3) in [call[1:3] for call in fake_training if call[0] == "train"]
 
 
@@ -212,9 +208,9 @@ def test_coordinate_search_at_the_full_budget(tmp_path, fake_training):
 def test_edge_flags_on_both_axes(best, edges):
     def run_point(vocab, lr):  # held-out falls off with the distance (in grid steps) from `best`
         distance = abs(math.log2(vocab / best[0])) + abs(math.log(lr / best[1], 3))
-        return peer.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 80.0 - distance})
+        return peer_grid.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 80.0 - distance})
 
-    choice = peer.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point, extend=0)
+    choice = peer_grid.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point, extend=0)
     assert (choice.vocab_size, choice.lr) == best
     assert (choice.vocab_at_grid_edge, choice.lr_at_grid_edge) == edges
 
@@ -227,9 +223,9 @@ def test_an_edge_pick_extends_its_axis_by_the_edge_s_own_step():
     def run_point(vocab, lr):
         visited.append((vocab, lr))
         distance = abs(math.log2(vocab / 128000)) + abs(math.log(lr / 1e-2, 3))
-        return peer.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 80.0 - distance})
+        return peer_grid.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 80.0 - distance})
 
-    choice = peer.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point, extend=2)
+    choice = peer_grid.coordinate_search([8000, 16000, 32000], [3e-4, 1e-3, 3e-3], run_point, extend=2)
     assert visited == [
         (8000, 1e-3),
         (16000, 1e-3),
@@ -248,17 +244,17 @@ def test_an_edge_pick_extends_its_axis_by_the_edge_s_own_step():
         False,
     )
     # an edge at the small end halves the vocabulary, but not below MIN_VOCAB; one value is no axis
-    assert peer.beyond([2000, 4000], 2000) == 1000 and peer.beyond([2000, 4000], 4000) == 8000
-    assert peer.beyond([8000, 16000, 32000], 16000) is None and peer.beyond([32000], 32000) is None
-    assert peer.beyond([1e-3, 3e-3], 1e-3) == pytest.approx(3.33e-4)
+    assert peer_grid.beyond([2000, 4000], 2000) == 1000 and peer_grid.beyond([2000, 4000], 4000) == 8000
+    assert peer_grid.beyond([8000, 16000, 32000], 16000) is None and peer_grid.beyond([32000], 32000) is None
+    assert peer_grid.beyond([1e-3, 3e-3], 1e-3) == pytest.approx(3.33e-4)
 
 
 def test_one_vocabulary_size_is_no_vocabulary_grid():
     # --vocab-size N: the lr grid alone, never an edge of one value
-    choice = peer.coordinate_search(
+    choice = peer_grid.coordinate_search(
         [32000],
         [3e-4, 1e-3, 3e-3],
-        lambda vocab, lr: peer.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 1.0 / lr}),
+        lambda vocab, lr: peer_grid.GridPoint(vocab, lr, steps=1, seconds=1.0, scores={"held-out": 1.0 / lr}),
         extend=0,
     )
     assert [(p.vocab_size, p.lr) for p in choice.points] == [(32000, 1e-3), (32000, 3e-4), (32000, 3e-3)]
@@ -269,12 +265,12 @@ def test_worst_case_is_ems_over_the_best_grid_point_of_each_metric():
     # EMS against the held-out pick and against the best point on each metric, by hand: Tatoeba's best is
     # the 32k point (62.0), FLORES-200's the 8k one (45.0); held-out's best is the pick itself
     points = [
-        peer.GridPoint(8000, 1e-3, 1, 1.0, {"held-out": 70.0, "Tatoeba": 55.0, "FLORES-200": 45.0}),
-        peer.GridPoint(16000, 1e-3, 1, 1.0, {"held-out": 75.0, "Tatoeba": 60.0, "FLORES-200": 40.0}),
-        peer.GridPoint(32000, 1e-3, 1, 1.0, {"held-out": 72.0, "Tatoeba": 62.0, "FLORES-200": 30.0}),
+        peer_grid.GridPoint(8000, 1e-3, 1, 1.0, {"held-out": 70.0, "Tatoeba": 55.0, "FLORES-200": 45.0}),
+        peer_grid.GridPoint(16000, 1e-3, 1, 1.0, {"held-out": 75.0, "Tatoeba": 60.0, "FLORES-200": 40.0}),
+        peer_grid.GridPoint(32000, 1e-3, 1, 1.0, {"held-out": 72.0, "Tatoeba": 62.0, "FLORES-200": 30.0}),
     ]
-    choice = peer.GridChoice(points, 16000, 1e-3, False, False)
-    rows = peer.worst_case({"held-out": 80.0, "Tatoeba": 62.0, "FLORES-200": 36.0, "sts": 1.0}, choice)
+    choice = peer_grid.GridChoice(points, 16000, 1e-3, False, False)
+    rows = peer_report.worst_case({"held-out": 80.0, "Tatoeba": 62.0, "FLORES-200": 36.0, "sts": 1.0}, choice)
     assert list(rows) == ["held-out", "Tatoeba", "FLORES-200"]  # a metric the peer lacks is left out
     assert rows["Tatoeba"] == {
         "ems": 62.0,
@@ -286,18 +282,20 @@ def test_worst_case_is_ems_over_the_best_grid_point_of_each_metric():
     }
     assert rows["FLORES-200"]["ems_over_best"] == pytest.approx(0.8) and rows["FLORES-200"]["ems_over_pick"] == 0.9
     assert rows["held-out"]["best_at"] == {"vocab_size": 16000, "lr": 1e-3}
-    table = peer.worst_case_table(rows, choice).splitlines()
+    table = peer_report.worst_case_table(rows, choice).splitlines()
     assert table[4] == "| FLORES-200 | 36.0 | 40.0 | 0.90 | 45.0 (8,000, lr 0.001) | **0.80** |"
 
 
 def test_the_faster_precision_is_chosen_by_its_probe(tmp_path, fake_training):
-    precision, rates = peer.faster_precision([("a", "b")], FakeTokenizer(16000), tmp_path, peer.PeerTraining())
+    precision, rates = peer_training.faster_precision(
+        [("a", "b")], FakeTokenizer(16000), tmp_path, peer_training.PeerTraining()
+    )
     assert (precision, rates) == ("bf16", {"fp32": 2.0, "bf16": 4.0})
     assert [call[-1] for call in fake_training] == ["fp32", "bf16"]
 
 
 def test_table_gives_ems_over_peer_ratios():
-    table = peer.report_table(
+    table = peer_report.report_table(
         {
             "steps": 1800,
             "pairs": 460_800,
@@ -330,7 +328,7 @@ def test_the_peer_schedule_is_transformers_linear_one_with_a_movable_end():
 
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     reference = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=150, num_training_steps=900).lr_lambdas[0]
-    schedule = peer.LinearDecay(warmup=150, end=900)
+    schedule = peer_training.LinearDecay(warmup=150, end=900)
     assert [schedule(step) for step in range(1000)] == pytest.approx([reference(step) for step in range(1000)])
     schedule.end = 600  # re-fitted: the decay now reaches 0 at step 600
     assert schedule(375) == pytest.approx(0.5) and schedule(600) == 0.0 and schedule(700) == 0.0
@@ -339,7 +337,7 @@ def test_the_peer_schedule_is_transformers_linear_one_with_a_movable_end():
 def test_a_grid_run_s_schedule_is_the_final_run_s_shrunk():
     # a grid run a quarter of the final one: the same lr at the same share of the run, decayed to 0 at its end
     # (a warm-up of a fixed 150 steps never ended in a 140-step grid run)
-    final, grid = peer.LinearDecay.for_run(560), peer.LinearDecay.for_run(140)
+    final, grid = peer_training.LinearDecay.for_run(560), peer_training.LinearDecay.for_run(140)
     assert (final.warmup, grid.warmup) == (56, 14)
     assert [grid(step) for step in range(141)] == pytest.approx([final(4 * step) for step in range(141)])
     assert grid(100) < grid(14) == 1.0 and grid(140) == 0.0
@@ -347,9 +345,11 @@ def test_a_grid_run_s_schedule_is_the_final_run_s_shrunk():
 
 def test_refit_end_fills_the_budget_at_the_run_s_own_rate():
     # 100 steps in 100 s, 1.1 steps/s: 400 s left are 440 more steps
-    assert peer.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=1000) == 540
-    assert peer.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=500) == 500  # the loop's bound
-    assert peer.refit_end(step=100, elapsed=600.0, steady_rate=1.1, seconds=500.0, cap=1000) == 101  # over budget
+    assert peer_training.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=1000) == 540
+    # the loop's bound
+    assert peer_training.refit_end(step=100, elapsed=100.0, steady_rate=1.1, seconds=500.0, cap=500) == 500
+    # over budget
+    assert peer_training.refit_end(step=100, elapsed=600.0, steady_rate=1.1, seconds=500.0, cap=1000) == 101
 
 
 def _results(tatoeba, flores):
@@ -396,12 +396,12 @@ def test_grouped_table_from_hand_written_results(tmp_path):
     # de 12,000 pairs (≥10k), zh 1,000 as cmn (1k–10k, zh-Hant counts zh's), fr 999 (<1k); wuu, ace none (unseen)
     pairs = {"de": 12_000, "cmn": 1_000, "fr": 999, "en": 14_000}
     ems_rows, peer_rows = grouped_results(ems_file, pairs), grouped_results(peer_file, pairs)
-    comparison = peer.group_comparison(ems_rows, peer_rows)
+    comparison = peer_report.group_comparison(ems_rows, peer_rows)
     assert list(comparison) == ["tatoeba", "flores200"]  # the heldout task is not grouped
     # FLORES 1k–10k: zh, zh-Hant -> EMS (60 + 50) / 2 = 55, peer (30 + 20) / 2 = 25
     assert comparison["flores200"]["1k–10k"] == {"languages": 2, "ems": 55.0, "peer": 25.0}
     assert comparison["flores200"]["<1k"] == {"languages": 0, "ems": None, "peer": None}
-    lines = peer.group_table(comparison, {"tatoeba": "tatoeba", "flores200": "flores"}).splitlines()
+    lines = peer_report.group_table(comparison, {"tatoeba": "tatoeba", "flores200": "flores"}).splitlines()
     assert "### Tatoeba P@1 (tatoeba) by the language's training pairs" in lines
     assert "### FLORES-200 P@1 (flores200) by the language's training pairs" in lines
     tatoeba, flores = lines[4:9], lines[14:19]
@@ -423,11 +423,11 @@ def test_grouped_table_from_hand_written_results(tmp_path):
 
 def test_grid_table_shows_the_points_run_and_the_choice():
     points = [
-        peer.GridPoint(8000, 1e-3, 120, 1.0, {"held-out": 65.0, "Tatoeba": 50.0}),
-        peer.GridPoint(16000, 3e-3, 100, 1.0, {"held-out": 72.0, "Tatoeba": 55.0}),
-        peer.GridPoint(16000, 1e-3, 100, 1.0, {"held-out": 70.0, "Tatoeba": 56.0}),
+        peer_grid.GridPoint(8000, 1e-3, 120, 1.0, {"held-out": 65.0, "Tatoeba": 50.0}),
+        peer_grid.GridPoint(16000, 3e-3, 100, 1.0, {"held-out": 72.0, "Tatoeba": 55.0}),
+        peer_grid.GridPoint(16000, 1e-3, 100, 1.0, {"held-out": 70.0, "Tatoeba": 56.0}),
     ]
-    table = peer.grid_table(peer.GridChoice(points, 16000, 3e-3, False, True))
+    table = peer_report.grid_table(peer_grid.GridChoice(points, 16000, 3e-3, False, True))
     assert table.splitlines() == [
         "| vocabulary | lr | steps | held-out | Tatoeba |",
         "|--:|--:|--:|--:|--:|",
@@ -466,7 +466,7 @@ def test_main_chooses_on_heldout_and_reports_the_worst_case_grid_edges_and_group
             }
         )
     )
-    fake_score, scored = peer.score, []
+    fake_score, scored = peer_scoring.score, []
 
     def score(spec, scoring, out):
         scored.append((spec.split(":")[0], scoring.languages, scoring.suite.name))
@@ -476,7 +476,7 @@ def test_main_chooses_on_heldout_and_reports_the_worst_case_grid_edges_and_group
         (out / "results.json").write_text(json.dumps(_results(tatoeba, {"de": 85.0 if ems else 80.0})))
         return {"held-out": 80.0, "Tatoeba": 75.0, "FLORES-200": 36.0} if ems else fake_score(spec, scoring, out)
 
-    monkeypatch.setattr(peer, "score", score)
+    monkeypatch.setattr(peer_scoring, "score", score)
     out = tmp_path / "out"
     suite = REPO_ROOT / "configs" / "eval" / "suite_multilingual.yaml"
     argv = ["--demo", str(demo), "--out", str(out), "--data-dir", str(data), "--suite", str(suite)]
@@ -485,8 +485,8 @@ def test_main_chooses_on_heldout_and_reports_the_worst_case_grid_edges_and_group
     # precision probes at the smallest vocabulary (bf16 is faster here), then every run in bf16
     assert fake_training[:3] == [
         ("tokenizer", 8000, 288),
-        ("train", 8000, 1e-3, peer.PROBE_STEPS, None, "fp32"),
-        ("train", 8000, 1e-3, peer.PROBE_STEPS, None, "bf16"),
+        ("train", 8000, 1e-3, peer_training.PROBE_STEPS, None, "fp32"),
+        ("train", 8000, 1e-3, peer_training.PROBE_STEPS, None, "bf16"),
     ]
     assert {call[-1] for call in fake_training[3:] if call[0] == "train"} == {"bf16"}
     # the grid: 3 + 3 - 1 points, then the 3e-3 edge extended once (9e-3: held-out falls, so 3e-3 is no

@@ -1,0 +1,135 @@
+"""The peer benchmark's report tables (benchmarks/peer_sentence_transformers.py): EMS against one peer
+run, EMS against the best grid point on each metric (its worst case), the grid's points, and both
+models by the language's training pairs. A helper of that benchmark: no command line.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from benchmarks import peer_grid
+
+
+def report_table(ems: dict, peer: dict) -> str:
+    """EMS against one peer run: steps, pairs, speed and every metric both have, with EMS / peer."""
+    rows = [
+        ("steps", "steps", "{:,.0f}"),
+        ("pairs seen", "pairs", "{:,.0f}"),
+        ("training seconds", "seconds", "{:.0f}"),
+        ("steps/s", "steps_per_s", "{:.2f}"),
+        ("real tokens/s", "tokens_per_s", "{:,.0f}"),
+    ]
+    rows += [
+        (f"{metric} P@1", metric, "{:.1f}") for metric in ems.get("scores", {}) if metric in peer.get("scores", {})
+    ]
+    lines = ["| | EMS | sentence-transformers | EMS / peer |", "|:--|--:|--:|--:|"]
+    for label, key, fmt in rows:
+        a, b = ems.get(key, ems.get("scores", {}).get(key)), peer.get(key, peer.get("scores", {}).get(key))
+        lines.append(f"| {label} | {_cell(a, fmt)} | {_cell(b, fmt)} | {_ratio(a, b)} |")
+    return "\n".join(lines) + "\n"
+
+
+def worst_case(ems_scores: dict[str, float], choice: peer_grid.GridChoice) -> dict[str, dict]:
+    """Per metric EMS has: EMS, the held-out pick's score, and the best grid point on that metric, with
+    EMS / each (the second is EMS's worst case over every setting the grid tried)."""
+    pick, rows = choice.pick, {}
+    for metric, value in ems_scores.items():
+        if metric not in pick.scores:
+            continue
+        best = choice.best_on(metric)
+        rows[metric] = {
+            "ems": value,
+            "pick": pick.scores[metric],
+            "ems_over_pick": value / pick.scores[metric] if pick.scores[metric] else None,
+            "best": best.scores[metric],
+            "best_at": {"vocab_size": best.vocab_size, "lr": best.lr},
+            "ems_over_best": value / best.scores[metric] if best.scores[metric] else None,
+        }
+    return rows
+
+
+def worst_case_table(rows: dict[str, dict], choice: peer_grid.GridChoice) -> str:
+    lines = [
+        f"| P@1 | EMS | peer: held-out pick ({choice.vocab_size:,}, lr {choice.lr:g}) | EMS / pick | "
+        "peer: best on this metric | EMS / best (worst case) |",
+        "|:--|--:|--:|--:|--:|--:|",
+    ]
+    for metric, row in rows.items():
+        at = f"{row['best_at']['vocab_size']:,}, lr {row['best_at']['lr']:g}"
+        lines.append(
+            f"| {metric} | {row['ems']:.1f} | {row['pick']:.1f} | {_ratio(row['ems'], row['pick'])} | "
+            f"{row['best']:.1f} ({at}) | **{_ratio(row['ems'], row['best'])}** |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value, fmt: str = "{:.1f}") -> str:
+    return fmt.format(value) if value is not None else "–"
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "–"
+
+
+def grid_table(choice: peer_grid.GridChoice) -> str:
+    """Every grid point run: vocabulary, lr, steps, then each metric; the held-out pick in bold."""
+    metrics = list(choice.points[0].scores)
+    lines = [
+        "| vocabulary | lr | steps | " + " | ".join(metrics) + " |",
+        "|--:|--:|--:|" + "--:|" * len(metrics),
+    ]
+    for point in sorted(choice.points, key=lambda p: (p.vocab_size, p.lr)):
+        bold = "**" if (point.vocab_size, point.lr) == (choice.vocab_size, choice.lr) else ""
+        cells = [f"{bold}{_cell(point.scores.get(metric))}{bold}" for metric in metrics]
+        lines.append(f"| {point.vocab_size:,} | {point.lr:g} | {point.steps:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+GROUPED_TYPES = {"tatoeba": "Tatoeba", "flores": "FLORES-200"}  # task type -> its label; P@1 (%) rows
+
+
+def group_comparison(ems_rows: list[dict], peer_rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """{task: {group: {"languages", "ems", "peer"}}} of the Tatoeba and FLORES tasks of two models'
+    eval.language_groups.grouped_results rows: each model's mean P@1 over the group's languages that
+    both scored (None for a group with none), the groups of GROUPS then "all"."""
+    from eval.language_groups import ALL, GROUPS
+
+    peer_scores = {(row["task"], row["language"]): row["score"] for row in peer_rows}
+    tasks = {row["task"]: None for row in ems_rows if row["type"] in GROUPED_TYPES}
+    comparison = {}
+    for task in tasks:
+        both = [row for row in ems_rows if row["task"] == task and (task, row["language"]) in peer_scores]
+        comparison[task] = {}
+        for group in (*GROUPS, ALL):
+            members = [row for row in both if group in (ALL, row["group"])]
+            ems = [row["score"] for row in members]
+            peer = [peer_scores[task, row["language"]] for row in members]
+            comparison[task][group] = {
+                "languages": len(members),
+                "ems": statistics.fmean(ems) if ems else None,
+                "peer": statistics.fmean(peer) if peer else None,
+            }
+    return comparison
+
+
+def group_table(comparison: dict[str, dict[str, dict]], types: dict[str, str]) -> str:
+    """One markdown table per task of `group_comparison`: group, languages, EMS, peer, EMS / peer
+    (`types`: task -> its type, for the task's label)."""
+    from eval.language_groups import ALL
+
+    parts = []
+    for task, groups in comparison.items():
+        lines = [
+            f"### {GROUPED_TYPES[types[task]]} P@1 ({task}) by the language's training pairs",
+            "",
+            "| group | languages | EMS | peer | EMS / peer |",
+            "|:--|--:|--:|--:|--:|",
+        ]
+        for group, row in groups.items():
+            label = f"**{group}**" if group == ALL else group
+            lines.append(
+                f"| {label} | {row['languages']} | {_cell(row['ems'])} | {_cell(row['peer'])} | "
+                f"{_ratio(row['ems'], row['peer'])} |"
+            )
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
