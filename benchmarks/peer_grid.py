@@ -45,7 +45,10 @@ class GridChoice:
         return next(p for p in self.points if (p.vocab_size, p.lr) == (self.vocab_size, self.lr))
 
     def best_on(self, metric: str) -> GridPoint:
-        """The grid point with the highest `metric` (the first run of equals): EMS's worst case on it."""
+        """The grid point best on `metric`, the highest or, for an error rate, the lowest (the first run
+        of equals): EMS's worst case on it."""
+        if peer_scoring.lower_is_better(metric):
+            return min(self.points, key=lambda point: point.scores[metric])
         return max(self.points, key=lambda point: point.scores[metric])
 
 

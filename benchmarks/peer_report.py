@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import statistics
 
-from benchmarks import peer_grid
+from benchmarks import peer_grid, peer_scoring
 
 
 def report_table(ems: dict, peer: dict) -> str:
-    """EMS against one peer run: steps, pairs, speed and every metric both have, with EMS / peer."""
+    """EMS against one peer run: steps, pairs, speed and every metric both have, with EMS / peer (for
+    an error rate, peer / EMS: above 1 EMS is ahead)."""
     rows = [
         ("steps", "steps", "{:,.0f}"),
         ("pairs seen", "pairs", "{:,.0f}"),
@@ -19,19 +20,30 @@ def report_table(ems: dict, peer: dict) -> str:
         ("steps/s", "steps_per_s", "{:.2f}"),
         ("real tokens/s", "tokens_per_s", "{:,.0f}"),
     ]
-    rows += [
-        (f"{metric} P@1", metric, "{:.1f}") for metric in ems.get("scores", {}) if metric in peer.get("scores", {})
-    ]
     lines = ["| | EMS | sentence-transformers | EMS / peer |", "|:--|--:|--:|--:|"]
     for label, key, fmt in rows:
-        a, b = ems.get(key, ems.get("scores", {}).get(key)), peer.get(key, peer.get("scores", {}).get(key))
+        a, b = ems.get(key), peer.get(key)
         lines.append(f"| {label} | {_cell(a, fmt)} | {_cell(b, fmt)} | {_ratio(a, b)} |")
+    peer_scores = peer.get("scores", {})
+    for metric, a in ems.get("scores", {}).items():
+        if metric in peer_scores:
+            b = peer_scores[metric]
+            label = f"{metric} (%, ratio peer / EMS)" if peer_scoring.lower_is_better(metric) else f"{metric} P@1"
+            lines.append(f"| {label} | {a:.1f} | {b:.1f} | {_cell(advantage(a, b, metric), '{:.2f}')} |")
     return "\n".join(lines) + "\n"
+
+
+def advantage(ems: float, peer: float, metric: str) -> float | None:
+    """How many times better EMS is than the peer on `metric` (> 1: EMS ahead): EMS / peer for a score,
+    peer / EMS for an error rate (peer_scoring.lower_is_better); None where the divisor is 0."""
+    top, bottom = (peer, ems) if peer_scoring.lower_is_better(metric) else (ems, peer)
+    return top / bottom if bottom else None
 
 
 def worst_case(ems_scores: dict[str, float], choice: peer_grid.GridChoice) -> dict[str, dict]:
     """Per metric EMS has: EMS, the held-out pick's score, and the best grid point on that metric, with
-    EMS / each (the second is EMS's worst case over every setting the grid tried)."""
+    EMS's advantage over each (`advantage`; over the best: EMS's worst case over every setting the grid
+    tried)."""
     pick, rows = choice.pick, {}
     for metric, value in ems_scores.items():
         if metric not in pick.scores:
@@ -40,25 +52,27 @@ def worst_case(ems_scores: dict[str, float], choice: peer_grid.GridChoice) -> di
         rows[metric] = {
             "ems": value,
             "pick": pick.scores[metric],
-            "ems_over_pick": value / pick.scores[metric] if pick.scores[metric] else None,
+            "ems_over_pick": advantage(value, pick.scores[metric], metric),
             "best": best.scores[metric],
             "best_at": {"vocab_size": best.vocab_size, "lr": best.lr},
-            "ems_over_best": value / best.scores[metric] if best.scores[metric] else None,
+            "ems_over_best": advantage(value, best.scores[metric], metric),
         }
     return rows
 
 
 def worst_case_table(rows: dict[str, dict], choice: peer_grid.GridChoice) -> str:
+    """worst_case's rows as a markdown table; an error rate's row says so, and its ratios are peer / EMS."""
     lines = [
-        f"| P@1 | EMS | peer: held-out pick ({choice.vocab_size:,}, lr {choice.lr:g}) | EMS / pick | "
-        "peer: best on this metric | EMS / best (worst case) |",
+        f"| P@1 (an error: lower is better) | EMS | peer: held-out pick ({choice.vocab_size:,}, lr {choice.lr:g}) | "
+        "EMS's advantage over the pick | peer: best on this metric | EMS's advantage over the best (worst case) |",
         "|:--|--:|--:|--:|--:|--:|",
     ]
     for metric, row in rows.items():
         at = f"{row['best_at']['vocab_size']:,}, lr {row['best_at']['lr']:g}"
+        label = f"{metric} (%, peer / EMS)" if peer_scoring.lower_is_better(metric) else metric
         lines.append(
-            f"| {metric} | {row['ems']:.1f} | {row['pick']:.1f} | {_ratio(row['ems'], row['pick'])} | "
-            f"{row['best']:.1f} ({at}) | **{_ratio(row['ems'], row['best'])}** |"
+            f"| {label} | {row['ems']:.1f} | {row['pick']:.1f} | {_cell(row['ems_over_pick'], '{:.2f}')} | "
+            f"{row['best']:.1f} ({at}) | **{_cell(row['ems_over_best'], '{:.2f}')}** |"
         )
     return "\n".join(lines) + "\n"
 

@@ -137,14 +137,15 @@ def train_tokenizer(pairs: list[tuple[str, str]], vocab_size: int, out: Path, ma
 def initial_model(tokenizer, out: Path, seed: int, shape: PeerShape = TINY):
     """A from-scratch SentenceTransformer: BertModel of `shape` + mean pooling, saved in out."""
     import torch
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
     from transformers import BertModel
 
     torch.manual_seed(seed)
     BertModel(shape.bert_config(len(tokenizer))).save_pretrained(out)
     tokenizer.save_pretrained(out)
-    transformer = models.Transformer(str(out), max_seq_length=shape.max_len)
-    return SentenceTransformer(modules=[transformer, models.Pooling(shape.hidden_size, "mean")], device="cpu")
+    transformer = Transformer(str(out), max_seq_length=shape.max_len)
+    return SentenceTransformer(modules=[transformer, Pooling(shape.hidden_size, "mean")], device="cpu")
 
 
 def count_tokens(tokenizer, pairs: list[tuple[str, str]], max_len: int = TINY.max_len) -> float:
@@ -172,7 +173,7 @@ def train_peer(
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
-    from sentence_transformers.training_args import BatchSamplers
+    from sentence_transformers.sentence_transformer.training_args import BatchSamplers
     from transformers import TrainerCallback
 
     schedule = LinearDecay.for_run(max_steps)

@@ -286,6 +286,26 @@ def test_worst_case_is_ems_over_the_best_grid_point_of_each_metric():
     assert table[4] == "| FLORES-200 | 36.0 | 40.0 | 0.90 | 45.0 (8,000, lr 0.001) | **0.80** |"
 
 
+def test_an_error_rate_s_best_point_is_its_lowest_and_its_ratio_is_peer_over_ems():
+    # xSIM error (%): the 32k point's 60.0 is the best (lowest), not the 8k point's 80.0; EMS's 50.0 is
+    # better than both: peer / EMS = 60 / 50 = 1.2 against the best, 70 / 50 = 1.4 against the pick
+    error = "xsim_flores200" + peer_scoring.ERROR_SUFFIX
+    points = [
+        peer_grid.GridPoint(8000, 1e-3, 1, 1.0, {"held-out": 70.0, error: 80.0}),
+        peer_grid.GridPoint(16000, 1e-3, 1, 1.0, {"held-out": 75.0, error: 70.0}),
+        peer_grid.GridPoint(32000, 1e-3, 1, 1.0, {"held-out": 72.0, error: 60.0}),
+    ]
+    choice = peer_grid.GridChoice(points, 16000, 1e-3, False, False)
+    assert choice.best_on(error) == points[2] and choice.best_on("held-out") == points[1]
+    rows = peer_report.worst_case({"held-out": 80.0, error: 50.0}, choice)
+    assert rows[error]["best"] == 60.0 and rows[error]["best_at"] == {"vocab_size": 32000, "lr": 1e-3}
+    assert rows[error]["ems_over_best"] == pytest.approx(1.2) and rows[error]["ems_over_pick"] == pytest.approx(1.4)
+    table = peer_report.worst_case_table(rows, choice).splitlines()
+    assert (
+        table[3] == "| xsim_flores200 error (%, peer / EMS) | 50.0 | 70.0 | 1.40 | 60.0 (32,000, lr 0.001) | **1.20** |"
+    )
+
+
 def test_the_faster_precision_is_chosen_by_its_probe(tmp_path, fake_training):
     precision, rates = peer_training.faster_precision(
         [("a", "b")], FakeTokenizer(16000), tmp_path, peer_training.PeerTraining()
@@ -302,7 +322,7 @@ def test_table_gives_ems_over_peer_ratios():
             "seconds": 600.0,
             "steps_per_s": 3.0,
             "tokens_per_s": 20000.0,
-            "scores": {"Tatoeba": 75.0, "FLORES-200": 30.0, "held-out": 80.0, "tico19_dev": 50.0},
+            "scores": {"Tatoeba": 75.0, "FLORES-200": 30.0, "held-out": 80.0, "tico19_dev": 50.0, "xsim error": 60.0},
         },
         {
             "steps": 600,
@@ -310,7 +330,7 @@ def test_table_gives_ems_over_peer_ratios():
             "seconds": 600.0,
             "steps_per_s": 1.0,
             "tokens_per_s": 10000.0,
-            "scores": {"Tatoeba": 60.0, "FLORES-200": 40.0, "held-out": 80.0},
+            "scores": {"Tatoeba": 60.0, "FLORES-200": 40.0, "held-out": 80.0, "xsim error": 75.0},
         },
     )
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]] for line in table.splitlines()[2:]}
@@ -320,6 +340,7 @@ def test_table_gives_ems_over_peer_ratios():
     assert rows["FLORES-200 P@1"] == ["30.0", "40.0", "0.75"]
     assert rows["held-out P@1"][2] == "1.00"
     assert "tico19_dev P@1" not in rows  # the peer has no such score
+    assert rows["xsim error (%, ratio peer / EMS)"] == ["60.0", "75.0", "1.25"]  # an error rate: lower is better
 
 
 def test_the_peer_schedule_is_transformers_linear_one_with_a_movable_end():
