@@ -1026,7 +1026,8 @@ def model_dir(base, vocab_dir) -> Path:
     import torch
 
     from ems.encoder import export_encoder
-    from ems.model import EMSModel, config_from_preset
+    from ems.model import EMSModel
+    from ems.model_config import config_from_preset
     from ems.text import Tokenizer
 
     tokenizer = Tokenizer.load(vocab_dir)
