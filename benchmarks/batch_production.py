@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ems.configs import load_config
-from ems.model import config_from_preset
+from ems.model_config import config_from_preset
 from ems.shards import PairShards
 from ems.training.batches import collate
 from ems.training.config import TrainConfig

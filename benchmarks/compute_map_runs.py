@@ -257,7 +257,7 @@ def write_points(
     from ems.encoder import load
     from ems.flops import encoder_parameters
     from ems.shards import PairShards
-    from eval.compute_map import MapPoint, point_path, write_point
+    from eval.compute_map_points import MapPoint, point_path, write_point
     from eval.language_groups import training_pairs
 
     shards = PairShards(prepared / "shards" / "train")

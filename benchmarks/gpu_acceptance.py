@@ -30,7 +30,7 @@ unpacks it under --work and runs, each stage capped in time, all within --total-
   train        (what is left less the evaluation's 3 minutes and the report's) ems.training.train on the carried
                shards with configs/train/gpu.yaml, bf16, eager (ems.training.train has no torch.compile path: the
                probe's compiled figure is what compiling would gain). The preset: the largest of
-               ems.model.PRESETS that trains usefully, i.e. >= USEFUL_STEPS (2000) optimizer steps of
+               ems.model_config.PRESETS that trains usefully, i.e. >= USEFUL_STEPS (2000) optimizer steps of
                the config's batch (1024 pairs: ~5 passes over the ~417k training pairs, 10% of them
                warm-up) in the loop's minutes at its s/step measured in the mfu stage (not FLOPs-scaled:
                on random batches, ~10% real tokens, attention over padding and per-step costs do not scale
@@ -433,7 +433,7 @@ def shards_of(train_data: Path):
 
 def model_config(preset: str, overrides: dict, shards):
     """The preset with `overrides` and the shards' vocabulary and languages."""
-    from ems.model import config_from_preset
+    from ems.model_config import config_from_preset
 
     return config_from_preset(
         preset, **{**overrides, "vocab_size": shards.index["vocab_size"], "n_languages": len(shards.languages)}

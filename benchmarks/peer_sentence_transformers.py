@@ -111,9 +111,9 @@ def ems_budget(demo: Path, run: Path | None = None, seconds: float | None = None
 
 
 def ems_config(run: Path):
-    """The EMS model's config (ems.model.EMSConfig: RUN/model/config.json, what ems.load reads)."""
+    """The EMS model's config (ems.model_config.EMSConfig: RUN/model/config.json, what ems.load reads)."""
     from ems.encoder import CONFIG_FILE
-    from ems.model import EMSConfig
+    from ems.model_config import EMSConfig
 
     config = run / "model" / CONFIG_FILE
     if not config.is_file():

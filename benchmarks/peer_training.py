@@ -58,7 +58,7 @@ TINY = PeerShape(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, in
 
 
 def peer_shape(cfg) -> PeerShape:
-    """The peer's shape from an EMS model config (ems.model.EMSConfig, `ems.load(DIR).model.cfg`)."""
+    """The peer's shape from an EMS model config (ems.model_config.EMSConfig, `ems.load(DIR).model.cfg`)."""
     return PeerShape(
         hidden_size=cfg.d_model,
         num_hidden_layers=cfg.n_layers,

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ems.flops import encoder_parameters, step_flops
-from ems.model import PRESETS, config_from_preset
+from ems.model_config import PRESETS, config_from_preset
 from ems.shards import PairShards
 from ems.text import PAD_ID
 from ems.training.bare_step import bare_step, median_seconds

@@ -39,7 +39,7 @@ from torch import nn
 
 from ems.configs import yaml_value
 from ems.flops import encoder_flops, step_flops
-from ems.model import EMSConfig, config_from_preset
+from ems.model_config import EMSConfig, config_from_preset
 from ems.text import PAD_ID
 from ems.training.bare_step import bare_step, median_seconds, step_context
 from ems.training.batch_order import BatchOrder

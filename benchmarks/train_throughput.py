@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ems.flops import step_flops
-from ems.model import config_from_preset
+from ems.model_config import config_from_preset
 from ems.training.bare_step import bare_step, median_seconds
 
 

@@ -9,11 +9,11 @@ import importlib
 _EXPORTS = {
     "EMSEncoder": "ems.encoder",
     "load": "ems.encoder",
-    "PRESETS": "ems.model",
-    "EMSConfig": "ems.model",
+    "PRESETS": "ems.model_config",
+    "EMSConfig": "ems.model_config",
     "EMSModel": "ems.model",
     "EncoderNetwork": "ems.model",
-    "config_from_preset": "ems.model",
+    "config_from_preset": "ems.model_config",
 }
 __all__ = sorted(_EXPORTS)
 

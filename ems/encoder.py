@@ -39,7 +39,8 @@ from safetensors.torch import load_file, save_file
 from ems.corpus import inside_folder
 from ems.heads import VIEWS, load_head
 from ems.languages import resolve_language
-from ems.model import EMSConfig, EncoderNetwork, check_tensor_shapes, encoder_shapes, load_weights, weight_shapes
+from ems.model import EncoderNetwork, check_tensor_shapes, encoder_shapes, load_weights, weight_shapes
+from ems.model_config import EMSConfig
 from ems.precision import autocast_dtype, precision_name
 from ems.text import UNKNOWN_LANGUAGE, Tokenizer, checked_sentences
 from ems.tokenizer_pool import MIN_POOL_PART, TokenizerPool

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ems.model import EMSConfig, EncoderNetwork
+from ems.model import EncoderNetwork
+from ems.model_config import EMSConfig
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ def model_dir(tiny_pipeline, tmp_path_factory):
     import torch
 
     from ems.encoder import export_encoder
-    from ems.model import EMSModel, config_from_preset
+    from ems.model import EMSModel
+    from ems.model_config import config_from_preset
     from ems.text import Tokenizer
 
     tok = Tokenizer.load(tiny_pipeline / "vocab")

@@ -1,6 +1,6 @@
-"""eval.compute_map on synthetic points: the power-law fit, its uncertainty and projections, the
-compute-optimal frontier, the H100 FLOPs helper, reading and writing map_point.json, and the
-command line."""
+"""eval.compute_map, eval.compute_map_fit and eval.compute_map_points on synthetic points: the
+power-law fit, its uncertainty and projections, the compute-optimal frontier, the H100 FLOPs helper,
+reading and writing map_point.json, and the command line."""
 
 import json
 import math
@@ -10,25 +10,17 @@ import pytest
 from scipy import stats
 
 from ems.cli import USAGE_EXIT_CODE, run_main
-from eval.compute_map import (
-    JSON_FILE,
-    MARKDOWN_FILE,
-    PLOT_FILE,
+from eval.compute_map import JSON_FILE, MARKDOWN_FILE, PLOT_FILE, main, map_table, plot_map
+from eval.compute_map_fit import (
     PROJECTION,
-    MapPoint,
     fit_map,
     fit_power_law,
     frontier_fitted,
     frontier_measured,
     h100_flops,
-    main,
-    map_table,
-    plot_map,
-    point_path,
     project,
-    read_points,
-    write_point,
 )
+from eval.compute_map_points import MapPoint, point_path, read_points, write_point
 
 METRIC = "tatoeba/all"
 

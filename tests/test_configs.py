@@ -12,7 +12,7 @@ from data_prep.config import PrepConfig
 from ems.apps.ablation import AblationConfig, variant_data_config
 from ems.apps.demo import DemoDataConfig
 from ems.configs import ConfigError, FieldsOf, load_config, merge
-from ems.model import EMSConfig
+from ems.model_config import EMSConfig
 from ems.training.config import TrainConfig
 from eval.run_all import SuiteConfig, suite_task_configs
 from eval.task import read_task_config

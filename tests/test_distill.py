@@ -15,7 +15,8 @@ from data_prep.binarize import content_id
 from data_prep.teacher import build_teacher_store
 from ems.corpus import list_parallel, read_parallel, write_parallel
 from ems.encoder import export_encoder, initialize_from
-from ems.model import EMSConfig, EMSModel, EncoderNetwork, config_from_preset
+from ems.model import EMSModel, EncoderNetwork
+from ems.model_config import EMSConfig, config_from_preset
 from ems.shards import PairShards
 from ems.teacher_store import (
     STORE_FILE,

@@ -12,7 +12,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ems.losses import contrastive_loss, duplicate_mask, gather_rows, global_contrastive_loss
-from ems.model import EMSModel, config_from_preset
+from ems.model import EMSModel
+from ems.model_config import config_from_preset
 from ems.training.batch_order import BatchOrder, rows_with_duplicates, spread_duplicates
 from tests.conftest import leave_spawned_rank
 

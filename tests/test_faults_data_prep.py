@@ -15,7 +15,8 @@ import pytest
 
 from data_prep.__main__ import main
 from data_prep.config import CorpusSpec
-from data_prep.gettext_corpus import build_gettext_corpus, parse_mo, parse_po
+from data_prep.gettext_catalogs import parse_mo, parse_po
+from data_prep.gettext_corpus import build_gettext_corpus
 from data_prep.gettext_corpus import main as gettext_main
 from data_prep.opus import FetchError, FetchJob, OnlineSource
 from ems.cli import run_main

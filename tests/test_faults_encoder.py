@@ -13,7 +13,8 @@ from data_prep.vocab import train_vocab
 from ems.corpus import write_parallel
 from ems.encoder import TruncationWarning, export_encoder
 from ems.languages import UnknownLanguageError, canonical_language
-from ems.model import EMSModel, config_from_preset
+from ems.model import EMSModel
+from ems.model_config import config_from_preset
 from tests.conftest import SMALL_MODEL
 
 MAX_LEN = 64

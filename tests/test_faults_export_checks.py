@@ -28,7 +28,8 @@ from ems.apps.export import export_hf, export_sentence_transformers
 from ems.cli import run_main
 from ems.corpus import write_parallel
 from ems.encoder import export_encoder, initialize_from
-from ems.model import EncoderNetwork, config_from_preset
+from ems.model import EncoderNetwork
+from ems.model_config import config_from_preset
 from ems.text import TOKENIZER_FILE, Tokenizer
 from tests.conftest import SMALL_MODEL
 from tests.test_faults_encoder import CHINESE, ENGLISH, GERMAN

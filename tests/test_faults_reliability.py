@@ -42,7 +42,8 @@ def no_deepspeed(monkeypatch):
 def untrained_model(pipeline: Path, out: Path) -> tuple[Path, int]:
     """An exported untrained SMALL_MODEL encoder of the pipeline's vocabulary: (its directory, d_model)."""
     from ems.encoder import export_encoder
-    from ems.model import EMSModel, config_from_preset
+    from ems.model import EMSModel
+    from ems.model_config import config_from_preset
     from ems.text import Tokenizer
 
     tokenizer = Tokenizer.load(pipeline / "vocab")

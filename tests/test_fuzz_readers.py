@@ -607,7 +607,7 @@ def test_moses_parallel_files(base, outside, de, en, layout, file_op, side):
             check_aligned_folder(root / "held")
 
 
-# --- gettext catalogs (.mo / .po, alone and inside wheels: data_prep.gettext_corpus) ---------------
+# --- gettext catalogs (.mo / .po, alone and inside wheels: data_prep.gettext_catalogs and _corpus) ---
 
 
 def _catalog(locale: str):
@@ -658,7 +658,7 @@ def fold_header(po: bytes) -> bytes:
 )
 @example(kind="po", mutation=[], header=False, folded=True)  # the regression test of that failure
 def test_gettext_catalog_bytes(base, gettext_catalogs, kind, mutation, header, folded):
-    from data_prep.gettext_corpus import CatalogEntry, parse_mo, parse_po
+    from data_prep.gettext_catalogs import CatalogEntry, parse_mo, parse_po
 
     seed = fold_header(gettext_catalogs["po"]) if folded else gettext_catalogs[kind]
     data = mutate_bytes(seed, mutation, region=64 if header and kind == "mo" else None)
@@ -1026,7 +1026,8 @@ def model_dir(base, vocab_dir) -> Path:
     import torch
 
     from ems.encoder import export_encoder
-    from ems.model import EMSModel, config_from_preset
+    from ems.model import EMSModel
+    from ems.model_config import config_from_preset
     from ems.text import Tokenizer
 
     tokenizer = Tokenizer.load(vocab_dir)

@@ -1,4 +1,5 @@
-"""Tests for the gettext-catalog corpus in data_prep.gettext_corpus."""
+"""Tests for the gettext-catalog corpus in data_prep.gettext_corpus and its catalog reader,
+data_prep.gettext_catalogs."""
 
 import gettext
 import importlib.util
@@ -9,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from data_prep.gettext_catalogs import GettextCorpusError, MoParseError, find_catalogs, parse_mo
 from data_prep.gettext_corpus import (
-    GettextCorpusError,
-    MoParseError,
     build_gettext_corpus,
     clean_message,
     clean_pair,
-    find_catalogs,
     locale_to_language,
-    parse_mo,
     split_catalog_pairs,
 )
 from ems.corpus import ReadReport, list_parallel, read_parallel

@@ -17,7 +17,7 @@ import torch
 from benchmarks import gpu_acceptance, gpu_prepared
 from ems.cli import run_main
 from ems.configs import load_config
-from ems.model import PRESETS
+from ems.model_config import PRESETS
 from ems.training.config import TrainConfig
 
 STAGES = gpu_acceptance.STAGES

@@ -15,7 +15,8 @@ from ems.heads import HEADS, ParallelEmbeddings, UnknownLanguageError, load_head
 from ems.heads.centering import CenteringHead
 from ems.heads.encoder_view import HeadEncoder
 from ems.heads.projection import ProjectionHead
-from ems.model import EMSModel, config_from_preset
+from ems.model import EMSModel
+from ems.model_config import config_from_preset
 from ems.text import Tokenizer
 from eval.parallel_data import encode_pairs, flores_pairs, moses_pairs
 from eval.train_head import main as train_head_main

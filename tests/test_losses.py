@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from ems.losses import contrastive_loss, xtr_loss
-from ems.model import EMSModel, config_from_preset
+from ems.model import EMSModel
+from ems.model_config import config_from_preset
 from ems.packing import BatchVocabulary
 
 PAD = 0

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from ems.model import PRESET_MAX_LEN, PRESETS, EMSConfig, EMSModel, EncoderNetwork, config_from_preset
+from ems.model import EMSModel, EncoderNetwork
+from ems.model_config import PRESET_MAX_LEN, PRESETS, EMSConfig, config_from_preset
 from ems.packing import Packer
 
 PAD = 0

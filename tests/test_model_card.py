@@ -15,7 +15,7 @@ import yaml
 from data_prep.binarize import binarize
 from data_prep.clean import CleanSettings, HashSet, clean_corpus
 from ems.apps.export import export_sentence_transformers
-from ems.model import PRESET_MAX_LEN
+from ems.model_config import PRESET_MAX_LEN
 from ems.text import Tokenizer
 from ems.training.model_card import model_facts, render_model_card
 from ems.training.train import train

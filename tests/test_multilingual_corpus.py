@@ -138,7 +138,7 @@ def test_the_compute_map_runs_train_branch_score_and_map(runner, sliced_data, tm
     """benchmarks/compute_map_runs.py on the slice: one size, budgets of 4 and 8 steps (the 4-step
     model a decay branch of the 8-step run), each scored and written as a point, then the map; then a
     16-step budget, which goes on from the 8-step run's plateau."""
-    from eval.compute_map import read_points
+    from eval.compute_map_points import read_points
 
     (tmp_path / "tatoeba.yaml").write_text(TATOEBA_TASK.format(languages="[afr, xho]"))
     (tmp_path / "flores.yaml").write_text(

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from ems.model import EMSModel, EncoderNetwork, config_from_preset
+from ems.model import EMSModel, EncoderNetwork
+from ems.model_config import config_from_preset
 from ems.packing import BatchVocabulary, Packer, bucket_size
 from ems.shards import PairShards
 from ems.text import Tokenizer

@@ -50,7 +50,7 @@ def test_a_directory_that_is_not_a_finished_demo_is_one_clear_error(tmp_path):
 
 
 def test_peer_shape_follows_the_ems_model_config(tmp_path):
-    from ems.model import config_from_preset
+    from ems.model_config import config_from_preset
 
     model = tmp_path / "run" / "model"
     model.mkdir(parents=True)
@@ -460,7 +460,7 @@ def test_grid_table_shows_the_points_run_and_the_choice():
 
 def test_main_chooses_on_heldout_and_reports_the_worst_case_grid_edges_and_groups(tmp_path, fake_training, monkeypatch):
     """The whole command on a hand-made all-language layout, training and scoring faked."""
-    from ems.model import config_from_preset
+    from ems.model_config import config_from_preset
 
     demo, data = tmp_path / "demo", tmp_path / "data"
     (demo / "run" / "model").mkdir(parents=True)

@@ -10,7 +10,7 @@ import torch
 
 import ems.training.schedule as schedule_module
 import ems.training.train as train_module
-from ems.model import EMSConfig
+from ems.model_config import EMSConfig
 from ems.training.batches import Prefetcher
 from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig

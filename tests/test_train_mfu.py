@@ -11,7 +11,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ems.flops import encoder_flops, encoder_parameters, step_flops
-from ems.model import EMSModel, config_from_preset
+from ems.model import EMSModel
+from ems.model_config import config_from_preset
 from tests.conftest import REPO_ROOT
 
 spec = importlib.util.spec_from_file_location("train_mfu", REPO_ROOT / "benchmarks" / "train_mfu.py")

@@ -10,7 +10,8 @@ from data_prep.binarize import binarize
 from ems.cli import run_main
 from ems.corpus import write_parallel
 from ems.encoder import load
-from ems.model import EncoderNetwork, config_from_preset
+from ems.model import EncoderNetwork
+from ems.model_config import config_from_preset
 from ems.shards import PairShards
 from ems.text import Tokenizer
 from ems.training.train import train

@@ -23,12 +23,12 @@ benchmarks/export_language_benchmark.py: docs/results/throughput.md).
 
 The shipped code is the modules of ems/apps/exported_code/ (real modules: ruff checks them, tests
 import them). `ems_core.py` is assembled from its template there and this package's own source: the
-definitions of ems.text, ems.losses, ems.model and ems.encoder that the template imports take the place of
-those imports (core_source), so the exported model runs the same preprocessing and network as
-`ems.load` and needs torch, safetensors, numpy, sentencepiece, sacremoses, jieba, fugashi
-(+ unidic-lite) and opencc, not the `ems` package; the other modules are copied as they are. Every
-output gets a model card (ems.training.model_card) and the training run's run_metadata.json when the
-model has one.
+definitions of ems.text, ems.losses, ems.packing, ems.model_config, ems.model and ems.encoder that the
+template imports take the place of those imports (core_source), so the exported model runs the same
+preprocessing and network as `ems.load` and needs torch, safetensors, numpy, sentencepiece, sacremoses,
+jieba, fugashi (+ unidic-lite) and opencc, not the `ems` package; the other modules are copied as they
+are. Every output gets a model card (ems.training.model_card) and the training run's run_metadata.json
+when the model has one.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from ems.apps import exported_code
 from ems.artifacts import replaced_hint, staged_directory
 from ems.cli import add_debug_option, run_main
 from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory
-from ems.model import EMSConfig
+from ems.model_config import EMSConfig
 from ems.run_metadata import RUN_METADATA_FILE, git_state
 from ems.text import Tokenizer
 from ems.training.model_card import model_facts, write_model_card

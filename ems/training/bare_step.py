@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from ems.model import EMSConfig, EMSModel, attention_path
+from ems.model import EMSModel, attention_path
+from ems.model_config import EMSConfig
 from ems.training.batches import packed, to_device
 from ems.training.config import TrainConfig
 from ems.training.runtime import adamw, parameter_groups

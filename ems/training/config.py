@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 from ems.configs import ConfigError, FieldsOf
-from ems.model import EMSConfig
+from ems.model_config import EMSConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AUTOCAST_MODES = ("none", "bf16", "auto")
@@ -25,7 +25,7 @@ class TrainConfig:
     data: str = ""  # shard directory written by `data_prep binarize`
     vocab: str = ""  # vocabulary directory (exported with the model)
     out: str = "runs/train"
-    model: str = "tiny"  # preset name in ems.model.PRESETS
+    model: str = "tiny"  # preset name in ems.model_config.PRESETS
     # EMSConfig fields over the preset's, checked at load (vocab_size and n_languages come from the vocabulary)
     model_overrides: Annotated[dict, FieldsOf(EMSConfig, exclude=("vocab_size", "n_languages"))] = field(
         default_factory=dict

@@ -22,7 +22,7 @@ import torch
 
 from ems.artifacts import write_text, writing
 from ems.losses import OBJECTIVES
-from ems.model import EMSConfig
+from ems.model_config import EMSConfig
 from ems.training.runtime import compiled_graphs
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import yaml
 from ems.configs import read_yaml
 from ems.encoder import CONFIG_FILE
 from ems.losses import OBJECTIVES
-from ems.model import EMSConfig
+from ems.model_config import EMSConfig
 from ems.run_metadata import REPO_ROOT, RUN_METADATA_FILE
 from ems.shards import INDEX_FILE, language_pair_counts, read_index
 from ems.text import Tokenizer

@@ -22,7 +22,8 @@ import torch
 from ems.artifacts import recover_replaced, staged_directory
 from ems.encoder import check_model_directory, export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
-from ems.model import EMSConfig, EMSModel, attention_path, config_from_preset
+from ems.model import EMSModel, attention_path
+from ems.model_config import EMSConfig, config_from_preset
 from ems.run_metadata import run_metadata, write_run_metadata
 from ems.shards import PairShards
 from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir

@@ -45,9 +45,6 @@ from ems.encoder import (
 )
 from ems.losses import DUPLICATE_NEGATIVES, OBJECTIVES
 from ems.model import (
-    ATTENTION_PATHS,
-    NORM_PLACEMENTS,
-    EMSConfig,
     EncoderLayer,
     EncoderNetwork,
     attention_path,
@@ -58,6 +55,7 @@ from ems.model import (
     varlen_attention_available,
     weight_shapes,
 )
+from ems.model_config import ATTENTION_PATHS, NORM_PLACEMENTS, EMSConfig
 from ems.packing import (
     BUCKETS_PER_OCTAVE_BITS,
     BatchVocabulary,

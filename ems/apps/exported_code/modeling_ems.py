@@ -34,7 +34,7 @@ from .ems_core import (
 
 
 class EMSHFConfig(PretrainedConfig):
-    """`ems`: the EMS model config (ems.model.EMSConfig's fields); `default_language`: the language
+    """`ems`: the EMS model config (ems.model_config.EMSConfig's fields); `default_language`: the language
     `encode` preprocesses text as when not given one (None: each sentence's script decides)."""
 
     model_type = "ems"

@@ -1,0 +1,248 @@
+"""The EMS model's typed config and its sizes: `EMSConfig` (the network's shape, the training objectives
+and their weights, the attention path and the LayerNorm placement, each checked when the config is made)
+and the presets `PRESETS` (`config_from_preset`). The network it describes is ems.model's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ems.losses import DUPLICATE_NEGATIVES, OBJECTIVES
+from ems.text import PAD_ID, SPM_FILE, TOKENIZER_FILE
+
+# Token positions of every preset: >= 99% of the FLORES-200 devtest sentences of every language of the
+# all-language corpus (configs/data/multilingual.yaml) whole with its 64k vocabulary. Thai's 99th
+# percentile, 280 tokens, is the longest (Burmese 260, Khmer 210; 107-126 for the others; measured with
+# benchmarks/flores_lengths.py); EMSConfig's default of 120 cut 2.5% of them on average, up to 45% (Thai).
+PRESET_MAX_LEN = 288
+NORM_PLACEMENTS = ("pre", "post")  # EMSConfig.norm_placement
+ATTENTION_PATHS = ("auto", "varlen", "sdpa", "matmul")  # EMSConfig.attention
+
+
+@dataclass
+class EMSConfig:
+    vocab_size: int
+    n_languages: int
+    d_model: int = 1024
+    n_layers: int = 6
+    n_heads: int = 16
+    d_ffn: int = 4096
+    max_len: int = 120
+    dropout: float = 0.1
+    d_lang: int = 128  # XTR language embedding (d_la in the paper)
+    d_contrastive: int = 128  # contrastive projection (d_cntrs)
+    # Table 13's component ablations: False drops the contrastive projection h (the loss acts on u
+    # itself, "- L_cntrs_mlp") or the target-language embedding of the XTR head ("- langs tok").
+    contrastive_projection: bool = True
+    xtr_language_token: bool = True
+    temperature: float = 0.1
+    # Additive margin softmax (Yang et al. 2019, LaBSE): the gold pair's cosine minus this margin in the
+    # contrastive softmax, so a translation must beat every in-batch negative by it. 0 is the paper's loss.
+    contrastive_margin: float = 0.0
+    xtr_weight: float = 1.0
+    # The XTR softmax's candidates: "full", the whole vocabulary (paper Eq. 5); "batch", only the tokens
+    # of the batch's sentences (a sampled softmax, Jean et al. 2015, with the batch as the sample): a
+    # demo batch holds ~2,100 of 16k pieces, so the head's product and softmax shrink ~7x.
+    xtr_vocabulary: str = "full"
+    contrastive_weight: float = 1.0
+    distill_weight: float = 0.0  # knowledge distillation from a teacher's vectors (ems.losses.distill_loss)
+    # A linear map of the pooled vector u to this many dimensions, kept in the exported encoder (its
+    # output is then d_output-dimensional): how a student of width d_model matches a teacher of
+    # another dimension. Distillation trains it; XTR and contrastive act on u before it (acting on
+    # the mapped vector, they fought the distillation term over its scale: docs/results/ablations.md).
+    d_output: int | None = None
+    # In-batch pairs that share a sentence with a row (translations of the same sentence, common in
+    # English-centric data): "mask" them out of its softmax, count them as "positive"s, or "keep"
+    # them as negatives (the paper's loss). Needs content ids in the batch (data_prep.binarize).
+    duplicate_negatives: str = "mask"
+    # "varlen": one variable-length flash attention call per layer over the packed tokens (CUDA, bf16/fp16,
+    # torch >= 2.10; no attention-probability dropout: the kernel has none); "sdpa":
+    # F.scaled_dot_product_attention over padded rows; "matmul": `attention_with_dropout` over padded rows;
+    # "auto": varlen where it runs, else matmul on CPU when gradients are computed, sdpa otherwise. Training
+    # on CPU, sdpa's flash kernel is slow at these lengths in bf16, and it has no fused kernel with dropout
+    # (see attention_with_dropout); encoding (no gradients, no dropout) it is the faster one (measured:
+    # docs/results/throughput.md).
+    attention: str = "auto"
+    # Attention over groups of this many length-sorted rows, each padded to its own longest (0: the
+    # whole batch in one layout); the same result, less padding in batches of mixed lengths (see
+    # ems.packing.Packer). For the padded paths (sdpa, matmul): varlen attention has no padding and
+    # ignores it, as does a compiled step (static shapes).
+    attention_group_rows: int = 0
+    # Where each layer's LayerNorms sit: "pre" (LN before the attention and the feed-forward block, a final
+    # LN before pooling; GPT-2's and most recent encoders') or "post" (LN after each residual sum, as in the
+    # transformer the paper cites for its encoder, Vaswani et al. 2017, and BERT; here with BERT's LN on the
+    # embeddings instead of before pooling: the same parameters). The default stays "pre" because models
+    # saved before the option have no norm_placement in their config.json; the recipes train "post"
+    # (the out-of-domain screen: docs/results/peer.md).
+    norm_placement: str = "pre"
+    # A LayerNorm on the embeddings (token + position) before the first layer, as BERT has, with pre-LN
+    # layers; "post" has it already.
+    embedding_norm: bool = False
+    pad_id: int = PAD_ID
+
+    def __post_init__(self) -> None:
+        # each value of its field's type first (a config.json edited by hand: `"n_heads": false`, `"max_len":
+        # null`), and the sizes that shape the tensors >= 1, before any arithmetic or tensor uses them
+        for field in dataclasses.fields(self):
+            wanted = self._wanted(field.type, getattr(self, field.name))
+            if wanted is not None:
+                raise ValueError(f"{field.name} must be {wanted}, got {getattr(self, field.name)!r:.60}")
+        sizes = ("vocab_size", "n_languages", "d_model", "n_layers", "n_heads", "d_ffn", "max_len", "d_lang")
+        small = [name for name in (*sizes, "d_contrastive") if getattr(self, name) < 1]
+        if small:
+            raise ValueError(f"{small[0]} must be >= 1, got {getattr(self, small[0])}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(
+                f"pad_id must be a piece of the vocabulary (0 to {self.vocab_size - 1}), got {self.pad_id}"
+            )
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.attention not in ATTENTION_PATHS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_PATHS)}, not {self.attention!r}")
+        if self.norm_placement not in NORM_PLACEMENTS:
+            raise ValueError(f"norm_placement must be one of {', '.join(NORM_PLACEMENTS)}, not {self.norm_placement!r}")
+        if self.embedding_norm and self.norm_placement == "post":
+            raise ValueError(
+                "embedding_norm is for pre-LN layers: norm_placement post normalises the embeddings already"
+            )
+        if self.xtr_vocabulary not in ("full", "batch"):
+            raise ValueError(f"xtr_vocabulary must be 'full' or 'batch', not {self.xtr_vocabulary!r}")
+        if self.duplicate_negatives not in DUPLICATE_NEGATIVES:
+            raise ValueError(
+                f"duplicate_negatives must be one of {', '.join(DUPLICATE_NEGATIVES)}, not {self.duplicate_negatives!r}"
+            )
+        weights = {f"{name}_weight": self.weight(name) for name in OBJECTIVES}
+        if any(w < 0 for w in weights.values()) or not any(weights.values()):
+            raise ValueError(f"the objective weights must be >= 0 and one of them > 0, got {weights}")
+        if not 0 <= self.contrastive_margin < 2:
+            raise ValueError(f"contrastive_margin must be in [0, 2) (a cosine margin), got {self.contrastive_margin}")
+        if self.attention_group_rows < 0:
+            raise ValueError(f"attention_group_rows must be >= 0 (0: no groups), got {self.attention_group_rows}")
+        if self.d_output is not None and self.d_output < 1:
+            raise ValueError(f"d_output must be a positive number of dimensions or null, got {self.d_output}")
+
+    @staticmethod
+    def _wanted(annotation, value) -> str | None:
+        """What a field annotated `annotation` holds, when `value` is not that; None when it is (or for
+        an annotation not checked). Self-contained: ems.apps.export copies this class into ems_core.py."""
+        name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        if name == "int":
+            return None if integer else "an integer"
+        if name == "int | None":
+            return None if integer or value is None else "an integer or null"
+        if name == "float":
+            finite = integer or isinstance(value, float) and value == value and abs(value) != float("inf")
+            return None if finite else "a finite number"
+        if name == "bool":
+            return None if isinstance(value, bool) else "true or false"
+        if name == "str":
+            return None if isinstance(value, str) else "a string"
+        return None
+
+    def weight(self, objective: str) -> float:
+        """The weight of `objective` (one of ems.losses.OBJECTIVES) in the training loss."""
+        return getattr(self, f"{objective}_weight")
+
+    def weighted_loss(self, means: Mapping):
+        """The training loss (paper Eq. 12): each objective's batch mean in `means` (a tensor or a float, by
+        name) times its weight, summed; what training backpropagates and validation reports."""
+        return sum(self.weight(name) * means[name] for name in OBJECTIVES)
+
+    @property
+    def d_sentence(self) -> int:
+        """The dimension of the sentence vector the encoder outputs."""
+        return self.d_output or self.d_model
+
+    @classmethod
+    def from_dict(cls, values: dict) -> EMSConfig:
+        """The config of `values` (e.g. a config.json's object); ValueError for an unknown key. Older
+        versions saved global_negatives here; it is dropped: a training setting (TrainConfig's), not the model's."""
+        values = {key: value for key, value in values.items() if key != "global_negatives"}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown model config keys: {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**values)
+
+    def check_vocabulary(self, vocab_size: int, n_languages: int, where: str | Path) -> None:
+        """ValueError naming `where` (the model directory) unless a vocabulary of `vocab_size` pieces
+        and `n_languages` languages is this model's: the model's token embeddings have one row per
+        piece, and it was trained on that many languages."""
+        if vocab_size != self.vocab_size:
+            raise ValueError(
+                f"{where}: {SPM_FILE} has {vocab_size} pieces, but the model's config has vocab_size="
+                f"{self.vocab_size}: the vocabulary is not the model's"
+            )
+        if n_languages != self.n_languages:
+            raise ValueError(
+                f"{where}: {TOKENIZER_FILE} lists {n_languages} languages, but the model's config has n_languages="
+                f"{self.n_languages}: the language list is not the model's"
+            )
+
+
+# The model sizes, smallest first: EMSConfig fields over its defaults (vocab_size and n_languages come
+# from the tokenizer, except ems-paper's). Parameters and training FLOPs per pair of each:
+# python -m benchmarks.presets_table. The demo (12 languages of short Tatoeba sentences) cuts at 64.
+PRESETS: dict[str, dict] = {
+    # CPU-sized model for the demo and tests: in a fixed time on CPU cores, more epochs of this size beat
+    # fewer of a larger one (measured: docs/results/ablations.md).
+    "tiny": dict(
+        d_model=128,
+        n_layers=2,
+        n_heads=4,
+        d_ffn=512,
+        d_lang=32,
+        dropout=0.1,
+        max_len=PRESET_MAX_LEN,
+        attention_group_rows=128,
+    ),
+    # Between tiny and the specification's depth, for CPU budgets of about an hour.
+    "small": dict(
+        d_model=192,
+        n_layers=4,
+        n_heads=4,
+        d_ffn=768,
+        d_lang=48,
+        dropout=0.1,
+        max_len=PRESET_MAX_LEN,
+        attention_group_rows=128,
+    ),
+    # The specification's 6 layers at a width two CPU cores can train in hours.
+    "base": dict(
+        d_model=256,
+        n_layers=6,
+        n_heads=4,
+        d_ffn=1024,
+        d_lang=64,
+        dropout=0.1,
+        max_len=PRESET_MAX_LEN,
+        attention_group_rows=128,
+    ),
+    # 6 layers at half the paper's width: a GPU budget of minutes to hours. Attention groups: a step on
+    # 1024 random pairs 1.55x faster on an H200 (docs/results/gpu.md).
+    "medium": dict(
+        d_model=512,
+        n_layers=6,
+        n_heads=8,
+        d_ffn=2048,
+        d_lang=128,
+        dropout=0.1,
+        max_len=PRESET_MAX_LEN,
+        attention_group_rows=128,
+    ),
+    # The paper's model: 60k SentencePiece pieces + 62 language tokens (+ pad, unk). The paper cuts at 120
+    # tokens (its footnote 17: enough with its vocabulary); PRESET_MAX_LEN keeps FLORES-200 whole here.
+    "ems-paper": dict(vocab_size=60_000 + 62 + 2, n_languages=62, max_len=PRESET_MAX_LEN),
+}
+
+
+def config_from_preset(name: str, **overrides) -> EMSConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose from {sorted(PRESETS)}")
+    return EMSConfig.from_dict({**PRESETS[name], **overrides})
