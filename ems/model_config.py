@@ -13,10 +13,9 @@ from pathlib import Path
 from ems.losses import DUPLICATE_NEGATIVES, OBJECTIVES
 from ems.text import PAD_ID, SPM_FILE, TOKENIZER_FILE
 
-# Token positions of every preset: >= 99% of the FLORES-200 devtest sentences of every language of the
-# all-language corpus (configs/data/multilingual.yaml) whole with its 64k vocabulary. Thai's 99th
-# percentile, 280 tokens, is the longest (Burmese 260, Khmer 210; 107-126 for the others; measured with
-# benchmarks/flores_lengths.py); EMSConfig's default of 120 cut 2.5% of them on average, up to 45% (Thai).
+# Token positions of every preset: enough to keep >= 99% of the FLORES-200 devtest sentences of every
+# trained language whole with the all-language 64k vocabulary, whose longest (Thai, Burmese, Khmer) far
+# exceed EMSConfig's default of 120 (measured: docs/results/multilingual.md, "max_len").
 PRESET_MAX_LEN = 288
 NORM_PLACEMENTS = ("pre", "post")  # EMSConfig.norm_placement
 ATTENTION_PATHS = ("auto", "varlen", "sdpa", "matmul")  # EMSConfig.attention
