@@ -8,7 +8,7 @@ the GPU acceptance run: the figures that choose the GPU's preset and batch.
     python -m benchmarks.gpu_loop_overhead --demo runs/demo --config configs/train/demo.yaml --device cpu \
         --preset tiny --pairs 256 --steps 300 --log-every 50 --work /tmp/lo   # the demo's loop on CPU (bf16 where fast)
 
-The bare step: `gpu_acceptance.step_seconds` (model, fused AdamW, autocast, compiled where the loop compiles:
+The bare step: `gpu_step.step_seconds` (model, fused AdamW, autocast, compiled where the loop compiles:
 TrainConfig.compile; the batch packed on the host as the loop packs it; no DeepSpeed, no data loading,
 nothing read back to the host but the timing's synchronisation) on `--pairs` random training pairs. The loop:
 `ems.training.train` on configs/train/gpu.yaml with each `--preset` and `--pairs`, `--steps` steps, no
@@ -39,15 +39,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.gpu_acceptance import (
-    TRAIN_CONFIG,
-    batch_flops,
-    model_config,
-    probe_batch,
-    shards_of,
-    step_seconds,
-)
 from benchmarks.gpu_prepared import open_prepared, unpack
+from benchmarks.gpu_profiles import TRAIN_CONFIG
+from benchmarks.gpu_step import batch_flops, model_config, probe_batch, shards_of, step_seconds
 from benchmarks.train_mfu import known_peak_tflops
 from ems.apps.demo import data_paths
 from ems.cli import add_debug_option, run_main

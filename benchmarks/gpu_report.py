@@ -196,7 +196,7 @@ def cuts(report: dict) -> list[str]:
 
 
 def build_report(ctx) -> dict:
-    """The report of what `ctx` (gpu_acceptance.Context) has done so far."""
+    """The report of what `ctx` (gpu_stage.Context) has done so far."""
     evaluate = ctx.stages.get("evaluate", {})
     evaluation = {key: value for key, value in ctx.output("evaluate").items() if key != "tasks"}
     evaluation["tasks"] = task_summaries(ctx.output("evaluate").get("tasks", {}))

@@ -1,7 +1,7 @@
-"""benchmarks/gpu_acceptance.py on CPU: `prepare` on a slice of the real data (its contents, its size
-limit, the segmentation table and its stand-ins), the `run --smoke` path end to end on it, a run with
-too few minutes (every stage cut or failed, reported, within the minutes), the child-process step
-timing and its cap, and the one-line errors."""
+"""benchmarks/gpu_acceptance.py (and the gpu_ modules it runs) on CPU: `prepare` on a slice of the real
+data (its contents, its size limit, the segmentation table and its stand-ins), the `run --smoke` path end
+to end on it, a run with too few minutes (every stage cut or failed, reported, within the minutes), the
+child-process step timing and its cap, and the one-line errors."""
 
 import dataclasses
 import json
@@ -14,18 +14,27 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks import gpu_acceptance, gpu_prepared
+from benchmarks import (
+    gpu_acceptance,
+    gpu_mfu,
+    gpu_prepared,
+    gpu_profiles,
+    gpu_segmenters,
+    gpu_stage,
+    gpu_step,
+    gpu_train,
+)
 from ems.cli import run_main
 from ems.configs import load_config
 from ems.model_config import PRESETS
 from ems.training.config import TrainConfig
 
-STAGES = gpu_acceptance.STAGES
+STAGES = gpu_stage.STAGES
 # The corpus folders of conftest's sliced_data: Chinese, Cantonese and Japanese among the trained languages,
 # so their evaluation text goes through the segmenters (the recorded table with --segmenters table)
 SLICED_CORPORA = {"tatoeba_challenge": ["afr-eng", "eng-jpn_Kana", "eng-yue_Hant"], "tico19": ["en-am", "en-zh"]}
 SMALL_DATA = ["vocab_size=3000", "heldout_per_pair=30", "max_train_pairs=300"]
-SMOKE_BATCH = gpu_acceptance.SMOKE.train_overrides["batch_size"]  # the candidates' batch (the probe's: 8 pairs)
+SMOKE_BATCH = gpu_profiles.SMOKE.train_overrides["batch_size"]  # the candidates' batch (the probe's: 8 pairs)
 
 
 def main(*argv) -> int:
@@ -129,7 +138,7 @@ def test_smoke_runs_every_stage_and_reports_them(smoke_run, prepared):
     assert report["mfu"]["pairs"] == 8 and report["mfu"]["shapes"]["vocab_size"] == 3000
     # every candidate timed on the train config's batch (32 pairs, not the probe's 8); the choice from its own time
     timed = report["mfu"]["presets"]
-    assert list(timed) == list(gpu_acceptance.SMOKE.presets)
+    assert list(timed) == list(gpu_profiles.SMOKE.presets)
     assert all(t["s_per_step"] > 0 and t["pairs"] == SMOKE_BATCH for t in timed.values())
     choice = report["preset_choice"]
     assert choice["preset"] == "tiny" and choice["candidates"][0]["useful"] is True
@@ -170,14 +179,14 @@ def test_smoke_runs_every_stage_and_reports_them(smoke_run, prepared):
 def test_the_choice_is_the_largest_useful_timed_preset_never_an_untimed_one(smoke_run):
     """choose_preset on the smoke run's shards with made-up timings: 1 loop minute, 100 useful steps."""
     work, _, _, _ = smoke_run
-    profile = dataclasses.replace(gpu_acceptance.SMOKE, presets=("tiny", "small", "base"), useful_steps=100)
-    base = load_config(TrainConfig, gpu_acceptance.TRAIN_CONFIG, values=profile.train_overrides)
+    profile = dataclasses.replace(gpu_profiles.SMOKE, presets=("tiny", "small", "base"), useful_steps=100)
+    base = load_config(TrainConfig, gpu_profiles.TRAIN_CONFIG, values=profile.train_overrides)
 
     def choose(presets: dict) -> dict:
         ctx = SimpleNamespace(
             profile=profile, train_data=work / "data" / "train", output=lambda _: {"presets": presets}
         )
-        return gpu_acceptance.choose_preset(ctx, base, loop_minutes=1.0)
+        return gpu_train.choose_preset(ctx, base, loop_minutes=1.0)
 
     out_of_memory = {"error": "OutOfMemoryError: CUDA out of memory"}
     choice = choose({"tiny": step(0.1), "small": step(0.5), "base": out_of_memory})
@@ -198,11 +207,11 @@ def step(seconds: float) -> dict:
 
 def test_a_preset_that_fails_is_an_error_and_a_cap_cuts_the_largest(smoke_run, monkeypatch):
     work, _, _, _ = smoke_run
-    profile = dataclasses.replace(gpu_acceptance.SMOKE, presets=("tiny", "small", "base"))
+    profile = dataclasses.replace(gpu_profiles.SMOKE, presets=("tiny", "small", "base"))
     ctx = SimpleNamespace(profile=profile, train_data=work / "data" / "train", device="cpu")
     timed: dict = {}
-    with pytest.raises(gpu_acceptance.OutOfTime), gpu_acceptance.time_cap(0.002):  # 0.12 s: not all three
-        gpu_acceptance.time_presets(ctx, gpu_acceptance.TINY, SMOKE_BATCH, "fp32", timed)
+    with pytest.raises(gpu_stage.OutOfTime), gpu_stage.time_cap(0.002):  # 0.12 s: not all three
+        gpu_mfu.time_presets(ctx, gpu_profiles.TINY, SMOKE_BATCH, "fp32", timed)
     assert list(timed) == list(profile.presets) and timed["base"]["error"].startswith("cut: over its cap")
     cut = [name for name, timing in timed.items() if "error" in timing]
     assert cut == list(profile.presets[-len(cut) :])  # the largest, from the first cut on
@@ -212,8 +221,8 @@ def test_a_preset_that_fails_is_an_error_and_a_cap_cuts_the_largest(smoke_run, m
             raise RuntimeError("CUDA out of memory")
         return 0.5
 
-    monkeypatch.setattr(gpu_acceptance, "step_seconds", out_of_memory_for_small)
-    gpu_acceptance.time_presets(ctx, gpu_acceptance.TINY, SMOKE_BATCH, "fp32", timed)
+    monkeypatch.setattr(gpu_mfu, "step_seconds", out_of_memory_for_small)
+    gpu_mfu.time_presets(ctx, gpu_profiles.TINY, SMOKE_BATCH, "fp32", timed)
     assert timed == {"tiny": step(0.5), "small": {"error": "RuntimeError: CUDA out of memory"}, "base": step(0.5)}
 
 
@@ -239,12 +248,12 @@ def test_the_segmentation_stand_ins_answer_as_the_installed_packages(prepared, d
     japanese = (data_dir / "tatoeba" / "tatoeba.jpn-eng.jpn").read_text(encoding="utf-8").splitlines()[:50]
     preprocess = ems.text.Preprocessing()
     expected = [preprocess(s, "zh") for s in chinese] + [preprocess(s, "ja") for s in japanese]
-    with gpu_acceptance.segmenters("table", prepared / gpu_prepared.SEGMENTATION) as mode:
-        assert mode["mode"] == "table" and ems.text._jieba().__file__.startswith(str(gpu_acceptance.STANDINS))
+    with gpu_segmenters.segmenters("table", prepared / gpu_prepared.SEGMENTATION) as mode:
+        assert mode["mode"] == "table" and ems.text._jieba().__file__.startswith(str(gpu_segmenters.STANDINS))
         assert [preprocess(s, "zh") for s in chinese] + [preprocess(s, "ja") for s in japanese] == expected
         with pytest.raises(LookupError, match="not in the segmentation table"):
             preprocess("这句话不在任何评测集里。", "zh")
-    assert not ems.text._jieba().__file__.startswith(str(gpu_acceptance.STANDINS))  # the installed one again
+    assert not ems.text._jieba().__file__.startswith(str(gpu_segmenters.STANDINS))  # the installed one again
     assert preprocess("这句话不在任何评测集里。", "zh")
 
 
@@ -253,7 +262,7 @@ def test_a_step_timed_in_a_child_process_and_one_cut_at_its_cap(smoke_run):
     request = {
         "train_data": str(work / "data" / "train"),
         "preset": "tiny",
-        "overrides": gpu_acceptance.TINY,
+        "overrides": gpu_profiles.TINY,
         "pairs": 4,
         "device": "cpu",
         "dtype": "fp32",
@@ -261,10 +270,10 @@ def test_a_step_timed_in_a_child_process_and_one_cut_at_its_cap(smoke_run):
         "work": str(work),
         "variant": "eager",
     }
-    assert gpu_acceptance.step_seconds_in_child(request, minutes=1.0) > 0
+    assert gpu_step.step_seconds_in_child(request, minutes=1.0) > 0
     started = time.monotonic()
-    with pytest.raises(gpu_acceptance.OutOfTime, match="eager step cut after"):
-        gpu_acceptance.step_seconds_in_child(request, minutes=0.01)  # killed before its imports are done
+    with pytest.raises(gpu_stage.OutOfTime, match="eager step cut after"):
+        gpu_step.step_seconds_in_child(request, minutes=0.01)  # killed before its imports are done
     assert time.monotonic() - started < 5
 
 
