@@ -52,23 +52,18 @@ def write_config(path, languages, **extra):
     (path.parent / "suite.yaml").write_text(f"tasks: [{path.name}]\n", encoding="utf-8")
 
 
+def run_suite_with_trigrams(tmp_path, monkeypatch) -> int:
+    """ems-eval of tmp_path/suite.yaml on tmp_path/data with the trigram encoder, out to tmp_path/out."""
+    monkeypatch.setattr("eval.run_all.load_encoder", lambda spec, cache_dir, device: TrigramEncoder())
+    argv = ["--encoder", "trigram", "--data-dir", str(tmp_path / "data"), "--suite", str(tmp_path / "suite.yaml")]
+    return run_all_main([*argv, "--out", str(tmp_path / "out")])
+
+
 def test_ems_eval_runs_the_generic_task_on_an_ntrex_layout(data_dir, tmp_path, monkeypatch):
     write_ntrex_like(data_dir, tmp_path / "data")
     codes = [*NTREX_FROM_FLORES, "cmn_Hant", "spa"]  # spa: no file, a data error that costs only spa
     write_config(tmp_path / "ntrex.yaml", codes)
-    monkeypatch.setattr("eval.run_all.load_encoder", lambda spec, cache_dir, device: TrigramEncoder())
-    status = run_all_main(
-        [
-            "--encoder",
-            "trigram",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--suite",
-            str(tmp_path / "suite.yaml"),
-            "--out",
-            str(tmp_path / "out"),
-        ]
-    )
+    status = run_suite_with_trigrams(tmp_path, monkeypatch)
     result = stored_results(tmp_path / "out")["ntrex"]
     assert status == 2 and list(result["data_errors"]) == ["spa"]
     assert list(result["languages"]) == ["deu", "fra-CA", "zho-CN", "srp-Cyrl", "cmn_Hant"]
@@ -81,19 +76,7 @@ def test_ems_eval_runs_the_generic_task_on_an_ntrex_layout(data_dir, tmp_path, m
 def test_a_misspelled_code_is_one_error_line(data_dir, tmp_path, monkeypatch, capsys):
     write_ntrex_like(data_dir, tmp_path / "data")
     write_config(tmp_path / "ntrex.yaml", ["deu", "frnch"])
-    monkeypatch.setattr("eval.run_all.load_encoder", lambda spec, cache_dir, device: TrigramEncoder())
-    status = run_all_main(
-        [
-            "--encoder",
-            "trigram",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--suite",
-            str(tmp_path / "suite.yaml"),
-            "--out",
-            str(tmp_path / "out"),
-        ]
-    )
+    status = run_suite_with_trigrams(tmp_path, monkeypatch)
     err = capsys.readouterr().err
     assert status == 2 and "ntrex: not run:" in err and "frnch" in err
 

@@ -211,48 +211,16 @@ def test_a_pair_folder_outside_the_config_is_an_error_at_clean_and_vocab(data_di
     write_parallel(raw, "c", "en", "xx", zip(en, fr))
     config = tmp_path / "data.yaml"
     config.write_text(CONFIG, encoding="utf-8")
+    clean = ["clean", "--config", str(config), "--in", str(raw), "--out", str(tmp_path / "clean")]
+    clean += ["--data-dir", str(tmp_path)]
 
-    assert (
-        run_main(
-            main,
-            [
-                "clean",
-                "--config",
-                str(config),
-                "--in",
-                str(raw),
-                "--out",
-                str(tmp_path / "clean"),
-                "--data-dir",
-                str(tmp_path),
-            ],
-        )
-        == 2
-    )
+    assert run_main(main, clean) == 2
     line = one_error_line(capsys)
     assert "en-xx (xx)" in line and str(config) in line and "de-en" not in line
     assert not (tmp_path / "clean").exists()
     assert run_main(main, ["vocab", "--config", str(config), "--in", str(raw), "--out", str(tmp_path / "vocab")]) == 2
     assert "en-xx (xx)" in one_error_line(capsys)
-    assert (
-        run_main(
-            main,
-            [
-                "clean",
-                "--config",
-                str(config),
-                "--in",
-                str(raw),
-                "--out",
-                str(tmp_path / "clean"),
-                "--data-dir",
-                str(tmp_path),
-                "--pair",
-                "de-en",
-            ],
-        )
-        == 0
-    )  # the pairs it reads are fine
+    assert run_main(main, [*clean, "--pair", "de-en"]) == 0  # the pairs it reads are fine
 
 
 @pytest.mark.parametrize(

@@ -38,23 +38,25 @@ def test_chinese_is_converted_to_simplified_and_japanese_kanji_are_not():
     assert Preprocessing()("東京で漢字を書く。", "ja") == "東京 で 漢字 を 書く 。"
 
 
-def test_tokenizer_json_without_simplify_chinese_keeps_traditional_characters(tiny_pipeline, tmp_path):
+def vocabulary_without(tiny_pipeline, tmp_path, key: str):
+    """A copy of the tiny pipeline's vocabulary whose ems_tokenizer.json lacks preprocessing[key], as one
+    written before that setting existed (a new vocabulary records it as True)."""
     vocab = tmp_path / "vocab"
     shutil.copytree(tiny_pipeline / "vocab", vocab)
     meta = json.loads((vocab / "ems_tokenizer.json").read_text())
-    assert meta["preprocessing"]["simplify_chinese"] is True  # what a new vocabulary records
-    del meta["preprocessing"]["simplify_chinese"]
+    assert meta["preprocessing"][key] is True
+    del meta["preprocessing"][key]
     (vocab / "ems_tokenizer.json").write_text(json.dumps(meta))
+    return vocab
+
+
+def test_tokenizer_json_without_simplify_chinese_keeps_traditional_characters(tiny_pipeline, tmp_path):
+    vocab = vocabulary_without(tiny_pipeline, tmp_path, "simplify_chinese")
     assert Tokenizer.load(vocab).preprocessing == Preprocessing(simplify_chinese=False)
 
 
 def test_tokenizer_json_without_segment_cjk_loads_as_moses_for_every_language(tiny_pipeline, tmp_path):
-    vocab = tmp_path / "vocab"
-    shutil.copytree(tiny_pipeline / "vocab", vocab)
-    meta = json.loads((vocab / "ems_tokenizer.json").read_text())
-    assert meta["preprocessing"]["segment_cjk"] is True  # what a new vocabulary records
-    del meta["preprocessing"]["segment_cjk"]
-    (vocab / "ems_tokenizer.json").write_text(json.dumps(meta))
+    vocab = vocabulary_without(tiny_pipeline, tmp_path, "segment_cjk")
     old = Tokenizer.load(vocab)
     assert old.preprocessing == Preprocessing(segment_cjk=False)
     assert old.preprocess(["東京です。"], "ja") == ["東京です。"]
