@@ -5,6 +5,7 @@ run with `python -m` too. A module without a command line is a helper of the ben
 the GPU acceptance run's data (gpu_prepared), profiles (gpu_profiles), stage machinery (gpu_stage), stages
 (gpu_environment, gpu_mfu, gpu_train, gpu_evaluate), timed training step (gpu_step), segmenters
 (gpu_segmenters) and report (gpu_report); the peer benchmark's peer_grid, peer_report, peer_scoring and
-peer_training. segmenters/ holds stand-ins that the GPU acceptance run loads in place of jieba, fugashi
-and opencc. Inputs shared with the tests come from the `fixtures` package.
+peer_training; report_files, where a benchmark writes its table and figures. segmenters/ holds stand-ins
+that the GPU acceptance run loads in place of jieba, fugashi and opencc. Inputs shared with the tests
+come from the `fixtures` package.
 """

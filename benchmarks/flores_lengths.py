@@ -13,12 +13,12 @@ Tatoeba's: this is what a preset's max_len has to cover. Writes flores_lengths.{
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.report_files import give_result
 from ems.languages import flores_file
 from ems.text import Tokenizer
 
@@ -95,12 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = Tokenizer.load(args.vocab)
     lengths, missing = language_lengths(tokenizer, args.data_dir / "flores200" / "devtest")
     result = {**summary(lengths, args.max_len), "missing": missing, "vocab": str(args.vocab)}
-    table = markdown(result, args.max_len)
-    print(table)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "flores_lengths.md").write_text(table)
-        (args.out / "flores_lengths.json").write_text(json.dumps(result, indent=2) + "\n")
+    give_result(markdown(result, args.max_len), result, args.out, "flores_lengths")
     return result
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.report_files import give_result
 from ems.flops import encoder_parameters, step_flops
 from ems.model_config import PRESETS, config_from_preset
 from ems.shards import PairShards
@@ -137,12 +138,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     rows = run(args)
-    table = markdown(rows, args)
-    print(table)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "presets.md").write_text(table)
-        (args.out / "presets.json").write_text(json.dumps(rows, indent=2) + "\n")
+    give_result(markdown(rows, args), rows, args.out, "presets")
     return rows
 
 
