@@ -137,9 +137,9 @@ def timed_train(cfg) -> None:
     from ems.training.train import train
 
     result = train(cfg)
-    if result["preempted"]:
-        raise UserError(f"training of {cfg.out} stopped at step {result['steps']}: run the same command again")
-    times = {"seconds": training_seconds(Path(cfg.out) / "metrics.jsonl"), "steps": result["steps"]}
+    if result.preempted:
+        raise UserError(f"training of {cfg.out} stopped at step {result.steps}: run the same command again")
+    times = {"seconds": training_seconds(Path(cfg.out) / "metrics.jsonl"), "steps": result.steps}
     (Path(cfg.out) / TIMES_FILE).write_text(json.dumps(times) + "\n")
 
 

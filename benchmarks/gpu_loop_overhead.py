@@ -150,8 +150,8 @@ def measure(unpacked: dict, preset: str, pairs: int, timing: LoopTiming) -> dict
     shutil.rmtree(timing.work / "run", ignore_errors=True)  # a fresh run, never a resume of the last one
     with profiled(timing.profiler, timing.device, timing.out_dir):
         result = train(load_config(TrainConfig, timing.config, overrides=list(timing.overrides), values=values))
-    loop = loop_figures(result["history"], timing.skip_windows)
-    logged = [record for record in result["history"] if "compiled_graphs" in record]
+    loop = loop_figures(result.history, timing.skip_windows)
+    logged = [record for record in result.history if "compiled_graphs" in record]
 
     def rates(seconds: float) -> dict:
         return {

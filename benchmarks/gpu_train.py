@@ -111,9 +111,9 @@ def stage_train(ctx: Context, output: dict) -> None:
     started = time.monotonic()
     result = train(cfg)
     output.update(
-        steps=result["steps"],
-        max_steps=result["max_steps"],
-        model_dir=result["model_dir"],
-        preempted=result["preempted"],
+        steps=result.steps,
+        max_steps=result.max_steps,
+        model_dir=result.model_dir,
+        preempted=result.preempted,
         seconds=round(time.monotonic() - started, 1),
     )

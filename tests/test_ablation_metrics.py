@@ -20,6 +20,7 @@ from ems.apps.ablation import (
 )
 from ems.cli import UserError
 from ems.configs import ConfigError
+from ems.training.train import TrainResult
 from eval.results import TaskResult
 
 RESULTS = {
@@ -80,7 +81,7 @@ def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_pat
     def fake_train(cfg):
         trainings.append(cfg.seed)
         (tmp_path / "model").mkdir(exist_ok=True)
-        return {"steps": 7, "model_dir": str(tmp_path / "model"), "preempted": False}
+        return TrainResult(7, 7, [], model_dir=str(tmp_path / "model"), preempted=False)
 
     def fake_score(encoder, eval_dir, cfg, *args):
         scorings.append(eval_dir)
@@ -105,10 +106,10 @@ def test_a_stopped_training_is_not_recorded_as_trained_and_resumes(tmp_path, mon
         calls.append(cfg.out)
         if len(calls) == 1:  # SIGTERM at step 3: ems.training.train checkpoints and returns without a model
             (tmp_path / "checkpoint").mkdir()
-            return {"steps": 3, "max_steps": 2600, "model_dir": None, "preempted": True}
+            return TrainResult(3, 2600, [], model_dir=None, preempted=True)
         assert (tmp_path / "checkpoint").is_dir()  # what the stopped run saved is still there to resume
         (tmp_path / "model").mkdir()
-        return {"steps": 2600, "max_steps": 2600, "model_dir": str(tmp_path / "model"), "preempted": False}
+        return TrainResult(2600, 2600, [], model_dir=str(tmp_path / "model"), preempted=False)
 
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
@@ -131,12 +132,7 @@ def test_training_seconds_sum_every_invocation_that_trained_a_run(tmp_path, monk
         if isinstance(outcome, Exception):
             raise outcome
         (tmp_path / "model").mkdir(exist_ok=True)
-        return {
-            "steps": 2600,
-            "max_steps": 2600,
-            "model_dir": str(tmp_path / "model"),
-            "preempted": outcome == "preempted",
-        }
+        return TrainResult(2600, 2600, [], model_dir=str(tmp_path / "model"), preempted=outcome == "preempted")
 
     monkeypatch.setattr(ems.apps.ablation, "time", SimpleNamespace(time=lambda: clock[0]))
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
@@ -203,7 +199,7 @@ def test_variants_runs_only_those_named_and_refuses_unknown_names(tmp_path, monk
         trained.append(cfg.out)
         model = tmp_path / f"model{len(trained)}"
         model.mkdir()
-        return {"steps": 3, "model_dir": str(model), "preempted": False}
+        return TrainResult(3, 3, [], model_dir=str(model), preempted=False)
 
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     config = out / "ablation.yaml"
@@ -228,7 +224,7 @@ def test_a_data_variant_trains_on_its_own_prepared_data(tmp_path, monkeypatch):
         data_of[cfg.out.split("/")[-3]] = cfg.data
         model = tmp_path / f"model{len(data_of)}"
         model.mkdir()
-        return {"steps": 3, "model_dir": str(model), "preempted": False}
+        return TrainResult(3, 3, [], model_dir=str(model), preempted=False)
 
     def fake_prepare(data_cfg, data_dir, out, stages):
         prepared.append((out.name, data_cfg.vocab_size))

@@ -7,6 +7,7 @@ import yaml
 from ems.apps.demo import CHART_FILE, REPORT_FILE, main
 from ems.cli import run_main
 from ems.training.stopping import PREEMPTED_EXIT_CODE
+from ems.training.train import TrainResult
 from eval.results import read_results as stored_results
 
 
@@ -65,7 +66,7 @@ def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(
     monkeypatch.setattr("ems.apps.demo.prepare_data", lambda *args: {})
     monkeypatch.setattr(
         "ems.training.train.train",
-        lambda cfg: {"steps": 40, "max_steps": 1800, "history": [], "model_dir": None, "preempted": True},
+        lambda cfg: TrainResult(40, 1800, [], model_dir=None, preempted=True),
     )
     assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == PREEMPTED_EXIT_CODE
     err = capsys.readouterr().err

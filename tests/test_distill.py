@@ -312,9 +312,9 @@ def test_training_distils_the_teacher(tiny_pipeline, ems_teacher, tmp_path):
         tiny_pipeline, tmp_path / "run", DISTILL, teacher=ems_teacher, valid_data=valid_data, export_init=True
     )
     result = train(cfg)
-    valid = [h for h in result["history"] if "valid_loss" in h]
+    valid = [h for h in result.history if "valid_loss" in h]
     assert valid[-1]["valid_distill"] < 0.7 * valid[0]["valid_distill"]
-    student, untrained = ems.load(result["model_dir"]), ems.load(tmp_path / "run" / "model-init")
+    student, untrained = ems.load(result.model_dir), ems.load(tmp_path / "run" / "model-init")
     assert student.dim == TEACHER_DIM  # a linear map to the teacher's dimension, kept in the export
     held_out = sorted(english_sentences(tiny_pipeline / "corpus" / "heldout"))[:40]
     target = ems.load(ems_teacher.partition(":")[2]).encode(held_out, "en")
@@ -343,7 +343,7 @@ def test_distillation_resumes_exactly_without_the_teacher(tiny_pipeline, ems_tea
     straight = train(small_run(tiny_pipeline, tmp_path / "straight", DISTILL, common))
     train(small_run(tiny_pipeline, tmp_path / "resumed", DISTILL, common, stop_at_step=8))
     resumed = train(small_run(tiny_pipeline, tmp_path / "resumed", DISTILL, common))
-    losses = [h["distill"] for h in straight["history"] if "distill" in h]
+    losses = [h["distill"] for h in straight.history if "distill" in h]
     assert len(losses) == 16 and all(loss > 0 for loss in losses)
     resumed_losses = [
         json.loads(line)["distill"]
@@ -352,7 +352,7 @@ def test_distillation_resumes_exactly_without_the_teacher(tiny_pipeline, ems_tea
     ]
     assert resumed_losses == pytest.approx(losses, rel=1e-5)
     assert store.stat().st_mtime_ns == stamp
-    a, b = ems.load(straight["model_dir"]).model.state_dict(), ems.load(resumed["model_dir"]).model.state_dict()
+    a, b = ems.load(straight.model_dir).model.state_dict(), ems.load(resumed.model_dir).model.state_dict()
     for key in a:
         torch.testing.assert_close(a[key], b[key])
 
@@ -494,13 +494,13 @@ def test_training_starts_from_init_from(tiny_pipeline, tmp_path):
     validated = dict(RUN, max_steps=10, valid_data=str(tiny_pipeline / "valid_shards"))
     first = train(small_run(tiny_pipeline, tmp_path / "first", validated))
     second = train(
-        small_run(tiny_pipeline, tmp_path / "second", validated, init_from=first["model_dir"], export_init=True, seed=4)
+        small_run(tiny_pipeline, tmp_path / "second", validated, init_from=first.model_dir, export_init=True, seed=4)
     )
-    a = ems.load(first["model_dir"]).model.state_dict()
+    a = ems.load(first.model_dir).model.state_dict()
     b = ems.load(tmp_path / "second" / "model-init").model.state_dict()
     for key in a:
         torch.testing.assert_close(a[key], b[key])
-    assert second["steps"] == 10
+    assert second.steps == 10
 
 
 def test_infinite_temperature_is_the_papers_balanced_draw():

@@ -38,7 +38,7 @@ def one_process(tiny_pipeline, tmp_path_factory):
     """The uninterrupted run: 1 process accumulating 2 x 16 pairs (= 2 processes x 16, local negatives)."""
     out = tmp_path_factory.mktemp("straight")
     result = train(small_run(tiny_pipeline, out, ELASTIC, deepspeed_config="configs/deepspeed/zero1.json"))
-    return {"losses": logged_losses(out), "params": parameters(result["model_dir"])}
+    return {"losses": logged_losses(out), "params": parameters(result.model_dir)}
 
 
 def assert_equals_uninterrupted(out, straight) -> None:

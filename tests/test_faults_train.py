@@ -140,7 +140,7 @@ def test_divergence_stops_at_its_step_with_a_diagnostic_and_no_non_finite_checkp
     result = train(
         small_run(tiny_pipeline, out, RUN, lr=2e-3, warmup_steps=1, max_steps=30, log_every=20, save_every=5)
     )
-    assert result["steps"] == 30 and all(math.isfinite(h["loss"]) for h in result["history"] if "loss" in h)
+    assert result.steps == 30 and all(math.isfinite(h["loss"]) for h in result.history if "loss" in h)
 
 
 def test_after_divergence_a_sane_lr_resumes_from_the_last_good_checkpoint(tiny_pipeline, tmp_path, capsys):
@@ -164,7 +164,7 @@ def test_after_divergence_a_sane_lr_resumes_from_the_last_good_checkpoint(tiny_p
     capsys.readouterr()
     result = train(small_run(tiny_pipeline, out, RUN, save_every=2, log_every=20, max_steps=30))
     assert f"checkpoints/step{last}/mp_rank_00_model_states.pt at step {last}," in capsys.readouterr().out
-    assert result["steps"] == 30 and all(math.isfinite(h["loss"]) for h in result["history"] if "loss" in h)
+    assert result.steps == 30 and all(math.isfinite(h["loss"]) for h in result.history if "loss" in h)
     assert assert_all_checkpoints_finite(out)[-1] == "step30"
 
 
@@ -175,7 +175,7 @@ def test_resume_skips_a_checkpoint_with_non_finite_weights(tiny_pipeline, tmp_pa
     rewrite_model_states(out / "checkpoints" / "step8", lambda states: states["module"][name].fill_(math.nan))
     result = train(small_run(tiny_pipeline, out, RUN))
     assert f"skipping checkpoint step8: non-finite weights in {name}" in capsys.readouterr().out
-    assert [h["step"] for h in result["history"] if "loss" in h] == [8, 12]  # resumed at step 4, not 8
+    assert [h["step"] for h in result.history if "loss" in h] == [8, 12]  # resumed at step 4, not 8
 
 
 def test_the_per_step_check_is_the_loss_already_read():
@@ -218,7 +218,7 @@ def test_a_changed_lr_takes_effect_on_resume_and_is_recorded(tiny_pipeline, tmp_
     train(small_run(tiny_pipeline, out, RUN, stop_at_step=4, log_every=1))
     resumed = train(small_run(tiny_pipeline, out, RUN, lr=5e-4, log_every=1, save_every=6))
     schedule = LinearSchedule(5, 12)
-    assert [h["lr"] for h in resumed["history"] if "lr" in h] == pytest.approx(
+    assert [h["lr"] for h in resumed.history if "lr" in h] == pytest.approx(
         [5e-4 * schedule(s) for s in range(5, 13)], rel=1e-6
     )
     assert yaml.safe_load((out / "train_config.yaml").read_text())["lr"] == 5e-4
@@ -268,7 +268,7 @@ def test_an_older_versions_model_overrides_global_negatives_resumes_as_the_train
         train(small_run(tiny_pipeline, out, RUN, global_negatives=True))
     assert "global_negatives False -> True" in str(refused.value) and "model_overrides" not in str(refused.value)
     resumed = train(small_run(tiny_pipeline, out, RUN))
-    assert [h["step"] for h in resumed["history"] if "loss" in h] == [8, 12]
+    assert [h["step"] for h in resumed.history if "loss" in h] == [8, 12]
 
 
 # --- 4. one line and status 2 for every user error -------------------------------------------------
@@ -309,7 +309,7 @@ def test_a_hand_edited_manifest_falls_back_to_the_previous_checkpoint(tiny_pipel
     (out / "checkpoints" / "step8" / "manifest.json").write_text('{"files": ["mp_rank_00_model_states.pt"]}')
     result = train(small_run(tiny_pipeline, out, RUN))
     assert "skipping checkpoint step8" in caplog.text and "manifest.json is unreadable" in caplog.text
-    assert [h["step"] for h in result["history"] if "loss" in h] == [8, 12]
+    assert [h["step"] for h in result.history if "loss" in h] == [8, 12]
 
 
 def test_all_checkpoints_bad_is_one_line(tiny_pipeline, tmp_path, capsys):

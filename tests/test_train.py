@@ -37,7 +37,7 @@ def trained(tiny_pipeline, tmp_path_factory):
 
 def test_short_run_lowers_both_held_out_losses(trained):
     _, result = trained
-    valid = [h for h in result["history"] if "valid_loss" in h]
+    valid = [h for h in result.history if "valid_loss" in h]
     assert [h["step"] for h in valid] == [0, 80]
     before, after = valid
     assert after["valid_xtr"] < 0.8 * before["valid_xtr"]
@@ -47,10 +47,10 @@ def test_short_run_lowers_both_held_out_losses(trained):
 
 def test_run_writes_tensorboard_metrics_and_export(trained):
     out, result = trained
-    assert result["steps"] == 80
+    assert result.steps == 80
     assert list((out / "tb").glob("events.out.tfevents.*"))
     assert (out / "metrics.jsonl").read_text().count("\n") == 16 + 2  # 16 training logs, 2 validations
-    model = ems.load(result["model_dir"])
+    model = ems.load(result.model_dir)
     assert model.encode(["Guardar cambios"], lang="de").shape == (1, SMALL_MODEL["d_model"])
 
 
@@ -59,7 +59,7 @@ def test_export_round_trips_to_identical_outputs(trained, tiny_pipeline):
     from ems.encoder import export_encoder
     from ems.text import Tokenizer
 
-    model = ems.load(result["model_dir"])
+    model = ems.load(result.model_dir)
     copy_dir = out / "model-copy"
     export_encoder(model.model, Tokenizer.load(tiny_pipeline / "vocab"), copy_dir)
     sentences = ["Enter a valid date.", "This field is required.", "Save and continue editing"]
@@ -77,22 +77,22 @@ def test_a_model_directory_of_an_older_version_with_global_negatives_in_its_conf
     from ems.training.model_card import model_facts
 
     _, result = trained
-    config = json.loads((Path(result["model_dir"]) / CONFIG_FILE).read_text())
+    config = json.loads((Path(result.model_dir) / CONFIG_FILE).read_text())
     assert "global_negatives" not in config
-    old = shutil.copytree(result["model_dir"], tmp_path / "old-model")
+    old = shutil.copytree(result.model_dir, tmp_path / "old-model")
     (old / CONFIG_FILE).write_text(json.dumps({**config, "global_negatives": True}, indent=2))
     sentences = ["Enter a valid date.", "Save and continue editing"]
     np.testing.assert_array_equal(
-        ems.load(old).encode(sentences, "en"), ems.load(result["model_dir"]).encode(sentences, "en")
+        ems.load(old).encode(sentences, "en"), ems.load(result.model_dir).encode(sentences, "en")
     )
-    assert model_facts(old).config == ems.load(result["model_dir"]).model.cfg
+    assert model_facts(old).config == ems.load(result.model_dir).model.cfg
 
 
 def test_training_changed_the_encoder(trained):
     out, result = trained
     sentences = ["Enter a valid date."]
     assert not np.allclose(
-        ems.load(out / "model-init").encode(sentences, "en"), ems.load(result["model_dir"]).encode(sentences, "en")
+        ems.load(out / "model-init").encode(sentences, "en"), ems.load(result.model_dir).encode(sentences, "en")
     )
 
 
@@ -101,13 +101,13 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(tiny_pipeline, tmp_path
     straight = train(small_run(tiny_pipeline, tmp_path / "straight", RUN, common))
     first_half = train(small_run(tiny_pipeline, tmp_path / "resumed", RUN, common, stop_at_step=10))
     second_half = train(small_run(tiny_pipeline, tmp_path / "resumed", RUN, common))
-    assert (first_half["steps"], second_half["steps"]) == (10, 20)
-    resumed_history = [h for h in first_half["history"] + second_half["history"] if "loss" in h]
+    assert (first_half.steps, second_half.steps) == (10, 20)
+    resumed_history = [h for h in first_half.history + second_half.history if "loss" in h]
     assert [h["step"] for h in resumed_history] == list(range(1, 21))
-    for a, b in zip(straight["history"], resumed_history, strict=True):
+    for a, b in zip(straight.history, resumed_history, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), a["step"]
-    a = ems.load(straight["model_dir"]).model.state_dict()
-    b = ems.load(second_half["model_dir"]).model.state_dict()
+    a = ems.load(straight.model_dir).model.state_dict()
+    b = ems.load(second_half.model_dir).model.state_dict()
     for key in a:
         torch.testing.assert_close(a[key], b[key])
 
@@ -128,15 +128,15 @@ def test_time_budget_fits_the_schedule_and_a_resume_keeps_the_fitted_end(tiny_pi
         save_every=100_000,
     )
     first = train(small_run(tiny_pipeline, tmp_path / "run", RUN, budget, stop_at_step=12))
-    fitted = first["max_steps"]
-    assert first["steps"] == 12 and 12 < fitted < 100_000  # timed on steps 5-10, fitted to ~3 s of steps
+    fitted = first.max_steps
+    assert first.steps == 12 and 12 < fitted < 100_000  # timed on steps 5-10, fitted to ~3 s of steps
     second = train(small_run(tiny_pipeline, tmp_path / "run", RUN, budget))  # resumes at 12: no new timing
-    assert second["max_steps"] == fitted and second["steps"] == fitted
-    assert second["history"][-1]["lr"] == 0.0  # the decay ended exactly at the fitted end
+    assert second.max_steps == fitted and second.steps == fitted
+    assert second.history[-1]["lr"] == 0.0  # the decay ended exactly at the fitted end
     straight = train(
         small_run(tiny_pipeline, tmp_path / "plain", RUN, budget, max_steps=fitted, time_budget_minutes=None)
     )
-    assert [h["lr"] for h in straight["history"]] == [h["lr"] for h in first["history"] + second["history"]]
+    assert [h["lr"] for h in straight.history] == [h["lr"] for h in first.history + second.history]
 
 
 def test_warmup_in_samples_and_scaled_lr_drive_the_logged_lr_and_survive_a_resume(tiny_pipeline, tmp_path, capsys):
@@ -156,7 +156,7 @@ def test_warmup_in_samples_and_scaled_lr_drive_the_logged_lr_and_survive_a_resum
     assert "warm-up 5 steps = 160 pairs (warmup_samples 160 / 32), 25.0% of 20 steps" in printed
     second = train(small_run(tiny_pipeline, tmp_path / "run", RUN, common))
     schedule = LinearSchedule(5, 20)
-    logged = {h["step"]: h["lr"] for h in first["history"] + second["history"] if "lr" in h}
+    logged = {h["step"]: h["lr"] for h in first.history + second.history if "lr" in h}
     # the record of step s holds the lr the scheduler set after step s, i.e. for step s + 1 (0-based s)
     assert sorted(logged) == list(range(1, 21))
     for step, lr in logged.items():

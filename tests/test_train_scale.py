@@ -91,7 +91,7 @@ def straight(tiny_pipeline, tmp_path_factory):
     """The uninterrupted run every resumed run must reproduce, step by step."""
     out = tmp_path_factory.mktemp("straight")
     result = train(small_run(tiny_pipeline, out, RESUME, stop_at_step=STEPS))
-    return {"losses": {h["step"]: h["loss"] for h in result["history"]}, "params": parameters(result["model_dir"])}
+    return {"losses": {h["step"]: h["loss"] for h in result.history}, "params": parameters(result.model_dir)}
 
 
 def assert_resumed_equals_straight(out: Path, straight: dict) -> None:
@@ -123,7 +123,7 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_pipeli
     killed_at = int((out / "checkpoints" / LATEST).read_text().removeprefix("step"))
     assert killed_at < STEPS
     resumed = train(small_run(tiny_pipeline, out, RESUME, stop_at_step=STEPS))
-    assert [h["step"] for h in resumed["history"]][0] == killed_at + 1
+    assert [h["step"] for h in resumed.history][0] == killed_at + 1
     assert_resumed_equals_straight(out, straight)
 
 
@@ -141,26 +141,26 @@ def test_preemption_signal_checkpoints_exits_99_and_resumes_exactly(tiny_pipelin
     assert 2 <= stopped_at < STEPS and not (out / "model").exists()
     assert max(logged_losses(out)) == stopped_at
     resumed = train(small_run(tiny_pipeline, out, RESUME, stop_at_step=STEPS))
-    assert resumed["history"][0]["step"] == stopped_at + 1
+    assert resumed.history[0]["step"] == stopped_at + 1
     assert_resumed_equals_straight(out, straight)
 
 
 def test_stop_file_and_corrupt_latest_checkpoint(tiny_pipeline, tmp_path, straight, caplog):
     out = tmp_path / "run"
     cfg = lambda **k: small_run(tiny_pipeline, out, RESUME, keep_checkpoints=2, **k)  # noqa: E731
-    assert train(cfg(stop_at_step=9))["steps"] == 9
+    assert train(cfg(stop_at_step=9)).steps == 9
     assert saved_tags(out / "checkpoints") == ["step8", "step9"]  # keep_checkpoints=2: step4 deleted
     # a STOP file: stop at once (nothing new to save), exit code 99 from main, STOP consumed
     (out / STOP_FILE).touch()
     stopped = train(cfg())
-    assert stopped["preempted"] and stopped["steps"] == 9 and not (out / STOP_FILE).exists()
+    assert stopped.preempted and stopped.steps == 9 and not (out / STOP_FILE).exists()
     # truncate the newest checkpoint's model file: resuming warns and uses step8
     model_file = next((out / "checkpoints" / "step9").rglob("*model_states.pt"))
     model_file.write_bytes(model_file.read_bytes()[:1000])
     with caplog.at_level("WARNING", logger="ems.training.checkpoint"):
         resumed = train(cfg(stop_at_step=STEPS))
     assert "skipping checkpoint step9" in caplog.text and "truncated" in caplog.text
-    assert resumed["history"][0]["step"] == 9  # replays step 9 from step8
+    assert resumed.history[0]["step"] == 9  # replays step 9 from step8
     assert_resumed_equals_straight(out, straight)
 
 
@@ -186,7 +186,7 @@ def test_two_processes_with_global_negatives_and_zero2_equal_one_process_with_th
     status, output = finish(launch(two, nproc=2))
     assert status == 0, output[-3000:]
     one = train(small_run(tiny_pipeline, tmp_path / "one", SCALE, batch_size=32, model_overrides=no_dropout))
-    assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
+    assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one.model_dir), atol=SCALE_ATOL)
     for step, loss in logged_losses(tmp_path / "two").items():
         assert loss == pytest.approx(logged_losses(tmp_path / "one")[step], rel=1e-5)
 
@@ -216,12 +216,12 @@ def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumula
             deepspeed_overrides={"gradient_accumulation_steps": 2},
         )
     )
-    assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one["model_dir"]), atol=SCALE_ATOL)
+    assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one.model_dir), atol=SCALE_ATOL)
     # and this differs from one process with in-batch negatives over all 32 pairs
     whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=no_dropout))
     assert not torch.allclose(
-        parameters(whole["model_dir"])["layers.0.qkv.weight"],
-        parameters(one["model_dir"])["layers.0.qkv.weight"],
+        parameters(whole.model_dir)["layers.0.qkv.weight"],
+        parameters(one.model_dir)["layers.0.qkv.weight"],
         atol=1e-5,
     )
 
@@ -249,11 +249,9 @@ def test_one_process_skips_deepspeeds_identity_all_reduce_and_trains_bit_identic
     assert engines[-1].enable_backward_allreduce is False
     monkeypatch.setattr(ems.training.setup, "build_engine", lambda *args: recorded(*args, reduce=True))
     reduced = train(small_run(tiny_pipeline, tmp_path / "reduced", accumulating))
-    a, b = parameters(skipped["model_dir"]), parameters(reduced["model_dir"])
+    a, b = parameters(skipped.model_dir), parameters(reduced.model_dir)
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
-    assert [h["loss"] for h in skipped["history"] if "loss" in h] == [
-        h["loss"] for h in reduced["history"] if "loss" in h
-    ]
+    assert [h["loss"] for h in skipped.history if "loss" in h] == [h["loss"] for h in reduced.history if "loss" in h]
     monkeypatch.setattr(ems.training.setup, "build_engine", recorded)
     train(small_run(tiny_pipeline, tmp_path / "zero1", SCALE, deepspeed_config="configs/deepspeed/zero1.json"))
     assert engines[-1].enable_backward_allreduce is True
@@ -292,8 +290,8 @@ def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline,
         )
     )
     whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=xtr_only))
-    assert_same_parameters(parameters(accumulated["model_dir"]), parameters(whole["model_dir"]), atol=SCALE_ATOL)
-    a, b = [[h["xtr"] for h in r["history"]] for r in (accumulated, whole)]
+    assert_same_parameters(parameters(accumulated.model_dir), parameters(whole.model_dir), atol=SCALE_ATOL)
+    a, b = [[h["xtr"] for h in r.history] for r in (accumulated, whole)]
     np.testing.assert_allclose(a, b, rtol=1e-5)
 
 

@@ -113,8 +113,8 @@ def probed_run(tiny_pipeline, data_dir, tmp_path_factory):
 
 def test_training_logs_per_pair_validation_and_probe_scores(probed_run):
     out, result = probed_run
-    valid = [r for r in result["history"] if "valid_loss" in r]
-    probes = [r for r in result["history"] if "probe_tatoeba" in r]
+    valid = [r for r in result.history if "valid_loss" in r]
+    probes = [r for r in result.history if "probe_tatoeba" in r]
     assert [r["step"] for r in valid] == [r["step"] for r in probes] == [0, 15, 30]
     for record in valid:
         pairs = record["valid_pairs"]
@@ -123,7 +123,7 @@ def test_training_logs_per_pair_validation_and_probe_scores(probed_run):
         assert record["valid_xtr"] == pytest.approx(np.mean([p["xtr"] for p in pairs.values()]))
     assert set(probes[-1]["probe_languages"]["flores"]) == {"de", "fr", "ja"}
     assert all(0 <= p <= 100 for r in probes for p in r["probe_languages"]["tatoeba"].values())
-    train_records = [r for r in result["history"] if "loss" in r and "valid_loss" not in r]
+    train_records = [r for r in result.history if "loss" in r and "valid_loss" not in r]
     assert all(0 <= r["duplicate_rows"] < 1 for r in train_records)
     assert (out / SAMPLE_FILE).is_file()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -160,5 +160,5 @@ def test_shards_without_content_ids_train_with_a_warning(tiny_pipeline, tmp_path
     )
     result = train(cfg)
     assert "has no content_ids.npy" in capsys.readouterr().out
-    assert [r["duplicate_rows"] for r in result["history"]] == [0.0, 0.0]
-    assert load(result["model_dir"]).encode(["Save"], "en").shape == (1, SMALL_MODEL["d_model"])
+    assert [r["duplicate_rows"] for r in result.history] == [0.0, 0.0]
+    assert load(result.model_dir).encode(["Save"], "en").shape == (1, SMALL_MODEL["d_model"])

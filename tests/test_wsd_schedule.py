@@ -149,7 +149,7 @@ def long_run(tiny_pipeline, tmp_path_factory):
 
 def test_a_long_run_keeps_its_branch_point_checkpoint(long_run):
     out, result = long_run
-    assert result["steps"] == LONG
+    assert result.steps == LONG
     # keep_checkpoints=1 pruned steps 5, 10, 15, 20 and 25; the branch point and the run's own decay start
     # (where a longer run can go on from it) are kept
     assert sorted(p.name for p in (out / "checkpoints").glob("step*")) == [
@@ -166,11 +166,11 @@ def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, 
     branched = train(
         small_run(tiny_pipeline, tmp_path / "branch", RUN, WSD, max_steps=BUDGET, branch_from=str(branch_from))
     )
-    assert branched["steps"] == BUDGET
-    long_history, branch_history = trajectory(long_result["history"]), trajectory(branched["history"])
+    assert branched.steps == BUDGET
+    long_history, branch_history = trajectory(long_result.history), trajectory(branched.history)
     assert [h[0] for h in branch_history] == list(range(POINT + 1, BUDGET + 1))
     # every loss, lr and gradient norm equal to the bit: the long run's up to the branch point, then the branch's
-    assert long_history[:POINT] + branch_history == trajectory(straight["history"])
+    assert long_history[:POINT] + branch_history == trajectory(straight.history)
     assert long_history[POINT + 1][1:] != branch_history[1][1:]  # the long run holds its lr where the branch decays
     f = WSDSchedule(5, BUDGET, 0.2)
     assert [h[COMPARED.index("lr") + 1] for h in branch_history] == pytest.approx(
@@ -212,10 +212,10 @@ def test_a_longer_run_goes_on_from_a_shorter_runs_plateau_to_the_bit(long_run, t
     longer = train(
         small_run(tiny_pipeline, tmp_path / "longer", RUN, WSD, max_steps=LONGER, branch_from=str(branch_from))
     )
-    assert longer["steps"] == LONGER
-    long_history, longer_history = trajectory(long_result["history"]), trajectory(longer["history"])
+    assert longer.steps == LONGER
+    long_history, longer_history = trajectory(long_result.history), trajectory(longer.history)
     assert [h[0] for h in longer_history] == list(range(LONG_DECAY + 1, LONGER + 1))
-    assert long_history[:LONG_DECAY] + longer_history == trajectory(straight["history"])
+    assert long_history[:LONG_DECAY] + longer_history == trajectory(straight.history)
     lr = COMPARED.index("lr") + 1
     assert [h[lr] for h in longer_history[: 32 - LONG_DECAY]] == [2e-3] * 8  # the plateau held to step 32
     assert_same_weights(tmp_path / "straight", tmp_path / "longer", LONGER)

@@ -380,14 +380,14 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                         seconds = _seconds_so_far(seconds_file) + time.time() - started
                         run_dir.mkdir(parents=True, exist_ok=True)
                         seconds_file.write_text(json.dumps({"seconds": round(seconds, 1)}) + "\n")
-                    if result["preempted"]:
+                    if result.preempted:
                         raise TrainingStopped(
-                            f"{variant}, seed {seed}: training stopped at step {result['steps']} of "
-                            f"{result['max_steps']} (a signal or a STOP file) and checkpointed; "
+                            f"{variant}, seed {seed}: training stopped at step {result.steps} of "
+                            f"{result.max_steps} (a signal or a STOP file) and checkpointed; "
                             "rerun the same command to resume it"
                         )
-                    trained = {"steps": result["steps"], "train_seconds": round(seconds)}
-                    trained_file.write_text(json.dumps({**trained, "model_dir": result["model_dir"]}) + "\n")
+                    trained = {"steps": result.steps, "train_seconds": round(seconds)}
+                    trained_file.write_text(json.dumps({**trained, "model_dir": result.model_dir}) + "\n")
                 trained = json.loads(trained_file.read_text())  # scored again without retraining if scoring failed
                 model_dir = Path(trained["model_dir"])
                 record = {

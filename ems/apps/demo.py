@@ -190,15 +190,15 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
     train_cfg = load_config(TrainConfig, train_config, overrides, paths)
     shutil.rmtree(out / "run", ignore_errors=True)  # the demo always trains from scratch
     result = train(train_cfg)
-    if result["preempted"]:
+    if result.preempted:
         raise DemoStopped(
-            f"training stopped at step {result['steps']} of {result['max_steps']} (a stop signal or "
+            f"training stopped at step {result.steps} of {result.max_steps} (a stop signal or "
             f"{out / 'run' / 'STOP'}); the demo trains from scratch each time: run it again"
         )
 
     stages.start("eval")
     evaluations = {}
-    for name, model_dir in (("untrained", out / "run" / "model-init"), ("trained", Path(result["model_dir"]))):
+    for name, model_dir in (("untrained", out / "run" / "model-init"), ("trained", Path(result.model_dir))):
         print(f"-- {name} model ({model_dir})", flush=True)
         evaluations[name] = run_all(
             load(model_dir),
@@ -217,18 +217,18 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
         comparison_table(evaluations["untrained"][task], evaluations["trained"][task], task)
         for task in evaluations["trained"]
     )
-    valid = [h for h in result["history"] if "valid_loss" in h]
+    valid = [h for h in result.history if "valid_loss" in h]
     summary = (
         f"# EMS demo\n\n{corpus['train_pairs']} training pairs in {len(corpus['languages'])} languages "
         f"({', '.join(data_cfg.corpora)}; {corpus['removed_in_eval_set']} pairs sharing a sentence with an "
         "evaluation set removed); "
-        f"trained {result['steps']} steps; held-out loss {valid[0]['valid_loss']:.3f} -> {valid[-1]['valid_loss']:.3f} "
+        f"trained {result.steps} steps; held-out loss {valid[0]['valid_loss']:.3f} -> {valid[-1]['valid_loss']:.3f} "
         f"(xtr {valid[0]['valid_xtr']:.3f} -> {valid[-1]['valid_xtr']:.3f}, contrastive "
         f"{valid[0]['valid_contrastive']:.3f} -> {valid[-1]['valid_contrastive']:.3f})\n\n"
         f"stage seconds: {json.dumps(stages.seconds)} (total {sum(stages.seconds.values()):.0f})\n\n{tables}"
     )
     (out / REPORT_FILE).write_text(summary)
-    (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result["steps"]}, indent=2) + "\n")
+    (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result.steps}, indent=2) + "\n")
     return (
         summary
         + f"""
@@ -287,13 +287,13 @@ def run_multilingual(
         TrainConfig, train_config, overrides, {**data_paths(out, data_dir), "out": str(out / "run")}
     )
     result = train(train_cfg)
-    if result["preempted"]:
+    if result.preempted:
         raise DemoStopped(
-            f"training stopped at step {result['steps']} of {result['max_steps']} (a stop signal or "
+            f"training stopped at step {result.steps} of {result.max_steps} (a stop signal or "
             f"{out / 'run' / 'STOP'}); run the same command again: it resumes from the last checkpoint"
         )
     stages.start("eval")
-    encoder = load_encoder(f"ems:{result['model_dir']},unseen=neutral", cache_dir=out / "cache")
+    encoder = load_encoder(f"ems:{result.model_dir},unseen=neutral", cache_dir=out / "cache")
     run_all(
         encoder,
         data_dir,
@@ -306,12 +306,12 @@ def run_multilingual(
     write_grouped(grouped_results(out / "eval" / "results.json", pairs), out / "eval" / "groups", pairs)
     stages.stop()
     stages.seconds["train"] = round(stages.seconds["train"] + trained_before, 1)
-    (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result["steps"]}, indent=2) + "\n")
+    (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result.steps}, indent=2) + "\n")
     summary = (
         f"# EMS, every language\n\n{corpus['train_pairs']} training pairs in {len(corpus['languages'])} languages "
         f"({', '.join(data_cfg.corpora)}; {corpus['removed_in_eval_set']} pairs sharing a sentence with an "
         f"evaluation set removed; {len(corpus['left_out'])} languages under {data_cfg.min_pairs} pairs left out); "
-        f"{train_cfg.model} model, trained {result['steps']} steps\n\n"
+        f"{train_cfg.model} model, trained {result.steps} steps\n\n"
         f"stage seconds: {json.dumps(stages.seconds)}\n\n" + (out / "eval" / "groups" / MARKDOWN_FILE).read_text()
     )
     (out / REPORT_FILE).write_text(summary)

@@ -91,6 +91,26 @@ from ems.training.setup import Run, check_inputs, run_directory_lock, setup
 from ems.training.stopping import PREEMPTED_EXIT_CODE, Stop, StopRequest
 
 
+@dataclass(frozen=True)
+class TrainResult:
+    """What one invocation of train() ended with.
+
+    steps: the step the run reached (counted from the run's start, resumed segments included).
+    max_steps: the schedule's end; a time budget's fitted end once fitted (time_budget_minutes).
+    history: this invocation's records in order, each a dict with its "step": a row per log window
+        (metrics.jsonl's: losses, lr, throughput, wall seconds), one per validation (valid_*) and one per probe
+        (probe_*), those of the model at step 0 (a fresh run) and at the end (unless pre-empted) included.
+    model_dir: the exported model (`ems.load(model_dir)`); None when pre-empted.
+    preempted: whether a stop signal or the STOP file ended it (checkpointed, no export: rerun to resume).
+    """
+
+    steps: int
+    max_steps: int
+    history: list[dict]
+    model_dir: str | None
+    preempted: bool
+
+
 def _module_grad_norm(module: torch.nn.Module) -> torch.Tensor | None:
     """2-norm of the gradients held in the parameters' .grad, left on the device (None without any)."""
     grads = [p.grad for p in module.parameters() if p.grad is not None]
@@ -171,7 +191,7 @@ def evaluate(run: Run, step: int) -> list[dict]:
     return [record for record in (run.validator.run(step), run.probe.run(step)) if record]
 
 
-def finish(run: Run, history: list[dict], preempted: bool) -> dict:
+def finish(run: Run, history: list[dict], preempted: bool) -> TrainResult:
     """End of an invocation. Pre-empted: checkpoint and report (train() exits 99 to be requeued).
     Otherwise: validate, probe, checkpoint and export the model with its card."""
     import torch.distributed as dist
@@ -181,13 +201,7 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
         if state.step != run.checkpointer.last_saved:
             run.checkpointer.save(state)
         run.stopping.honoured(state.step)
-        return {
-            "steps": state.step,
-            "max_steps": state.max_steps,
-            "history": history,
-            "model_dir": None,
-            "preempted": True,
-        }
+        return TrainResult(state.step, state.max_steps, history, model_dir=None, preempted=True)
     history += evaluate(run, state.step)
     if state.step != run.checkpointer.last_saved:
         run.checkpointer.save(state)
@@ -198,16 +212,10 @@ def finish(run: Run, history: list[dict], preempted: bool) -> dict:
             shutil.copyfile(run.out / RUN_METADATA_FILE, staging / RUN_METADATA_FILE)
             write_model_card(staging, model_facts(staging, run.out, steps=state.step))
     dist.barrier()
-    return {
-        "steps": state.step,
-        "max_steps": state.max_steps,
-        "history": history,
-        "model_dir": str(model_dir),
-        "preempted": False,
-    }
+    return TrainResult(state.step, state.max_steps, history, model_dir=str(model_dir), preempted=False)
 
 
-def train_loop(run: Run) -> dict:
+def train_loop(run: Run) -> TrainResult:
     """Train from run.state to the end of the schedule (or a stop), then finish; see train(). A step's
     values are read (logged, checked for divergence) after the next step is queued, or at once where the
     loop logs, saves, evaluates or ends after it."""
@@ -260,10 +268,9 @@ def train_loop(run: Run) -> dict:
     return finish(run, history, preempted=stop is Stop.PREEMPTED)
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Run (or resume) training; returns {"steps", "max_steps" (the schedule's end), "history": [per-logged-step
-    metrics, validations and probes], "model_dir" (None when stopped), "preempted": whether a signal or STOP
-    file ended it}. The stop signals are caught from the start, set-up included."""
+def train(cfg: TrainConfig) -> TrainResult:
+    """Run (or resume) training to the schedule's end or a stop; see TrainResult. The stop signals are caught
+    from the start, set-up included."""
     check_inputs(cfg)
     with world_of_one_unless_launched(), StopRequest() as stop_request:
         init_distributed()
@@ -291,10 +298,10 @@ def main(argv: list[str]) -> int:
         if not getattr(cfg, key):
             parser.error(f"{key} is not set (in the config or with --set {key}=PATH)")
     result = train(cfg)
-    if result["preempted"]:
+    if result.preempted:
         return PREEMPTED_EXIT_CODE
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"trained {result['steps']} steps; model: {result['model_dir']}")
+        print(f"trained {result.steps} steps; model: {result.model_dir}")
     return 0
 
 
