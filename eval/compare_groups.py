@@ -37,8 +37,10 @@ MIN_GAIN = 0.1
 
 @dataclass(frozen=True)
 class PerLanguage:
-    """A per_language.csv: each language's group and training pairs, each task's {language: score}."""
+    """A per_language.csv (its `path`): each language's group and training pairs, each task's
+    {language: score}."""
 
+    path: Path
     groups: dict[str, str]
     pairs: dict[str, int]
     scores: dict[str, dict[str, float]]
@@ -76,7 +78,12 @@ def read_per_language(path: str | Path) -> PerLanguage:
                         scores[task][row["language"]] = float(row[task])
                     except ValueError:
                         raise ValueError(f"{path}:{line}: {task} score {row[task]!r} is not a number") from None
-    return PerLanguage(groups, pairs, scores)
+    return PerLanguage(path, groups, pairs, scores)
+
+
+def _per_language(source: str | Path | PerLanguage) -> PerLanguage:
+    """`source` read once: a PerLanguage as it is, a path through read_per_language."""
+    return source if isinstance(source, PerLanguage) else read_per_language(source)
 
 
 def gaining(a: PerLanguage, b: PerLanguage) -> dict[str, tuple[int, int]]:
@@ -89,34 +96,34 @@ def gaining(a: PerLanguage, b: PerLanguage) -> dict[str, tuple[int, int]]:
     }
 
 
-def _common_tasks(a: PerLanguage, b: PerLanguage, first, second) -> list[str]:
+def _common_tasks(a: PerLanguage, b: PerLanguage) -> list[str]:
     tasks = [task for task in a.scores if task in b.scores]
     if not tasks:
-        raise ValueError(f"{first} and {second} have no task in common")
+        raise ValueError(f"{a.path} and {b.path} have no task in common")
     return tasks
 
 
 def paired_means(
-    first: str | Path, second: str | Path, data_changed: bool = False
+    first: str | Path | PerLanguage, second: str | Path | PerLanguage, data_changed: bool = False
 ) -> dict[str, dict[str, tuple[float, float, int]]]:
     """{task: {group or ALL: (first's mean, second's mean, languages)}} over the languages both
     files score for the task, for every task both files have (first's column order); a group with
     no such language is left out. With `data_changed`, the groups (the first file's) leave out the
     languages that gain pairs (`gaining`), and EVERY averages every language both score."""
-    a, b = read_per_language(first), read_per_language(second)
+    a, b = _per_language(first), _per_language(second)
     gained = gaining(a, b) if data_changed else {}
     if not data_changed:
         for language in sorted(a.groups.keys() & b.groups.keys()):
             if a.groups[language] != b.groups[language]:
                 raise ValueError(
-                    f"{language} is {a.groups[language]!r} in {first} but {b.groups[language]!r} in {second}: "
+                    f"{language} is {a.groups[language]!r} in {a.path} but {b.groups[language]!r} in {b.path}: "
                     "the two were not grouped by the same training data (--data-changed compares such runs)"
                 )
     table = {}
-    for task in _common_tasks(a, b, first, second):
+    for task in _common_tasks(a, b):
         common = a.scores[task].keys() & b.scores[task].keys()
         if not common:
-            raise ValueError(f"no language has a {task} score in both {first} and {second}")
+            raise ValueError(f"no language has a {task} score in both {a.path} and {b.path}")
         table[task] = {}
         rows = [
             (group, [lang for lang in common if lang not in gained and group in (ALL, a.groups[lang])])
@@ -135,12 +142,12 @@ def paired_means(
 
 
 def gained_table(
-    first: str | Path, second: str | Path
+    first: str | Path | PerLanguage, second: str | Path | PerLanguage
 ) -> tuple[dict[str, tuple[int, int]], dict[str, dict[str, tuple[float, float]]]]:
-    """The languages with more training pairs in the second file: ({language: (pairs in first, in
-    second)}, {task: {language: (first's score, second's score)}}) for the tasks both files have and
-    the languages both score for each."""
-    a, b = read_per_language(first), read_per_language(second)
+    """The languages that gain text (`gaining`) from the first file to the second: ({language: (pairs
+    in first, in second)}, {task: {language: (first's score, second's score)}}) for the tasks both
+    files have and the languages both score for each."""
+    a, b = _per_language(first), _per_language(second)
     gained = gaining(a, b)
     scores = {
         task: {
@@ -148,7 +155,7 @@ def gained_table(
             for language in gained
             if language in a.scores[task] and language in b.scores[task]
         }
-        for task in _common_tasks(a, b, first, second)
+        for task in _common_tasks(a, b)
     }
     return gained, scores
 
@@ -225,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     add_debug_option(parser)
     args = parser.parse_args(argv)
     names = tuple(args.names)
-    text = markdown_table(paired_means(args.first, args.second, args.data_changed), names)
+    first, second = read_per_language(args.first), read_per_language(args.second)
+    text = markdown_table(paired_means(first, second, args.data_changed), names)
     if args.data_changed:
-        gained = gained_markdown(*gained_table(args.first, args.second), names)
+        gained = gained_markdown(*gained_table(first, second), names)
         others = f"## The other languages, by their group in {names[0]}"
         text = f"## Languages that gain training pairs\n\n{gained}\n{others}\n\n{text}"
     print(text, end="")
