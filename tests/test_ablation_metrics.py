@@ -43,6 +43,8 @@ def test_metric_value_follows_the_path_and_averages_rows():
     cross = {"task": "sts2017", "rows": ["track2.ar-en", "track6.tr-en"], "path": ["raw", "spearman"], "scale": 100}
     assert metric_value(RESULTS, cross) == pytest.approx(35.0)
     assert metric_value(RESULTS, {**cross, "rows": ["track5.en-en"]}) == pytest.approx(80.0)
+    others = {"task": "sts2017", "except_rows": ["track5.en-en"], "path": ["raw", "spearman"], "scale": 100}
+    assert metric_value(RESULTS, others) == pytest.approx(35.0)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +53,11 @@ def test_metric_value_follows_the_path_and_averages_rows():
         ({"task": "broken", "path": ["average"]}, "missing file x"),
         ({"task": "nothing", "path": ["average"]}, "not in the suite"),
         ({"task": "sts2017", "rows": ["track1.ar-ar"], "path": ["raw", "spearman"]}, "track1.ar-ar"),
+        ({"task": "sts2017", "except_rows": ["track1.ar-ar"], "path": ["raw", "spearman"]}, "track1.ar-ar"),
+        (
+            {"task": "sts2017", "except_rows": ["track5.en-en", "track2.ar-en", "track6.tr-en"], "path": ["raw"]},
+            "no rows but those except_rows names",
+        ),
         ({"task": "sts2017", "rows": ["track2.ar-en"], "path": ["raw", "pearson"]}, "raw/pearson"),
         (
             {"task": "tatoeba", "path": ["average", "accuracy"]},

@@ -77,7 +77,7 @@ class AblationConfig:
     # pseudo-BUCC task; tico19_dev: TICO-19's pairs, a development set) is built there
     task_dirs: dict[str, str] = field(default_factory=dict)
     # {column: {"task", "path": keys into the task's result, optional "rows": the language rows or
-    # tracks to average the path over, "scale"}}; see metric_value
+    # tracks to average the path over (or "except_rows": every row but these), "scale"}}; see metric_value
     metrics: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEFAULT_METRICS))
     reference_encoders: list[str] = field(
         default_factory=list
@@ -100,7 +100,7 @@ class MetricNotFound(UserError, KeyError):
 def metric_value(results: dict, metric: dict) -> float:
     """One number from eval.run_all results ({task: eval.results.TaskResult}): the task's result
     mapping (TaskResult.to_dict) followed down `path`, or its mean over its ["languages"][row] for
-    each of `rows`, times `scale` (default 1). MetricNotFound naming what is missing and what is there."""
+    each of `rows` (or each row but those of `except_rows`), times `scale` (default 1). MetricNotFound naming what is missing and what is there."""
     result = results.get(metric["task"])
     if result is None or not result.ran:
         raise MetricNotFound(f"task {metric['task']} has no result ({result.error if result else 'not in the suite'})")
@@ -117,12 +117,16 @@ def metric_value(results: dict, metric: dict) -> float:
             node = node[key]
         return float(node)
 
-    if "rows" in metric:
+    if "rows" in metric or "except_rows" in metric:
         rows = task.get("languages", {})
-        missing = [row for row in metric["rows"] if row not in rows]
+        named = metric.get("rows", metric.get("except_rows"))
+        missing = [row for row in named if row not in rows]
         if missing:
             raise MetricNotFound(f"task {metric['task']} has no rows {missing}")
-        value = statistics.fmean(follow(rows[row], f"{metric['task']}/{row}") for row in metric["rows"])
+        chosen = metric["rows"] if "rows" in metric else [row for row in rows if row not in named]
+        if not chosen:
+            raise MetricNotFound(f"task {metric['task']} has no rows but those except_rows names")
+        value = statistics.fmean(follow(rows[row], f"{metric['task']}/{row}") for row in chosen)
     else:
         value = follow(task, metric["task"])
     return value * metric.get("scale", 1.0)
