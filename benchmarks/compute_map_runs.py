@@ -30,9 +30,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
+from ems.apps.recipe_corpus import DemoDataConfig
 from ems.cli import UserError, add_debug_option, run_main
-from ems.configs import ConfigError, load_config, load_yaml
+from ems.configs import ConfigError, FieldsOf, as_values, load_config, load_yaml
 from ems.training.model_card import TRAIN_CONFIG_FILE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +56,8 @@ class MapConfig:
     train_config: str
     suite: str
     sizes: dict[str, dict]  # preset name -> SizeConfig fields
+    # DemoDataConfig keys set over data_config's (another corpus_mix, ...)
+    data_overrides: Annotated[dict, FieldsOf(DemoDataConfig)] = field(default_factory=dict)
     flops_batches: int = 20  # random batches the FLOPs per pair are averaged over
 
     def __post_init__(self) -> None:
@@ -88,12 +92,14 @@ def resolved(path: str) -> Path:
 
 
 def prepared_data(cfg: MapConfig, data_dir: Path, out: Path) -> Path:
-    """The corpus, vocabulary and shards (ems.apps.demo.prepare_data), made once under OUT/data."""
-    from ems.apps.demo import DemoDataConfig, Stages, prepare_data
+    """The corpus, vocabulary and shards (ems.apps.demo.prepare_data) of data_config with
+    data_overrides over it, made once under OUT/data."""
+    from ems.apps.demo import Stages, prepare_data
 
     prepared = out / "data"
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
-        prepare_data(load_config(DemoDataConfig, resolved(cfg.data_config)), data_dir, prepared, Stages())
+        data_cfg = load_config(DemoDataConfig, resolved(cfg.data_config), values=as_values(cfg.data_overrides))
+        prepare_data(data_cfg, data_dir, prepared, Stages())
     return prepared
 
 

@@ -226,6 +226,14 @@ def merge(base: dict, extra: dict) -> dict:
     return merged
 
 
+def as_values(value: Any) -> Any:
+    """A checked config value as a YAML file would hold it (its dataclasses as mappings), for
+    load_config's `values`."""
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return {key: as_values(item) for key, item in value.items()} if isinstance(value, dict) else value
+
+
 def dump_config(config: Any, path: str | Path) -> None:
     """`config` (a dataclass) as YAML in `path`, whole or not at all (ems.artifacts.write_text)."""
     write_text(path, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False), "config")

@@ -22,7 +22,7 @@ from ems.languages import (
     language_name,
     tatoeba_code_to_lang,
 )
-from eval.evaluators.heldout import FILE_WITHOUT_PARTNER, NOT_PAIRED_WITH_ENGLISH, evaluate_heldout
+from eval.evaluators.heldout import FILE_WITHOUT_PARTNER, NOT_IN_HELDOUT, NOT_PAIRED_WITH_ENGLISH, evaluate_heldout
 from eval.evaluators.retrieval import (
     ENGLISH_NOT_COVERED,
     NOT_COVERED,
@@ -382,6 +382,27 @@ def test_evaluate_heldout_reads_pair_directories(tmp_path):
     assert list(result["languages"]) == ["zh"] and "gettext.de has 1 lines" in result["data_errors"]["de"]
     with pytest.raises(MissingDataError, match=r"nowhere.*de-en"):
         evaluate_heldout(TableEncoder(vectors), heldout_run(tmp_path / "nowhere"))
+
+
+def test_the_language_filter_keeps_a_language_in_each_of_its_scripts(tmp_path):
+    """A held-out directory may name the script (en-mni_Latn beside en-mni): the language filter holds
+    canonical codes (mni), so both are scored, as two rows; a language of the filter without a
+    directory is listed as skipped."""
+    write_pair(tmp_path, "en-mni", "seed", {"en": ["File", "Open"], "mni": ["a", "b"]})
+    write_pair(tmp_path, "en-mni_Latn", "bible", {"en": ["File", "Open"], "mni_Latn": ["c", "d"]})
+    write_pair(tmp_path, "de-en", "gettext", {"de": ["Datei"], "en": ["File"]})
+    vectors = {("en", "File"): [1, 0], ("en", "Open"): [0, 1], ("de", "Datei"): [1, 0]}
+    vectors |= {("mni", "a"): [1, 0], ("mni", "b"): [0, 1], ("mni_Latn", "c"): [0, 1], ("mni_Latn", "d"): [1, 0]}
+    root = tmp_path
+    run = TaskRun(
+        TaskConfig(type="heldout", name="heldout", data_subdir=str(root)),
+        root,
+        RunOptions(canonical=["mni", "ks"], progress=False),
+    )
+    result = evaluate_heldout(TableEncoder(vectors), run)
+    assert sorted(result["languages"]) == ["mni", "mni_Latn"]  # not de: outside the filter
+    assert result["languages"]["mni"]["mean"] == 100.0 and result["languages"]["mni_Latn"]["mean"] == 0.0
+    assert result["skipped"][NOT_IN_HELDOUT] == ["ks"]
 
 
 def test_pairs_with_an_empty_side_are_dropped_and_counted(tmp_path):

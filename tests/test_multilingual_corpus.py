@@ -227,3 +227,41 @@ def test_a_scoring_cut_off_after_its_first_task_is_scored_again(runner, tmp_path
         results.write_text(json.dumps({"tasks": dict.fromkeys(tasks, {})}))
         assert runner.evaluate(cfg, tmp_path / "model", tmp_path, tmp_path) == results
         assert len(calls) == scored
+
+
+def test_the_map_prepares_its_data_config_with_data_overrides_over_it(runner, tmp_path, monkeypatch):
+    """A map config's data_overrides reach the data it prepares (a corpus_mix over a data config that
+    caps nothing); a key DemoDataConfig lacks is one error naming it, before any work."""
+    import ems.apps.demo
+
+    prepared = []
+    monkeypatch.setattr(ems.apps.demo, "prepare_data", lambda cfg, data_dir, out, stages: prepared.append(cfg))
+    map_yaml = {
+        "data_config": "configs/data/multilingual.yaml",
+        "train_config": "configs/train/multilingual.yaml",
+        "suite": "configs/eval/suite_multilingual.yaml",
+        "sizes": {"tiny": {"budgets": {"1 step": 1}}},
+        "data_overrides": {"corpus_mix": {"tico19": {"max_pairs": 50}}, "vocab_size": 3000},
+    }
+    (tmp_path / "map.yaml").write_text(yaml.safe_dump(map_yaml))
+    cfg = load_config(runner.MapConfig, tmp_path / "map.yaml")
+    runner.prepared_data(cfg, tmp_path, tmp_path / "out")
+    [data_cfg] = prepared
+    assert data_cfg.corpus_mix["tico19"].max_pairs == 50 and data_cfg.vocab_size == 3000
+    assert data_cfg.corpora == ["tatoeba_challenge", "tico19"]  # the rest from data_config
+    (tmp_path / "map.yaml").write_text(yaml.safe_dump({**map_yaml, "data_overrides": {"vocab": 3000}}))
+    with pytest.raises(ConfigError, match=r"data_overrides: unknown key\(s\) \['vocab'\]"):
+        load_config(runner.MapConfig, tmp_path / "map.yaml")
+
+
+def test_the_multilingual_recipe_reads_the_four_corpora_by_default(tmp_path, monkeypatch):
+    """ems-demo --recipe multilingual without --data-config trains on the Tatoeba Challenge, TICO-19,
+    NLLB-Seed and the Bibles, with the screen's caps."""
+    import ems.apps.demo
+
+    called = []
+    monkeypatch.setitem(ems.apps.demo.RECIPES, "multilingual", lambda data_cfg, *rest: called.append(data_cfg) or "")
+    assert ems.apps.demo.main(["--recipe", "multilingual", "--out", str(tmp_path)]) == 0
+    [data_cfg] = called
+    assert data_cfg.corpora == ["tatoeba_challenge", "tico19", "nllb_seed", "ebible"]
+    assert set(data_cfg.corpus_mix) == {"nllb_seed", "ebible"}

@@ -32,14 +32,14 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 from ems.apps.demo import DEFAULT_DATA_DIR, DEMO_SUITE, Stages, data_paths, prepare_data, trained_languages
 from ems.apps.recipe_corpus import DemoDataConfig
 from ems.cli import UserError, add_debug_option, run_main
-from ems.configs import ConfigError, FieldsOf, load_config, merge
+from ems.configs import ConfigError, FieldsOf, as_values, load_config, merge
 from ems.teacher_store import teacher_slug
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
@@ -100,7 +100,8 @@ class MetricNotFound(UserError, KeyError):
 def metric_value(results: dict, metric: dict) -> float:
     """One number from eval.run_all results ({task: eval.results.TaskResult}): the task's result
     mapping (TaskResult.to_dict) followed down `path`, or its mean over its ["languages"][row] for
-    each of `rows` (or each row but those of `except_rows`), times `scale` (default 1). MetricNotFound naming what is missing and what is there."""
+    each of `rows` (or each row but those of `except_rows`), times `scale` (default 1).
+    MetricNotFound naming what is missing and what is there."""
     result = results.get(metric["task"])
     if result is None or not result.ran:
         raise MetricNotFound(f"task {metric['task']} has no result ({result.error if result else 'not in the suite'})")
@@ -137,14 +138,7 @@ def variant_data_config(cfg: AblationConfig, variant: str) -> DemoDataConfig:
     config = cfg.data_variants[variant]
     if isinstance(config, str):
         return load_config(DemoDataConfig, _resolve(config))
-    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=_as_loaded(config))
-
-
-def _as_loaded(value: Any) -> Any:
-    """A checked config value as a YAML file would hold it (its dataclasses as mappings), for load_config."""
-    if is_dataclass(value):
-        return asdict(value)
-    return {key: _as_loaded(item) for key, item in value.items()} if isinstance(value, dict) else value
+    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=as_values(config))
 
 
 def _resolve(path: str) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ems.cli import MissingDataError
 from ems.encoder_kinds import Encoder
-from ems.languages import ENGLISH
+from ems.languages import ENGLISH, UnknownLanguageError, canonical_language
 from eval.evaluators.items import score_items
 from eval.evaluators.retrieval import MEAN_P_AT_1, Bitext, check_max_sentences, evaluate_bitexts, read_aligned_files
 from eval.faults import DataErrors
@@ -106,6 +106,14 @@ def _read_pair_directory(pair_dir: Path, lang: str) -> Bitext:
     return Bitext(lang=lang, source=f"{pair_dir.name}/{'+'.join(corpora)}", xx=xx_all, en=en_all)
 
 
+def _canonical(lang: str) -> str:
+    """A directory's language as the language filter spells it (itself if no code system knows it)."""
+    try:
+        return canonical_language(lang)
+    except UnknownLanguageError:
+        return lang
+
+
 def evaluate_heldout(encoder: Encoder, task: TaskRun) -> dict:
     """Bidirectional P@1 (%) on each held-out pair under `task.data_dir` whose language the encoder covers.
 
@@ -117,10 +125,12 @@ def evaluate_heldout(encoder: Encoder, task: TaskRun) -> dict:
     root, languages, max_sentences = task.data_dir, task.options.canonical, task.options.max_sentences
     bitexts, skipped, errors = find_heldout_bitexts(root, max_sentences)
     if languages is not None:
-        found = {b.lang for b in bitexts} | set(errors)
+        # a directory's language may name its script (ace_Arab-en), the filter holds canonical codes (ace)
+        kept = {lang for lang in [b.lang for b in bitexts] + list(errors) if _canonical(lang) in languages}
+        found = {_canonical(lang) for lang in kept}
         skipped[NOT_IN_HELDOUT] = [lang for lang in languages if lang not in found and lang != ENGLISH]
-        bitexts = [b for b in bitexts if b.lang in languages]
-        errors = {lang: reason for lang, reason in errors.items() if lang in languages}
+        bitexts = [b for b in bitexts if b.lang in kept]
+        errors = {lang: reason for lang, reason in errors.items() if lang in kept}
     result = evaluate_bitexts(encoder, bitexts, task.name, skipped, task.options.progress, errors)
     return {"task": result.pop("task"), "root": str(root), "max_sentences": max_sentences, **result}
 
