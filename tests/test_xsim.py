@@ -197,3 +197,37 @@ def test_xsim_and_flores_bitext_key_every_real_flores_language_alike(data_dir):
     assert xsim["languages"]["cmn_Hant"]["language"] == "zh-Hant" and "zh-Hant" in bitext["languages"]
     assert bitext["languages"]["ace-Arab"]["source"] == "ace_Arab.devtest"
     assert xsim["languages"]["deu"]["lang"] == "de"  # the code it was encoded with: the key (no language list)
+
+
+def test_flores_variety_keys_are_encoded_as_the_model_language_they_name(data_dir):
+    """A model with a language list (ace and ace_Arab, ak): FLORES's ace-Latn, ace-Arab and twi are
+    scored, each encoded as the entry of the list it names, and keyed by FLORES's key."""
+    from ems.encoder_kinds import NgramEncoder
+    from eval.evaluators.flores import FloresConfig, evaluate_flores
+    from eval.task import RunOptions, TaskRun
+
+    class Listed(NgramEncoder):
+        languages = ["en", "ace", "ace_Arab", "ak"]
+
+        def __init__(self):
+            super().__init__(dim=8)
+            self.calls: dict[int, str] = {}
+
+        def encode(self, sentences, lang):
+            self.calls[len(self.calls)] = f"{lang}:{sentences[0][:12]}"
+            return super().encode(sentences, lang)
+
+    split_dir = data_dir / "flores200" / "devtest"
+    values = {"name": "flores", "data_subdir": "flores200/devtest", "languages": ["ace-Latn", "ace-Arab", "twi"]}
+    encoder = Listed()
+    result = evaluate_flores(
+        encoder,
+        TaskRun(load_config(FloresConfig, values=values), split_dir, RunOptions(max_sentences=4, progress=False)),
+    )
+    assert sorted(result["languages"]) == ["ace-Arab", "ace-Latn", "twi"] and not result["skipped"]
+    first = {
+        name: (split_dir / f"{name}.devtest").read_text().split("\n")[0][:12]
+        for name in ["ace_Arab", "ace_Latn", "twi"]
+    }
+    encoded = set(encoder.calls.values())
+    assert {f"ace_Arab:{first['ace_Arab']}", f"ace:{first['ace_Latn']}", f"ak:{first['twi']}"} <= encoded

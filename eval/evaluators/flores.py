@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ems.cli import MissingDataError
-from ems.encoder_kinds import Encoder
+from ems.encoder_kinds import Encoder, encoder_languages
 from ems.languages import (
     ENGLISH,
     FLORES_FILES,
     canonical_language,
+    covered_language,
     duplicate_flores_files,
     flores_file,
     flores_languages,
@@ -103,9 +104,14 @@ def evaluate_flores(encoder: Encoder, task: TaskRun) -> dict:
         missing = flores_file(data_dir, lang, split) is None
         return NOT_IN_FLORES if missing and (every_file or lang not in FLORES_FILES) else None
 
+    covered = encoder_languages(encoder)
+
     def read(lang: str) -> Bitext:
         xx, en = load_flores_pair(data_dir, lang, split, max_sentences)
-        return Bitext(lang=lang, source=flores_file(data_dir, lang, split).name, xx=xx, en=en)
+        # FLORES's variety keys (ace-Arab, ace-Latn, twi) encoded as the model's entry they name
+        # (ace_Arab, ace, ak: ems.languages.resolve_language); kept as the row's key
+        encode_as = (covered_language(lang, covered) or lang) if covered is not None else lang
+        return Bitext(lang=encode_as, source=flores_file(data_dir, lang, split).name, xx=xx, en=en, name=lang)
 
     found = score_items(requested, read, skip=absent, desc=config.name)
     result = evaluate_bitexts(
