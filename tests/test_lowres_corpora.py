@@ -408,4 +408,6 @@ def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
         assert replace(variant, corpus_mix={}) == replace(base, corpus_mix={}), name
         mixes.append(variant.corpus_mix)
     assert len(cfg.variants) == len(mixes) >= 3 and len({repr(mix) for mix in mixes}) == len(mixes)
-    assert mixes[-1] == {"ebible": CorpusMix(max_pairs=3000), "nllb_seed": CorpusMix(weight=0.5)}
+    # the recipe's data: the chosen 300 a language; "no caps" lifts them (a cap of None: every pair)
+    assert base.corpus_mix == {"nllb_seed": CorpusMix(max_pairs=300), "ebible": CorpusMix(max_pairs=300)}
+    assert variant_data_config(cfg, "no caps").corpus_mix == {"nllb_seed": CorpusMix(), "ebible": CorpusMix()}
