@@ -320,6 +320,12 @@ def test_caps_and_weights_apply_per_corpus_and_language_pair(tmp_path):
     assert counts == {"bible-x": 40, "other-x": 7, "seed-x": 45}
     seed_pairs = list(read_parallel(tmp_path / "ee-en" / "seed-x.ee", tmp_path / "ee-en" / "seed-x.en"))
     assert len(set(seed_pairs)) == 30  # every pair once, 15 of them twice
+    # no cap and weight 1 (how a screen lifts the recipe's caps): every pair once, in its order
+    other_before = list(read_parallel(tmp_path / "ee-en" / "other-x.ee", tmp_path / "ee-en" / "other-x.en"))
+    assert mix_corpora(tmp_path, {"other": CorpusMix()}) == {
+        "ee-en": {"other": {"pairs": 7, "capped": 7, "written": 7}}
+    }
+    assert list(read_parallel(tmp_path / "ee-en" / "other-x.ee", tmp_path / "ee-en" / "other-x.en")) == other_before
     with pytest.raises(ValueError, match="weight must be above 0"):
         CorpusMix(weight=0)
 
