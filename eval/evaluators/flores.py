@@ -110,7 +110,7 @@ def evaluate_flores(encoder: Encoder, task: TaskRun) -> dict:
         xx, en = load_flores_pair(data_dir, lang, split, max_sentences)
         # FLORES's variety keys (ace-Arab, ace-Latn, twi) encoded as the model's entry they name
         # (ace_Arab, ace, ak: ems.languages.resolve_language); kept as the row's key
-        encode_as = (covered_language(lang, covered) or lang) if covered is not None else lang
+        encode_as = covered_language(lang, covered) or lang  # itself when the encoder lacks it: reported uncovered
         return Bitext(lang=encode_as, source=flores_file(data_dir, lang, split).name, xx=xx, en=en, name=lang)
 
     found = score_items(requested, read, skip=absent, desc=config.name)
