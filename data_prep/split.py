@@ -236,3 +236,19 @@ def cap_pairs(root: str | Path, max_pairs: int, seed: int = 0) -> dict[str, dict
             start += len(pairs)
             write_parallel(root, files.name, files.l1, files.l2, kept)
     return report
+
+
+def copy_corpus_files(root: str | Path, out: str | Path, corpus: str) -> dict[str, int]:
+    """Copy the files of one corpus (ems.corpus.corpus_of their name: `tico19` for `tico19-...`) of the
+    corpus at `root` to `out`, in the same layout (e.g. the held-out pairs of one corpus as a test set of
+    their own). Returns {language pair: pairs copied}; ValueError when `root` has no file of `corpus`."""
+    copied: dict[str, int] = {}
+    for files in list_parallel(root):
+        if corpus_of(files.name) != corpus:
+            continue
+        pairs = list(read_parallel(files.path_l1, files.path_l2))
+        write_parallel(out, files.name, files.l1, files.l2, pairs)
+        copied[f"{files.l1}-{files.l2}"] = copied.get(f"{files.l1}-{files.l2}", 0) + len(pairs)
+    if not copied:
+        raise ValueError(f"{root} has no file of the corpus {corpus!r}")
+    return copied

@@ -300,12 +300,14 @@ def _by_canonical(pairs_by_language: Mapping[str, int]) -> dict[str, int]:
     """{canonical code: pairs}, summing the codes of one language (a code that is no language stays)."""
     pairs: dict[str, int] = {}
     for lang, n in pairs_by_language.items():
-        code = _canonical_or_self(lang)
+        code = canonical_or_self(lang)
         pairs[code] = pairs.get(code, 0) + n
     return pairs
 
 
-def _canonical_or_self(lang: str) -> str:
+def canonical_or_self(lang: str) -> str:
+    """The canonical code of a language code (ems.languages.canonical_language), or the code itself
+    where it names no language."""
     try:
         return canonical_language(lang)
     except UnknownLanguageError:

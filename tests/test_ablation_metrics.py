@@ -13,6 +13,7 @@ from ems.apps.ablation import (
     DEFAULT_METRICS,
     AblationConfig,
     MetricNotFound,
+    metric_columns,
     metric_value,
     plot_summary,
     summarize,
@@ -45,6 +46,67 @@ def test_metric_value_follows_the_path_and_averages_rows():
     assert metric_value(RESULTS, {**cross, "rows": ["track5.en-en"]}) == pytest.approx(80.0)
     others = {"task": "sts2017", "except_rows": ["track5.en-en"], "path": ["raw", "spearman"], "scale": 100}
     assert metric_value(RESULTS, others) == pytest.approx(35.0)
+
+
+HELDOUT = {
+    "heldout": TaskResult(
+        "heldout",
+        "heldout",
+        languages={
+            "de": {"mean": 90.0},  # 12,000 pairs: ≥10k
+            "sw": {"mean": 50.0},  # 1,000: 1k–10k (its lower bound)
+            "ace_Arab": {"mean": 20.0},  # a variety: counts ace's 999 pairs, <1k
+            "ace": {"mean": 30.0},
+            "am": {"mean": 40.0},  # 9,999: 1k–10k
+        },
+    )
+}
+PAIRS = {"de": 12_000, "sw": 1_000, "ace": 999, "am": 9_999}
+
+
+def test_a_group_metric_averages_the_rows_of_that_training_data_group():
+    # hand-checked: ≥10k {de} 90; 1k–10k {sw, am} 45; <1k {ace_Arab, ace} 25; without am (except_rows) 50
+    metric = {"task": "heldout", "path": ["mean"]}
+    assert metric_value(HELDOUT, {**metric, "group": "≥10k pairs"}, PAIRS) == 90.0
+    assert metric_value(HELDOUT, {**metric, "group": "1k–10k"}, PAIRS) == pytest.approx(45.0)
+    assert metric_value(HELDOUT, {**metric, "group": "<1k"}, PAIRS) == pytest.approx(25.0)
+    assert metric_value(HELDOUT, {**metric, "group": "1k–10k", "except_rows": ["am"]}, PAIRS) == 50.0
+    with pytest.raises(MetricNotFound, match="no rows in group 'unseen'"):
+        metric_value(HELDOUT, {**metric, "group": "unseen"}, PAIRS)
+    with pytest.raises(UserError, match="metric group must be one of"):
+        metric_value(HELDOUT, {**metric, "group": "large"}, PAIRS)
+    with pytest.raises(UserError, match="needs the training pairs"):
+        metric_value(HELDOUT, {**metric, "group": "<1k"})
+
+
+def test_a_mean_of_column_averages_the_columns_it_names_in_the_config_order():
+    metrics = {
+        "dev": {"mean_of": ["large", "small"]},
+        "large": {"task": "heldout", "path": ["mean"], "group": "≥10k pairs"},
+        "small": {"task": "heldout", "path": ["mean"], "group": "<1k"},
+    }
+    assert metric_columns(HELDOUT, metrics, PAIRS) == {"dev": pytest.approx(57.5), "large": 90.0, "small": 25.0}
+    with pytest.raises(MetricNotFound, match="not among them: \\['dev'\\]"):
+        metric_columns(HELDOUT, {**metrics, "twice": {"mean_of": ["dev"]}}, PAIRS)
+
+
+def test_the_tico19_heldout_set_is_the_prepared_corpus_s_tico19_heldout_files(tmp_path):
+    from ems.apps.ablation import prepare_task_dirs
+    from ems.corpus import write_parallel
+    from eval.evaluators.heldout import find_heldout_bitexts
+
+    heldout = tmp_path / "data" / "corpus" / "heldout"
+    write_parallel(heldout, "tico19-x", "am", "en", [("a1", "e1"), ("a2", "e2")])
+    write_parallel(heldout, "tatoeba_challenge-amh", "am", "en", [("t", "te")])
+    write_parallel(heldout, "tatoeba_challenge-deu", "de", "en", [("d", "de")])
+    cfg = AblationConfig(task_dirs={"tico19_heldout": "tico"})
+    dirs = prepare_task_dirs(cfg, tmp_path, tmp_path / "no-data-dir", ["am", "de"], tmp_path / "data")
+    bitexts, _, errors = find_heldout_bitexts(dirs["tico19_heldout"])
+    assert [(b.lang, b.xx, b.en) for b in bitexts] == [("am", ["a1", "a2"], ["e1", "e2"])] and not errors
+    empty = tmp_path / "empty" / "corpus" / "heldout"
+    write_parallel(empty, "tatoeba_challenge-deu", "de", "en", [("d", "de")])
+    with pytest.raises(ValueError, match="has no file of the corpus 'tico19'"):
+        prepare_task_dirs(cfg, tmp_path / "e", tmp_path, ["de"], tmp_path / "empty")
 
 
 @pytest.mark.parametrize(
@@ -194,7 +256,7 @@ def test_a_column_added_later_is_read_from_the_stored_results(tmp_path, schema):
             "STS tr-en": {"task": "sts2017", "rows": ["track6.tr-en"], "path": ["raw", "spearman"], "scale": 100},
         }
     )
-    record = with_all_columns(scores, tmp_path / "eval", cfg)
+    record = with_all_columns(scores, tmp_path / "eval", cfg, tmp_path / "data")
     assert record["STS tr-en"] == pytest.approx(20.0)
     assert json.loads(scores.read_text())["STS tr-en"] == pytest.approx(20.0)
 
@@ -270,17 +332,17 @@ def test_the_tico19_development_set_is_built_for_the_trained_languages_it_has(da
     from eval.evaluators.heldout import find_heldout_bitexts
 
     cfg = AblationConfig(task_dirs={"tico19_dev": "tico"})
-    dirs = prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"])
+    dirs = prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"], tmp_path / "data")
     assert dirs == {"tico19_dev": tmp_path / "tico"}
     bitexts, _, errors = find_heldout_bitexts(dirs["tico19_dev"])
     assert {b.lang: len(b.xx) for b in bitexts} == {"es": 2100, "zh": 2100} and not errors
     assert bitexts[0].en[0] == "about how long have these symptoms been going on?"
     before = (tmp_path / "tico" / "import_report.json").stat().st_mtime_ns
-    prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"])
+    prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"], tmp_path / "data")
     assert (tmp_path / "tico" / "import_report.json").stat().st_mtime_ns == before
     # a build killed before its report (a file cut short) is built again, not trusted by its directory
     (tmp_path / "tico" / "import_report.json").unlink()
     zh = next((tmp_path / "tico").glob("en-zh/*.zh"))
     zh.write_text("cut short\n")
-    prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"])
+    prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"], tmp_path / "data")
     assert len(zh.read_text().splitlines()) == 2100

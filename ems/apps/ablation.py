@@ -77,7 +77,10 @@ class AblationConfig:
     # pseudo-BUCC task; tico19_dev: TICO-19's pairs, a development set) is built there
     task_dirs: dict[str, str] = field(default_factory=dict)
     # {column: {"task", "path": keys into the task's result, optional "rows": the language rows or
-    # tracks to average the path over (or "except_rows": every row but these), "scale"}}; see metric_value
+    # tracks to average the path over (or "except_rows": every row but these), "group": only the rows
+    # of languages whose training pairs in data_config's shards put them in this group of
+    # eval.language_groups.GROUPS, "scale"}, or {"mean_of": [other columns]}}; see metric_columns
+
     metrics: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEFAULT_METRICS))
     reference_encoders: list[str] = field(
         default_factory=list
@@ -97,11 +100,12 @@ class MetricNotFound(UserError, KeyError):
         return str(self.args[0])
 
 
-def metric_value(results: dict, metric: dict) -> float:
+def metric_value(results: dict, metric: dict, training_pairs: dict[str, int] | None = None) -> float:
     """One number from eval.run_all results ({task: eval.results.TaskResult}): the task's result
     mapping (TaskResult.to_dict) followed down `path`, or its mean over its ["languages"][row] for
-    each of `rows` (or each row but those of `except_rows`), times `scale` (default 1).
-    MetricNotFound naming what is missing and what is there."""
+    each of `rows` (or each row but those of `except_rows`; with `group`, only the rows whose language's
+    `training_pairs`, {canonical code: pairs}, fall in that group of eval.language_groups.group_of),
+    times `scale` (default 1). MetricNotFound naming what is missing and what is there."""
     result = results.get(metric["task"])
     if result is None or not result.ran:
         raise MetricNotFound(f"task {metric['task']} has no result ({result.error if result else 'not in the suite'})")
@@ -118,19 +122,37 @@ def metric_value(results: dict, metric: dict) -> float:
             node = node[key]
         return float(node)
 
-    if "rows" in metric or "except_rows" in metric:
+    if "rows" in metric or "except_rows" in metric or "group" in metric:
         rows = task.get("languages", {})
-        named = metric.get("rows", metric.get("except_rows"))
+        named = metric.get("rows", metric.get("except_rows", []))
         missing = [row for row in named if row not in rows]
         if missing:
             raise MetricNotFound(f"task {metric['task']} has no rows {missing}")
         chosen = metric["rows"] if "rows" in metric else [row for row in rows if row not in named]
+        if "group" in metric:
+            chosen = rows_in_group(chosen, metric["group"], training_pairs)
         if not chosen:
-            raise MetricNotFound(f"task {metric['task']} has no rows but those except_rows names")
+            raise MetricNotFound(
+                f"task {metric['task']} has no rows "
+                + (f"in group {metric['group']!r} " if "group" in metric else "")
+                + ("but those except_rows names" if "except_rows" in metric else "")
+            )
         value = statistics.fmean(follow(rows[row], f"{metric['task']}/{row}") for row in chosen)
     else:
         value = follow(task, metric["task"])
     return value * metric.get("scale", 1.0)
+
+
+def rows_in_group(rows: list[str], group: str, training_pairs: dict[str, int] | None) -> list[str]:
+    """The language rows whose training pairs ({canonical code: pairs}; a row's variety counts its
+    language's: eval.language_groups) put them in `group`. UserError for an unknown group or no counts."""
+    from eval.language_groups import GROUPS, canonical_or_self, group_of
+
+    if group not in GROUPS:
+        raise UserError(f"metric group must be one of {', '.join(map(repr, GROUPS))}, got {group!r}")
+    if training_pairs is None:
+        raise UserError(f"a metric with group {group!r} needs the training pairs of the prepared data")
+    return [row for row in rows if group_of(training_pairs.get(canonical_or_self(row), 0)) == group]
 
 
 def variant_data_config(cfg: AblationConfig, variant: str) -> DemoDataConfig:
@@ -175,10 +197,43 @@ def score_encoder(
     failed = missing + not_run({task: results[task] for task in tasks if task in results})
     if failed:  # a language that could not run would shrink the set a variant's average is over
         raise FileNotFoundError(f"could not score on {', '.join(failed)} (see {out_dir})")
-    return {column: metric_value(results, metric) for column, metric in cfg.metrics.items()}
+    return metric_columns(results, cfg.metrics, metric_training_pairs(cfg, prepared))
 
 
-def with_all_columns(scores_file: Path, eval_dir: Path, cfg: AblationConfig) -> dict:
+def metric_columns(
+    results: dict, metrics: dict[str, dict], training_pairs: dict[str, int] | None = None
+) -> dict[str, float]:
+    """{column: value} of every metric (metric_value), in the config's order; a metric {"mean_of":
+    [columns]} is the mean of those other columns (e.g. one development score over several groups)."""
+    values = {
+        column: metric_value(results, metric, training_pairs)
+        for column, metric in metrics.items()
+        if "mean_of" not in metric
+    }
+    direct = set(values)
+    for column, metric in metrics.items():
+        if "mean_of" in metric:
+            unknown = [name for name in metric["mean_of"] if name not in direct]
+            if unknown or not metric["mean_of"]:
+                raise MetricNotFound(
+                    f"metric {column!r}: mean_of must name other (non-mean) metric columns; "
+                    f"not among them: {unknown or 'an empty list'}"
+                )
+            values[column] = statistics.fmean(values[name] for name in metric["mean_of"])
+    return {column: values[column] for column in metrics}
+
+
+def metric_training_pairs(cfg: AblationConfig, prepared: Path) -> dict[str, int] | None:
+    """{canonical code: training pairs} of the prepared data's shards where a metric selects by group
+    (eval.language_groups.training_pairs), else None."""
+    from eval.language_groups import training_pairs
+
+    if not any("group" in metric for metric in cfg.metrics.values()):
+        return None
+    return training_pairs(prepared / "shards" / "train")
+
+
+def with_all_columns(scores_file: Path, eval_dir: Path, cfg: AblationConfig, prepared: Path) -> dict:
     """A scored run's record, with any metric column added to the config since it was scored read
     from its eval_dir/results.json (and stored): a new column needs no retraining."""
     from eval.results import read_results
@@ -187,7 +242,8 @@ def with_all_columns(scores_file: Path, eval_dir: Path, cfg: AblationConfig) -> 
     missing = [column for column in cfg.metrics if column not in record]
     if missing:
         results = read_results(eval_dir)
-        record.update({column: metric_value(results, cfg.metrics[column]) for column in missing})
+        values = metric_columns(results, cfg.metrics, metric_training_pairs(cfg, prepared))
+        record.update({column: values[column] for column in missing})
         scores_file.write_text(json.dumps(record, indent=2) + "\n")
     return record
 
@@ -259,13 +315,13 @@ def plot_summary(summary: dict[str, dict[str, dict]], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def _build_flores_bucc(data_dir: Path, out: Path, languages: list[str]) -> None:
+def _build_flores_bucc(data_dir: Path, prepared: Path, out: Path, languages: list[str]) -> None:
     from eval.make_flores_bucc import build_flores_bucc
 
     build_flores_bucc(data_dir, out, languages)
 
 
-def _build_tico19_dev(data_dir: Path, out: Path, languages: list[str]) -> None:
+def _build_tico19_dev(data_dir: Path, prepared: Path, out: Path, languages: list[str]) -> None:
     """TICO-19's English-X pairs of `languages` (those it has), in the held-out layout: a development set
     of another domain (COVID-19 texts) for a corpus that does not train on TICO-19."""
     from data_prep.importers import CORPUS_SOURCES
@@ -273,23 +329,36 @@ def _build_tico19_dev(data_dir: Path, out: Path, languages: list[str]) -> None:
     CORPUS_SOURCES["tico19"].build(data_dir / "tico19", out, languages, None)
 
 
-# Suite tasks whose data an ablation builds under its out directory (AblationConfig.task_dirs):
-# {task name: (what it is, builder(data_dir, directory, trained languages), the file its build writes last)}
+def _build_tico19_heldout(data_dir: Path, prepared: Path, out: Path, languages: list[str]) -> None:
+    """The prepared corpus's held-out pairs that come from TICO-19 (prepared/corpus/heldout/<pair>/tico19*),
+    in the held-out layout: for a corpus that trains on TICO-19, held-out pairs of another domain (COVID-19
+    texts) than the Tatoeba Challenge's everyday sentences, the same English in every language (pivot draw)."""
+    from data_prep.split import copy_corpus_files
+
+    copied = copy_corpus_files(prepared / "corpus" / "heldout", out, "tico19")
+    (out / "build.json").write_text(json.dumps({"corpus": "tico19", "pairs": copied}, indent=2) + "\n")
+
+
+# Suite tasks whose data an ablation builds under its out directory (AblationConfig.task_dirs): {task name:
+# (what it is, builder(data_dir, prepared data, directory, trained languages), the file its build writes last)}
 TASK_DIR_BUILDERS = {
     "flores_bucc": ("the FLORES pseudo-BUCC task", _build_flores_bucc, "build.json"),
     "tico19_dev": ("TICO-19's pairs (development set)", _build_tico19_dev, "import_report.json"),
+    "tico19_heldout": ("the held-out TICO-19 pairs (development set)", _build_tico19_heldout, "build.json"),
 }
 
 
-def prepare_task_dirs(cfg: AblationConfig, out: Path, data_dir: Path, languages: list[str]) -> dict[str, Path]:
+def prepare_task_dirs(
+    cfg: AblationConfig, out: Path, data_dir: Path, languages: list[str], prepared: Path
+) -> dict[str, Path]:
     """{task name: directory} of `task_dirs` under `out`; one of a task in TASK_DIR_BUILDERS whose build
     did not finish (its last file missing) is built for the languages."""
     task_dirs = {name: out / directory for name, directory in cfg.task_dirs.items()}
     for name, directory in task_dirs.items():
         if name in TASK_DIR_BUILDERS and not (directory / TASK_DIR_BUILDERS[name][2]).is_file():
             what, build, _ = TASK_DIR_BUILDERS[name]
-            print(f"building {what} for {', '.join(languages)} in {directory}", flush=True)
-            build(data_dir, directory, languages)
+            print(f"building {what} for {len(languages)} languages in {directory}", flush=True)
+            build(data_dir, prepared, directory, languages)
     return task_dirs
 
 
@@ -338,7 +407,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
         variant_data[variant] = out / f"data-{variant.replace(' ', '_')}"
         if not (variant_data[variant] / "shards" / "heldout" / "index.json").is_file():
             prepare_data(variant_cfg, data_dir, variant_data[variant], Stages())
-    task_dirs = prepare_task_dirs(cfg, out, data_dir, languages)
+    task_dirs = prepare_task_dirs(cfg, out, data_dir, languages, prepared)
     references = {}
     for spec in cfg.reference_encoders:
         scores_file = out / "references" / teacher_slug(spec) / SCORES_FILE
@@ -354,7 +423,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                 task_dirs,
             )
             scores_file.write_text(json.dumps({"encoder": spec, **values}, indent=2) + "\n")
-        record = with_all_columns(scores_file, scores_file.parent / "eval", cfg)
+        record = with_all_columns(scores_file, scores_file.parent / "eval", cfg, prepared)
         references[spec] = {column: record[column] for column in cfg.metrics}
     scores: dict[str, dict[int, dict[str, float]]] = {}
     steps = None
@@ -404,7 +473,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                     ),
                 }
                 scores_file.write_text(json.dumps(record, indent=2) + "\n")
-            record = with_all_columns(scores_file, run_dir / "run" / "eval", cfg)
+            record = with_all_columns(scores_file, run_dir / "run" / "eval", cfg, prepared)
             steps = record["steps"]
             scores.setdefault(variant, {})[seed] = {column: record[column] for column in cfg.metrics}
             print(f"{variant}, seed {seed}: " + ", ".join(f"{c} {record[c]:.1f}" for c in cfg.metrics), flush=True)
