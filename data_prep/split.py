@@ -238,17 +238,34 @@ def cap_pairs(root: str | Path, max_pairs: int, seed: int = 0) -> dict[str, dict
     return report
 
 
-def copy_corpus_files(root: str | Path, out: str | Path, corpus: str) -> dict[str, int]:
-    """Copy the files of one corpus (ems.corpus.corpus_of their name: `tico19` for `tico19-...`) of the
-    corpus at `root` to `out`, in the same layout (e.g. the held-out pairs of one corpus as a test set of
-    their own). Returns {language pair: pairs copied}; ValueError when `root` has no file of `corpus`."""
-    copied: dict[str, int] = {}
-    for files in list_parallel(root):
-        if corpus_of(files.name) != corpus:
+def heldout_of_corpus(heldout_root: str | Path, out: str | Path, corpus: str) -> dict[str, int]:
+    """The held-out pairs that one corpus (ems.corpus.corpus_of: `tico19`) gave to a split made with
+    `by_corpus` (its split_report.json), written to out/<pair>/<corpus>.<l1|l2> (the held-out layout):
+    e.g. the held-out TICO-19 pairs as a test set of their own. A pair's held-out file holds its corpora's
+    held-out pairs one corpus after another, in the order of the report's `by_corpus` (the order its files
+    were read in). Returns {language pair: pairs}; ValueError for a split without by_corpus or no held-out
+    pair of `corpus`."""
+    heldout_root = Path(heldout_root)
+    report = json.loads((heldout_root / REPORT_FILE).read_text(encoding="utf-8"))
+    written: dict[str, int] = {}
+    for entry in report["pairs"]:
+        if "by_corpus" not in entry:
+            raise ValueError(f"{heldout_root / REPORT_FILE} was not split by corpus (split_heldout's by_corpus)")
+        before, count = 0, 0
+        for name, counts in entry["by_corpus"].items():
+            if name == corpus:
+                count = counts["heldout"]
+                break
+            before += counts["heldout"]
+        if not count:
             continue
-        pairs = list(read_parallel(files.path_l1, files.path_l2))
-        write_parallel(out, files.name, files.l1, files.l2, pairs)
-        copied[f"{files.l1}-{files.l2}"] = copied.get(f"{files.l1}-{files.l2}", 0) + len(pairs)
-    if not copied:
-        raise ValueError(f"{root} has no file of the corpus {corpus!r}")
-    return copied
+        l1, l2 = entry["pair"].split("-", 1)
+        pair_dir = heldout_root / entry["pair"]
+        pairs = list(read_parallel(pair_dir / f"{HELDOUT_NAME}.{l1}", pair_dir / f"{HELDOUT_NAME}.{l2}"))
+        if len(pairs) != entry["heldout"]:
+            raise ValueError(f"{pair_dir} holds {len(pairs)} held-out pairs, its split report {entry['heldout']}")
+        write_parallel(out, corpus, l1, l2, pairs[before : before + count])
+        written[entry["pair"]] = count
+    if not written:
+        raise ValueError(f"{heldout_root} has no held-out pair of the corpus {corpus!r}")
+    return written

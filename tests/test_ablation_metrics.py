@@ -90,23 +90,32 @@ def test_a_mean_of_column_averages_the_columns_it_names_in_the_config_order():
         metric_columns(HELDOUT, {**metrics, "twice": {"mean_of": ["dev"]}}, PAIRS)
 
 
-def test_the_tico19_heldout_set_is_the_prepared_corpus_s_tico19_heldout_files(tmp_path):
+def test_the_tico19_heldout_set_is_the_tico19_part_of_a_split_by_corpus(tmp_path):
+    # am has pairs of two corpora in one held-out file (the Tatoeba Challenge's before TICO-19's: file
+    # name order); the TICO-19 set takes TICO-19's held-out pairs alone, de (no TICO-19) has none
+    from data_prep.split import split_heldout
     from ems.apps.ablation import prepare_task_dirs
     from ems.corpus import write_parallel
     from eval.evaluators.heldout import find_heldout_bitexts
 
-    heldout = tmp_path / "data" / "corpus" / "heldout"
-    write_parallel(heldout, "tico19-x", "am", "en", [("a1", "e1"), ("a2", "e2")])
-    write_parallel(heldout, "tatoeba_challenge-amh", "am", "en", [("t", "te")])
-    write_parallel(heldout, "tatoeba_challenge-deu", "de", "en", [("d", "de")])
+    raw, corpus = tmp_path / "raw", tmp_path / "data" / "corpus"
+    write_parallel(raw, "tico19-am", "am", "en", [(f"tico am {i}", f"tico en {i}") for i in range(6)])
+    write_parallel(raw, "tatoeba_challenge-amh", "am", "en", [(f"tat am {i}", f"tat en {i}") for i in range(4)])
+    write_parallel(raw, "tatoeba_challenge-deu", "de", "en", [(f"de {i}", f"de en {i}") for i in range(4)])
+    split_heldout(raw, corpus / "train", corpus / "heldout", 2, draw="pivot", by_corpus=True)
+    held = (corpus / "heldout" / "am-en" / "heldout.am").read_text().splitlines()
+    assert [line.split()[0] for line in held] == ["tat", "tat", "tico", "tico"]
     cfg = AblationConfig(task_dirs={"tico19_heldout": "tico"})
     dirs = prepare_task_dirs(cfg, tmp_path, tmp_path / "no-data-dir", ["am", "de"], tmp_path / "data")
     bitexts, _, errors = find_heldout_bitexts(dirs["tico19_heldout"])
-    assert [(b.lang, b.xx, b.en) for b in bitexts] == [("am", ["a1", "a2"], ["e1", "e2"])] and not errors
-    empty = tmp_path / "empty" / "corpus" / "heldout"
-    write_parallel(empty, "tatoeba_challenge-deu", "de", "en", [("d", "de")])
-    with pytest.raises(ValueError, match="has no file of the corpus 'tico19'"):
-        prepare_task_dirs(cfg, tmp_path / "e", tmp_path, ["de"], tmp_path / "empty")
+    assert [(b.lang, b.xx, b.en) for b in bitexts] == [
+        ("am", held[2:], [f"tico en {line.split()[-1]}" for line in held[2:]])
+    ] and not errors
+    split_heldout(raw, tmp_path / "plain" / "train", tmp_path / "plain" / "heldout", 2, draw="pivot")
+    (tmp_path / "plain" / "corpus").mkdir()
+    (tmp_path / "plain" / "heldout").rename(tmp_path / "plain" / "corpus" / "heldout")
+    with pytest.raises(ValueError, match="was not split by corpus"):
+        prepare_task_dirs(cfg, tmp_path / "e", tmp_path, ["am"], tmp_path / "plain")
 
 
 @pytest.mark.parametrize(

@@ -330,13 +330,13 @@ def _build_tico19_dev(data_dir: Path, prepared: Path, out: Path, languages: list
 
 
 def _build_tico19_heldout(data_dir: Path, prepared: Path, out: Path, languages: list[str]) -> None:
-    """The prepared corpus's held-out pairs that come from TICO-19 (prepared/corpus/heldout/<pair>/tico19*),
-    in the held-out layout: for a corpus that trains on TICO-19, held-out pairs of another domain (COVID-19
+    """The prepared corpus's held-out pairs that come from TICO-19 (a split by corpus: data_prep.split), in
+    the held-out layout: for a corpus that trains on TICO-19, held-out pairs of another domain (COVID-19
     texts) than the Tatoeba Challenge's everyday sentences, the same English in every language (pivot draw)."""
-    from data_prep.split import copy_corpus_files
+    from data_prep.split import heldout_of_corpus
 
-    copied = copy_corpus_files(prepared / "corpus" / "heldout", out, "tico19")
-    (out / "build.json").write_text(json.dumps({"corpus": "tico19", "pairs": copied}, indent=2) + "\n")
+    written = heldout_of_corpus(prepared / "corpus" / "heldout", out, "tico19")
+    (out / "build.json").write_text(json.dumps({"corpus": "tico19", "pairs": written}, indent=2) + "\n")
 
 
 # Suite tasks whose data an ablation builds under its out directory (AblationConfig.task_dirs): {task name:
