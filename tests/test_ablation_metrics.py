@@ -355,3 +355,28 @@ def test_the_tico19_development_set_is_built_for_the_trained_languages_it_has(da
     zh.write_text("cut short\n")
     prepare_task_dirs(cfg, tmp_path, data_dir, ["de", "es", "zh"], tmp_path / "data")
     assert len(zh.read_text().splitlines()) == 2100
+
+
+def test_score_encoder_runs_the_tasks_of_the_metrics_and_computes_group_and_mean_of_columns(tmp_path, monkeypatch):
+    import eval.language_groups
+    import eval.run_all
+    from ems.apps.ablation import score_encoder
+
+    ran = []
+
+    def fake_run_all(encoder, data_dir, **kwargs):
+        ran.append(kwargs["heldout_dir"])
+        return HELDOUT
+
+    monkeypatch.setattr(eval.run_all, "run_all", fake_run_all)
+    monkeypatch.setattr(eval.language_groups, "training_pairs", lambda shards: PAIRS)
+    cfg = AblationConfig(
+        metrics={
+            "dev": {"mean_of": ["large", "small"]},
+            "large": {"task": "heldout", "path": ["mean"], "group": "≥10k pairs"},
+            "small": {"task": "heldout", "path": ["mean"], "group": "<1k"},
+        }
+    )
+    scores = score_encoder(None, tmp_path / "eval", cfg, tmp_path / "data", tmp_path, ["de"], {})
+    assert scores == {"dev": pytest.approx(57.5), "large": 90.0, "small": 25.0}
+    assert ran == [tmp_path / "data" / "corpus" / "heldout"]

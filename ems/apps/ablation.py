@@ -192,7 +192,7 @@ def score_encoder(
         progress=False,
         print_tables=False,
     )
-    tasks = sorted({metric["task"] for metric in cfg.metrics.values()})
+    tasks = sorted({metric["task"] for metric in cfg.metrics.values() if "task" in metric})  # not mean_of's
     missing = [task for task in tasks if task not in results]
     failed = missing + not_run({task: results[task] for task in tasks if task in results})
     if failed:  # a language that could not run would shrink the set a variant's average is over
