@@ -576,3 +576,19 @@ def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
     # the recipe's data: the chosen 300 a language; "no caps" lifts them (a cap of None: every pair)
     assert base.corpus_mix == {"nllb_seed": CorpusMix(max_pairs=300), "ebible": CorpusMix(max_pairs=300)}
     assert variant_data_config(cfg, "no caps").corpus_mix == {"nllb_seed": CorpusMix(), "ebible": CorpusMix()}
+
+
+def test_the_recipe_screen_s_non_english_variant_adds_pivot_pairs_to_the_recipe_s_data_alone():
+    """Same languages, corpora, caps and held-out pairs as configs/data/multilingual_lowres.yaml."""
+    from dataclasses import replace
+
+    from ems.apps.ablation import AblationConfig, variant_data_config
+    from ems.apps.recipe_corpus import DemoDataConfig
+    from ems.configs import load_config
+    from tests.conftest import REPO_ROOT
+
+    cfg = load_config(AblationConfig, REPO_ROOT / "configs/ablation/multilingual_recipe.yaml")
+    base = load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+    variant = variant_data_config(cfg, "non-English pairs")
+    assert base.pivot_pairs is None and replace(variant, pivot_pairs=None) == base
+    assert variant.pivot_pairs == PivotPairs(["nllb_seed", "ebible", "tico19"], per_sentence=1, max_pairs=1000)
