@@ -15,9 +15,10 @@ from data_prep.importers import CORPUS_SOURCES
 from data_prep.mixing import CorpusMix, mix_corpora
 from data_prep.multiparallel import text_script
 from data_prep.nllb_seed import build_nllb_seed_corpus
+from data_prep.pivot import PivotPairs, add_pivot_pairs
 from data_prep.split import split_heldout
 from ems.cli import run_main
-from ems.corpus import CorpusError, list_parallel, read_parallel, write_parallel
+from ems.corpus import CorpusError, corpus_of, list_parallel, read_parallel, write_parallel
 from ems.languages import corpus_language, flores_language, resolve_language, usual_script, writes_in
 
 SEED_FILES = 41  # language files besides seed/eng_Latn
@@ -330,6 +331,84 @@ def test_caps_and_weights_apply_per_corpus_and_language_pair(tmp_path):
         CorpusMix(weight=0)
 
 
+# --- non-English pairs through the shared English sentences ----------------------------------------
+
+
+def pivot_files(root, corpus):
+    """{language pair: its pairs} of the files of `corpus` (ems.corpus.corpus_of) under `root`."""
+    return {
+        f"{f.l1}-{f.l2}": list(read_parallel(f.path_l1, f.path_l2))
+        for f in list_parallel(root)
+        if corpus_of(f.name) == corpus
+    }
+
+
+def english_of(text):
+    """The English sentence a test translation (`<prefix> <English>`, write_corpus) translates."""
+    return text.split(" ", 1)[1]
+
+
+def test_pivot_pairs_join_the_translations_of_every_english_sentence_two_languages_share(tmp_path):
+    s = [f"Sentence {i}." for i in range(8)]
+    write_corpus(tmp_path, "seed-deu", "de", s[0:6])
+    write_corpus(tmp_path, "seed-fra", "fr", [*s[0:4], s[6]])
+    write_corpus(tmp_path, "seed-spa", "es", [s[1], s[2], s[7]])
+    write_corpus(tmp_path, "tatoeba-spa", "es", [s[0], s[3]], "es2")  # another corpus: not pivoted with Seed
+    report = add_pivot_pairs(tmp_path, PivotPairs(corpora=["seed"], per_sentence=3))
+    # s0 and s3 are in de and fr, s1 and s2 in all three (3 pairs each), s4-s7 in one language
+    assert report == {"seed": {"english": 4, "drawn": 8, "written": 8, "language_pairs": 3}}
+    assert pivot_files(tmp_path, "seed_pivot") == {
+        "de-es": [(f"de {e}", f"es {e}") for e in s[1:3]],
+        "de-fr": [(f"de {e}", f"fr {e}") for e in s[0:4]],
+        "es-fr": [(f"es {e}", f"fr {e}") for e in s[1:3]],
+    }
+    assert {f.name for f in list_parallel(tmp_path) if "en" not in (f.l1, f.l2)} == {"seed_pivot-en"}
+    assert pivot_files(tmp_path, "tatoeba") == {"en-es": [(e, f"es2 {e}") for e in (s[0], s[3])]}  # unchanged
+
+
+def test_pivot_pairs_are_drawn_per_sentence_seeded_and_capped_per_language_pair(tmp_path):
+    english = [f"Verse {i}." for i in range(60)]
+
+    def pivoted(root, settings, seed):
+        for lang in ("ak", "ee", "sn", "tn"):
+            write_corpus(root, f"bible-{lang}", lang, english)
+        write_corpus(root, "bible-ewe2", "ee", english[:10], "ee2")  # a second Ewe translation of 10 verses
+        return add_pivot_pairs(root, settings, seed), pivot_files(root, "bible_pivot")
+
+    report, drawn = pivoted(tmp_path / "a", PivotPairs(["bible"]), 0)
+    assert report == {"bible": {"english": 60, "drawn": 60, "written": 60, "language_pairs": 6}}
+    # one pair a verse, of two of its translations; Ewe's from either Bible
+    assert sorted(english_of(a) for pairs in drawn.values() for a, _ in pairs) == sorted(english)
+    assert all(english_of(a) == english_of(b) for pairs in drawn.values() for a, b in pairs)
+    ewe = [sides[pair.split("-").index("ee")] for pair, pairs in drawn.items() if "ee" in pair for sides in pairs]
+    assert ewe and {text.split(" ")[0] for text in ewe} <= {"ee", "ee2"}
+    assert pivoted(tmp_path / "b", PivotPairs(["bible"]), 0)[1] == drawn  # the same seed, the same pairs
+    assert pivoted(tmp_path / "c", PivotPairs(["bible"]), 1)[1] != drawn
+    report, capped = pivoted(tmp_path / "d", PivotPairs(["bible"], max_pairs=5), 0)
+    assert report["bible"]["written"] == sum(min(5, len(pairs)) for pairs in drawn.values()) < 60
+    for pair, pairs in drawn.items():  # a seeded sample of each language pair's pairs, in their order
+        assert len(capped[pair]) == min(5, len(pairs)) and capped[pair] == [p for p in pairs if p in capped[pair]]
+
+
+def test_pivot_pairs_of_the_training_split_carry_no_held_out_english_sentence(tmp_path):
+    english = [f"Shared {i}." for i in range(100)]
+    for lang in ("ak", "ee", "sn"):
+        write_corpus(tmp_path / "in", f"bible-{lang}", lang, english)
+    write_corpus(tmp_path / "in", "bible-tn", "tn", english[:40])
+    # each language holds out other sentences (a random draw): every one of them leaves every language's training
+    split_heldout(tmp_path / "in", tmp_path / "train", tmp_path / "heldout", 10, 0, "random", by_corpus=True)
+    held = {e for f in list_parallel(tmp_path / "heldout") for e in lines_of(f.path_l1 if f.l1 == "en" else f.path_l2)}
+    assert len(held) > 10
+    add_pivot_pairs(tmp_path / "train", PivotPairs(["bible"], per_sentence=6), 0)
+    pivoted = {
+        english_of(text)
+        for pairs in pivot_files(tmp_path / "train", "bible_pivot").values()
+        for p in pairs
+        for text in p
+    }
+    assert pivoted == set(english) - held
+
+
 # --- the recipe's data stage ------------------------------------------------------------------------
 
 SLICE = {
@@ -359,20 +438,27 @@ def lowres_slice(data_dir, tmp_path_factory):
     return root
 
 
-def test_the_recipe_checks_mixes_and_reports_each_language_s_corpora_and_licences(lowres_slice, tmp_path, capsys):
-    from ems.apps.recipe_corpus import LANGUAGES_FILE, DemoDataConfig, build_corpus
+def slice_config(**values):
+    """The recipe's data settings (configs/data/multilingual_lowres.yaml) for the slice, `values` over them."""
+    from ems.apps.recipe_corpus import DemoDataConfig
 
-    cfg = DemoDataConfig(
-        languages=None,
-        corpora=list(SLICE),
-        alignment_check=["nllb_seed", "ebible"],
-        min_pairs=100,
-        eval_sets=["tatoeba", "flores"],
-        heldout_per_pair=200,
-        heldout_draw="pivot",
-        heldout_by_corpus=True,
-        corpus_mix={"ebible": CorpusMix(max_pairs=2000)},
-    )
+    settings = {
+        "languages": None,
+        "corpora": list(SLICE),
+        "alignment_check": ["nllb_seed", "ebible"],
+        "min_pairs": 100,
+        "eval_sets": ["tatoeba", "flores"],
+        "heldout_per_pair": 200,
+        "heldout_draw": "pivot",
+        "heldout_by_corpus": True,
+    }
+    return DemoDataConfig(**{**settings, **values})
+
+
+def test_the_recipe_checks_mixes_and_reports_each_language_s_corpora_and_licences(lowres_slice, tmp_path, capsys):
+    from ems.apps.recipe_corpus import LANGUAGES_FILE, build_corpus
+
+    cfg = slice_config(corpus_mix={"ebible": CorpusMix(max_pairs=2000)})
     summary = build_corpus(cfg, lowres_slice, tmp_path)
     assert summary["languages"] == ["br", "ks_Deva", "mni", "mni_Latn"]
     printed = capsys.readouterr().out
@@ -396,6 +482,79 @@ def test_the_recipe_checks_mixes_and_reports_each_language_s_corpora_and_licence
     assert len(heldout["mni"]) == len(heldout["ks_Deva"]) == 200 and len(heldout["mni"] & heldout["ks_Deva"]) >= 160
 
 
+def test_the_recipe_prepares_non_english_pairs_apart_and_trains_on_them(lowres_slice, tmp_path, capsys):
+    """pivot_pairs on the slice (Seed: mni and ks_Deva; the Bibles: br and mni_Latn), from the training
+    split before the caps of 300 a language, counted apart in languages.json, binarized with their
+    target side's language and trained on a few steps under temperature sampling by language pair."""
+    import numpy as np
+
+    from ems.apps.demo import Stages, prepare_data
+    from ems.apps.recipe_corpus import LANGUAGES_FILE
+    from ems.shards import PairShards, language_pair_counts
+    from ems.text import Tokenizer
+    from ems.training.batches import collate
+    from ems.training.train import train
+    from eval.language_groups import training_pairs
+    from tests.conftest import small_run
+
+    cfg = slice_config(
+        corpus_mix={"nllb_seed": CorpusMix(max_pairs=300), "ebible": CorpusMix(max_pairs=300)},
+        pivot_pairs=PivotPairs(["nllb_seed", "ebible"], max_pairs=1000),
+        vocab_size=2000,
+    )
+    summary = prepare_data(cfg, lowres_slice, tmp_path, Stages())
+    assert re.search(
+        r"pivot: .*nllb_seed 1000 pairs in 1 language pairs \(\d+ drawn .*; ebible 1000 pairs in 1 language pairs",
+        capsys.readouterr().out,
+    )
+    corpus = tmp_path / "corpus"
+    table = json.loads((corpus / LANGUAGES_FILE).read_text())["languages"]
+    # "train" and train_by_corpus stay the pairs with English; the others are counted for both languages
+    for lang, english, pivot in (("mni", "nllb_seed", "nllb_seed_pivot"), ("br", "ebible", "ebible_pivot")):
+        assert table[lang]["train_by_corpus"][english] == 300
+        assert table[lang]["train_non_english"] == 1000
+        assert table[lang]["train_non_english_by_corpus"] == {pivot: 1000}
+    assert table["ks_Deva"]["train"] == 300 and table["ks_Deva"]["train_non_english"] == 1000
+    assert summary["non_english_pairs"] == 2000 and summary["train_pairs"] == sum(r["train"] for r in table.values())
+    assert "2000 pairs of two non-English languages" in (corpus / "languages.md").read_text()
+    # drawn before the caps: far more Meitei sentences than the 300 of its Seed pairs, none held out
+    pivoted = list(read_parallel(corpus / "train" / "ks_Deva-mni" / "nllb_seed_pivot-en.ks_Deva",
+                                 corpus / "train" / "ks_Deva-mni" / "nllb_seed_pivot-en.mni"))  # fmt: skip
+    assert len({mni for _, mni in pivoted}) == 1000
+    held = {line for f in list_parallel(corpus / "heldout") for line in lines_of(f.path_l1) + lines_of(f.path_l2)}
+    assert not held & {text for pair in pivoted for text in pair}
+
+    shards = PairShards(tmp_path / "shards" / "train")
+    tokenizer = Tokenizer.load(tmp_path / "vocab")
+    assert shards.index["pivot"] == "en"
+    counts = language_pair_counts(shards.index)
+    assert counts[("ks_Deva", "mni")] == counts[("br", "mni_Latn")] == 1000
+    assert training_pairs(tmp_path / "shards" / "train")["br"] == counts[("br", "en")] + 1000  # both sides count
+    ranges = shards.language_pair_ranges()
+    batch = collate(shards, np.asarray(ranges["ks_Deva-mni"])[:8], max_len=64)
+    # XTR's target language is each pair's own second side, not English
+    assert set(batch["src_lang"].tolist()) == {tokenizer.lang_index("ks_Deva")}
+    assert set(batch["tgt_lang"].tolist()) == {tokenizer.lang_index("mni")}
+    result = train(
+        small_run(
+            tmp_path,
+            tmp_path / "run",
+            data=str(tmp_path / "shards" / "train"),
+            vocab=str(tmp_path / "vocab"),
+            batch_size=16,
+            max_steps=4,
+            warmup_steps=1,
+            log_every=1,
+            save_every=1000,
+            valid_every=1000,
+            temperature=1.0,
+            one_pair_batches=True,
+        )
+    )
+    losses = [h["loss"] for h in result.history if "loss" in h]
+    assert result.steps == 4 and len(losses) == 4 and all(np.isfinite(losses))
+
+
 def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
     """Its settings differ from configs/data/multilingual_lowres.yaml in corpus_mix alone, so each trains
     the same languages and is scored on the same held-out pairs."""
@@ -417,3 +576,19 @@ def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
     # the recipe's data: the chosen 300 a language; "no caps" lifts them (a cap of None: every pair)
     assert base.corpus_mix == {"nllb_seed": CorpusMix(max_pairs=300), "ebible": CorpusMix(max_pairs=300)}
     assert variant_data_config(cfg, "no caps").corpus_mix == {"nllb_seed": CorpusMix(), "ebible": CorpusMix()}
+
+
+def test_the_recipe_screen_s_non_english_variant_adds_pivot_pairs_to_the_recipe_s_data_alone():
+    """Same languages, corpora, caps and held-out pairs as configs/data/multilingual_lowres.yaml."""
+    from dataclasses import replace
+
+    from ems.apps.ablation import AblationConfig, variant_data_config
+    from ems.apps.recipe_corpus import DemoDataConfig
+    from ems.configs import load_config
+    from tests.conftest import REPO_ROOT
+
+    cfg = load_config(AblationConfig, REPO_ROOT / "configs/ablation/multilingual_recipe.yaml")
+    base = load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+    variant = variant_data_config(cfg, "non-English pairs")
+    assert base.pivot_pairs is None and replace(variant, pivot_pairs=None) == base
+    assert variant.pivot_pairs == PivotPairs(["nllb_seed", "ebible", "tico19"], per_sentence=1, max_pairs=1000)

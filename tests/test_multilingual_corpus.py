@@ -75,6 +75,18 @@ def test_bad_data_configs_are_one_error_naming_the_key(tmp_path):
         ({"heldout_draw": "first"}, "heldout_draw must be one of random, pivot, got 'first'"),
         ({"min_pairs": 0}, "min_pairs must be at least 1, got 0"),
         ({"languages": None, "gettext_packages": ["django"]}, "gettext_packages needs an explicit languages list"),
+        ({"pivot_pairs": {"corpora": ["ebible"]}}, "pivot_pairs names 'ebible', not in corpora"),
+        ({"pivot_pairs": {"corpora": []}}, "pivot_pairs: corpora must name at least one corpus"),
+        ({"pivot_pairs": {"per_sentence": 1}}, r"pivot_pairs: missing required key\(s\) \['corpora'\]"),
+        ({"pivot_pairs": {"corpora": ["tico19"] * 2}}, "pivot_pairs: corpora names 'tico19' more than once"),
+        (
+            {"pivot_pairs": {"corpora": ["tico19"], "per_sentence": 0}},
+            "per_sentence must be an integer >= 1, got 0",
+        ),
+        (
+            {"pivot_pairs": {"corpora": ["tico19"], "max_pairs": 0}},
+            "max_pairs must be an integer >= 1, got 0",
+        ),
     ):
         path = tmp_path / "data.yaml"
         path.write_text(yaml.safe_dump(values))

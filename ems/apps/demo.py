@@ -151,6 +151,13 @@ def prepare_data(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: St
     return corpus
 
 
+def training_pairs_text(corpus: dict) -> str:
+    """The training pairs of a `build_corpus` summary, for a report: its pairs with English, and those of
+    two non-English languages (data_prep.pivot) where there are any."""
+    other = corpus["non_english_pairs"]
+    return f"{corpus['train_pairs']} training pairs" + (f" (and {other} of two non-English languages)" if other else "")
+
+
 def trained_languages(prepared: Path) -> list[str]:
     """The non-English languages of the training split that `prepare_data` wrote under `prepared`."""
     from data_prep.vocab import corpus_languages
@@ -220,7 +227,7 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
     )
     valid = [h for h in result.history if "valid_loss" in h]
     summary = (
-        f"# EMS demo\n\n{corpus['train_pairs']} training pairs in {len(corpus['languages'])} languages "
+        f"# EMS demo\n\n{training_pairs_text(corpus)} in {len(corpus['languages'])} languages "
         f"({', '.join(data_cfg.corpora)}; {corpus['removed_in_eval_set']} pairs sharing a sentence with an "
         "evaluation set removed); "
         f"trained {result.steps} steps; held-out loss {valid[0]['valid_loss']:.3f} -> {valid[-1]['valid_loss']:.3f} "
@@ -309,7 +316,7 @@ def run_multilingual(
     stages.seconds["train"] = round(stages.seconds["train"] + trained_before, 1)
     (out / STAGES_FILE).write_text(json.dumps({"seconds": stages.seconds, "steps": result.steps}, indent=2) + "\n")
     summary = (
-        f"# EMS, every language\n\n{corpus['train_pairs']} training pairs in {len(corpus['languages'])} languages "
+        f"# EMS, every language\n\n{training_pairs_text(corpus)} in {len(corpus['languages'])} languages "
         f"({', '.join(data_cfg.corpora)}; {corpus['removed_in_eval_set']} pairs sharing a sentence with an "
         f"evaluation set removed; {len(corpus['left_out'])} languages under {data_cfg.min_pairs} pairs left out); "
         f"{train_cfg.model} model, trained {result.steps} steps\n\n"

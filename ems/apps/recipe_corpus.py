@@ -19,6 +19,7 @@ from data_prep.importers import CORPUS_SOURCES, unknown_source
 from data_prep.mixing import CorpusMix, mix_corpora
 from data_prep.opus_mt_testsets import REPORT_FILE as IMPORT_REPORT_FILE
 from data_prep.opus_mt_testsets import count_lines
+from data_prep.pivot import PivotPairs, add_pivot_pairs
 from ems.configs import ConfigError
 from ems.corpus import corpus_of, list_parallel, read_parallel, write_parallel
 from ems.languages import ENGLISH
@@ -52,6 +53,9 @@ class DemoDataConfig:
     # {corpus: CorpusMix}: a cap per language pair (max_pairs) and a weight (repeats) of a corpus's
     # training pairs, applied after the held-out split (data_prep.mixing)
     corpus_mix: dict[str, CorpusMix] = field(default_factory=dict)
+    # pairs of two non-English languages pivoted through the shared English sentences of multi-parallel
+    # corpora's training pairs (data_prep.pivot; None: English pairs only)
+    pivot_pairs: PivotPairs | None = None
     max_train_pairs: int | None = None  # per language pair, a seeded sample of the training split (None: all)
     vocab_size: int = 16000
     # The text SentencePiece is trained on and reads (ems.text.Preprocessing: NFKC, lowercase, and with
@@ -64,7 +68,11 @@ class DemoDataConfig:
         from data_prep.split import DRAWS
 
         problems = [unknown_source(name) for name in self.corpora if name not in CORPUS_SOURCES]
-        for key, names in (("alignment_check", self.alignment_check), ("corpus_mix", self.corpus_mix)):
+        for key, names in (
+            ("alignment_check", self.alignment_check),
+            ("corpus_mix", self.corpus_mix),
+            ("pivot_pairs", self.pivot_pairs.corpora if self.pivot_pairs else []),
+        ):
             outside = [name for name in names if name not in self.corpora]
             if outside:
                 problems.append(f"{key} names {', '.join(map(repr, outside))}, not in corpora")
@@ -188,6 +196,23 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
         f"pairs; {removed} training pairs that shared a side with a held-out pair removed",
         flush=True,
     )
+    if cfg.pivot_pairs is not None:
+        # From the whole training split, before the corpus_mix caps: they draw each language's pairs of a
+        # corpus on its own (300 of Seed's 6k sentences, of a Bible's 31k verses), so after them an English
+        # sentence would have translations in two languages by chance alone. The split already left out
+        # every pair that shares a side with a held-out pair, so no English sentence pivoted is held out.
+        pivoted = add_pivot_pairs(corpus / "train", cfg.pivot_pairs, cfg.seed)
+        print(
+            f"pivot: non-English pairs through the English of {', '.join(pivoted)} (up to "
+            f"{cfg.pivot_pairs.per_sentence} per English sentence, at most {cfg.pivot_pairs.max_pairs or 'all'} "
+            "a language pair): "
+            + "; ".join(
+                f"{name} {entry['written']} pairs in {entry['language_pairs']} language pairs "
+                f"({entry['drawn']} drawn from {entry['english']} English sentences in 2 or more languages)"
+                for name, entry in pivoted.items()
+            ),
+            flush=True,
+        )
     if cfg.corpus_mix:
         mixed = mix_corpora(corpus / "train", cfg.corpus_mix, cfg.seed)
         print(
@@ -213,7 +238,7 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
             flush=True,
         )
     by_language = {_non_english(entry["pair"]): entry for entry in split["pairs"]}
-    train_by_corpus = pairs_by_corpus(corpus / "train")
+    train_by_corpus, non_english_by_corpus = pairs_by_corpus(corpus / "train")
     table = {
         lang: {
             "imported": imported["imported"].get(lang, 0),
@@ -221,6 +246,8 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
             "heldout": by_language.get(lang, {}).get("heldout", 0),
             "train": sum(train_by_corpus.get(lang, {}).values()),
             "train_by_corpus": train_by_corpus.get(lang, {}),
+            "train_non_english": sum(non_english_by_corpus.get(lang, {}).values()),
+            "train_non_english_by_corpus": non_english_by_corpus.get(lang, {}),
             "licences": imported["licences"].get(lang, {}),
         }
         for lang in languages
@@ -238,6 +265,7 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
         "dropped": dict(dropped),
         "heldout_pairs": heldout,
         "train_pairs": sum(row["train"] for row in table.values()),
+        "non_english_pairs": sum(non_english_totals(table).values()),
         "removed_overlapping_heldout": removed,
     }
 
@@ -260,13 +288,24 @@ def misaligned_summary(cleaned: dict, corpora: list[str]) -> str:
     )
 
 
-def pairs_by_corpus(root: Path) -> dict[str, dict[str, int]]:
-    """{non-English language: {corpus (ems.corpus.corpus_of): pairs}} of the corpus at `root`."""
-    counts: dict[str, Counter] = {}
+def pairs_by_corpus(root: Path) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """({non-English language: {corpus (ems.corpus.corpus_of): its pairs with English}}, {non-English
+    language: {corpus: its pairs with another non-English language}}) of the corpus at `root`; a pair
+    of two non-English languages counts for both."""
+    english: dict[str, Counter] = {}
+    other: dict[str, Counter] = {}
     for files in list_parallel(root):
-        language = _non_english(f"{files.l1}-{files.l2}")
-        counts.setdefault(language, Counter())[corpus_of(files.name)] += count_lines(files.path_l1)
-    return {lang: dict(sorted(corpora.items())) for lang, corpora in counts.items()}
+        pairs = count_lines(files.path_l1)
+        if ENGLISH in (files.l1, files.l2):
+            language = _non_english(f"{files.l1}-{files.l2}")
+            english.setdefault(language, Counter())[corpus_of(files.name)] += pairs
+        else:
+            for language in (files.l1, files.l2):
+                other.setdefault(language, Counter())[corpus_of(files.name)] += pairs
+    english_by_corpus, other_by_corpus = (
+        {lang: dict(sorted(corpora.items())) for lang, corpora in counts.items()} for counts in (english, other)
+    )
+    return english_by_corpus, other_by_corpus
 
 
 def languages_markdown(table: dict[str, dict], left_out: dict[str, int], cfg: DemoDataConfig) -> str:
@@ -294,12 +333,28 @@ def languages_markdown(table: dict[str, dict], left_out: dict[str, int], cfg: De
         f"| **{len(table)} languages** | **{totals['imported']}** | **{totals['after_clean']}** | "
         f"**{totals['heldout']}** | **{totals['train']}** |"
     )
+    pivoted = non_english_totals(table)
+    if pivoted:
+        lines += [
+            "",
+            f"Besides, {sum(pivoted.values())} pairs of two non-English languages (data_prep.pivot; each language's "
+            "in languages.json, `train_non_english`): " + ", ".join(f"{name} {n}" for name, n in pivoted.items()),
+        ]
     if left_out:
         lines += [
             "",
             f"Left out (fewer than {cfg.min_pairs} pairs): " + ", ".join(f"{k} {v}" for k, v in left_out.items()),
         ]
     return "\n".join(lines) + "\n"
+
+
+def non_english_totals(table: dict[str, dict]) -> dict[str, int]:
+    """{corpus: pairs of two non-English languages} of a languages.json table, whose rows count each
+    such pair for both its languages."""
+    totals: Counter = Counter()
+    for row in table.values():
+        totals.update(row["train_non_english_by_corpus"])
+    return {name: n // 2 for name, n in sorted(totals.items())}
 
 
 def _non_english(pair: str) -> str:
