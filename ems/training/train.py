@@ -273,8 +273,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     from the start, set-up included."""
     check_inputs(cfg)
     with world_of_one_unless_launched(), StopRequest() as stop_request:
-        init_distributed()
-        with run_directory_lock(Path(cfg.out)):
+        with run_directory_lock(Path(cfg.out), init_distributed):  # the lock before torch.distributed starts
             run = setup(cfg, stop_request)
             try:
                 return train_loop(run)
