@@ -380,6 +380,19 @@ def test_a_stop_signal_during_start_up_checkpoints_and_exits(tiny_pipeline, tmp_
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
 
 
+def test_a_second_sigint_interrupts_at_once():
+    """The first Ctrl-C is a stop request (checkpoint, exit 130); a second one is Python's KeyboardInterrupt."""
+    from ems.training.stopping import StopRequest
+
+    before = signal.getsignal(signal.SIGINT)
+    with StopRequest() as request:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert (request.signal, request.exit_code) == (signal.SIGINT, INTERRUPTED_EXIT_CODE)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) == before  # restored on close
+
+
 def test_a_skipped_checkpoint_is_a_warning_line_on_stderr(tmp_path):
     """What a resume tells the user about a checkpoint it skips, or a `latest` naming none, is a
     `warning: ...` line on stderr, as docs/errors.md says (it was the bare message)."""
