@@ -85,7 +85,7 @@ from ems.configs import load_config
 from ems.encoder import export_encoder
 from ems.run_metadata import RUN_METADATA_FILE
 from ems.training.batches import real_and_padded_tokens, to_device
-from ems.training.config import TrainConfig
+from ems.training.config import TrainConfig, with_resolved_paths
 from ems.training.metrics import LOSSES, StepValues, show_losses
 from ems.training.model_card import model_facts, write_model_card
 from ems.training.runtime import any_rank, init_distributed, world_of_one_unless_launched
@@ -257,7 +257,10 @@ def train_loop(run: Run) -> TrainResult:
                 state.max_steps = run.schedule.max_steps = bar.total = fitted
                 state.budget_fitted = True
             last = run.stopping.last_step(state.max_steps)
-            log, save = run.metrics.should_log(state.step, last), run.checkpointer.should_save(state.step)
+            log, save = (
+                run.metrics.should_log(state.step, last),
+                run.checkpointer.should_save(state.step, state.max_steps),
+            )
             evaluations = [e for e in (run.validator, run.probe) if e.should_run(state.step, last)]
             if log or save or evaluations or state.step >= last:
                 read(unread)
@@ -279,6 +282,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     """Run (or resume) training to the schedule's end or a stop; see TrainResult. The stop signals are caught
     from the start, set-up included."""
     check_inputs(cfg)
+    cfg = with_resolved_paths(cfg)  # stored so: a resume or branch compares the files, not their spelling
     with world_of_one_unless_launched(), StopRequest() as stop_request:
         with run_directory_lock(Path(cfg.out), init_distributed):  # the lock before torch.distributed starts
             run = setup(cfg, stop_request)
