@@ -10,6 +10,15 @@ again. The trainer draws pairs in proportion to the pairs there are (configs/tra
 temperature sampling it also raises or lowers its languages' share. Out: {language pair: {corpus:
 {"pairs": before, "capped": after the cap, "written": after the weight}}}. The held-out split comes
 first (data_prep.split), so every setting is scored on the same held-out pairs.
+
+The weight's bounds. Above 0: weight 0 is refused (drop the corpus from `corpora` to leave it out),
+and a weight so small that a language pair's share of its capped pairs rounds to none writes one pair
+there, rounded up rather than refused: one weight serves languages of very different sizes (0.01 of
+a Bible's 31k verses is 310, of 40 verses none), and a weight above 0 means the corpus is in. At most
+MAX_WEIGHT: the output is weight x the corpus, with no bound that the corpus sets (a huge weight
+writes until the disk is full), so a larger weight is refused when the config loads; a pair repeated
+that often is memorised, and a small corpus's languages are better drawn more often by temperature
+sampling (TrainConfig.temperature).
 """
 
 from __future__ import annotations
@@ -23,18 +32,22 @@ import numpy as np
 from ems.configs import ConfigError, out_of_range
 from ems.corpus import ParallelFiles, corpus_of, list_parallel, read_parallel, write_parallel
 
+MAX_WEIGHT = 100  # the most copies of a pair a weight writes (see the module docstring)
+
 
 @dataclass(frozen=True)
 class CorpusMix:
     """The cap and weight of one corpus: a `corpus_mix` entry of a data config."""
 
     max_pairs: int | None = None  # per language pair (None: all)
-    weight: float = 1.0  # > 0: the pairs' multiplicity after the cap (see the module docstring)
+    # in (0, MAX_WEIGHT]: the pairs' multiplicity after the cap, at least one pair of each language pair
+    # that has any (see the module docstring)
+    weight: float = 1.0
 
     def __post_init__(self) -> None:
         problems = [
             *([] if self.max_pairs is None else out_of_range("max_pairs", self.max_pairs, 1)),
-            *out_of_range("weight", self.weight, 0),
+            *out_of_range("weight", self.weight, 0, MAX_WEIGHT),
         ]
         if self.weight == 0:
             problems.append("weight must be above 0 (to leave a corpus out, drop it from corpora)")
@@ -63,7 +76,8 @@ def mix_corpora(root: str | Path, mix: dict[str, CorpusMix], seed: int = 0) -> d
             capped = int(copies.sum())
             whole, fraction = divmod(settings.weight, 1)
             extra = np.zeros(total, dtype=np.int64)
-            extra[rng.choice(np.flatnonzero(copies), round(fraction * capped), replace=False)] = 1
+            drawn = max(round(fraction * capped), 1 if whole == 0 and capped else 0)  # never none (docstring)
+            extra[rng.choice(np.flatnonzero(copies), drawn, replace=False)] = 1
             copies = copies * int(whole) + extra
             start = 0
             for files, pairs in zip(all_files, contents):
@@ -82,3 +96,9 @@ def _repeated(pairs: list[tuple[str, str]], counts: np.ndarray):
     for pair, count in zip(pairs, counts):
         for _ in range(count):
             yield pair
+
+
+def rounded_up(settings: CorpusMix, counts: dict[str, int]) -> bool:
+    """Whether a weight below 1 wrote one pair of a language pair (`counts`, a report entry) where its share
+    of the capped pairs rounded to none (see the module docstring)."""
+    return settings.weight < 1 and counts["capped"] > 0 and round(settings.weight * counts["capped"]) == 0

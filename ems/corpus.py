@@ -82,7 +82,8 @@ class ParallelWriter:
     """Aligned pairs of one corpus and language pair, written as ``root/<pair>/<name>.<lang>``
     through ``.partial`` files that are renamed into place by `commit` (all at once, when every
     pair is written) and removed by `discard`; as a context manager it commits on success and
-    discards on any exception, so a file in place is always whole.
+    discards on any exception (as `commit` does when its last writes fail, on a full disk), so a file in
+    place is always whole and no partial file is left.
 
         with ParallelWriter(root, "TED2020", "de", "en") as writer:
             writer.write("Hallo.", "Hello.")
@@ -112,8 +113,12 @@ class ParallelWriter:
         self.count += 1
 
     def commit(self) -> tuple[Path, Path]:
-        for file in self._files:
-            file.close()
+        try:
+            for file in self._files:
+                file.close()
+        except OSError:  # the last writes failed as they were flushed (a full disk): no file was renamed yet
+            self.discard()
+            raise
         for partial, path in zip(self._partials, self.paths):
             partial.replace(path)
         return self.paths

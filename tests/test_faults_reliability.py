@@ -96,6 +96,45 @@ def test_two_concurrent_trainers_exactly_one_runs(tiny_pipeline, tmp_path):
     assert "seed: 3" in (out / "train_config.yaml").read_text()
 
 
+# A trainer (ems.training.train's main) that prints, after it ends, how many native threads it had each time
+# it tried the run's lock file (argv[1]); the trainer's arguments follow.
+COUNTING_TRAINER = """
+import fcntl, os, sys
+lock, real_flock, threads = sys.argv[1], fcntl.flock, []
+def flock(fd, operation):
+    if os.readlink(f"/proc/self/fd/{fd}") == lock:
+        threads.append(len(os.listdir("/proc/self/task")))
+    return real_flock(fd, operation)
+fcntl.flock = flock
+from ems.cli import run_main
+from ems.training.train import main
+status = run_main(main, sys.argv[2:])
+print("threads at the lock:", threads, flush=True)
+sys.exit(status)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc/self/task")
+def test_a_refused_trainer_exits_2_every_time_having_started_no_thread(tiny_pipeline, tmp_path):
+    """The refusal comes before torch.distributed starts (its process group's native threads, alive at
+    exit, once made a refused trainer abort with status -6): at the lock the trainer is one thread
+    (OMP_NUM_THREADS=1: numpy's BLAS pool starts none), and it exits 2, one line, every time."""
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    env.update(OMP_NUM_THREADS="1")
+    command = [sys.executable, "-c", COUNTING_TRAINER, str(out / LOCK_FILE), *cli_args(tiny_pipeline, out)]
+    with exclusive(out, "training run"):
+        for attempt in range(10):
+            refused = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+            assert refused.returncode == 2, (attempt, refused.stderr[-3000:])
+            assert refused.stderr.splitlines()[-1].startswith(f"error: {out} is in use by another training run: pid")
+            assert "Traceback" not in refused.stderr and "terminate called" not in refused.stderr
+            threads = json.loads(refused.stdout.splitlines()[-1].removeprefix("threads at the lock: "))
+            assert threads and set(threads) == {1}, refused.stdout
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
+
+
 def test_the_lock_is_released_when_its_holder_dies(tmp_path):
     out = tmp_path / "run"
     holder = subprocess.Popen(

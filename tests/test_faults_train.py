@@ -21,7 +21,7 @@ from ems.training.checkpointer import DIVERGED_EXIT_CODE, RUN_CONFIG_FILE, Train
 from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, ResumeConfigError
 from ems.training.schedule import LinearSchedule
-from ems.training.stopping import PREEMPTED_EXIT_CODE
+from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ems.training.train import main, train
 from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
 
@@ -346,8 +346,16 @@ def _catches(pid: int, signum: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see when the handler is in place")
-@pytest.mark.parametrize("command", ["python -m ems.training.train", "ems-train"])
-def test_sigterm_during_start_up_exits_99_to_be_requeued(tiny_pipeline, tmp_path, command):
+@pytest.mark.parametrize(
+    "command, stop_signal, status",
+    [
+        ("python -m ems.training.train", signal.SIGTERM, PREEMPTED_EXIT_CODE),
+        ("ems-train", signal.SIGTERM, PREEMPTED_EXIT_CODE),
+        ("python -m ems.training.train", signal.SIGINT, INTERRUPTED_EXIT_CODE),
+    ],
+)
+def test_a_stop_signal_during_start_up_checkpoints_and_exits(tiny_pipeline, tmp_path, command, stop_signal, status):
+    """SIGTERM: 99, to be requeued; SIGINT (Ctrl-C): 130, one line, no KeyboardInterrupt traceback."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
@@ -358,13 +366,31 @@ def test_sigterm_during_start_up_exits_99_to_be_requeued(tiny_pipeline, tmp_path
         [*program, *cli_args(tiny_pipeline, out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     deadline = time.time() + 30
+    # SIGTERM's handler is the last of ems.stop_signals.STOP_SIGNALS installed
     while not _catches(process.pid, signal.SIGTERM) and time.time() < deadline and process.poll() is None:
         time.sleep(0.005)
     assert "libtorch" not in Path(f"/proc/{process.pid}/maps").read_text()  # caught before the slow imports
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop_signal)
     stdout, stderr = process.communicate(timeout=300)
-    assert process.returncode == PREEMPTED_EXIT_CODE, stderr[-2000:]
+    assert process.returncode == status, stderr[-2000:]
     assert "stopping at step 0" in stdout and not (out / "model").exists()
+    assert stdout.rstrip().endswith(
+        f"exiting with status {status} " + ("to be requeued" if status == 99 else "(interrupted; rerun to resume)")
+    )
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+
+
+def test_a_second_sigint_interrupts_at_once():
+    """The first Ctrl-C is a stop request (checkpoint, exit 130); a second one is Python's KeyboardInterrupt."""
+    from ems.training.stopping import StopRequest
+
+    before = signal.getsignal(signal.SIGINT)
+    with StopRequest() as request:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert (request.signal, request.exit_code) == (signal.SIGINT, INTERRUPTED_EXIT_CODE)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) == before  # restored on close
 
 
 def test_a_skipped_checkpoint_is_a_warning_line_on_stderr(tmp_path):

@@ -5,6 +5,7 @@ per-corpus held-out draw, corpus caps and weights, and the recipe's data stage w
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -12,12 +13,13 @@ from data_prep.__main__ import main as prep_main
 from data_prep.clean import CleanSettings, HashSet, clean_corpus, load_eval_sentences, normalize
 from data_prep.ebible import RANGE, build_ebible_corpus
 from data_prep.importers import CORPUS_SOURCES
-from data_prep.mixing import CorpusMix, mix_corpora
+from data_prep.mixing import MAX_WEIGHT, CorpusMix, mix_corpora
 from data_prep.multiparallel import text_script
 from data_prep.nllb_seed import build_nllb_seed_corpus
 from data_prep.pivot import PivotPairs, add_pivot_pairs
 from data_prep.split import split_heldout
 from ems.cli import run_main
+from ems.configs import ConfigError
 from ems.corpus import CorpusError, corpus_of, list_parallel, read_parallel, write_parallel
 from ems.languages import corpus_language, flores_language, resolve_language, usual_script, writes_in
 
@@ -407,6 +409,50 @@ def test_pivot_pairs_of_the_training_split_carry_no_held_out_english_sentence(tm
         for text in p
     }
     assert pivoted == set(english) - held
+
+
+def test_a_weight_is_bounded_and_a_small_one_keeps_a_pair_of_each_language_pair_the_summary_says(tmp_path):
+    """Weights above MAX_WEIGHT are refused when the config is built (the output is weight x the corpus); a
+    weight whose share of a language pair's pairs rounds to none writes one pair there (weight 0 is refused:
+    a weight above 0 keeps the corpus); the summary gives what each weight wrote."""
+    from ems.apps.recipe_corpus import mix_summary
+
+    for weight in (1e12, 100.5, float("inf")):
+        with pytest.raises(ConfigError, match=f"weight must be a finite number from 0 to {MAX_WEIGHT}, got"):
+            CorpusMix(weight=weight)
+    assert CorpusMix(weight=MAX_WEIGHT).weight == MAX_WEIGHT
+    write_corpus(tmp_path, "bible-x", "ee", [f"Verse {i}." for i in range(100)])
+    write_corpus(tmp_path, "bible-y", "fr", [f"Verset {i}." for i in range(3000)])
+    write_corpus(tmp_path, "seed-x", "ee", [f"Seed {i}." for i in range(30)])
+    mix = {"bible": CorpusMix(weight=0.001), "seed": CorpusMix(max_pairs=20, weight=2.0), "tico": CorpusMix()}
+    report = mix_corpora(tmp_path, mix, seed=1)
+    assert report == {
+        "ee-en": {
+            "bible": {"pairs": 100, "capped": 100, "written": 1},  # 0.1 pairs, rounded up
+            "seed": {"pairs": 30, "capped": 20, "written": 40},
+        },
+        "en-fr": {"bible": {"pairs": 3000, "capped": 3000, "written": 3}},
+    }
+    counts = {f.name: len(list(read_parallel(f.path_l1, f.path_l2))) for f in list_parallel(tmp_path)}
+    assert counts == {"bible-x": 1, "bible-y": 3, "seed-x": 40}
+    assert mix_summary(mix, report) == (
+        "mix: bible (at most all pairs a language pair, weight 0.001): 3,100 -> 4 pairs in 2 language pairs "
+        "(1 of them given 1 pair, its share rounded up); seed (at most 20 pairs a language pair, weight 2): "
+        "30 -> 40 pairs in 1 language pair; tico (at most all pairs a language pair, weight 1): none of its "
+        "pairs in the training split: ee bible 100 -> 1, ee seed 30 -> 40, fr bible 3000 -> 3"
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="writes to /dev/full for a full disk")
+@pytest.mark.parametrize("pairs", [30, 3000])  # the disk full when the file is closed, or during the writes
+def test_a_full_disk_while_mixing_leaves_the_corpus_file_whole_and_no_partial(tmp_path, pairs):
+    write_corpus(tmp_path, "seed-x", "ee", [f"Seed {i}." for i in range(pairs)])
+    before = (tmp_path / "ee-en" / "seed-x.ee").read_bytes()
+    (tmp_path / "ee-en" / "seed-x.ee.partial").symlink_to("/dev/full")  # its writes fail: no space left
+    with pytest.raises(OSError, match="No space left on device"):
+        mix_corpora(tmp_path, {"seed": CorpusMix(weight=2.0)})
+    assert sorted(p.name for p in (tmp_path / "ee-en").iterdir()) == ["seed-x.ee", "seed-x.en"]
+    assert (tmp_path / "ee-en" / "seed-x.ee").read_bytes() == before
 
 
 # --- the recipe's data stage ------------------------------------------------------------------------

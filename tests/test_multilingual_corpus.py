@@ -72,6 +72,10 @@ def test_bad_data_configs_are_one_error_naming_the_key(tmp_path):
         ({"corpus_mix": {"ebible": {"max_pairs": 10}}}, "corpus_mix names 'ebible', not in corpora"),
         ({"alignment_check": ["nllb_seed"]}, "alignment_check names 'nllb_seed', not in corpora"),
         ({"corpora": ["ebible"], "corpus_mix": {"ebible": {"weight": 0}}}, "weight must be above 0"),
+        (
+            {"corpora": ["ebible"], "corpus_mix": {"ebible": {"weight": 1e12}}},
+            "weight must be a finite number from 0 to 100, got 1000000000000.0",
+        ),
         ({"heldout_draw": "first"}, "heldout_draw must be one of random, pivot, got 'first'"),
         ({"min_pairs": 0}, "min_pairs must be at least 1, got 0"),
         ({"languages": None, "gettext_packages": ["django"]}, "gettext_packages needs an explicit languages list"),

@@ -268,7 +268,7 @@ def test_last_step_is_the_schedule_end_or_stop_at_step(tmp_path):
 
 def test_cadences_follow_the_config(tmp_path, calls):
     run = fake_run(tmp_path, calls, log_every=3, save_every=4, valid_every=2, probe_every=0)
-    assert [step for step in range(1, 13) if run.checkpointer.should_save(step)] == [4, 8, 12]
+    assert [step for step in range(1, 13) if run.checkpointer.should_save(step, 12)] == [4, 8, 12]
     assert [step for step in range(1, 13) if run.validator.should_run(step, last=12)] == [2, 4, 6, 8, 10]
     assert not any(run.probe.should_run(step, last=12) for step in range(1, 13))
 

@@ -18,7 +18,7 @@ import ems
 from ems.configs import dump_config
 from ems.training.checkpoint import LATEST, saved_tags
 from ems.training.config import TrainConfig
-from ems.training.stopping import PREEMPTED_EXIT_CODE, STOP_FILE
+from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, STOP_FILE
 from ems.training.train import train
 from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
 
@@ -127,16 +127,24 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_pipeli
     assert_resumed_equals_straight(out, straight)
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGUSR1])
-def test_preemption_signal_checkpoints_exits_99_and_resumes_exactly(tiny_pipeline, tmp_path, straight, stop_signal):
+@pytest.mark.parametrize(
+    "stop_signal, status",
+    [
+        (signal.SIGTERM, PREEMPTED_EXIT_CODE),
+        (signal.SIGUSR1, PREEMPTED_EXIT_CODE),
+        (signal.SIGINT, INTERRUPTED_EXIT_CODE),
+    ],
+)
+def test_a_stop_signal_checkpoints_exits_and_resumes_exactly(tiny_pipeline, tmp_path, straight, stop_signal, status):
+    """SIGTERM/SIGUSR1 (pre-emption): 99, to be requeued; SIGINT (Ctrl-C): 130, without a traceback."""
     out = tmp_path / "run"
     process = launch(small_run(tiny_pipeline, out, RESUME, save_every=1000))
     wait_for(
         lambda: (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2, process
     )
     process.send_signal(stop_signal)
-    status, output = finish(process)
-    assert status == PREEMPTED_EXIT_CODE, output[-3000:]
+    exit_status, output = finish(process)
+    assert exit_status == status and "Traceback" not in output, output[-3000:]
     stopped_at = int((out / "checkpoints" / LATEST).read_text().removeprefix("step"))
     assert 2 <= stopped_at < STEPS and not (out / "model").exists()
     assert max(logged_losses(out)) == stopped_at

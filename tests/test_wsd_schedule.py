@@ -2,6 +2,13 @@
 factor against hand-computed values, the config checks, and a branch from a long run's kept
 branch-point checkpoint giving, to the bit, the model of a run trained to that budget from the start."""
 
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
 import yaml
@@ -9,8 +16,9 @@ import yaml
 from ems.configs import ConfigError, load_config
 from ems.losses import OBJECTIVES
 from ems.training.checkpoint import load_tensor_file
+from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer
 from ems.training.config import TrainConfig
-from ems.training.resume import CONFIG_HISTORY_FILE, BranchError
+from ems.training.resume import CONFIG_HISTORY_FILE, BranchError, ResumeConfigError, config_changes
 from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
 from ems.training.train import train
 from tests.conftest import small_run
@@ -230,3 +238,96 @@ def test_a_branch_from_a_decayed_checkpoint_is_refused(long_run, tiny_pipeline, 
         f"cannot branch from branch_from={branch_from}: its run was already decaying at step {LONG} (its schedule "
         f"ended at step {LONG}), so it is off the plateau a branch goes on from"
     )
+
+
+# --- paths compared as the files they name; a decay under way kept as it is -----------------------
+
+
+def test_a_branch_compares_the_files_its_paths_name_not_their_spelling(long_run, tiny_pipeline, tmp_path, monkeypatch):
+    """The long run stored its paths absolute; a branch from another working directory that spells them
+    relative, the vocabulary through a symbolic link, is the same run's config. Its own stored paths are
+    the real ones."""
+    (tmp_path / "vocab-link").symlink_to(tiny_pipeline / "vocab")
+    monkeypatch.chdir(tmp_path)
+    branch_from = long_run[0] / "checkpoints" / f"step{POINT}"
+    spelled = dict(data=os.path.relpath(tiny_pipeline / "shards"), vocab="vocab-link", out="branch")
+    branched = train(small_run(tiny_pipeline, "", RUN, WSD, spelled, max_steps=BUDGET, branch_from=str(branch_from)))
+    assert branched.steps == BUDGET
+    stored = json.loads((tmp_path / "branch" / "checkpoints" / f"step{BUDGET}" / RUN_CONFIG_FILE).read_text())
+    real = {key: os.path.realpath(tiny_pipeline / key) for key in ("shards", "vocab")}
+    assert (stored["config"]["data"], stored["config"]["vocab"]) == (real["shards"], real["vocab"])
+    history = yaml.safe_load((tmp_path / "branch" / CONFIG_HISTORY_FILE).read_text())
+    assert "data" not in history[0]["changed"] and "vocab" not in history[0]["changed"]
+
+
+@pytest.mark.parametrize("out, compared", [("runs/old", True), ("/elsewhere/old", False), ("other/old", False)])
+def test_relative_paths_an_older_run_stored_resolve_against_where_it_was_started(tmp_path, out, compared):
+    """An older version stored the paths as given. With a relative `out` that the run directory's path ends
+    with, the directory it was started from is known and its paths are compared as the files they name;
+    otherwise they are compared as they are (reported as changed)."""
+    started_in = tmp_path / "work"
+    tag_dir = started_in / "runs" / "old" / "checkpoints" / "step4"
+    tag_dir.mkdir(parents=True)
+    old = TrainConfig(data="data/shards", vocab="data/vocab", valid_data="../held-out", out=out)
+    (tag_dir / RUN_CONFIG_FILE).write_text(json.dumps({"config": dataclasses.asdict(old), "fixed": {}}))
+    new = TrainConfig(
+        data=str(started_in / "data" / "shards"),
+        vocab=str(started_in / "data" / "vocab"),
+        valid_data=str(tmp_path / "held-out"),
+        out=out,
+    )
+    checkpointer = SimpleNamespace(cfg=new, fixed={}, rank=0, directory=tag_dir.parent)
+    changes = config_changes(checkpointer, tag_dir)
+    assert sorted(changes) == ([] if compared else ["data", "valid_data", "vocab"])
+
+
+def copy_of(run, tmp_path):
+    """A copy of a run directory (the module's long run stays as it is)."""
+    return shutil.copytree(run, tmp_path / "run")
+
+
+def test_a_finished_wsd_run_resumed_with_a_longer_budget_is_refused_naming_its_plateau_checkpoint(
+    long_run, tiny_pipeline, tmp_path
+):
+    """Its lr decayed to 0 at step 30: a plain resume to 40 steps would put it back at the peak (a 40-step wsd
+    run decays from step 32). The branch from its plateau checkpoint is that run (see above)."""
+    out = copy_of(long_run[0], tmp_path)
+    before = sorted(p.name for p in (out / "checkpoints").iterdir())
+    with pytest.raises(ResumeConfigError) as caught:
+        train(small_run(tiny_pipeline, out, RUN, WSD, max_steps=LONGER, branch_steps=[BUDGET]))
+    assert str(caught.value) == (
+        f"{out} is a wsd run decaying since step {LONG_DECAY} (max_steps {LONG}, decay_fraction 0.2) whose "
+        f"checkpoint is at step {LONG}: a resume with max_steps {LONGER} cannot change a decay under way (a wsd run "
+        f"of that schedule holds the peak lr to step 32). For that budget, train it into a new out= with "
+        f"branch_from={out / 'checkpoints' / f'step{LONG_DECAY}'}, the run's last checkpoint on the plateau"
+    )
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+
+
+def test_a_resume_from_the_plateau_checkpoint_equals_the_uninterrupted_run_and_keeps_it(
+    long_run, tiny_pipeline, tmp_path
+):
+    """From the decay start itself (step 24, not past it) a resume of the same schedule is the long run, to the
+    bit, and with keep_checkpoints=1 its branch point and plateau checkpoints are still kept."""
+    long_out, long_result = long_run
+    out = copy_of(long_out, tmp_path)
+    shutil.rmtree(out / "checkpoints" / f"step{LONG}")
+    (out / "checkpoints" / "latest").write_text(f"step{LONG_DECAY}")
+    resumed = train(small_run(tiny_pipeline, out, RUN, WSD, max_steps=LONG, branch_steps=[BUDGET]))
+    assert trajectory(resumed.history) == trajectory(long_result.history)[LONG_DECAY:]
+    assert_same_weights(long_out, out, LONG)
+    assert sorted(p.name for p in (out / "checkpoints").glob("step*")) == [
+        f"step{POINT}",
+        f"step{LONG_DECAY}",
+        f"step{LONG}",
+    ]
+
+
+def test_the_kept_decay_start_follows_the_schedule_s_end_however_it_is_set():
+    """max_steps, max_epochs' steps or a time budget's fitted end: RunState.max_steps."""
+    for schedule_end in ({}, {"max_epochs": 3.0}, {"time_budget_minutes": 5.0}):
+        cfg = TrainConfig(lr_schedule="wsd", max_steps=1000, branch_steps=[20], **schedule_end)
+        checkpointer = Checkpointer(Path("run/checkpoints"), None, 0, None, cfg, {})
+        assert checkpointer.branch_points(50) == {16, 40}
+        assert [step for step in range(1, 51) if checkpointer.should_save(step, 50)] == [16, 40]
+    assert Checkpointer(Path("run"), None, 0, None, TrainConfig(save_every=7), {}).branch_points(50) == set()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.importers import CORPUS_SOURCES, unknown_source
-from data_prep.mixing import CorpusMix, mix_corpora
+from data_prep.mixing import CorpusMix, mix_corpora, rounded_up
 from data_prep.opus_mt_testsets import REPORT_FILE as IMPORT_REPORT_FILE
 from data_prep.opus_mt_testsets import count_lines
 from data_prep.pivot import PivotPairs, add_pivot_pairs
@@ -214,22 +214,7 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
             flush=True,
         )
     if cfg.corpus_mix:
-        mixed = mix_corpora(corpus / "train", cfg.corpus_mix, cfg.seed)
-        print(
-            "mix: "
-            + "; ".join(
-                f"{name} at most {mix.max_pairs or 'all'} pairs a language pair, weight {mix.weight}"
-                for name, mix in cfg.corpus_mix.items()
-            )
-            + ": "
-            + ", ".join(
-                f"{_non_english(pair)} {name} {counts['pairs']} -> {counts['written']}"
-                for pair, corpora in mixed.items()
-                for name, counts in corpora.items()
-                if counts["written"] != counts["pairs"]
-            ),
-            flush=True,
-        )
+        print(mix_summary(cfg.corpus_mix, mix_corpora(corpus / "train", cfg.corpus_mix, cfg.seed)), flush=True)
     if cfg.max_train_pairs is not None:
         capped = cap_pairs(corpus / "train", cfg.max_train_pairs, cfg.seed)
         print(
@@ -355,6 +340,34 @@ def non_english_totals(table: dict[str, dict]) -> dict[str, int]:
     for row in table.values():
         totals.update(row["train_non_english_by_corpus"])
     return {name: n // 2 for name, n in sorted(totals.items())}
+
+
+def mix_summary(mix: dict[str, CorpusMix], report: dict[str, dict[str, dict[str, int]]]) -> str:
+    """One line of what `mix` ({corpus: CorpusMix}) did (`report`, data_prep.mixing.mix_corpora's): each
+    corpus's cap and weight and the pairs it had and wrote, over how many language pairs (those where a
+    weight rounded up to one pair counted), then each language whose pairs of a corpus changed."""
+    totals = []
+    for name, settings in mix.items():
+        entries = [corpora[name] for corpora in report.values() if name in corpora]
+        produced = (
+            f"{sum(e['pairs'] for e in entries):,} -> {sum(e['written'] for e in entries):,} pairs in "
+            f"{len(entries)} language pair{'' if len(entries) == 1 else 's'}"
+            if entries
+            else "none of its pairs in the training split"
+        )
+        if ones := sum(rounded_up(settings, e) for e in entries):
+            produced += f" ({ones} of them given 1 pair, its share rounded up)"
+        totals.append(
+            f"{name} (at most {settings.max_pairs or 'all'} pairs a language pair, weight {settings.weight:g}): "
+            f"{produced}"
+        )
+    changed = [
+        f"{_non_english(pair)} {name} {counts['pairs']} -> {counts['written']}"
+        for pair, corpora in report.items()
+        for name, counts in corpora.items()
+        if counts["written"] != counts["pairs"]
+    ]
+    return "mix: " + "; ".join(totals) + (": " + ", ".join(changed) if changed else "")
 
 
 def _non_english(pair: str) -> str:

@@ -103,19 +103,19 @@ class Checkpointer:
     fixed: dict
     last_saved: int = 0  # the step of the newest checkpoint this run saved or resumed from
 
-    @property
-    def branch_points(self) -> set[int]:
+    def branch_points(self, max_steps: int) -> set[int]:
         """The steps whose checkpoints a wsd run keeps for branches: those of TrainConfig.branch_steps
-        and, when its end is a fixed max_steps, its own decay start (the last step on the plateau, from
-        which a longer run can go on: TrainConfig.branch_from)."""
+        and its own decay start at its schedule's end `max_steps` (RunState.max_steps: max_steps,
+        max_epochs' steps or a time budget's fitted end), the last step on the plateau, from which
+        a longer run can go on (TrainConfig.branch_from)."""
         cfg = self.cfg
-        budgets = list(cfg.branch_steps)
-        if cfg.lr_schedule == "wsd" and cfg.max_epochs is None and cfg.time_budget_minutes is None:
-            budgets.append(cfg.max_steps)
-        return {wsd_decay_start(budget, cfg.decay_fraction) for budget in budgets}
+        if cfg.lr_schedule != "wsd":
+            return set()
+        return {wsd_decay_start(budget, cfg.decay_fraction) for budget in (*cfg.branch_steps, max_steps)}
 
-    def should_save(self, step: int) -> bool:
-        return step % self.cfg.save_every == 0 or step in self.branch_points
+    def should_save(self, step: int, max_steps: int) -> bool:
+        """Whether to checkpoint at `step` of a schedule ending at `max_steps`."""
+        return step % self.cfg.save_every == 0 or step in self.branch_points(max_steps)
 
     def save(self, state: RunState) -> None:
         """Checkpoint the engine and `state` at its step (every rank; see ems.training.checkpoint)."""
@@ -170,7 +170,8 @@ class Checkpointer:
             (staging / tag / RUN_CONFIG_FILE).write_text(json.dumps(run_config, indent=1) + "\n")
         dist.barrier()
         if self.rank == 0:
-            publish(self.directory, tag, self.cfg.keep_checkpoints, keep={step_tag(s) for s in self.branch_points})
+            keep = {step_tag(point) for point in self.branch_points(state.max_steps)}
+            publish(self.directory, tag, self.cfg.keep_checkpoints, keep=keep)
 
     def stop_diverged(
         self,

@@ -6,7 +6,9 @@ In: YAML and `--set key=value` through ems.configs.load_config; out: a checked T
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +20,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 AUTOCAST_MODES = ("none", "bf16", "auto")
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 LR_SCHEDULES = ("linear", "wsd")
+# The input paths a run stores resolved (with_resolved_paths) and a resume or branch compares as the files
+# they name (ems.training.resume), however a config spelled them
+PATH_KEYS = ("data", "vocab", "valid_data")
 
 
 @dataclass
@@ -248,3 +253,11 @@ def resolve(path: str) -> Path:
     (configs/deepspeed/... from any working directory)."""
     p = Path(path)
     return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+
+
+def with_resolved_paths(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with its PATH_KEYS absolute, symbolic links resolved (os.path.realpath; unset ones as
+    they are): what a run stores in its configs (train_config.yaml, each checkpoint's run config)."""
+    return dataclasses.replace(
+        cfg, **{key: os.path.realpath(getattr(cfg, key)) for key in PATH_KEYS if getattr(cfg, key)}
+    )

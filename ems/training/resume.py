@@ -15,7 +15,10 @@ the model of a wsd run of max_steps T from the start, to the bit (same layout). 
 T's decay start T - round(decay_fraction * T) it only decays (a shorter budget of a long run); from
 an earlier one it holds the peak lr up to there first (a longer run going on from a shorter one's
 plateau). It is refused (BranchError) unless the checkpoint's step is at most T's decay start, its
-run was on its plateau there, and it was trained under this config but for BRANCH_FREE_KEYS.
+run was on its plateau there, and it was trained under this config but for BRANCH_FREE_KEYS. A plain
+resume of a wsd run past its decay start may not change that decay (refuse_changed_decay): a longer
+budget of a finished run is a branch from its last plateau checkpoint. The configs' PATH_KEYS are
+compared as the files they name (runs store them resolved: ems.training.config.with_resolved_paths).
 
 In: the run's Checkpointer (its engine, directory, config and layout) and lr schedule; out:
 the RunState to go on from, the config changes, and train_config.yaml / CONFIG_HISTORY_FILE.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -48,7 +52,7 @@ from ems.training.checkpoint import (
     zero_partitions,
 )
 from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
-from ems.training.config import TrainConfig
+from ems.training.config import PATH_KEYS, TrainConfig, with_resolved_paths
 from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
 from ems.training.schedule import Schedule, WSDSchedule, effective_schedule, wsd_decay_start
 
@@ -178,23 +182,45 @@ def load_checkpoint(checkpointer: Checkpointer, tag: str, directory: Path | None
     return load_path and f"{directory / tag} (through its universal copy)", client_state
 
 
+def _working_directory(run_dir: Path, out: str | None) -> Path | None:
+    """The directory a run stored in `run_dir` was started from, when its recorded `out` is a relative
+    path that run_dir's real path ends with; None when that cannot be told."""
+    recorded = Path(os.path.normpath(out)).parts if out and not Path(out).is_absolute() else ()
+    real = Path(os.path.realpath(run_dir)).parts
+    if not recorded or ".." in recorded or len(real) <= len(recorded) or real[-len(recorded) :] != recorded:
+        return None
+    return Path(*real[: -len(recorded)])
+
+
+def _resolved(path: str, started_in: Path | None) -> str:
+    """A stored PATH_KEYS value as the real path it named: an absolute one resolved; a relative one (stored
+    by an older version) against the directory its run was started from, as it is when that is unknown."""
+    if Path(path).is_absolute():
+        return os.path.realpath(path)
+    return os.path.realpath(started_in / path) if started_in is not None else path
+
+
 def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] | None:
     """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
     RUN_CONFIG_FILE, with Checkpointer.fixed) and this run's; None when it has no RUN_CONFIG_FILE.
-    A key the checkpoint's version did not have is not compared; an older version's
-    model_overrides.global_negatives is compared as the global_negatives it was in effect."""
+    A key the checkpoint's version did not have is not compared; the PATH_KEYS compare the real paths
+    they name (_resolved); an older version's model_overrides.global_negatives is compared as the
+    global_negatives it was in effect."""
     path = tag_dir / RUN_CONFIG_FILE
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
-    saved = {**stored["config"], **stored["fixed"]}
+    config = stored["config"]
+    started_in = _working_directory(tag_dir.parent.parent, config.get("out"))
+    config.update({key: _resolved(config[key], started_in) for key in PATH_KEYS if config.get(key)})
+    saved = {**config, **stored["fixed"]}  # (fixed's "data", the shards' fingerprint, stands for their path)
     overrides = saved.get("model_overrides") or {}
     if "global_negatives" in overrides:  # older versions' model_overrides key, which won over the TrainConfig key
         saved["global_negatives"] = overrides["global_negatives"]
         saved["model_overrides"] = {key: value for key, value in overrides.items() if key != "global_negatives"}
     if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
         saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
-    current = _as_json({**dataclasses.asdict(checkpointer.cfg), **checkpointer.fixed})
+    current = _as_json({**dataclasses.asdict(with_resolved_paths(checkpointer.cfg)), **checkpointer.fixed})
     return {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
 
 
@@ -223,11 +249,47 @@ def apply_schedule_on_resume(
 ) -> dict:
     """The schedule, lr and weight decay of this run's config from the resume step on
     (apply_schedule); a schedule fitted to a time budget is kept unless its end's settings
-    changed. Returns the RunState fields {"max_steps", "budget_fitted"}."""
+    changed; a wsd decay under way may not change (refuse_changed_decay). Returns the RunState
+    fields {"max_steps", "budget_fitted"}."""
     budget_fitted = bool(client_state.get("budget_fitted")) and not changes.keys() & set(SCHEDULE_END_KEYS)
     max_steps = client_state["max_steps"] if budget_fitted else max_steps
+    refuse_changed_decay(checkpointer, client_state, changes, max_steps)
     apply_schedule(checkpointer, schedule, max_steps)
     return {"max_steps": max_steps, "budget_fitted": budget_fitted}
+
+
+def refuse_changed_decay(
+    checkpointer: Checkpointer, client_state: dict, changes: dict[str, list], max_steps: int
+) -> None:
+    """ResumeConfigError for a wsd run resumed past its decay start (client_state's step and max_steps, the
+    decay_fraction before `changes`) with another max_steps or decay_fraction: its lr would leave the
+    decay it is on (back up to the peak, for a finished run given a longer budget), which no wsd run of
+    the new schedule has. The message names the run's last plateau checkpoint that a branch
+    (TrainConfig.branch_from) to the new budget can start from."""
+    cfg = checkpointer.cfg
+    if cfg.lr_schedule != "wsd" or "lr_schedule" in changes:
+        return
+    step, old_end = client_state["step"], client_state["max_steps"]
+    old_fraction = changes["decay_fraction"][0] if "decay_fraction" in changes else cfg.decay_fraction
+    decay_start = wsd_decay_start(old_end, old_fraction)
+    if step <= decay_start or (old_end, old_fraction) == (max_steps, cfg.decay_fraction):
+        return
+    new_start = wsd_decay_start(max_steps, cfg.decay_fraction)
+    last = min(decay_start, new_start)  # a branch goes on from a plateau checkpoint at or before its decay start
+    plateau = [tag for tag in saved_tags(checkpointer.directory) if int(TAG_PATTERN.fullmatch(tag).group(1)) <= last]
+    branch = (
+        f"train it into a new out= with branch_from={checkpointer.directory / plateau[-1]}, the run's last "
+        "checkpoint on the plateau"
+        if plateau
+        else f"no checkpoint of the run at or before step {last} is left to branch from"
+    )
+    fraction = f", decay_fraction {cfg.decay_fraction:g}" if cfg.decay_fraction != old_fraction else ""
+    raise ResumeConfigError(
+        f"{checkpointer.directory.parent} is a wsd run decaying since step {decay_start} (max_steps {old_end}, "
+        f"decay_fraction {old_fraction:g}) whose checkpoint is at step {step}: a resume with max_steps {max_steps}"
+        f"{fraction} cannot change a decay under way (a wsd run of that schedule holds the peak lr to step "
+        f"{new_start}). For that budget, {branch}"
+    )
 
 
 def apply_schedule(checkpointer: Checkpointer, schedule: Schedule, max_steps: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,20 +113,29 @@ def check_inputs(cfg: TrainConfig) -> None:
 
 
 @contextlib.contextmanager
-def run_directory_lock(out: Path):
-    """Rank 0 holds out/.lock (ems.locks) for the block, before any rank writes into `out`; a run
-    directory another live trainer holds is refused on every rank with one line naming the holder."""
+def run_directory_lock(out: Path, start_distributed: Callable[[], None]):
+    """Rank 0 holds out/.lock (ems.locks) for the block, then `start_distributed` (init_distributed)
+    starts torch.distributed. The lock comes first: a process group starts native threads (gloo's, its
+    store's), and a process that raises with them alive can abort at exit ("terminate called without an
+    active exception", status -6) instead of exiting 2. A run directory another live trainer holds is
+    refused with one line naming the holder: a world of one refuses before anything has started; the
+    ranks of a launched world learn of rank 0's refusal over the process group, destroyed before they raise."""
     import torch.distributed as dist
 
+    rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     with contextlib.ExitStack() as held:
         refusal = [None]
-        if dist.get_rank() == 0:
+        if rank == 0:
             try:
                 held.enter_context(exclusive(out, "training run"))
             except DirectoryInUse as error:
+                if world_size == 1:
+                    raise
                 refusal = [str(error)]
+        start_distributed()
         dist.broadcast_object_list(refusal, src=0)
         if refusal[0] is not None:
+            dist.destroy_process_group()
             raise DirectoryInUse(refusal[0])
         yield
 

@@ -1,6 +1,6 @@
 """When an invocation of the trainer stops: at the schedule's end (max_steps, or max_epochs passes
 over the data), at stop_at_step, after max_minutes, or on a pre-emption request, a SIGUSR1/SIGTERM
-(SLURM's warning) on any rank or a STOP file in the run directory.
+(SLURM's warning) or a SIGINT (Ctrl-C) on any rank or a STOP file in the run directory.
 
 In: a TrainConfig, the run directory, the signals held since start-up (ems.stop_signals); out:
 the invocation's last step and, before each step, whether to stop (the same on every rank).
@@ -17,25 +17,35 @@ from pathlib import Path
 
 import torch
 
-from ems.stop_signals import STOP_SIGNALS, held_signals
+from ems.stop_signals import STOP_SIGNALS, held_signals, interrupt_again
 from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
 from ems.training.runtime import any_rank
 
 PREEMPTED_EXIT_CODE = 99  # slurm/train.sh turns it into `scontrol requeue`
+INTERRUPTED_EXIT_CODE = 130  # stopped by a SIGINT (Ctrl-C): a shell's status for it; not requeued
 STOP_FILE = "STOP"  # in `out`: stop at the next step boundary, checkpoint, exit PREEMPTED_EXIT_CODE
 
 
 class StopRequest:
-    """Set by SIGUSR1/SIGTERM (the handler only sets a flag; a signal held since start-up counts
-    too); restored handlers on close."""
+    """Set by SIGUSR1/SIGTERM/SIGINT (the handler only records the signal; one held since start-up
+    counts too; a second SIGINT raises KeyboardInterrupt); restored handlers on close. `signal`: the
+    last one received; `exit_code`: an invocation's status when it stops on the request."""
 
     def __init__(self) -> None:
+        self.received: list[int] = list(held_signals)
         self.signal: int | None = held_signals[-1] if held_signals else None
         self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
 
     def _handle(self, signum, frame) -> None:
+        interrupt_again(signum, self.received)
+        self.received.append(signum)
         self.signal = signum
+
+    @property
+    def exit_code(self) -> int:
+        """INTERRUPTED_EXIT_CODE after a SIGINT (not to be requeued), else PREEMPTED_EXIT_CODE."""
+        return INTERRUPTED_EXIT_CODE if signal.SIGINT in self.received else PREEMPTED_EXIT_CODE
 
     def close(self) -> None:
         for sig, handler in self._previous.items():
@@ -51,7 +61,8 @@ class StopRequest:
 class Stop(enum.Enum):
     """Why an invocation stopped before its last step."""
 
-    PREEMPTED = "pre-empted"  # a stop signal or the STOP file: checkpoint and exit PREEMPTED_EXIT_CODE
+    # a stop signal or the STOP file: checkpoint and exit PREEMPTED_EXIT_CODE (INTERRUPTED_EXIT_CODE on a SIGINT)
+    PREEMPTED = "pre-empted"
     OUT_OF_TIME = "out of time"  # max_minutes: validate, checkpoint, export and exit 0
 
 
@@ -101,4 +112,6 @@ class Stopping:
         requeued run trains on) and the exit announced (rank 0)."""
         if self.rank == 0:
             (self.out / STOP_FILE).unlink(missing_ok=True)
-            print(f"checkpointed step {step}; exiting with status {PREEMPTED_EXIT_CODE} to be requeued", flush=True)
+            code = self.request.exit_code
+            then = "to be requeued" if code == PREEMPTED_EXIT_CODE else "(interrupted; rerun to resume)"
+            print(f"checkpointed step {step}; exiting with status {code} {then}", flush=True)

@@ -22,8 +22,10 @@ Reads `data_prep binarize` shards; writes, under `out`:
 Stopping: SIGUSR1 or SIGTERM (SLURM's pre-emption warning) on any rank, or a file named STOP in
 `out`, makes every rank finish the current step, save a checkpoint and exit with status
 PREEMPTED_EXIT_CODE (99; slurm/train.sh requeues the job on it). The STOP file is removed once
-honoured, so the requeued run trains on. The signals are caught from the module's first line, so
-one that arrives during start-up also ends in 99.
+honoured, so the requeued run trains on. SIGINT (Ctrl-C) stops the same way but exits with
+INTERRUPTED_EXIT_CODE (130, not requeued); a second SIGINT raises KeyboardInterrupt at once. The
+signals are caught from the module's first line, so one that arrives during start-up also ends in a
+checkpoint-and-exit.
 
 Objectives: EMS's XTR and contrastive losses and multilingual knowledge distillation (Reimers &
 Gurevych 2020), weighted by model_overrides.{xtr,contrastive,distill}_weight. Distillation reads
@@ -83,12 +85,12 @@ from ems.configs import load_config
 from ems.encoder import export_encoder
 from ems.run_metadata import RUN_METADATA_FILE
 from ems.training.batches import real_and_padded_tokens, to_device
-from ems.training.config import TrainConfig
+from ems.training.config import TrainConfig, with_resolved_paths
 from ems.training.metrics import LOSSES, StepValues, show_losses
 from ems.training.model_card import model_facts, write_model_card
 from ems.training.runtime import any_rank, init_distributed, world_of_one_unless_launched
 from ems.training.setup import Run, check_inputs, run_directory_lock, setup
-from ems.training.stopping import PREEMPTED_EXIT_CODE, Stop, StopRequest
+from ems.training.stopping import Stop, StopRequest
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class TrainResult:
         (probe_*), those of the model at step 0 (a fresh run) and at the end (unless pre-empted) included.
     model_dir: the exported model (`ems.load(model_dir)`); None when pre-empted.
     preempted: whether a stop signal or the STOP file ended it (checkpointed, no export: rerun to resume).
+    exit_code: the command line's status: 0, or when pre-empted PREEMPTED_EXIT_CODE (INTERRUPTED_EXIT_CODE
+        after a SIGINT).
     """
 
     steps: int
@@ -109,6 +113,7 @@ class TrainResult:
     history: list[dict]
     model_dir: str | None
     preempted: bool
+    exit_code: int = 0
 
 
 def _module_grad_norm(module: torch.nn.Module) -> torch.Tensor | None:
@@ -201,7 +206,9 @@ def finish(run: Run, history: list[dict], preempted: bool) -> TrainResult:
         if state.step != run.checkpointer.last_saved:
             run.checkpointer.save(state)
         run.stopping.honoured(state.step)
-        return TrainResult(state.step, state.max_steps, history, model_dir=None, preempted=True)
+        return TrainResult(
+            state.step, state.max_steps, history, None, preempted=True, exit_code=run.stopping.request.exit_code
+        )
     history += evaluate(run, state.step)
     if state.step != run.checkpointer.last_saved:
         run.checkpointer.save(state)
@@ -250,7 +257,10 @@ def train_loop(run: Run) -> TrainResult:
                 state.max_steps = run.schedule.max_steps = bar.total = fitted
                 state.budget_fitted = True
             last = run.stopping.last_step(state.max_steps)
-            log, save = run.metrics.should_log(state.step, last), run.checkpointer.should_save(state.step)
+            log, save = (
+                run.metrics.should_log(state.step, last),
+                run.checkpointer.should_save(state.step, state.max_steps),
+            )
             evaluations = [e for e in (run.validator, run.probe) if e.should_run(state.step, last)]
             if log or save or evaluations or state.step >= last:
                 read(unread)
@@ -272,9 +282,9 @@ def train(cfg: TrainConfig) -> TrainResult:
     """Run (or resume) training to the schedule's end or a stop; see TrainResult. The stop signals are caught
     from the start, set-up included."""
     check_inputs(cfg)
+    cfg = with_resolved_paths(cfg)  # stored so: a resume or branch compares the files, not their spelling
     with world_of_one_unless_launched(), StopRequest() as stop_request:
-        init_distributed()
-        with run_directory_lock(Path(cfg.out)):
+        with run_directory_lock(Path(cfg.out), init_distributed):  # the lock before torch.distributed starts
             run = setup(cfg, stop_request)
             try:
                 return train_loop(run)
@@ -283,8 +293,9 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 
 def main(argv: list[str]) -> int:
-    """The command line: 0 trained, PREEMPTED_EXIT_CODE stopped to be requeued (user errors:
-    ems.cli.run_main's one line and status 2; DIVERGED_EXIT_CODE for a non-finite loss)."""
+    """The command line: 0 trained, PREEMPTED_EXIT_CODE stopped to be requeued, INTERRUPTED_EXIT_CODE
+    stopped by a SIGINT (user errors: ems.cli.run_main's one line and status 2; DIVERGED_EXIT_CODE for a
+    non-finite loss)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML file of TrainConfig keys")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config keys")
@@ -299,7 +310,7 @@ def main(argv: list[str]) -> int:
             parser.error(f"{key} is not set (in the config or with --set {key}=PATH)")
     result = train(cfg)
     if result.preempted:
-        return PREEMPTED_EXIT_CODE
+        return result.exit_code
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"trained {result.steps} steps; model: {result.model_dir}")
     return 0
