@@ -17,7 +17,9 @@ directory says about it.
 `write_text` and `write_json` write one file whole or not at all (a reader never sees half of it),
 and `update_json` is the read-modify-write of a JSON report that writers running side by side merge
 their entries into. `file_fingerprint` and `same_file` record a file's content and check it later (a
-stage's record of the inputs it read and the outputs it wrote).
+stage's record of the inputs it read and the outputs it wrote); `file_record` and `read_manifest_files`
+are the entries of a manifest.json ({"files": {path: {"bytes", "sha256"}}}: a checkpoint's, a model
+directory's).
 
 A write the file system refuses (full, over quota, read-only, failing: WRITE_ERRNOS, or the same
 from safetensors or torch's serializer) inside `writing`, `staged_directory`, `write_text` or
@@ -238,6 +240,31 @@ def update_json(path: str | Path, update: Callable[[dict], None]) -> dict:
         update(value)
         write_json(path, value)
     return value
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of the file's bytes."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def file_record(path: Path) -> dict:
+    """{"bytes", "sha256"} of a file: its entry in a manifest (`read_manifest_files`)."""
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def read_manifest_files(manifest_path: Path) -> dict[str, dict]:
+    """{relative path: {"bytes": int, "sha256": str}}: the `files` of a manifest.json (a checkpoint's,
+    a model directory's); ValueError if it is not that (not UTF-8, not JSON, another shape)."""
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    entries_ok = isinstance(files, dict) and all(
+        isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+        for entry in files.values()
+    )
+    if not entries_ok:
+        raise ValueError('expected {"files": {path: {"bytes": int, "sha256": str}}}')
+    return files
 
 
 def file_fingerprint(path: Path, digest: str | None = None) -> dict:

@@ -13,7 +13,9 @@ the class) and each key.
 
 A `--set` value is read as the type of the field it names: verbatim for a string field (`out=123`,
 `duplicate_negatives=no`; YAML-quoted, `out="a b"`, it is unquoted), as a YAML scalar otherwise
-(`lr=3e-4`, `max_minutes=null`, `seeds=[0, 1]`).
+(`lr=3e-4`, `max_minutes=null`, `seeds=[0, 1]`); for a field that is a string or another scalar
+(`compile: bool | str`), as YAML reads it when that is one of the others (`compile=false`), else
+verbatim. A `--set` key that names no field is a problem naming the item and the closest key.
 In a YAML file, YAML's own types count: a number or a boolean for a string field is an error
 (`release: 1.10` would read as 1.1), a string for a number field is read as one (YAML 1.1 reads
 `3e-4` as a string). A key with nothing after it is an empty section, list or mapping.
@@ -27,6 +29,7 @@ key and both lines. A merge key (`<<: *defaults`) still fills in the keys a mapp
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
@@ -92,9 +95,11 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_yaml(path: str | Path) -> Any:
     """The value in the YAML file `path` (yaml_value: a key twice in one mapping is refused);
-    FileNotFoundError, or ConfigError naming the file and what is wrong: not UTF-8, a syntax error
-    (its line and column), a duplicate key (the key and both lines)."""
+    FileNotFoundError (IsADirectoryError for a directory), or ConfigError naming the file and what is
+    wrong: not UTF-8, a syntax error (its line and column), a duplicate key (the key and both lines)."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"config file {path} is a directory: give the YAML file itself")
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
     try:
@@ -263,22 +268,23 @@ def out_of_range(name: str, value: Any, low: float | None = None, high: float | 
 
 def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> dict:
     """["max_steps=100", "model_overrides.d_model=64"] -> {"max_steps": 100, "model_overrides": {"d_model": 64}},
-    each value read as the type of the field its key names."""
+    each value read as the type of the field its key names (_override_value). An item whose key names no
+    field is a problem naming the item (and the closest field), left out of the result."""
     result: dict = {}
     for item in items:
         key, sep, text = item.partition("=")
         path = key.split(".")
+        shown = item if len(item) <= 200 else f"{item[:100]}...{item[-20:]}"  # a huge value: its ends
         if not sep or not all(path):
             problems.append(f"--set {item!r} is not of the form key=value (nested keys: section.key=value)")
             continue
-        hint, _ = _unwrap(_hint_at(cls, path))
+        hint, unknown = _hint_at(cls, path)
+        if unknown is not None:
+            problems.append(f"--set {shown!r}: {unknown}")
+            continue
         try:
-            if str not in _options(hint) or text[:1] in ("'", '"'):  # a quoted string: YAML unquotes it
-                value = yaml_value(text)
-            else:  # verbatim: YAML would read `no` as false, `1.10` as 1.1
-                value = None if _NONE in _options(hint) and text in _YAML_NULLS else text
+            value = _override_value(text, _options(_unwrap(hint)[0]))
         except yaml.YAMLError as error:
-            shown = item if len(item) <= 200 else f"{item[:100]}...{item[-20:]}"  # a huge value: its ends
             problems.append(f"--set {shown!r}: not a YAML value: {_yaml_problem(error)}")
             continue
         node = result
@@ -290,19 +296,58 @@ def _parse_overrides(cls: type, items: Sequence[str], problems: list[str]) -> di
     return result
 
 
-def _hint_at(hint: Any, path: list[str]) -> Any:
-    """The type of the value at `path` (keys) inside a value of type `hint`; Any where unknown."""
-    for part in path:
+def _override_value(text: str, options: tuple) -> Any:
+    """A `--set` value `text` for a field of the union `options`: a YAML value, except for a field that
+    may be a string, where it is verbatim (YAML would read `no` as false, `1.10` as 1.1; a quoted string
+    is unquoted, an empty or null text is None where the field allows it) unless YAML reads it as one of
+    the field's other scalar types (`compile=false` for a true/false/"auto" field)."""
+    if str not in options or text[:1] in ("'", '"'):
+        return yaml_value(text)
+    if _NONE in options and text in _YAML_NULLS:
+        return None
+    others = [option for option in options if option in (bool, int, float)]
+    if others:
+        try:
+            value = yaml_value(text)
+        except yaml.YAMLError:
+            return text
+        if type(value) in others or (type(value) is int and float in others):
+            return value
+    return text
+
+
+def _hint_at(hint: Any, path: list[str]) -> tuple[Any, str | None]:
+    """(the type of the value at `path` (keys) inside a value of type `hint`, Any where untyped; None),
+    or (Any, the problem) when a key names no field of a dataclass or FieldsOf section on the way:
+    "[SECTION: ]unknown key(s) ['KEY']; did you mean 'NAME'?" (else the known keys)."""
+    for depth, part in enumerate(path):
         hint, fields_of = _unwrap(hint)
         if fields_of is not None:
             hint = fields_of.cls
         if dataclasses.is_dataclass(hint):
-            hint = _hints(hint).get(part, Any)
+            known = _known(hint, fields_of)
+            if part not in known:
+                excluded = fields_of is not None and part in fields_of.exclude  # the known keys say why
+                close = [] if excluded else difflib.get_close_matches(part, known, n=1)
+                known_keys = f"known{_known_of(hint, fields_of)}: {sorted(known)}"
+                advice = f"did you mean {close[0]!r}?" if close else known_keys
+                return Any, _at(".".join(path[:depth]), f"unknown key(s) [{part!r}]; {advice}")
+            hint = _hints(hint)[part]
         elif typing.get_origin(hint) is dict and len(typing.get_args(hint)) == 2:
             hint = typing.get_args(hint)[1]
         else:
-            return Any
-    return hint
+            return Any, None
+    return hint, None
+
+
+def _known(cls: type, fields_of: FieldsOf | None) -> list[str]:
+    """The keys a section of dataclass `cls` takes (with `fields_of`: not its excluded ones)."""
+    return [f.name for f in dataclasses.fields(cls) if f.init and not (fields_of and f.name in fields_of.exclude)]
+
+
+def _known_of(cls: type, fields_of: FieldsOf | None) -> str:
+    """What the known keys of a FieldsOf section are, for the unknown-key problem ("" for a dataclass)."""
+    return f" ({cls.__name__} fields{''.join(f', not {name}' for name in fields_of.exclude)})" if fields_of else ""
 
 
 # --- checking and converting values --------------------------------------------------------------
@@ -370,11 +415,11 @@ def _section(value: Any, cls: type, section: str, problems: list[str], fields_of
         return None
     found = len(problems)
     hints = _hints(cls)
-    known = [f.name for f in dataclasses.fields(cls) if f.init and not (fields_of and f.name in fields_of.exclude)]
+    known = _known(cls, fields_of)
     unknown = [key for key in value if key not in known]
     if unknown:
-        of = f" ({cls.__name__} fields{''.join(f', not {name}' for name in fields_of.exclude)})" if fields_of else ""
-        problems.append(_at(section, f"unknown key(s) {sorted(map(str, unknown))}; known{of}: {sorted(known)}"))
+        known_keys = f"known{_known_of(cls, fields_of)}: {sorted(known)}"
+        problems.append(_at(section, f"unknown key(s) {sorted(map(str, unknown))}; {known_keys}"))
     if fields_of is None:
         missing = [
             f.name

@@ -1,8 +1,9 @@
 """Inference: a saved model directory -> `encode(sentences, lang)` -> float32 (n, d) numpy array.
 
 A model directory holds `model.safetensors` (encoder weights only; the training heads are
-not exported), `config.json` (EMSConfig) and the tokenizer files (`spm.model`,
-`ems_tokenizer.json`), and optionally `head/`: a meaning/language head trained on top of the
+not exported), `config.json` (EMSConfig), the tokenizer files (`spm.model`,
+`ems_tokenizer.json`) and `manifest.json` (the size and sha256 of those four, checked when the model
+loads), and optionally `head/`: a meaning/language head trained on top of the
 frozen encoder (`python -m eval.train_head`), which `encode(..., view="meaning"|"language")` applies.
 
 `encode` checks its input: `lang` must name one of the model's languages (aliases resolve through
@@ -36,18 +37,22 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ems.corpus import inside_folder
+from ems.artifacts import file_record, read_manifest_files, sha256_file, write_json
+from ems.corpus import inside_folder, resolve_inside
 from ems.heads import VIEWS, load_head
 from ems.languages import resolve_language
 from ems.model import EncoderNetwork, check_tensor_shapes, encoder_shapes, load_weights, weight_shapes
 from ems.model_config import EMSConfig
 from ems.precision import autocast_dtype, precision_name
-from ems.text import UNKNOWN_LANGUAGE, Tokenizer, checked_sentences
+from ems.text import SPM_FILE, TOKENIZER_FILE, UNKNOWN_LANGUAGE, Tokenizer, checked_sentences
 from ems.tokenizer_pool import MIN_POOL_PART, TokenizerPool
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 HEAD_DIR = "head"
+# {"files": {name: {"bytes", "sha256"}}} of the files that make the model (MODEL_FILES), written with them
+MANIFEST_FILE = "manifest.json"
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, SPM_FILE, TOKENIZER_FILE)
 # Padded tokens (rows x longest) per forward pass, by device type. CPU: small batches stay in cache;
 # GPUs: big batches keep the device busy (measured: docs/results/throughput.md).
 CPU_BATCH_TOKENS = 2048
@@ -87,7 +92,47 @@ def export_encoder(encoder: EncoderNetwork, tokenizer: Tokenizer, out_dir: str |
     save_file(state, str(out_dir / WEIGHTS_FILE))
     (out_dir / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(encoder.cfg), indent=2) + "\n")
     tokenizer.save(out_dir)
+    write_model_manifest(out_dir)
     return out_dir
+
+
+def write_model_manifest(directory: Path) -> None:
+    """MANIFEST_FILE of a model directory: the size and sha256 of each of its MODEL_FILES (written
+    before it), which `check_model_manifest` checks when the model is loaded."""
+    write_json(directory / MANIFEST_FILE, {"files": {name: file_record(directory / name) for name in MODEL_FILES}})
+
+
+def check_model_manifest(directory: Path) -> None:
+    """ValueError (one line naming the file) when a file that the model directory's MANIFEST_FILE
+    records is missing or no longer the file it records (an edit of config.json that the weights
+    cannot show, such as n_heads or norm_placement, a damaged copy); a directory without a manifest
+    (written before there were manifests) is not checked. Each file is read once. Like a checkpoint's,
+    the manifest finds accidents, not tampering: anyone can write it again."""
+    manifest = directory / MANIFEST_FILE
+    if not manifest.is_file():
+        return
+    home = f"the model directory {directory}"
+    inside_folder(directory, manifest, home)
+    try:
+        recorded = read_manifest_files(manifest)
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep, another shape
+        reason = " ".join(str(error).split())
+        raise ValueError(f"{manifest} is not a model manifest ({reason}): export the model again") from None
+    for name, entry in recorded.items():
+        path = resolve_inside(directory, name, manifest, home)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing, though {manifest} records it as part of the model")
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            differs = f"{size} bytes, not {entry['bytes']}"
+        elif sha256_file(path) != entry["sha256"]:
+            differs = "its sha256"
+        else:
+            continue
+        raise ValueError(
+            f"{path} is not the file the model was saved with ({differs}, as {manifest} records): it was "
+            f"edited or damaged since; put the saved file back, or export the model again"
+        )
 
 
 class EMSEncoder:
@@ -285,8 +330,9 @@ def check_model_directory(path: str | Path) -> tuple[EMSConfig, Tokenizer]:
     """The config and tokenizer of the model directory `path`, everything in it checked before any
     weight is loaded: the directory and its files exist, config.json is an EMSConfig, the tokenizer
     passes Tokenizer's checks (ems.text.check_vocabulary), its piece and language counts are the
-    config's (EMSConfig.check_vocabulary), and model.safetensors holds exactly the tensors of the
-    config's encoder, shape for shape (ems.model.check_tensor_shapes, from the file's header).
+    config's (EMSConfig.check_vocabulary), model.safetensors holds exactly the tensors of the
+    config's encoder, shape for shape (ems.model.check_tensor_shapes, from the file's header), and
+    every file is the one the directory's manifest records (check_model_manifest).
     FileNotFoundError or ValueError, one line naming the file and what is wrong."""
     path = Path(path)
     if not path.exists():
@@ -303,6 +349,7 @@ def check_model_directory(path: str | Path) -> tuple[EMSConfig, Tokenizer]:
     check_tensor_shapes(
         encoder_shapes(cfg), weight_shapes(path / WEIGHTS_FILE), str(path / WEIGHTS_FILE), _model_of(path)
     )
+    check_model_manifest(path)
     return cfg, tokenizer
 
 

@@ -113,11 +113,19 @@ def attention_path(setting: str, device: torch.device, dtype: torch.dtype) -> st
     """The attention computation of EMSConfig.attention `setting` for packed states on `device` in `dtype`:
     "varlen" (one variable-length flash attention call over the packed tokens), "matmul"
     (`attention_with_dropout` over padded rows) or "sdpa" (F.scaled_dot_product_attention over padded rows).
-    "auto": varlen on CUDA in bf16/fp16 where torch has it; on CPU with gradients matmul; else sdpa."""
+    "auto": varlen on CUDA in bf16/fp16 where torch has it; on CPU with gradients matmul; else sdpa.
+    "varlen" off CUDA or without torch's varlen module is a ValueError of one line (torch's own error
+    is a long traceback from inside the kernel)."""
     if setting == "auto":
         if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and varlen_attention_available():
             return "varlen"
         return "matmul" if device.type == "cpu" and torch.is_grad_enabled() else "sdpa"
+    if setting == "varlen" and (device.type != "cuda" or not varlen_attention_available()):
+        where = f"on {device.type}" if device.type != "cuda" else f"with torch {torch.__version__}, which lacks it"
+        raise ValueError(
+            f"attention varlen runs only on CUDA with torch.nn.attention.varlen (torch >= 2.10), not {where}: "
+            "use attention auto (varlen where it runs), sdpa or matmul"
+        )
     return setting
 
 

@@ -37,12 +37,13 @@ import numpy as np
 
 from ems.corpus import inside_folder
 from ems.languages import resolve_language
-from ems.mapped import release_mapped_pages
+from ems.mapped import release_mapped_pages, shrunk_size
 
 INDEX_FILE = "index.json"
 SHARD_ARRAYS = ("tokens.npy", "offsets.npy", "lengths.npy", "langs.npy", "content_ids.npy")
 SHARD_FORMAT = 2  # 2: narrow token dtype and lengths.npy; 1 (no "format" in index.json): int32 tokens
 CHECK_ROWS = 1 << 22  # langs.npy rows compared at a time when opening shards (16 MiB of int16 pairs)
+CHECK_TOKENS = 1 << 24  # token ids compared at a time by PairShards.check_token_ids (32 MiB of uint16)
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -98,6 +99,40 @@ class PairShards:
                 f"binarize again with {vocab} or train with the vocabulary that made them"
             )
 
+    def check_token_ids(self, vocab_size: int, vocab: str | Path) -> None:
+        """ValueError unless every id in tokens.npy is a piece of a `vocab_size`-piece vocabulary (the
+        one in `vocab`): one line naming the file, the first bad id, its position and its pair. One
+        vectorised pass over the memory-mapped ids, CHECK_TOKENS at a time, its pages released."""
+        tokens, where = self.tokens, self.directory / "tokens.npy"
+        try:
+            for start in range(0, tokens.size, CHECK_TOKENS):
+                chunk = tokens[start : start + CHECK_TOKENS]
+                bad = chunk >= vocab_size if tokens.dtype.kind == "u" else (chunk < 0) | (chunk >= vocab_size)
+                if bad.any():
+                    position = start + int(np.argmax(bad))
+                    sentence = int(np.searchsorted(self.offsets, position, side="right")) - 1
+                    raise ValueError(
+                        f"{where}: token id {int(tokens[position])} at position {position} (pair {sentence // 2}, "
+                        f"side {sentence % 2 + 1}) is not a piece of the {vocab_size}-piece vocabulary in "
+                        f"{vocab}: the file is damaged; binarize again"
+                    )
+        finally:
+            release_mapped_pages(tokens)
+
+    def check_whole(self) -> None:
+        """ValueError naming the file when one of the mapped arrays is now shorter than when the
+        shards were opened (truncated or overwritten under a running reader), before a read past its
+        new end kills the process with SIGBUS. One fstat per array: called before each batch is read."""
+        for name, array in self.arrays().items():
+            size = shrunk_size(array)
+            if size is not None:
+                raise ValueError(
+                    f"{self.directory / name} is now {size} bytes, shorter than the {array.offset + array.nbytes} "
+                    f"it held when it was opened: the shards changed while they were read (truncated, binarized "
+                    f"again or copied over); give the run whole shards and start it again (it resumes from its "
+                    f"last checkpoint)"
+                )
+
     def sentence(self, k: int) -> np.ndarray:
         return self.tokens[self.offsets[k] : self.offsets[k + 1]]
 
@@ -118,8 +153,12 @@ class PairShards:
         """Drop the pages reading the memory-mapped arrays brought into this process (they stay in
         the OS page cache, shared by the ranks of a node): random reads over a 143M-pair corpus
         would otherwise grow each rank's resident set to the size of the files."""
-        for array in (self.tokens, self.offsets, self.langs, self.content_ids, self.lengths):
+        for array in self.arrays().values():
             release_mapped_pages(array)
+
+    def arrays(self) -> dict[str, np.ndarray | None]:
+        """{file name: its memory-mapped array} of SHARD_ARRAYS (None: a file these shards lack)."""
+        return dict(zip(SHARD_ARRAYS, (self.tokens, self.offsets, self.lengths, self.langs, self.content_ids)))
 
     def pair_lengths(self) -> np.ndarray:
         """(n_pairs,) the longer side's token count of each pair."""
@@ -233,6 +272,8 @@ def check_index(directory: Path, shards: PairShards) -> None:
     for field in ("languages", "files"):
         if field not in index:
             raise ValueError(f"{where} has no {field!r}: it was not written by data_prep binarize")
+    if not isinstance(index["files"], list):
+        raise ValueError(f"{where}: files must be a list of file entries, got {index['files']!r:.200}")
     if "n_pairs" in index and index["n_pairs"] != n_pairs:
         raise wrong("n_pairs", index["n_pairs"], n_pairs)
     if "n_tokens" in index and index["n_tokens"] != shards.tokens.size:

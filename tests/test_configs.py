@@ -65,7 +65,11 @@ def test_numbers_yaml_reads_as_strings_get_the_field_type(tmp_path):
         ("export_init=3", "TrainConfig: export_init must be true or false, got 3"),
         ("lr=null", "TrainConfig: lr must be a number, got null"),
         ("max_minutes=soon", "TrainConfig: max_minutes must be a number or null, got 'soon'"),
-        ("learning_rate=1", "TrainConfig: unknown key(s) ['learning_rate']; known: ['adam_beta2', 'adam_eps', "),
+        (
+            "learning_rate=1",
+            "TrainConfig: --set 'learning_rate=1': unknown key(s) ['learning_rate']; known: ['adam_beta2', ",
+        ),
+        ("max_step=5", "TrainConfig: --set 'max_step=5': unknown key(s) ['max_step']; did you mean 'max_steps'?"),
         ("max_steps", "TrainConfig: --set 'max_steps' is not of the form key=value"),
         (
             "lr=[1, 2",
@@ -103,8 +107,14 @@ def test_model_overrides_are_emsconfig_fields_checked_at_load():
         load_config(TrainConfig, None, ["model_overrides.d_modle=64", "model_overrides.n_heads=four"])
     known = sorted(f for f in EMSConfig.__dataclass_fields__ if f not in ("vocab_size", "n_languages"))
     assert str(error.value) == (
-        f"TrainConfig: model_overrides: unknown key(s) ['d_modle']; known (EMSConfig fields, not vocab_size, not "
-        f"n_languages): {known}; model_overrides: n_heads must be an integer, got 'four'"
+        "TrainConfig: --set 'model_overrides.d_modle=64': model_overrides: unknown key(s) ['d_modle']; did you "
+        "mean 'd_model'?; model_overrides: n_heads must be an integer, got 'four'"
+    )
+    with pytest.raises(ConfigError) as error:
+        load_config(TrainConfig, None, ["model_overrides.size=64"])
+    assert str(error.value) == (
+        f"TrainConfig: --set 'model_overrides.size=64': model_overrides: unknown key(s) ['size']; known (EMSConfig "
+        f"fields, not vocab_size, not n_languages): {known}"
     )
     # typed as EMSConfig types them: a string stays verbatim (YAML would read `no` as false), a number is one
     cfg = load_config(
@@ -124,6 +134,8 @@ def test_global_negatives_is_a_training_setting_and_its_old_model_overrides_spel
     assert "global_negatives" not in EMSConfig.__dataclass_fields__  # not saved with the model
     # the model_overrides spelling (once an EMSConfig field that silently won over the TrainConfig key) is refused
     with pytest.raises(ConfigError, match=r"^TrainConfig: model_overrides: unknown key\(s\) \['global_negatives'\]"):
+        load_config(TrainConfig, None, values={"model_overrides": {"global_negatives": True}})
+    with pytest.raises(ConfigError, match=r"^TrainConfig: --set 'model_overrides.global_negatives=true': model_overr"):
         load_config(TrainConfig, None, ["model_overrides.global_negatives=true"])
     with pytest.raises(
         ConfigError,

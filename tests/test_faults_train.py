@@ -278,10 +278,11 @@ def test_an_older_versions_model_overrides_global_negatives_resumes_as_the_train
     "settings, expected",
     [
         (["lr=abc"], "TrainConfig: lr must be a number, got 'abc'"),
-        (["no_such_key=1"], "TrainConfig: unknown key(s) ['no_such_key']; known: "),
+        (["no_such_key=1"], "TrainConfig: --set 'no_such_key=1': unknown key(s) ['no_such_key']; known: "),
         (
             ["model_overrides.d_modle=64"],
-            "TrainConfig: model_overrides: unknown key(s) ['d_modle']; known (EMSConfig fields",
+            "TrainConfig: --set 'model_overrides.d_modle=64': model_overrides: unknown key(s) ['d_modle']; did you "
+            "mean 'd_model'?",
         ),
         (["save_every=0"], "save_every must be at least 1, got 0"),
         (["batch_size=0"], "batch_size must be at least 1, got 0"),

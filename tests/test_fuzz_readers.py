@@ -1049,7 +1049,7 @@ def _safetensors_bytes(header: bytes, payload: bytes) -> bytes:
 
 @fuzz(
     "model",
-    target=st.sampled_from(["config", "config", "header", "header", "weights", "tokenizer", "file"]),
+    target=st.sampled_from(["config", "config", "header", "header", "weights", "tokenizer", "file", "manifest"]),
     mutation=DOC_MUTATIONS,
     file_op=FILE_OPS,
     which=st.sampled_from(["config.json", "model.safetensors"]),
@@ -1071,6 +1071,7 @@ def _safetensors_bytes(header: bytes, payload: bytes) -> bytes:
 def test_model_folder(base, outside, model_dir, target, mutation, file_op, which, tokenizer_target):
     from safetensors import safe_open
 
+    from ems.encoder import MANIFEST_FILE, MODEL_FILES
     from ems.encoder_kinds import load_encoder
 
     with example_root(base, model_dir) as root:
@@ -1084,6 +1085,8 @@ def test_model_folder(base, outside, model_dir, target, mutation, file_op, which
             weights.write_bytes(mutate_bytes(weights.read_bytes(), mutation[1] or [("flip", 3, 1)]))
         elif target == "tokenizer":
             _tokenizer_files(root, tokenizer_target, mutation, file_op, root, outside)
+        elif target == "manifest":
+            mutate_json_file(root / MANIFEST_FILE, mutation, root, outside)
         else:
             change_file(root / which, file_op, outside)
 
@@ -1101,6 +1104,10 @@ def test_model_folder(base, outside, model_dir, target, mutation, file_op, which
             model_shapes = {name: tuple(t.shape) for name, t in encoder.model.model.state_dict().items()}
             assert model_shapes == stored_shapes
             assert model_shapes["tok_emb.weight"] == (config["vocab_size"], config["d_model"])
+            if (root / MANIFEST_FILE).read_bytes() == (model_dir / MANIFEST_FILE).read_bytes():
+                # with its manifest as saved, a model that loads is the saved one, file for file
+                for name in MODEL_FILES:
+                    assert (root / name).read_bytes() == (model_dir / name).read_bytes(), f"{name} changed, loaded"
 
 
 # --- shards (index.json + the .npy arrays: ems.shards.PairShards, what the trainer and teacher read) --
@@ -1171,21 +1178,35 @@ def change_array(path: Path, op, outside: Path) -> None:
     array_op=ARRAY_OPS,
 )
 # found by the long profile: offsets.npy 0-d and (n, 1); files[0] without l1 (path 16 of the seed's
-# index.json); index.json nested too deep for the JSON parser
+# index.json); index.json nested too deep for the JSON parser; files null
 @example(target="offsets.npy", index_mutation=([], []), array_op=("array", 11, 0))
 @example(target="offsets.npy", index_mutation=([], []), array_op=("array", 5, 0))
 @example(target="index", index_mutation=([("delete", 16)], []), array_op=("swap_row", 0))
 @example(target="index", index_mutation=([("set", 0, "@DEEP:3000@")], []), array_op=("swap_row", 0))
-def test_shards(base, outside, shards_dir, target, index_mutation, array_op):
+@example(
+    target="index", index_mutation=([("add", 0, "x", "@OUTSIDE@"), ("set", 338, None)], []), array_op=("swap_row", 0)
+)
+def test_shards(base, outside, shards_dir, vocab_dir, target, index_mutation, array_op):
     from ems.shards import PairShards
+    from ems.text import Tokenizer
+
+    vocab_size = Tokenizer.load(vocab_dir).vocab_size
+
+    def opened_and_checked() -> PairShards:  # what the trainer does before its first step (check_inputs)
+        shards = PairShards(root)
+        shards.check_token_ids(vocab_size, vocab_dir)
+        return shards
 
     with example_root(base, shards_dir) as root:
         if target == "index":
             mutate_json_file(root / "index.json", index_mutation, root, outside)
         else:
             change_array(root / target, array_op, outside)
-        ok, shards = attempt(root, lambda: PairShards(root))
+        ok, shards = attempt(root, opened_and_checked)
         if ok:
+            tokens = np.asarray(shards.tokens)
+            assert tokens.size == 0 or 0 <= tokens.min() <= tokens.max() < vocab_size, "an id outside the vocabulary"
+            shards.check_whole()  # nothing shrank since it was opened
             n, languages = len(shards), shards.languages
             assert isinstance(languages, list) and all(isinstance(lang, str) for lang in languages)
             assert shards.langs.shape == (n, 2) and len(shards.offsets) == 2 * n + 1

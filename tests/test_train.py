@@ -73,7 +73,7 @@ def test_a_model_directory_of_an_older_version_with_global_negatives_in_its_conf
     the same model; this version's export leaves it out."""
     import shutil
 
-    from ems.encoder import CONFIG_FILE
+    from ems.encoder import CONFIG_FILE, MANIFEST_FILE
     from ems.training.model_card import model_facts
 
     _, result = trained
@@ -81,6 +81,7 @@ def test_a_model_directory_of_an_older_version_with_global_negatives_in_its_conf
     assert "global_negatives" not in config
     old = shutil.copytree(result.model_dir, tmp_path / "old-model")
     (old / CONFIG_FILE).write_text(json.dumps({**config, "global_negatives": True}, indent=2))
+    (old / MANIFEST_FILE).unlink()  # older versions wrote none
     sentences = ["Enter a valid date.", "Save and continue editing"]
     np.testing.assert_array_equal(
         ems.load(old).encode(sentences, "en"), ems.load(result.model_dir).encode(sentences, "en")

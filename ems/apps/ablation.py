@@ -389,22 +389,27 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     from ems.encoder import load
     from ems.encoder_kinds import load_encoder
 
+    # every config and --set item checked before the first stage (preparing the data takes minutes)
     data_cfg = load_config(DemoDataConfig, _resolve(cfg.data_config))
     prepared = out / "data"
-    if not (prepared / "shards" / "heldout" / "index.json").is_file():
-        prepare_data(data_cfg, data_dir, prepared, Stages())
-    prepare_teachers(cfg, prepared)
-    languages = data_cfg.languages if data_cfg.languages is not None else trained_languages(prepared)
-    variant_data = {}
+    variant_cfgs, variant_data = {}, {}
     for variant in cfg.data_variants:
         if variant not in cfg.variants:  # left out by --variants
             continue
-        variant_cfg = variant_data_config(cfg, variant)
+        variant_cfgs[variant] = variant_cfg = variant_data_config(cfg, variant)
         if variant_cfg.languages != data_cfg.languages or variant_cfg.seed != data_cfg.seed:
             raise UserError(
                 f"data_variants: {variant}'s data must have data_config's languages and seed (the same held-out pairs)"
             )
         variant_data[variant] = out / f"data-{variant.replace(' ', '_')}"
+    for variant in cfg.variants:
+        for seed in cfg.seeds:
+            run_config(cfg, variant, seed, variant_data.get(variant, prepared), data_dir, out, overrides)
+    if not (prepared / "shards" / "heldout" / "index.json").is_file():
+        prepare_data(data_cfg, data_dir, prepared, Stages())
+    prepare_teachers(cfg, prepared)
+    languages = data_cfg.languages if data_cfg.languages is not None else trained_languages(prepared)
+    for variant, variant_cfg in variant_cfgs.items():
         if not (variant_data[variant] / "shards" / "heldout" / "index.json").is_file():
             prepare_data(variant_cfg, data_dir, variant_data[variant], Stages())
     task_dirs = prepare_task_dirs(cfg, out, data_dir, languages, prepared)
@@ -427,19 +432,17 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
         references[spec] = {column: record[column] for column in cfg.metrics}
     scores: dict[str, dict[int, dict[str, float]]] = {}
     steps = None
-    for variant, variant_overrides in cfg.variants.items():
+    for variant in cfg.variants:
         for seed in cfg.seeds:
-            run_dir = out / "runs" / variant.replace(" ", "_") / f"seed{seed}"
+            run_dir = run_directory(out, variant, seed)
             scores_file = run_dir / SCORES_FILE
             trained_file = run_dir / TRAINED_FILE
             if not scores_file.is_file():
                 print(f"\n== {variant}, seed {seed} ==", flush=True)
                 if not trained_file.is_file():
                     # a run stopped or killed in training resumes from its newest checkpoint (ems.training.train)
-                    paths = data_paths(variant_data.get(variant, prepared), data_dir)
-                    values = {**paths, "out": str(run_dir / "run"), "seed": seed}
-                    values = merge(merge(values, cfg.train_overrides), variant_overrides)
-                    train_cfg = load_config(TrainConfig, _resolve(cfg.train_config), overrides, values)
+                    data = variant_data.get(variant, prepared)
+                    train_cfg = run_config(cfg, variant, seed, data, data_dir, out, overrides)
                     seconds_file, started = run_dir / TRAINING_SECONDS_FILE, time.time()
                     try:
                         result = train(train_cfg)
@@ -485,6 +488,21 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     (out / "ablation.md").write_text(table)
     plot_summary(summary, out / "ablation.png")
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"
+
+
+def run_directory(out: Path, variant: str, seed: int) -> Path:
+    """Where the run of `variant` with `seed` trains and keeps its scores."""
+    return out / "runs" / variant.replace(" ", "_") / f"seed{seed}"
+
+
+def run_config(
+    cfg: AblationConfig, variant: str, seed: int, data: Path, data_dir: Path, out: Path, overrides: list[str]
+) -> TrainConfig:
+    """The TrainConfig of one run: the base training config, the data prepared under `data`, the run's
+    directory and seed, `train_overrides`, the variant's overrides and the `--set` items `overrides`."""
+    values = {**data_paths(data, data_dir), "out": str(run_directory(out, variant, seed) / "run"), "seed": seed}
+    values = merge(merge(values, cfg.train_overrides), cfg.variants[variant])
+    return load_config(TrainConfig, _resolve(cfg.train_config), overrides, values)
 
 
 def _seconds_so_far(seconds_file: Path) -> float:

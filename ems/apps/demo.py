@@ -114,8 +114,10 @@ def main(argv: list[str]) -> int:
     out = Path("runs") / args.recipe if args.out is None else args.out
     data_config = args.data_config or str(REPO_ROOT / "configs" / "data" / RECIPE_DATA[args.recipe])
     train_config = args.train_config or str(REPO_ROOT / "configs" / "train" / f"{args.recipe}.yaml")
+    # every config and --set item checked before the first stage (the corpus takes minutes)
     data_cfg = load_config(DemoDataConfig, data_config)
-    summary = RECIPES[args.recipe](data_cfg, args.data_dir, out, train_config, args.set)
+    train_cfg = load_config(TrainConfig, train_config, args.set, run_paths(out, args.data_dir))
+    summary = RECIPES[args.recipe](data_cfg, args.data_dir, out, train_cfg)
     print(summary)
     return 0
 
@@ -181,8 +183,13 @@ class DemoStopped(UserError):
     exit_code = PREEMPTED_EXIT_CODE
 
 
-def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: str, overrides: list[str]) -> str:
-    """Every stage (`overrides`: `--set` items of the TrainConfig); returns the report (also written
+def run_paths(out: Path, data_dir: Path) -> dict[str, str]:
+    """TrainConfig keys of a recipe's run: the data of `prepare_data` under `out`, the run in out/run."""
+    return {**data_paths(out, data_dir), "out": str(out / "run")}
+
+
+def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_cfg: TrainConfig) -> str:
+    """Every stage (`train_cfg`: the run's config, `run_paths` set); returns the report (also written
     to out/demo_report.md)."""
     from ems.encoder import load
     from ems.training.train import train
@@ -194,8 +201,6 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: 
     corpus = prepare_data(data_cfg, data_dir, out, stages)
 
     stages.start("train")
-    paths = {**data_paths(out, data_dir), "out": str(out / "run")}
-    train_cfg = load_config(TrainConfig, train_config, overrides, paths)
     shutil.rmtree(out / "run", ignore_errors=True)  # the demo always trains from scratch
     result = train(train_cfg)
     if result.preempted:
@@ -269,9 +274,7 @@ def prepared_corpus(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages:
     return corpus
 
 
-def run_multilingual(
-    data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_config: str, overrides: list[str]
-) -> str:
+def run_multilingual(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_cfg: TrainConfig) -> str:
     """The all-language recipe: data (kept when prepared before with the same config), training
     (resumed from out/run's checkpoints), then the multilingual suite on every language the sets
     cover, zero-shot on those the model never saw (`ems:DIR,unseen=neutral`), split by each
@@ -291,9 +294,6 @@ def run_multilingual(
         else 0.0
     )
     stages.start("train")
-    train_cfg = load_config(
-        TrainConfig, train_config, overrides, {**data_paths(out, data_dir), "out": str(out / "run")}
-    )
     result = train(train_cfg)
     if result.preempted:
         raise DemoStopped(

@@ -5,8 +5,10 @@
 
 `sentence-transformers`: `SentenceTransformer(OUT, trust_remote_code=True).encode(sentences, lang="de")`
 gives the vectors of `ems.load(MODEL_DIR).encode(sentences, "de")`. OUT is also an EMS model
-directory (`ems.load(OUT)` works): its files plus `modules.json`, `config_sentence_transformers.json`,
-`ems_sentence_transformers.json` (the default language) and the module code.
+directory (`ems.load(OUT)` works): its files (with a manifest.json of their own) plus `modules.json`,
+`config_sentence_transformers.json`, `ems_sentence_transformers.json` (the default language) and the
+module code. Both formats carry a manifest.json: the size and sha256 of their config.json,
+model.safetensors and tokenizer files.
 
 `hf`: `transformers.AutoModel.from_pretrained(OUT, trust_remote_code=True)`: `model(input_ids).pooler_output`
 is the sentence vector of EMS token ids, `model.encode(sentences, lang=...)` does the text too; a
@@ -50,7 +52,7 @@ from safetensors.torch import load_file, save_file
 from ems.apps import exported_code
 from ems.artifacts import replaced_hint, staged_directory
 from ems.cli import add_debug_option, run_main
-from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory
+from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory, write_model_manifest
 from ems.model_config import EMSConfig
 from ems.run_metadata import RUN_METADATA_FILE, git_state
 from ems.text import Tokenizer
@@ -237,6 +239,7 @@ def write_sentence_transformers(
     for name in (WEIGHTS_FILE, CONFIG_FILE):
         shutil.copyfile(model_dir / name, out / name)
     tokenizer.save(out)
+    write_model_manifest(out)
     write_shipped_code(out, (ST_MODULE_FILE,))
     (out / ST_MODULE_CONFIG).write_text(json.dumps({"default_language": default_language}, indent=2) + "\n")
     modules = [{"idx": 0, "name": "0", "path": "", "type": f"{Path(ST_MODULE_FILE).stem}.EMSSentenceEncoder"}]
@@ -284,6 +287,7 @@ def write_hf(
     }
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     tokenizer.save(out)
+    write_model_manifest(out)
     write_shipped_code(out, (HF_MODELING_FILE,))
     _copy_run_metadata(model_dir, out)
     write_model_card(out, model_facts(model_dir, license_id=license_id), "hf", default_language)

@@ -44,6 +44,7 @@ def collate(
     shards have them (B, 2) `content_ids`, and with `teacher` (ems.teacher_store.TeacherTargets)
     the (B, d) `teacher` vectors of the pairs' source sentences and their (B,) `teacher_mask`;
     with `packer`, packed (`packed`)."""
+    shards.check_whole()  # a shard file truncated under the run: one line, not SIGBUS in the reads below
     indices = np.asarray(indices, dtype=np.int64)
     sides = [torch.from_numpy(shards.padded(2 * indices + side, max_len, PAD_ID)) for side in (0, 1)]
     langs = torch.from_numpy(np.asarray(shards.langs[indices], dtype=np.int64))
@@ -114,6 +115,7 @@ def iterate_batches(
     epoch, batch_idx = start
     while True:
         for b in range(batch_idx, order.batches_per_epoch()):
+            shards.check_whole()  # the order reads the mapped lengths and content ids
             batch = order.batch(epoch, b)
             yield (
                 (epoch, b),

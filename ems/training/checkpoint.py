@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import io
 import json
 import logging
@@ -39,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ems.artifacts import fsync_path
+from ems.artifacts import file_record, fsync_path, read_manifest_files, sha256_file
 from ems.cli import UserError
 from ems.corpus import OutsideRootError, inside_folder, resolve_inside
 
@@ -59,14 +58,6 @@ def partial_dir(checkpoint_dir: Path, tag: str) -> Path:
     return checkpoint_dir / f"{PARTIAL_PREFIX}{tag}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _checkpoint_files(tag_dir: Path) -> list[Path]:
     return sorted(p for p in tag_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
 
@@ -76,7 +67,7 @@ def write_manifest(tag_dir: Path) -> None:
     files = {}
     for path in _checkpoint_files(tag_dir):
         fsync_path(path)
-        files[str(path.relative_to(tag_dir))] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        files[str(path.relative_to(tag_dir))] = file_record(path)
     _write_durably(tag_dir / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
     for directory in {tag_dir, *(p.parent for p in _checkpoint_files(tag_dir))}:
         fsync_path(directory)
@@ -95,19 +86,6 @@ class DamagedCheckpointError(UserError):
     and its manifest written again): the message names the file."""
 
 
-def _manifest_entries(manifest_path: Path) -> dict[str, dict]:
-    """{relative path: {"bytes": int, "sha256": str}} from manifest.json; ValueError if it is not that."""
-    manifest = json.loads(manifest_path.read_text())
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    entries_ok = isinstance(files, dict) and all(
-        isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
-        for entry in files.values()
-    )
-    if not entries_ok:
-        raise ValueError('expected {"files": {path: {"bytes": int, "sha256": str}}}')
-    return files
-
-
 def verify(tag_dir: Path) -> str | None:
     """None if `tag_dir` is a complete checkpoint matching its manifest, else what is wrong."""
     manifest_path = tag_dir / MANIFEST
@@ -115,7 +93,7 @@ def verify(tag_dir: Path) -> str | None:
         return f"{tag_dir} has no {MANIFEST} (an incomplete write)"
     try:
         inside_folder(tag_dir, manifest_path, "the checkpoint")
-        expected = _manifest_entries(manifest_path)
+        expected = read_manifest_files(manifest_path)
     except OutsideRootError as error:
         return str(error)
     except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep, not a manifest
@@ -129,7 +107,7 @@ def verify(tag_dir: Path) -> str | None:
             return f"{path} is missing"
         if path.stat().st_size != entry["bytes"]:
             return f"{path} has {path.stat().st_size} bytes, the manifest says {entry['bytes']} (truncated?)"
-        if _sha256(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             return f"{path} does not match its sha256 in the manifest (corrupt)"
     return None
 

@@ -176,13 +176,19 @@ def build_engine(
     return engine
 
 
+def accelerator_device() -> torch.device:
+    """The device DeepSpeed's accelerator trains on (cuda, cpu, ...)."""
+    from deepspeed.accelerator import get_accelerator
+
+    return torch.device(get_accelerator().device_name())
+
+
 def use_bf16(mode: str, rank: int) -> bool:
     """TrainConfig.autocast `mode` decided: "bf16", "none", or "auto": rank 0's bf16_is_fast on DeepSpeed's
     accelerator, one decision for all ranks."""
     import torch.distributed as dist
-    from deepspeed.accelerator import get_accelerator
 
-    device = torch.device(get_accelerator().device_name())
+    device = accelerator_device()
     decision = [mode == "bf16" or (mode == "auto" and rank == 0 and bf16_is_fast(device))]
     dist.broadcast_object_list(decision, src=0)
     if mode == "auto" and rank == 0:

@@ -38,6 +38,7 @@ from ems.training.probe import Probe
 from ems.training.resume import record_config, resume
 from ems.training.runtime import (
     BatchLayout,
+    accelerator_device,
     autocast_context,
     build_engine,
     compile_enabled,
@@ -91,12 +92,14 @@ class Run:
 def check_inputs(cfg: TrainConfig) -> None:
     """Every input the run reads, checked before DeepSpeed starts (its op build and process group
     take seconds to minutes): the shards against their index and against the vocabulary, the
-    validation shards, the probe's data, the model to start from and the DeepSpeed config."""
+    validation shards, the probe's data, the model to start from, the DeepSpeed config, and then
+    every token id of the shards against the vocabulary's size."""
     shards = PairShards(cfg.data)
     tokenizer = Tokenizer.load(cfg.vocab)
     shards.check_vocabulary(tokenizer, cfg.vocab)
-    if cfg.valid_data:
-        PairShards(cfg.valid_data).check_vocabulary(tokenizer, cfg.vocab)
+    valid = PairShards(cfg.valid_data) if cfg.valid_data else None
+    if valid is not None:
+        valid.check_vocabulary(tokenizer, cfg.vocab)
     if cfg.probe_every:
         if not cfg.probe_data:
             raise ValueError(
@@ -105,11 +108,19 @@ def check_inputs(cfg: TrainConfig) -> None:
             )
         if not Path(cfg.probe_data).is_dir():
             raise FileNotFoundError(f"probe_data={cfg.probe_data} is not a directory")
+    # the model's config and attention path on this machine's accelerator (the dtype only matters to "auto")
+    model_cfg = config_from_preset(
+        cfg.model, vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **cfg.model_overrides
+    )
+    attention_path(model_cfg.attention, accelerator_device(), torch.float32)
     if cfg.init_from:
         if not Path(cfg.init_from).is_dir():
             raise FileNotFoundError(f"init_from={cfg.init_from} is not a model directory")
         check_model_directory(cfg.init_from)  # whole: its weights its config's model, its vocabulary its own
     deepspeed_config(cfg)
+    # last, as the one pass over the data: every id a piece of the vocabulary, not an IndexError mid-run
+    for data in filter(None, (shards, valid)):
+        data.check_token_ids(tokenizer.vocab_size, cfg.vocab)
 
 
 @contextlib.contextmanager
