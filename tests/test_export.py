@@ -191,7 +191,7 @@ def test_cli_writes_the_export_and_reports_bad_input_in_one_line(model_dir, tmp_
             "--format",
             "sentence-transformers",
         ],
-        "is the model directory": [str(model_dir), str(model_dir), "--format", "hf"],
+        "is the input MODEL_DIR": [str(model_dir), str(model_dir), "--format", "hf"],
         "xx": [str(model_dir), str(tmp_path / "d"), "--format", "hf", "--language", "xx"],
     }
     for message, argv in cases.items():

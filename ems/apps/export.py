@@ -50,6 +50,7 @@ from safetensors.torch import load_file, save_file
 from ems.apps import exported_code
 from ems.artifacts import replaced_hint, staged_directory
 from ems.cli import add_debug_option, run_main
+from ems.corpus import check_output_not_input
 from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory
 from ems.model_config import EMSConfig
 from ems.run_metadata import RUN_METADATA_FILE, git_state
@@ -199,10 +200,10 @@ def check_language(language: str, tokenizer: Tokenizer) -> str | None:
 
 
 def check_out_dir(out: Path, model_dir: Path) -> None:
-    """ValueError if `out` is the model directory itself or a non-empty directory (an export that an
-    older version left half-written included: it is named as such)."""
-    if out.resolve() == model_dir.resolve():
-        raise ValueError(f"the output directory {out} is the model directory; choose another")
+    """ValueError if `out` is the model directory itself (ems.corpus.check_output_not_input) or a
+    non-empty directory (an export that an older version left half-written included: it is named as
+    such)."""
+    check_output_not_input(("OUT", out), [("MODEL_DIR", model_dir)])
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if out.is_dir() and (out / CORE_FILE).is_file() and not (out / "README.md").is_file():
             raise ValueError(
