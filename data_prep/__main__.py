@@ -26,6 +26,7 @@ from data_prep.clean import check_clean_succeeded, clean_corpus, failed_files, l
 from data_prep.config import HF_SAMPLES, CorpusSpec, PrepConfig
 from data_prep.importers import CORPUS_SOURCES, unknown_source
 from data_prep.opus import MirrorSource, OnlineSource, fetch
+from data_prep.opus_mt_testsets import REPORT_FILE as IMPORT_REPORT_FILE
 from data_prep.pretokenize import pretokenize_corpus
 from data_prep.split import DRAWS, split_heldout
 from data_prep.vocab import train_vocab
@@ -254,6 +255,10 @@ def run_import(args) -> None:
         languages=args.languages,
         merge=_pairs_option("--merge", args.merge, "FROM=TO language codes", "prs=fa"),
     )
+    if not report["languages"]:
+        raise CorpusError(
+            f"{args.input}: no pair imported ({source.summary(report)}); see {args.out / IMPORT_REPORT_FILE}"
+        )
     for code, count in report["languages"].items():
         print(f"{pair_dir_name('en', code)}\t{count}")
     print(source.summary(report))
