@@ -264,18 +264,19 @@ def _leads_outside(root: str | Path, name: str, links_within: str | Path | None 
     return None if resolved.is_relative_to(allowed) else resolved
 
 
-def inside_folder(folder: str | Path, path: str | Path, home: str = "") -> Path:
+def inside_folder(folder: str | Path, path: str | Path, home: str = "", links_within: str | Path | None = None) -> Path:
     """`path`, a file or folder a reader found by walking the folder `folder` and is about to open, if it
     resolves inside `folder`, symlinks included; else OutsideRootError naming it and where it leads,
     before anything is opened. Every reader that walks a folder it was given (corpus folders, shards,
-    model, vocabulary and run directories) checks each path it opens with this. `home` names the
-    folder in the message (default: its path)."""
+    model, vocabulary, evaluation data and run directories) checks each path it opens with this. `home`
+    names the folder in the message (default: its path); `links_within`: a directory around `folder`
+    that its symlinks may lead into (a Hugging Face cache snapshot's links into the repository's `blobs/`)."""
     path = Path(path)
     try:
         name = str(path.relative_to(folder))
     except ValueError:
         name = None
-    outside = _leads_outside(folder, name) if name is not None else Path(path).resolve()
+    outside = _leads_outside(folder, name, links_within) if name is not None else Path(path).resolve()
     if outside is not None:
         raise OutsideRootError(
             f"{path} leads to {outside}, outside {home or folder}: a folder's files must lie inside it; "

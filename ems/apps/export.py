@@ -23,9 +23,10 @@ benchmarks/export_language_benchmark.py: docs/results/throughput.md).
 
 The shipped code is the modules of ems/apps/exported_code/ (real modules: ruff checks them, tests
 import them). `ems_core.py` is assembled from its template there and this package's own source: the
-definitions of ems.text, ems.losses, ems.packing, ems.model_config, ems.model and ems.encoder that the
-template imports take the place of those imports (core_source), so the exported model runs the same
-preprocessing and network as `ems.load` and needs torch, safetensors, numpy, sentencepiece, sacremoses,
+definitions of ems.text, ems.losses, ems.packing, ems.model_config, ems.model, ems.encoder and ems.corpus
+that the template imports take the place of those imports (core_source), so the exported model runs the
+same preprocessing and network as `ems.load`, confines the files it reads to the model folder as
+`ems.load` does (ems.corpus.inside_folder), and needs torch, safetensors, numpy, sentencepiece, sacremoses,
 jieba, fugashi (+ unidic-lite) and opencc, not the `ems` package; the other modules are copied as they
 are. Every output gets a model card (ems.training.model_card) and the training run's run_metadata.json
 when the model has one.
