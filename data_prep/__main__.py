@@ -26,15 +26,18 @@ from data_prep.clean import check_clean_succeeded, clean_corpus, failed_files, l
 from data_prep.config import HF_SAMPLES, CorpusSpec, PrepConfig
 from data_prep.importers import CORPUS_SOURCES, unknown_source
 from data_prep.opus import MirrorSource, OnlineSource, fetch
+from data_prep.opus_mt_testsets import REPORT_FILE as IMPORT_REPORT_FILE
 from data_prep.pretokenize import pretokenize_corpus
 from data_prep.split import DRAWS, split_heldout
 from data_prep.vocab import train_vocab
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
-from ems.corpus import CorpusError, check_output_folder, list_parallel, pair_dir_name
+from ems.corpus import CorpusError, check_output_folder, check_output_not_input, list_parallel, pair_dir_name
 from ems.locks import exclusive
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# the options of the stages that name what a stage reads besides --in: no output may be one of them
+INPUT_OPTIONS = ("config", "vocab", "data_dir", "text_from", "mirror", "shards")
 
 
 # --- options several stages take, and what they give ------------------------------------------------
@@ -252,6 +255,10 @@ def run_import(args) -> None:
         languages=args.languages,
         merge=_pairs_option("--merge", args.merge, "FROM=TO language codes", "prs=fa"),
     )
+    if not report["languages"]:
+        raise CorpusError(
+            f"{args.input}: no pair imported ({source.summary(report)}); see {args.out / IMPORT_REPORT_FILE}"
+        )
     for code, count in report["languages"].items():
         print(f"{pair_dir_name('en', code)}\t{count}")
     print(source.summary(report))
@@ -505,9 +512,14 @@ def main(argv: list[str] | None = None) -> int:
     # report under that file's lock), while a run of the whole directory excludes them all. The vocab
     # stage writes through a staging directory that it locks itself (ems.artifacts).
     out = getattr(args, "out", None)
-    for output in (out, getattr(args, "train_out", None), getattr(args, "heldout_out", None)):
-        if output is not None and getattr(args, "input", None) is not None:
-            check_output_folder(args.input, output)  # before the lock creates anything there
+    inputs = [(f"--{name.replace('_', '-')}", getattr(args, name, None)) for name in INPUT_OPTIONS]
+    for name in ("out", "train_out", "heldout_out"):
+        output = getattr(args, name, None)
+        if output is None:
+            continue
+        if getattr(args, "input", None) is not None:  # before the lock creates anything there
+            check_output_folder(args.input, output)
+        check_output_not_input((f"--{name.replace('_', '-')}", output), inputs)
     with contextlib.ExitStack() as held:
         if out is not None and args.stage != "vocab":
             held.enter_context(

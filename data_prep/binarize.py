@@ -7,6 +7,8 @@ its normalised text: `content_id`).
 Each file pair is encoded by a worker process into `out_dir/parts/<pair>.<name>/` (raw token and length
 arrays, streamed batch by batch); a join step concatenates the parts in corpus order. The
 result is byte-identical whatever the number of workers, and a rerun keeps finished parts.
+A write the file system refuses (a full disk: numpy's short write too) is ems.artifacts.WriteFailed,
+one line naming the file; the join's half-written arrays are removed, finished parts kept.
 Read the result with `ems.shards.PairShards`.
 """
 
@@ -16,6 +18,7 @@ import contextlib
 import json
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from itertools import chain, islice
 from multiprocessing import get_context
 from pathlib import Path
@@ -24,7 +27,7 @@ import numpy as np
 
 from data_prep.clean import normalize, overlap_key, text_hash
 from data_prep.pretokenize import corpus_preprocessing
-from ems.artifacts import file_fingerprint, same_file
+from ems.artifacts import file_fingerprint, same_file, write_text, writing
 from ems.corpus import ParallelFiles, ReadReport, list_parallel, read_parallel
 from ems.shards import INDEX_FILE, SHARD_ARRAYS, SHARD_FORMAT, length_dtype, token_dtype
 from ems.text import Tokenizer
@@ -32,6 +35,9 @@ from ems.text import Tokenizer
 PARTS_DIR = "parts"
 COPY_BYTES = 1 << 24  # bytes per copy step of the join
 JOIN_ROWS = 1 << 20  # sentence lengths (and pair language rows) per step of the join: memory stays flat
+WHAT = "binarize"
+# what a refused write leaves: said in its one line (ems.artifacts.write_failed)
+LEFT = "no index.json was written, the finished parts are kept"
 
 
 def content_id(text: str) -> int:
@@ -47,6 +53,12 @@ def pivot_language(all_files: list[ParallelFiles]) -> str | None:
     if len(counts) < 2 or counts[0][1] == counts[1][1]:
         return None
     return counts[0][0]
+
+
+def _write(array: np.ndarray, out) -> None:
+    """`array` appended to the open binary file `out`; a refused write is WriteFailed naming it."""
+    with writing(out.name, WHAT, LEFT):
+        array.tofile(out)
 
 
 def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
@@ -77,9 +89,9 @@ def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
         return tokenizer.sp.encode(sentences, num_threads=1)  # the worker processes are the parallelism
 
     with (
-        open(part_dir / "tokens.bin", "wb") as tokens_out,
-        open(part_dir / "lengths.bin", "wb") as lengths_out,
-        open(part_dir / "content_ids.bin", "wb") as ids_out,
+        _output(part_dir / "tokens.bin") as tokens_out,
+        _output(part_dir / "lengths.bin") as lengths_out,
+        _output(part_dir / "content_ids.bin") as ids_out,
     ):
         while chunk := list(islice(pairs, batch_lines)):
             ids1 = encode([p[0] for p in chunk], side1)
@@ -89,9 +101,9 @@ def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
             skipped += len(chunk) - len(kept)
             n_pairs += len(kept)
             lengths = np.fromiter(map(len, sentences), dtype=np.int32, count=len(sentences))
-            np.fromiter(chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum())).tofile(tokens_out)
-            lengths.tofile(lengths_out)
-            np.array([content_id(text) for pair, _, _ in kept for text in pair], dtype="<u8").tofile(ids_out)
+            _write(np.fromiter(chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum())), tokens_out)
+            _write(lengths, lengths_out)
+            _write(np.array([content_id(text) for pair, _, _ in kept for text in pair], dtype="<u8"), ids_out)
     entry = {
         "l1": files.l1,
         "l2": files.l2,
@@ -101,7 +113,7 @@ def _encode_part(task: tuple[ParallelFiles, str, str, bool, int, bool]) -> dict:
         "read": read.to_dict(),
         "skipped_empty_after_tokenization": skipped,
     }
-    done.write_text(json.dumps({"entry": entry, "settings": settings, "inputs": fingerprints}, indent=2) + "\n")
+    write_text(done, json.dumps({"entry": entry, "settings": settings, "inputs": fingerprints}, indent=2) + "\n", WHAT)
     return entry
 
 
@@ -120,11 +132,24 @@ def _max_length(parts: list[Path]) -> int:
     return longest
 
 
-def _open_npy(path: Path, dtype: str, shape: tuple[int, ...]):
-    """A .npy file opened for writing its data sequentially after the header."""
+@contextlib.contextmanager
+def _output(path: Path, npy: tuple[str, tuple[int, ...]] | None = None) -> Iterator:
+    """`path` opened for sequential binary writes (with `npy`, (dtype, shape): a .npy file, its header
+    written first) and closed at the end. A write the file system refuses, closing it included, is
+    WriteFailed naming it; after an error inside, a failure to close is dropped: the first error stands."""
     out = open(path, "wb")
-    np.lib.format.write_array_header_1_0(out, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape})
-    return out
+    try:
+        if npy is not None:
+            header = {"descr": np.dtype(npy[0]).str, "fortran_order": False, "shape": npy[1]}
+            with writing(path, WHAT, LEFT):
+                np.lib.format.write_array_header_1_0(out, header)
+        yield out
+    except BaseException:
+        with contextlib.suppress(OSError):
+            out.close()
+        raise
+    with writing(path, WHAT, LEFT):
+        out.close()
 
 
 def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Tokenizer) -> None:
@@ -134,33 +159,38 @@ def _join(out_dir: Path, parts: list[Path], entries: list[dict], tokenizer: Toke
     n_pairs = sum(e["n_pairs"] for e in entries)
     n_tokens = sum((p / "tokens.bin").stat().st_size // 4 for p in parts)
     tokens_dtype, lengths_dtype = token_dtype(tokenizer.vocab_size), length_dtype(_max_length(parts))
-    with (
-        _open_npy(out_dir / "tokens.npy.partial", tokens_dtype, (n_tokens,)) as tokens,
-        _open_npy(out_dir / "offsets.npy.partial", "<i8", (2 * n_pairs + 1,)) as offsets,
-        _open_npy(out_dir / "lengths.npy.partial", lengths_dtype, (n_pairs, 2)) as side_lengths,
-        _open_npy(out_dir / "langs.npy.partial", "<i2", (n_pairs, 2)) as langs,
-        _open_npy(out_dir / "content_ids.npy.partial", "<u8", (n_pairs, 2)) as content_ids,
-    ):
-        np.zeros(1, dtype="<i8").tofile(offsets)
-        end, pair_pos = 0, 0
-        for part, entry in zip(parts, entries):
-            with open(part / "content_ids.bin", "rb") as part_file:
-                shutil.copyfileobj(part_file, content_ids, COPY_BYTES)
-            with open(part / "tokens.bin", "rb") as part_tokens:
-                while (ids := np.fromfile(part_tokens, dtype="<i4", count=COPY_BYTES // 4)).size:
-                    ids.astype(tokens_dtype).tofile(tokens)
-            with open(part / "lengths.bin", "rb") as part_lengths:
-                # JOIN_ROWS is even, so every chunk holds whole pairs (both sides of a pair are written together)
-                while (lengths := np.fromfile(part_lengths, dtype="<i4", count=JOIN_ROWS)).size:
-                    ends = end + np.cumsum(lengths, dtype="<i8")
-                    ends.tofile(offsets)
-                    lengths.astype(lengths_dtype).tofile(side_lengths)
-                    end = int(ends[-1])
-            pair_langs = np.asarray([tokenizer.lang_index(lang) for lang in entry["sides"]], dtype="<i2")
-            for start in range(0, entry["n_pairs"], JOIN_ROWS):
-                np.tile(pair_langs, (min(JOIN_ROWS, entry["n_pairs"] - start), 1)).tofile(langs)
-            entry["start"], entry["end"] = pair_pos, pair_pos + entry["n_pairs"]
-            pair_pos += entry["n_pairs"]
+    try:
+        with (
+            _output(out_dir / "tokens.npy.partial", (tokens_dtype, (n_tokens,))) as tokens,
+            _output(out_dir / "offsets.npy.partial", ("<i8", (2 * n_pairs + 1,))) as offsets,
+            _output(out_dir / "lengths.npy.partial", (lengths_dtype, (n_pairs, 2))) as side_lengths,
+            _output(out_dir / "langs.npy.partial", ("<i2", (n_pairs, 2))) as langs,
+            _output(out_dir / "content_ids.npy.partial", ("<u8", (n_pairs, 2))) as content_ids,
+        ):
+            _write(np.zeros(1, dtype="<i8"), offsets)
+            end, pair_pos = 0, 0
+            for part, entry in zip(parts, entries):
+                with open(part / "content_ids.bin", "rb") as part_file, writing(content_ids.name, WHAT, LEFT):
+                    shutil.copyfileobj(part_file, content_ids, COPY_BYTES)
+                with open(part / "tokens.bin", "rb") as part_tokens:
+                    while (ids := np.fromfile(part_tokens, dtype="<i4", count=COPY_BYTES // 4)).size:
+                        _write(ids.astype(tokens_dtype), tokens)
+                with open(part / "lengths.bin", "rb") as part_lengths:
+                    # JOIN_ROWS is even, so every chunk holds whole pairs (both sides of a pair are written together)
+                    while (lengths := np.fromfile(part_lengths, dtype="<i4", count=JOIN_ROWS)).size:
+                        ends = end + np.cumsum(lengths, dtype="<i8")
+                        _write(ends, offsets)
+                        _write(lengths.astype(lengths_dtype), side_lengths)
+                        end = int(ends[-1])
+                pair_langs = np.asarray([tokenizer.lang_index(lang) for lang in entry["sides"]], dtype="<i2")
+                for start in range(0, entry["n_pairs"], JOIN_ROWS):
+                    _write(np.tile(pair_langs, (min(JOIN_ROWS, entry["n_pairs"] - start), 1)), langs)
+                entry["start"], entry["end"] = pair_pos, pair_pos + entry["n_pairs"]
+                pair_pos += entry["n_pairs"]
+    except BaseException:
+        for name in SHARD_ARRAYS:  # half-written: no reader would take them, and they hold the space
+            (out_dir / f"{name}.partial").unlink(missing_ok=True)
+        raise
     for name in SHARD_ARRAYS:
         (out_dir / f"{name}.partial").replace(out_dir / name)
     return tokens_dtype, lengths_dtype
@@ -187,7 +217,7 @@ def binarize(
     if stamp.is_file() and stamp.read_text() != vocab_sha1:
         shutil.rmtree(parts_root)  # parts of another vocabulary cannot be reused
     parts_root.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(vocab_sha1)
+    write_text(stamp, vocab_sha1, WHAT)
     parts = [parts_root / f"{files.l1}-{files.l2}.{files.name}" for files in all_files]
     pivot = pivot_language(all_files)
     tasks = [
@@ -215,6 +245,6 @@ def binarize(
         "pivot": pivot,
         "files": entries,
     }
-    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    write_text(out_dir / INDEX_FILE, json.dumps(index, indent=2) + "\n", WHAT)
     shutil.rmtree(parts_root)
     return index

@@ -9,7 +9,7 @@ script of most of its letters (data_prep.multiparallel.text_script, ems.language
 Latin-script Meitei (`mni.txt`) is `mni_Latn`, apart from FLORES-200's Bengali-script `mni`. Its
 licence: `CC-BY-SA 4.0, Copyright © 2020 Biblica, Inc.`, `Public Domain`, ...
 
-Verses (MERGED and the two skip reasons are counted per file, in verses):
+Verses (MERGED and the skip reasons are counted per file, in verses):
 - an empty line is a verse the translation (or English) lacks: skipped, `missing_verse`;
 - `<range>` says the verse was merged into the line above (verses 2-4 translated as one sentence:
   their text on verse 2's line, `<range>` on 3 and 4). The merged text is paired with the English
@@ -17,6 +17,9 @@ Verses (MERGED and the two skip reasons are counted per file, in verses):
   `<range>` lines so joined); a group with a missing verse on either side is skipped whole
   (`missing_verse`), and `<range>` with no verse above it is `range_without_verse`. `<range>` on
   the English side is read the same way;
+- a line that holds a marker that is not `<range>` as the release writes it (`<Range>`, `<range`,
+  `<range> and words`: a marker its maker got wrong) is neither verse text nor a merge: its group
+  is skipped (`malformed_range`), on either side;
 - a line that is not valid UTF-8 or holds a line-break character skips its group (`invalid_utf8`,
   `line_break`);
 - C1 control characters (U+0080-U+009F) are Windows-1252 punctuation decoded as Latin-1 (`mni.txt`
@@ -29,6 +32,7 @@ removes repeated pairs and evaluation sentences, as for every corpus.
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +45,7 @@ from ems.languages import UnknownLanguageError, corpus_language
 CORPUS = "ebible"
 ENGLISH_ID = "engwebp"
 RANGE = "<range>"
+RANGE_LIKE = re.compile(r"<\s*/?\s*range\b", re.IGNORECASE)  # `<range>`, and the markers meant as it
 STATUS_FILE = "metadata/ebible_status.csv"
 VREF_FILE = "metadata/vref.txt"
 STATUS_COLUMNS = ("translationId", "languageCode", "licence_Licence_Type", "licence_Licence_Version", "Copyright")
@@ -93,7 +98,7 @@ def build_ebible_corpus(
     report["english"] = {"id": ENGLISH_ID, "c1_repaired": repaired}
     for path, row in chosen:
         lines, repaired = _read_verses(path)
-        script = text_script(line for line in lines if line and line != RANGE)
+        script = text_script(line for line in lines if line and not RANGE_LIKE.search(line))
         try:
             language = choice.key(corpus_language(row["languageCode"], script))
         except UnknownLanguageError:
@@ -177,6 +182,8 @@ def _import_translation(
                 skipped["range_without_verse"] += end - first
             elif any(line is None for side in sides for line in side):
                 skipped["invalid_utf8"] += end - first
+            elif any(line != RANGE and RANGE_LIKE.search(line) for side in sides for line in side):
+                skipped["malformed_range"] += end - first
             elif any(not line for side in sides for line in side):
                 skipped["missing_verse"] += end - first
             else:

@@ -51,7 +51,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from ems.cli import UserError, add_debug_option, run_main
-from ems.corpus import check_member_name, resolve_inside
+from ems.corpus import check_member_name, check_output_not_input, resolve_inside
 
 MANIFEST = Path(__file__).with_name("data_manifest.tsv")
 MIRROR_ENV = "EMS_DATA_MIRROR"
@@ -221,14 +221,16 @@ def sha256_of(path: Path) -> str:
 
 
 def write_manifest(data_dir: Path, out: Path = MANIFEST) -> int:
-    """Write the manifest of every file under the data sets' folders of `data_dir`; returns the file count."""
-    lines = []
+    """Write the manifest of every file under the data sets' folders of `data_dir` to `out`; returns the
+    file count. OutputIsInputError, before anything is read, when `out` is one of those files."""
+    files = []
     for dataset in DATASETS.values():
         folder = data_dir / dataset.folder
         if not folder.is_dir():
             raise FetchError(f"{folder} is missing: the manifest is made from a complete data directory")
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-            lines.append(f"{path.relative_to(data_dir).as_posix()}\t{path.stat().st_size}\t{sha256_of(path)}\n")
+        files += sorted(p for p in folder.rglob("*") if p.is_file())
+    check_output_not_input(("--manifest", out), [("data file", path) for path in files])  # before any is hashed
+    lines = [f"{path.relative_to(data_dir).as_posix()}\t{path.stat().st_size}\t{sha256_of(path)}\n" for path in files]
     header = (
         "# path\tsize\tsha256 of every file `ems-data fetch` writes; "
         "made by `python -m data_prep.fetch manifest DATA_DIR`\n"

@@ -1,6 +1,8 @@
 """English-X pairs from OLDI Seed v2.0 (NLLB-Seed): 6,193 professionally translated English Wikipedia
 sentences, `root/seed/<code>_<Script>` (no extension; ISO 639-3 and ISO 15924) each line-aligned with
-`root/seed/eng_Latn`. `seed/metadata.tsv` and `seed/README.md` are not read.
+`root/seed/eng_Latn`. `seed/metadata.tsv` and `seed/README.md` are not read; any other entry of
+`seed/` not so named (`ita_latn`, `fur_Latn.txt`) is not read either, and is reported
+(`skipped_files`). An empty `eng_Latn` is refused: nothing could be paired with it.
 
 Each language file becomes the corpus file `nllb_seed-<code>_<Script>` of pairs keyed by
 ems.languages.corpus_language: FLORES-200's key of the same language and script (`mni_Beng` -> `mni`,
@@ -27,6 +29,8 @@ CORPUS = "nllb_seed"
 ENGLISH_FILE = "eng_Latn"
 LICENCE = "CC-BY-SA 4.0"
 FILE_NAME = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")
+NOT_LANGUAGE_FILES = ("metadata.tsv", "README.md")  # the release's own files beside the language files
+MISNAMED = "not named <code>_<Script> (e.g. fra_Latn, no extension): not read"
 EXPECTED = "the Seed release: seed/eng_Latn and seed/<code>_<Script> files line-aligned with it"
 
 
@@ -37,22 +41,28 @@ def build_nllb_seed_corpus(
     (None: all) and `merge` as data_prep.multiparallel.LanguageChoice reads them. Returns the report
     (data_prep.multiparallel), also written to `out_root/import_report.json`.
 
-    Raises FileNotFoundError without `root/seed/eng_Latn`, CorpusError when no language file is there
-    or a file's line count differs from English's (every file checked before anything is written),
+    Raises FileNotFoundError without `root/seed/eng_Latn`, CorpusError when it is empty, when no language
+    file is there or a file's line count differs from English's (every file checked before anything is written),
     OutsideRootError for a file that a symlink leads out of `root`, UnknownLanguageError for a tag of
-    `languages` or `merge` that names no language. A file whose code names no language is skipped
-    and reported (`skipped_files`)."""
+    `languages` or `merge` that names no language. A file whose code names no language, or whose
+    name is no code, is skipped and reported (`skipped_files`)."""
     root, out_root = Path(root), Path(out_root)
     choice = LanguageChoice(languages, merge)
     english = root / "seed" / ENGLISH_FILE
     if not english.is_file():
         raise FileNotFoundError(f"{english} not found: expected {EXPECTED}")
     inside_folder(root, english)
-    paths = sorted(p for p in english.parent.iterdir() if FILE_NAME.fullmatch(p.name) and p.name != ENGLISH_FILE)
+    entries = sorted(p.name for p in english.parent.iterdir() if p.name not in (ENGLISH_FILE, *NOT_LANGUAGE_FILES))
+    misnamed = [name for name in entries if not FILE_NAME.fullmatch(name)]
+    paths = [english.parent / name for name in entries if FILE_NAME.fullmatch(name)]
     if not paths:
-        raise CorpusError(f"{english.parent} holds no language file: expected {EXPECTED}")
+        also = f" ({MISNAMED}: {', '.join(misnamed)})" if misnamed else ""
+        raise CorpusError(f"{english.parent} holds no language file{also}: expected {EXPECTED}")
     english_lines = count_lines(english)
+    if not english_lines:
+        raise CorpusError(f"{english} is empty: expected {EXPECTED}")
     report: dict = {"format": CORPUS, "root": str(root), **choice.report(), "files": {}, "skipped_files": {}}
+    report["skipped_files"].update(dict.fromkeys(misnamed, MISNAMED))
     chosen: list[tuple[Path, str]] = []
     for path in paths:
         inside_folder(root, path)

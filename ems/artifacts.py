@@ -21,9 +21,9 @@ stage's record of the inputs it read and the outputs it wrote); `file_record` an
 are the entries of a manifest.json ({"files": {path: {"bytes", "sha256"}}}: a checkpoint's, a model
 directory's).
 
-A write the file system refuses (full, over quota, read-only, failing: WRITE_ERRNOS, or the same
-from safetensors or torch's serializer) inside `writing`, `staged_directory`, `write_text` or
-`write_json` is `WriteFailed`: one line naming what was written and where, the reason and the space
+A write the file system refuses (full, over quota, read-only, failing: WRITE_ERRNOS, or a numpy
+short write; the same from safetensors or torch's serializer) inside `writing`, `staged_directory`,
+`write_text` or `write_json` is `WriteFailed`: one line naming what was written and where, the reason and the space
 left, which ems.cli.run_main prints as `error: ...` with status 2.
 """
 
@@ -34,6 +34,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
@@ -47,6 +48,8 @@ WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
 # torch's zip writer reports a failed write as a RuntimeError with one of these in its message
 TORCH_WRITE_FAILURE_WORDS = ("inline_container", "PytorchStreamWriter", "file write failed")
 LOW_SPACE_BYTES = 64 * 2**20  # below this much free space a failed write says "(no space left)"
+# numpy's `tofile` when the C library wrote fewer items than asked (a full disk), an OSError without errno
+NUMPY_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
 
 
 class WriteFailed(UserError):
@@ -56,8 +59,13 @@ class WriteFailed(UserError):
 
 def write_failure(error: BaseException) -> str | None:
     """The one-line reason when `error` is a write the file system refused (an OSError of
-    WRITE_ERRNOS, safetensors' or torch's serializer failing on one), else None."""
+    WRITE_ERRNOS, numpy's `tofile` writing fewer items than asked: its OSError carries no errno,
+    safetensors' or torch's serializer failing on one), else None."""
     if isinstance(error, OSError):
+        short = NUMPY_SHORT_WRITE.fullmatch(str(error)) if error.errno is None else None
+        if short:
+            requested, written = short.groups()
+            return f"the disk is full (ENOSPC) or over quota: a short write, {written} of {requested} items written"
         if error.errno not in WRITE_ERRNOS:
             return None
         return f"{error.strerror or os.strerror(error.errno)} [errno {error.errno}]"

@@ -8,6 +8,7 @@ hold one sentence per line in UTF-8; line i of one file translates line i of the
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
@@ -268,18 +269,19 @@ def _leads_outside(root: str | Path, name: str, links_within: str | Path | None 
     return None if resolved.is_relative_to(allowed) else resolved
 
 
-def inside_folder(folder: str | Path, path: str | Path, home: str = "") -> Path:
+def inside_folder(folder: str | Path, path: str | Path, home: str = "", links_within: str | Path | None = None) -> Path:
     """`path`, a file or folder a reader found by walking the folder `folder` and is about to open, if it
     resolves inside `folder`, symlinks included; else OutsideRootError naming it and where it leads,
     before anything is opened. Every reader that walks a folder it was given (corpus folders, shards,
-    model, vocabulary and run directories) checks each path it opens with this. `home` names the
-    folder in the message (default: its path)."""
+    model, vocabulary, evaluation data and run directories) checks each path it opens with this. `home`
+    names the folder in the message (default: its path); `links_within`: a directory around `folder`
+    that its symlinks may lead into (a Hugging Face cache snapshot's links into the repository's `blobs/`)."""
     path = Path(path)
     try:
         name = str(path.relative_to(folder))
     except ValueError:
         name = None
-    outside = _leads_outside(folder, name) if name is not None else Path(path).resolve()
+    outside = _leads_outside(folder, name, links_within) if name is not None else Path(path).resolve()
     if outside is not None:
         raise OutsideRootError(
             f"{path} leads to {outside}, outside {home or folder}: a folder's files must lie inside it; "
@@ -308,14 +310,54 @@ def resolve_inside(
     return Path(root) / name
 
 
+class OutputIsInputError(ValueError):
+    """A command's output file or folder is one of its inputs (the same path, a symlink leading to
+    it, a hard link of it): writing it would overwrite what the command reads."""
+
+
+def same_place(first: str | Path, second: str | Path) -> bool:
+    """Whether the paths `first` and `second` name the same file or folder: the same path, a symlink
+    leading to the other (or both to one place), or hard links of one file (the same device and
+    inode). A path that does not exist is the same place as another only by its resolved path."""
+    if Path(first).resolve() == Path(second).resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def check_output_not_input(output: tuple[str, str | Path], inputs: Iterable[tuple[str, str | Path | None]]) -> None:
+    """OutputIsInputError when the output `output` (the option that names it, its path) of a command is
+    one of its `inputs` (each the option or what names it, and its path; None: not given) by
+    `same_place`. Every command that writes a file or folder named on its command line checks this
+    before it reads or writes anything."""
+    option, path = output
+    for name, source in inputs:
+        if source is None or not same_place(path, source):
+            continue
+        if Path(path).absolute() == Path(source).absolute():
+            how = ""
+        elif Path(path).resolve() == Path(source).resolve():
+            how = " (through a symlink)"
+        else:
+            how = " (a hard link of it: one file under two names)"
+        raise OutputIsInputError(
+            f"{option} {path} is the input {name} {source}{how}: writing it would overwrite what the command "
+            "reads; choose another output"
+        )
+
+
 def check_output_folder(input_folder: str | Path, out: str | Path) -> None:
-    """CorpusError when the output folder `out` of a stage is the folder `input_folder` it reads, or
-    inside one of its pair folders (`<l1>-<l2>`, which the stage reads): the stage would read its own
-    outputs, or overwrite its inputs, as it writes them. A folder beside the pair folders is fine."""
+    """CorpusError when the output folder `out` of a stage is the folder `input_folder` it reads
+    (`same_place`), or inside one of its pair folders (`<l1>-<l2>`, which the stage reads): the stage
+    would read its own outputs, or overwrite its inputs, as it writes them. A folder beside the pair
+    folders is fine."""
     source, target = Path(input_folder).resolve(), Path(out).resolve()
-    inside_pair = target.is_relative_to(source) and target != source and "-" in target.relative_to(source).parts[0]
-    if target == source or inside_pair:
-        where = "the folder" if target == source else "inside a pair folder of"
+    same = same_place(input_folder, out)
+    inside_pair = not same and target.is_relative_to(source) and "-" in target.relative_to(source).parts[0]
+    if same or inside_pair:
+        where = "the folder" if same else "inside a pair folder of"
         raise CorpusError(
             f"the output folder {out} is {where} {input_folder} that the stage reads: choose another output folder"
         )

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ems.cli import UserError, add_debug_option, one_line, run_main
 from ems.configs import load_config
+from ems.corpus import check_output_not_input
 from ems.encoder import TruncationWarning
 from ems.encoder_kinds import ENCODER_KINDS, Encoder, load_encoder
 from ems.languages import TATOEBA_TEST_CODES, canonical_language, lang_to_tatoeba_code, tatoeba_code_to_lang
@@ -258,11 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out is required with --encoder")
     if args.model is not None and not args.model.exists():
         raise UserError(f"model directory {args.model} does not exist")
+    out = args.out or args.model / "eval"
+    inputs = [("--data-dir", args.data_dir), ("--heldout", args.heldout), ("--model", args.model)]
+    inputs += [("--suite", args.suite), ("--config", args.config)]
+    check_output_not_input(("--out", out), inputs + [(f"--task-dir {name}", path) for name, path in args.task_dir])
     if args.suite is not None:
         suite_task_configs(args.suite)  # a missing or malformed suite file fails before the encoder loads
     spec = f"ems:{args.model}" if args.model is not None else args.encoder
     encoder = load_encoder(spec, args.cache_dir, args.device)
-    out = args.out or args.model / "eval"
     results = run_all(
         encoder,
         args.data_dir,

@@ -194,7 +194,7 @@ def test_cli_writes_the_export_and_reports_bad_input_in_one_line(model_dir, tmp_
             "--format",
             "sentence-transformers",
         ],
-        "is the model directory": [str(model_dir), str(model_dir), "--format", "hf"],
+        "is the input MODEL_DIR": [str(model_dir), str(model_dir), "--format", "hf"],
         "xx": [str(model_dir), str(tmp_path / "d"), "--format", "hf", "--language", "xx"],
     }
     for message, argv in cases.items():
@@ -226,15 +226,16 @@ def test_the_shipped_modules_are_the_package_modules_and_the_core_template_fills
     assert (hf_dir / HF_MODELING_FILE).read_text() == shipped_source(HF_MODELING_FILE)
     template, core = shipped_source(CORE_FILE), (st_dir / CORE_FILE).read_text()
     assert core == (hf_dir / CORE_FILE).read_text() and "{source}" in ast.get_docstring(ast.parse(template))
-    origin = "source (ems.text, ems.losses, ems.packing, ems.model_config, ems.model, ems.encoder"
+    origin = "source (ems.corpus, ems.losses, ems.packing, ems.text, ems.model_config, ems.model, ems.encoder"
     assert origin in ast.get_docstring(ast.parse(core))
     glue = template[template.index("\nclass EMSTextTokenizer") :]
     assert glue in core and "from ems." in template  # the glue as it is; the imports from ems replaced
     definitions = core_definitions(ast.parse(template))
     assert list(definitions) == [
-        "ems.text",
+        "ems.corpus",
         "ems.losses",
         "ems.packing",
+        "ems.text",
         "ems.model_config",
         "ems.model",
         "ems.encoder",

@@ -8,6 +8,7 @@ import errno
 import io
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -253,3 +254,67 @@ def test_a_yaml_config_with_a_key_twice_is_refused_naming_the_file_the_key_and_b
     merged = tmp_path / "merged.yaml"
     merged.write_text("model_overrides:\n  <<: {d_model: 64, n_heads: 4}\n  d_model: 32\n")
     assert load_config(TrainConfig, merged).model_overrides == {"d_model": 32, "n_heads": 4}
+
+
+# --- a full disk while binarize writes (issue "Reliability V", item 10) ---------------------------
+
+
+class _DevFullFile(_FullDiskFile):
+    """A file opened for writing at `path` whose bytes go to /dev/full, which refuses every write
+    with ENOSPC: what a full disk does, to Python's writes and numpy's `tofile` (a short write) alike."""
+
+    def __init__(self, path):
+        super().__init__(open("/dev/full", "wb"))
+        self.name = os.fspath(path)
+
+    def write(self, data):
+        return self.file.write(data)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("tokens.bin", "the disk is full (ENOSPC) or over quota: a short write, "),  # a part, numpy's tofile
+        (
+            "tokens.npy.partial",
+            f"{NO_SPACE} [errno {errno.ENOSPC}]",
+        ),  # the join: its .npy header reaches the disk first
+        ("content_ids.npy.partial", f"{NO_SPACE} [errno {errno.ENOSPC}]"),
+    ],
+)
+def test_disk_full_in_binarize_is_one_line_naming_the_file(tiny_pipeline, tmp_path, capsys, monkeypatch, name, reason):
+    """Was: `error: 36339 requested and 14336 written`, no file named, no word of a full disk."""
+    import data_prep.binarize
+    from data_prep.__main__ import main as prep_main
+
+    def full_open(file, mode="r", *args, **kwargs):
+        if "w" in mode and os.fspath(file).endswith(name):
+            return _DevFullFile(file)
+        return open(file, mode, *args, **kwargs)
+
+    out = tmp_path / "shards"
+    monkeypatch.setattr(data_prep.binarize, "open", full_open, raising=False)
+    argv = ["binarize", "--in", str(tiny_pipeline / "corpus" / "train"), "--vocab", str(tiny_pipeline / "vocab")]
+    argv += ["--out", str(out), "--workers", "1"]
+    assert run_main(prep_main, argv) == 2
+    line = one_error_line(capsys)
+    failed = f"{out}/parts/[^ /]+/{name}" if name == "tokens.bin" else re.escape(str(out / name))
+    assert re.match(f"error: could not write {failed} \\(binarize\\): {re.escape(reason)}", line), line
+    assert "MiB free on the filesystem of" in line and "the finished parts are kept: free space and rerun" in line
+    assert not (out / "index.json").exists() and not list(out.glob("*.partial"))
+    monkeypatch.undo()
+    assert run_main(prep_main, argv) == 0  # space freed: the rerun finishes
+    assert json.loads((out / "index.json").read_text())["n_pairs"] > 0
+
+
+def test_numpy_short_write_is_a_full_disk_naming_the_file(tmp_path):
+    """numpy's `tofile` says only `36339 requested and 14336 written` (an OSError without errno)."""
+    from ems.artifacts import writing
+
+    with pytest.raises(Exception) as raised, writing(tmp_path / "tokens.npy", "binarize"):
+        raise OSError("36339 requested and 14336 written")
+    assert str(raised.value).startswith(
+        f"could not write {tmp_path / 'tokens.npy'} (binarize): the disk is full (ENOSPC) or over quota: "
+        "a short write, 14336 of 36339 items written; "
+    )

@@ -305,6 +305,53 @@ def test_every_task_with_per_language_files_skips_only_the_bad_one(tmp_path, cap
     assert "flores/fr: not run: " in err and "mlqe/en-zh: not run: " in err and "Traceback" not in err
 
 
+def _link_out(path: Path, elsewhere: Path) -> Path:
+    """`path` (a file or folder) moved to `elsewhere` and replaced by a symlink to it; returns `path`."""
+    elsewhere.parent.mkdir(parents=True, exist_ok=True)
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere, target_is_directory=elsewhere.is_dir())
+    return path
+
+
+def test_a_data_file_a_symlink_leads_out_of_its_folder_is_a_data_error_of_every_task(tmp_path, capsys):
+    """A file (MLQE: a pair folder) that a symlink leads out of a task's data folder -> before: read
+    and scored as the task's data -> now: a data error of its item naming the link and where it
+    leads, as every other folder reader refuses it (ems.corpus.inside_folder); the rest still runs."""
+    suite = _suite_with_one_bad_item_per_task(tmp_path)
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    linked = {
+        ("flores", "de"): data / "flores" / "deu.devtest",
+        ("bucc", "de"): data / "bucc" / "de-en.test.en",
+        ("retrieval", "de-en"): data / "retrieval" / "c.en",
+        ("sts", "good"): data / "sts" / "good.tsv",
+        ("mlqe", "en-de"): data / "mlqe" / "en-de",
+    }
+    for path in linked.values():
+        _link_out(path, elsewhere / path.parent.name / path.name)
+    out = tmp_path / "out"
+    run_all(TrigramEncoder(), data, out_dir=out, suite_path=suite, progress=False, print_tables=False)
+    saved = read_results(out)
+    for (task, item), path in linked.items():
+        reason = saved[task]["data_errors"][item]
+        assert (
+            reason.startswith(f"{path}") and f" leads to {elsewhere}" in reason and "outside the data folder" in reason
+        )
+        assert item not in saved[task]["languages"]
+
+
+def test_a_tatoeba_or_heldout_file_linked_out_is_not_scored(tmp_path, capsys, trigram_kind):
+    data = tatoeba_data(tmp_path / "data", ("deu", "fra"))
+    heldout = tmp_path / "heldout"
+    write_pair(heldout, "de-en", "gettext", {"de": ["Datei öffnen", "Speichern"], "en": ["Open file", "Save"]})
+    tatoeba_file = _link_out(data / "tatoeba" / "tatoeba.deu-eng.deu", tmp_path / "elsewhere" / "deu")
+    pair_dir = _link_out(heldout / "de-en", tmp_path / "elsewhere" / "de-en")
+    err, results = run_all_cli(data, tmp_path / "out", capsys, "--heldout", heldout)
+    assert_one_error_line(err, "could not run tatoeba/de, heldout/de;")
+    assert results["tatoeba"]["data_errors"]["de"].startswith(f"{tatoeba_file} leads to {tmp_path / 'elsewhere'}")
+    assert results["heldout"]["data_errors"]["de"].startswith(f"{pair_dir}/gettext.de leads to")
+    assert_scored(results["tatoeba"], "fr")
+
+
 def test_results_json_is_written_even_when_a_task_crashes(tmp_path):
     """An encoder that raises (a bug, not bad input) -> before: no results.json -> now: results.json
     holds what ran and the crashed task, and the error still propagates with its traceback."""

@@ -363,3 +363,48 @@ def test_a_damaged_head_json_is_one_line_naming_it(text, tmp_path):
     with pytest.raises(ValueError) as raised:
         load_head(tmp_path)
     assert str(tmp_path / HEAD_JSON) in str(raised.value) and "\n" not in str(raised.value)
+
+
+# --- the exported loaders: a file missing, or a symlink out of the model folder (issue "Reliability V", item 11) ---
+
+LOADERS = {"st": load_sentence_transformers, "hf": load_automodel}
+
+
+@pytest.mark.parametrize("export", list(LOADERS))
+@pytest.mark.parametrize("name", ["spm.model", TOKENIZER_FILE, "model.safetensors"])
+def test_an_export_missing_a_file_is_one_line_naming_it(built, tmp_path, export, name):
+    """Was (sentence-transformers, spm.model missing): a TypeError from pathlib, naming nothing."""
+    folder = tmp_path / f"{export}_missing"
+    shutil.copytree(built[export], folder)
+    (folder / name).unlink()
+    assert refusal(LOADERS[export], folder) == f"{folder} is not an exported EMS model: {name} is missing"
+
+
+@pytest.mark.parametrize("export", list(LOADERS))
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "spm.model", TOKENIZER_FILE])
+def test_an_export_with_a_file_linked_out_of_its_folder_is_refused(built, tmp_path, export, name):
+    """Was: read through the link (a link is refused for where it leads, not what it holds)."""
+    folder = tmp_path / f"{export}_linked"
+    shutil.copytree(built[export], folder)
+    outside = tmp_path / "elsewhere" / name
+    outside.parent.mkdir()
+    (folder / name).rename(outside)
+    (folder / name).symlink_to(outside)
+    message = refusal(LOADERS[export], folder)
+    assert message.startswith(f"{folder / name} leads to {outside}, outside the model folder {folder}"), message
+
+
+@pytest.mark.parametrize("export", list(LOADERS))
+def test_an_export_in_a_hub_cache_snapshot_loads_through_its_links_into_blobs(built, tmp_path, export):
+    """A snapshot of the Hub's cache (what snapshot_download returns): REPO/snapshots/REV/ whose files
+    are links into REPO/blobs/, which the loaders follow."""
+    repository = tmp_path / "models--someone--ems"
+    snapshot = repository / "snapshots" / "0123abc"
+    shutil.copytree(built[export], snapshot)
+    (repository / "blobs").mkdir()
+    for path in sorted(snapshot.iterdir()):
+        if path.is_file():
+            blob = repository / "blobs" / f"{path.name}.blob"
+            path.rename(blob)
+            path.symlink_to(Path("..", "..", "blobs", blob.name))
+    assert LOADERS[export](snapshot).encode(ENGLISH[:2], lang="en").shape == (2, 64)

@@ -1634,7 +1634,7 @@ def test_checkpoints(base, outside, checkpoints, target, mutation, latest, which
 
 # --- folders with a symlink out (issue 62): every folder reader refuses it ----------------------------
 
-LINKED_READERS = ["moses", "tatoeba", "tico19", "shards", "vocab", "model"]
+LINKED_READERS = ["moses", "tatoeba", "tico19", "heldout", "shards", "vocab", "model"]
 # the files each reader of a seeded folder opens (a link among the others is not its business)
 READ_FILES = {
     "shards": ["index.json", "tokens.npy", "offsets.npy", "langs.npy", "content_ids.npy", "lengths.npy"],
@@ -1645,9 +1645,10 @@ READ_FILES = {
 
 def _linked_folder(reader: str, root: Path, seeds: dict[str, Path]) -> tuple[Path, list[str]]:
     """The folder `reader` reads, made under `root`, and its files a link may replace."""
-    if reader in ("moses", "tatoeba", "tico19"):
+    if reader in ("moses", "tatoeba", "tico19", "heldout"):
         folder, stem, sides = {
             "moses": ("de-en", "c", ("de", "en")),
+            "heldout": ("de-en", "c", ("de", "en")),
             "tatoeba": ("afr-eng", "tatoeba-test-v2021-08-07", ("afr", "eng")),
             "tico19": ("en-fr", "tico19-test", ("en", "fr")),
         }[reader]
@@ -1674,6 +1675,12 @@ def _read_folder(reader: str, folder: Path, root: Path):
         }[reader]
         status, _, err = run_cli(root, main, [*argv, "--in", str(folder), "--out", str(root / "out")])
         return status == 0, err
+    if reader == "heldout":  # an evaluation reader: a file it cannot use is a data error of its language
+        from eval.evaluators.heldout import find_heldout_bitexts
+
+        ok, found = attempt(root, lambda: find_heldout_bitexts(folder))
+        errors = found[2] if ok else {}
+        return ok and not errors, (f"error: {'; '.join(errors.values())}" if errors else found)
     load = {"shards": PairShards, "vocab": Tokenizer.load, "model": check_model_directory}[reader]
     return attempt(root, lambda: load(folder))
 

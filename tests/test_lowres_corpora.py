@@ -198,6 +198,72 @@ def test_bible_edge_cases_are_counted_not_lost(tmp_path):
         build_ebible_corpus(tmp_path / "in", tmp_path / "out2")
 
 
+def test_malformed_range_markers_are_counted_not_imported_as_verses(tmp_path, capsys):
+    """Was: `<Range>`, `<range` and `<range> extra words` written as Ewe verse text, counted nowhere."""
+    bible_layout(
+        tmp_path / "in",
+        {
+            "engwebp": ["One.", "Two.", "Three.", "Four.", "Five.", "Six."],
+            "ewe": ["Eka.", "<Range>", "Eve.", "<range", "<range> extra words", "Ade."],
+        },
+        ["ewe,ewe,by-sa,4.0,Copyright © 2020 Biblica"],
+    )
+    argv = ["import", "--format", "ebible", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out")]
+    assert run_main(prep_main, argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "skipped lines: malformed_range 3 | skipped files: none"
+    report = json.loads((tmp_path / "out" / "import_report.json").read_text())
+    assert report["files"]["ewe"]["skipped"] == {"malformed_range": 3}
+    pairs = list(
+        read_parallel(tmp_path / "out" / "ee-en" / "ebible-ewe.en", tmp_path / "out" / "ee-en" / "ebible-ewe.ee")
+    )
+    assert pairs == [("One.", "Eka."), ("Three.", "Eve."), ("Six.", "Ade.")]
+
+
+def seed_layout(root, files: dict[str, list[str]]):
+    (root / "seed").mkdir(parents=True)
+    for name, lines in files.items():
+        (root / "seed" / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return root
+
+
+def test_misnamed_seed_files_are_reported_not_ignored(tmp_path, capsys):
+    """Was: `ita_latn` and `fur_Latn.txt` left out without a word."""
+    lines = ["One.", "Two."]
+    root = seed_layout(
+        tmp_path / "in",
+        {"eng_Latn": lines, "fra_Latn": ["Un.", "Deux."], "ita_latn": lines, "fur_Latn.txt": lines, "README.md": []},
+    )
+    assert (
+        run_main(prep_main, ["import", "--format", "nllb_seed", "--in", str(root), "--out", str(tmp_path / "out")]) == 0
+    )
+    misnamed = "not named <code>_<Script> (e.g. fra_Latn, no extension): not read"
+    assert capsys.readouterr().out.splitlines() == [
+        "en-fr\t2",
+        f"skipped lines: none | skipped files: fur_Latn.txt ({misnamed}), ita_latn ({misnamed})",
+    ]
+    report = json.loads((tmp_path / "out" / "import_report.json").read_text())
+    assert report["skipped_files"] == {"fur_Latn.txt": misnamed, "ita_latn": misnamed}
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"eng_Latn": [], "fra_Latn": []}, "seed/eng_Latn is empty: expected the Seed release"),
+        ({"eng_Latn": ["One."], "ita_latn": ["Uno."]}, "seed holds no language file (not named <code>_<Script>"),
+        ({"eng_Latn": ["One.", "Two."], "fra_Latn": ["", ""]}, ": no pair imported (skipped lines: empty 2 |"),
+    ],
+    ids=["only-empty-files", "only-misnamed", "only-empty-lines"],
+)
+def test_a_seed_folder_that_yields_nothing_is_one_error_line(files, message, tmp_path, capsys):
+    """Was (a folder of only empty files): nothing imported, status 0."""
+    root = seed_layout(tmp_path / "in", files)
+    assert (
+        run_main(prep_main, ["import", "--format", "nllb_seed", "--in", str(root), "--out", str(tmp_path / "out")]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
 # --- the misalignment check -------------------------------------------------------------------------
 
 

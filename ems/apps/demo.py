@@ -34,6 +34,7 @@ from pathlib import Path
 from ems.apps.recipe_corpus import DemoDataConfig, build_corpus
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
+from ems.corpus import check_output_not_input
 from ems.languages import ENGLISH
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
@@ -114,7 +115,10 @@ def main(argv: list[str]) -> int:
     out = Path("runs") / args.recipe if args.out is None else args.out
     data_config = args.data_config or str(REPO_ROOT / "configs" / "data" / RECIPE_DATA[args.recipe])
     train_config = args.train_config or str(REPO_ROOT / "configs" / "train" / f"{args.recipe}.yaml")
-    # every config and --set item checked before the first stage (the corpus takes minutes)
+    # every config and --set item checked before the first stage (the corpus takes minutes), and --out
+    # none of the inputs
+    inputs = [("--data-dir", args.data_dir), ("--data-config", data_config), ("--train-config", train_config)]
+    check_output_not_input(("--out", out), inputs)
     data_cfg = load_config(DemoDataConfig, data_config)
     train_cfg = load_config(TrainConfig, train_config, args.set, run_paths(out, args.data_dir))
     summary = RECIPES[args.recipe](data_cfg, args.data_dir, out, train_cfg)

@@ -25,9 +25,10 @@ benchmarks/export_language_benchmark.py: docs/results/throughput.md).
 
 The shipped code is the modules of ems/apps/exported_code/ (real modules: ruff checks them, tests
 import them). `ems_core.py` is assembled from its template there and this package's own source: the
-definitions of ems.text, ems.losses, ems.packing, ems.model_config, ems.model and ems.encoder that the
-template imports take the place of those imports (core_source), so the exported model runs the same
-preprocessing and network as `ems.load` and needs torch, safetensors, numpy, sentencepiece, sacremoses,
+definitions of ems.text, ems.losses, ems.packing, ems.model_config, ems.model, ems.encoder and ems.corpus
+that the template imports take the place of those imports (core_source), so the exported model runs the
+same preprocessing and network as `ems.load`, confines the files it reads to the model folder as
+`ems.load` does (ems.corpus.inside_folder), and needs torch, safetensors, numpy, sentencepiece, sacremoses,
 jieba, fugashi (+ unidic-lite) and opencc, not the `ems` package; the other modules are copied as they
 are. Every output gets a model card (ems.training.model_card) and the training run's run_metadata.json
 when the model has one.
@@ -52,6 +53,7 @@ from safetensors.torch import load_file, save_file
 from ems.apps import exported_code
 from ems.artifacts import replaced_hint, staged_directory
 from ems.cli import add_debug_option, run_main
+from ems.corpus import check_output_not_input
 from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory, write_model_manifest
 from ems.model_config import EMSConfig
 from ems.run_metadata import RUN_METADATA_FILE, git_state
@@ -201,10 +203,10 @@ def check_language(language: str, tokenizer: Tokenizer) -> str | None:
 
 
 def check_out_dir(out: Path, model_dir: Path) -> None:
-    """ValueError if `out` is the model directory itself or a non-empty directory (an export that an
-    older version left half-written included: it is named as such)."""
-    if out.resolve() == model_dir.resolve():
-        raise ValueError(f"the output directory {out} is the model directory; choose another")
+    """ValueError if `out` is the model directory itself (ems.corpus.check_output_not_input) or a
+    non-empty directory (an export that an older version left half-written included: it is named as
+    such)."""
+    check_output_not_input(("OUT", out), [("MODEL_DIR", model_dir)])
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if out.is_dir() and (out / CORE_FILE).is_file() and not (out / "README.md").is_file():
             raise ValueError(

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ems.artifacts import recover_replaced, staged_directory
+from ems.corpus import check_output_not_input
 from ems.encoder import check_model_directory, export_encoder, initialize_from
 from ems.locks import DirectoryInUse, exclusive
 from ems.model import EMSModel, attention_path
@@ -93,7 +94,9 @@ def check_inputs(cfg: TrainConfig) -> None:
     """Every input the run reads, checked before DeepSpeed starts (its op build and process group
     take seconds to minutes): the shards against their index and against the vocabulary, the
     validation shards, the probe's data, the model to start from, the DeepSpeed config, and then
-    every token id of the shards against the vocabulary's size."""
+    every token id of the shards against the vocabulary's size; and that `out` is none of them."""
+    inputs = ("data", "vocab", "valid_data", "probe_data", "init_from", "deepspeed_config")
+    check_output_not_input(("out", cfg.out), [(name, getattr(cfg, name) or None) for name in inputs])
     shards = PairShards(cfg.data)
     tokenizer = Tokenizer.load(cfg.vocab)
     shards.check_vocabulary(tokenizer, cfg.vocab)

@@ -137,7 +137,7 @@ def evaluate_bitext(encoder: Encoder, task: TaskRun) -> dict:
         path = config.targets.path(data_dir, code)
         if not path.is_file():
             raise MissingDataError(f"missing {path} (line-aligned with {source_path.name}){where}")
-        xx, en = read_aligned_files(path, source_path, max_sentences)
+        xx, en = read_aligned_files(path, source_path, max_sentences, data_dir)
         return Bitext(lang=encoder_lang(code, covered), source=path.name, xx=xx, en=en, name=code)
 
     found = score_items(codes_in_filter(config.languages, options), read, skip=uncovered, desc=config.name)

@@ -70,11 +70,12 @@ class BuccSplit:
     gold: set[tuple[str, str]] | None = field(default=None)
 
 
-def read_bucc_sentences(path: Path) -> tuple[list[str], list[str]]:
-    """(ids, sentences) of a BUCC "<id>\\t<sentence>" file. Raises MissingDataError if it is
-    missing and ValueError, naming file and line, for a line without a tab or a repeated id."""
+def read_bucc_sentences(path: Path, folder: Path | None = None) -> tuple[list[str], list[str]]:
+    """(ids, sentences) of a BUCC "<id>\\t<sentence>" file of the data folder `folder` (read_lines).
+    Raises MissingDataError if it is missing and ValueError, naming file and line, for a line
+    without a tab or a repeated id."""
     ids, sentences = [], []
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(read_lines(path, folder), start=1):
         if not line:
             continue
         sentence_id, tab, sentence = line.partition("\t")
@@ -88,12 +89,14 @@ def read_bucc_sentences(path: Path) -> tuple[list[str], list[str]]:
     return ids, sentences
 
 
-def read_bucc_gold(path: Path, xx_ids: list[str], en_ids: list[str]) -> set[tuple[str, str]]:
-    """Gold (xx id, en id) pairs of a BUCC gold file; ValueError for a malformed line or an id
-    that is not in the split's sentence files."""
+def read_bucc_gold(
+    path: Path, xx_ids: list[str], en_ids: list[str], folder: Path | None = None
+) -> set[tuple[str, str]]:
+    """Gold (xx id, en id) pairs of a BUCC gold file of the data folder `folder` (read_lines);
+    ValueError for a malformed line or an id that is not in the split's sentence files."""
     known_xx, known_en = set(xx_ids), set(en_ids)
     gold = set()
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(read_lines(path, folder), start=1):
         if not line:
             continue
         fields = line.split("\t")
@@ -126,9 +129,9 @@ def load_bucc_split(
                 f"missing BUCC file {paths[side]}: expected {lang}-en.{split}.{{{lang},en,gold}} "
                 f"in {data_dir}, from {source}"
             )
-    xx_ids, xx = read_bucc_sentences(paths["xx"])
-    en_ids, en = read_bucc_sentences(paths["en"])
-    gold = read_bucc_gold(paths["gold"], xx_ids, en_ids) if paths["gold"].is_file() else None
+    xx_ids, xx = read_bucc_sentences(paths["xx"], data_dir)
+    en_ids, en = read_bucc_sentences(paths["en"], data_dir)
+    gold = read_bucc_gold(paths["gold"], xx_ids, en_ids, data_dir) if paths["gold"].is_file() else None
     if max_sentences is not None:
         xx_ids, xx, en_ids, en = xx_ids[:max_sentences], xx[:max_sentences], en_ids[:max_sentences], en[:max_sentences]
         if gold is not None:

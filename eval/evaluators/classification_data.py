@@ -273,10 +273,10 @@ def sib200_languages(directory: Path) -> dict[str, str]:
     return {sib200_language_code(name, scripts[name.split("_")[0]]): name for name in names}
 
 
-def _read_sib200_split(path: Path, labels: list[str], skipped: dict) -> list[Document]:
+def _read_sib200_split(path: Path, labels: list[str], skipped: dict, folder: Path) -> list[Document]:
     if not path.is_file():
         raise MissingDataError(f"missing SIB-200 file {path}; get it from {SIB200_SOURCE}")
-    lines = read_lines(path)
+    lines = read_lines(path, folder)
     if not lines or lines[0].split("\t") != ["index_id", "category", "text"]:
         raise ValueError(f"{path}: expected the header 'index_id<TAB>category<TAB>text'")
     documents, malformed, empty, unknown = [], 0, 0, 0
@@ -319,11 +319,11 @@ def read_sib200(
     labels_path = train_dir / "labels.txt"
     if not labels_path.is_file():
         raise MissingDataError(f"missing SIB-200 label list {labels_path}; get it from {SIB200_SOURCE}")
-    labels = [line.strip() for line in read_lines(labels_path) if line.strip()]
+    labels = [line.strip() for line in read_lines(labels_path, directory) if line.strip()]
 
     def split(lang: str, split_name: str) -> list[Document]:
         path = Path(directory) / available[lang] / f"{split_name}.tsv"
-        return _cap(_read_sib200_split(path, labels, skipped), max_documents)
+        return _cap(_read_sib200_split(path, labels, skipped, directory), max_documents)
 
     test_languages = [train_language] + [lang for lang in wanted if lang in available and lang != train_language]
     train, dev = split(train_language, "train"), split(train_language, "dev")
@@ -346,11 +346,11 @@ MLDOC_LANGUAGES = {
 }
 
 
-def _read_labelled_lines(path: Path, labels: list[str], split: bool, skipped: dict) -> list[Document]:
+def _read_labelled_lines(path: Path, labels: list[str], split: bool, skipped: dict, folder: Path) -> list[Document]:
     if not path.is_file():
         raise MissingDataError(f"missing MLDoc file {path}; build it from {MLDOC_SOURCE}")
     documents, malformed, empty, unknown = [], 0, 0, 0
-    lines = [line for line in read_lines(path) if line.strip()]
+    lines = [line for line in read_lines(path, folder) if line.strip()]
     for line in lines:
         label, tab, text = line.partition("\t")
         sentences = split_sentences(text, split)
@@ -393,7 +393,7 @@ def read_mldoc(
         raise MissingDataError(f"missing MLDoc files {', '.join(absent)}; build them from {MLDOC_SOURCE}")
 
     def read(path: Path) -> list[Document]:
-        return _cap(_read_labelled_lines(path, MLDOC_LABELS, split, skipped), max_documents)
+        return _cap(_read_labelled_lines(path, MLDOC_LABELS, split, skipped, directory), max_documents)
 
     train, dev = read(train_files[0]), read(train_files[1])
     test_languages = [train_language] + [lang for lang in wanted if lang in MLDOC_LANGUAGES and lang != train_language]
@@ -410,11 +410,12 @@ _RATING = re.compile(r"<rating>\s*([0-9.]+)\s*</rating>")
 _TEXT = re.compile(r"<text>(.*?)</text>", re.DOTALL)
 
 
-def read_webis_reviews(path: Path, split: bool, skipped: dict) -> list[Document]:
-    """The reviews of one webis-cls-10 .review file as documents labelled negative/positive."""
+def read_webis_reviews(path: Path, split: bool, skipped: dict, folder: Path | None = None) -> list[Document]:
+    """The reviews of one webis-cls-10 .review file of the data folder `folder` (read_text) as
+    documents labelled negative/positive."""
     if not path.is_file():
         raise MissingDataError(f"missing webis-cls-10 file {path}; get it from {WEBIS_CLS10_SOURCE}")
-    items = _ITEM.findall(read_text(path))
+    items = _ITEM.findall(read_text(path, folder=folder))
     documents, bad, neutral, empty = [], 0, 0, 0
     for item in items:
         rating, text = _RATING.search(item), _TEXT.search(item)
@@ -464,14 +465,15 @@ def read_webis_cls10(
     def path(lang: str, split_name: str) -> Path:
         return directory / WEBIS_LANGUAGES[lang] / category / f"{split_name}.review"
 
-    reviews = read_webis_reviews(path(train_language, "train"), split, skipped)
+    reviews = read_webis_reviews(path(train_language, "train"), split, skipped, directory)
     order = np.random.default_rng(0).permutation(len(reviews))
     n_dev = max(1, round(dev_fraction * len(reviews)))
     dev = [reviews[i] for i in sorted(order[:n_dev])]
     train = [reviews[i] for i in sorted(order[n_dev:])]
     test_languages = [train_language] + [lang for lang in wanted if lang in WEBIS_LANGUAGES and lang != train_language]
     test = score_items(
-        test_languages, lambda lang: _cap(read_webis_reviews(path(lang, "test"), split, skipped), max_documents)
+        test_languages,
+        lambda lang: _cap(read_webis_reviews(path(lang, "test"), split, skipped, directory), max_documents),
     )
     return ClassificationTask(
         name,

@@ -68,7 +68,7 @@ def load_flores_pair(
                 f"get the {split} split from {FLORES_SOURCE}"
             )
         paths.append(path)
-    return read_aligned_files(*paths, max_sentences)
+    return read_aligned_files(*paths, max_sentences, data_dir)
 
 
 def evaluate_flores(encoder: Encoder, task: TaskRun) -> dict:

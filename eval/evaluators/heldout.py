@@ -61,7 +61,7 @@ def find_heldout_bitexts(
     pair_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     found = score_items(
         pair_dirs,
-        lambda pair_dir: _read_pair_directory(pair_dir, _language(pair_dir)),
+        lambda pair_dir: _read_pair_directory(root, pair_dir, _language(pair_dir)),
         cap,
         key=lambda pair_dir: pair_dir.name if _not_a_test_set(pair_dir) else _language(pair_dir),
         skip=_not_a_test_set,
@@ -88,9 +88,10 @@ def _not_a_test_set(pair_dir: Path) -> str | None:
     return None
 
 
-def _read_pair_directory(pair_dir: Path, lang: str) -> Bitext:
-    """The corpora of one pair directory, concatenated in name order; MissingDataError naming
-    every file without its aligned partner, ValueError for unequal line counts or bad UTF-8."""
+def _read_pair_directory(root: Path, pair_dir: Path, lang: str) -> Bitext:
+    """The corpora of one pair directory of the held-out root `root`, concatenated in name order;
+    MissingDataError naming every file without its aligned partner, ValueError for unequal line
+    counts or bad UTF-8, OutsideRootError for a file or pair directory a symlink leads out of `root`."""
     xx_stems, en_stems = _stems(pair_dir, lang), _stems(pair_dir, ENGLISH)
     orphans = [f"{stem}.{lang} (no {stem}.{ENGLISH})" for stem in sorted(xx_stems - en_stems)]
     orphans += [f"{stem}.{ENGLISH} (no {stem}.{lang})" for stem in sorted(en_stems - xx_stems)]
@@ -100,7 +101,7 @@ def _read_pair_directory(pair_dir: Path, lang: str) -> Bitext:
     xx_all: list[str] = []
     en_all: list[str] = []
     for stem in corpora:
-        xx, en = read_aligned_files(pair_dir / f"{stem}.{lang}", pair_dir / f"{stem}.{ENGLISH}")
+        xx, en = read_aligned_files(pair_dir / f"{stem}.{lang}", pair_dir / f"{stem}.{ENGLISH}", folder=root)
         xx_all += xx
         en_all += en
     return Bitext(lang=lang, source=f"{pair_dir.name}/{'+'.join(corpora)}", xx=xx_all, en=en_all)

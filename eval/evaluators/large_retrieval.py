@@ -114,7 +114,7 @@ def read_retrieval_pair(
     if missing:
         where = f"; get them from {source}" if source else ""
         raise MissingDataError(f"missing {' and '.join(missing)} (line-aligned {pair.src} + {pair.tgt}){where}")
-    return read_aligned_files(data_dir / pair.src, data_dir / pair.tgt, n_candidates)
+    return read_aligned_files(data_dir / pair.src, data_dir / pair.tgt, n_candidates, data_dir)
 
 
 def evaluate_large_retrieval(encoder: Encoder, task: TaskRun) -> dict:

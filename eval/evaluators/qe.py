@@ -55,16 +55,17 @@ def mlqe_path(data_dir: Path, pair: str, split: str) -> Path:
     return Path(data_dir) / pair / f"{split}.{src}{tgt}.df.short.tsv"
 
 
-def read_mlqe(path: Path, pair: str) -> RatedPairs:
-    """The (original, translation, z_mean) rows of one MLQE-PE file. Rows with the wrong number of
-    fields, an empty sentence or a non-numeric z_mean are skipped and counted by reason.
-    MissingDataError if the file is missing; ValueError if the header lacks a needed column."""
+def read_mlqe(path: Path, pair: str, folder: Path | None = None) -> RatedPairs:
+    """The (original, translation, z_mean) rows of one MLQE-PE file of the data folder `folder`
+    (read_text). Rows with the wrong number of fields, an empty sentence or a non-numeric z_mean
+    are skipped and counted by reason. MissingDataError if the file is missing; ValueError if the
+    header lacks a needed column."""
     path = Path(path)
     if not path.is_file():
         raise MissingDataError(f"missing WMT20 QE file {path} (MLQE-PE data/direct-assessments, see PROVENANCE.md)")
     src, _, tgt = pair.partition("-")
     sent1, sent2, gold, skipped = [], [], [], {}
-    with io.StringIO(read_text(path, "utf-8-sig"), newline="") as file:
+    with io.StringIO(read_text(path, "utf-8-sig", folder), newline="") as file:
         reader = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(reader, None)
         missing = [column for column in COLUMNS if header is None or column not in header]
@@ -105,7 +106,9 @@ def read_qe_pairs(
             f"WMT20 QE directory {data_dir} does not exist (MLQE-PE data/direct-assessments, see PROVENANCE.md)"
         )
     paths = {pair: mlqe_path(data_dir, pair, split) for pair in pairs}  # a malformed pair name fails the task
-    found = score_items(pairs, lambda pair: read_mlqe(paths[pair], pair), lambda _, rated: rated.head(max_sentences))
+    found = score_items(
+        pairs, lambda pair: read_mlqe(paths[pair], pair, data_dir), lambda _, rated: rated.head(max_sentences)
+    )
     return list(found.rows.values()), found.errors
 
 

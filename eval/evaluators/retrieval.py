@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ems.cli import MissingDataError
+from ems.corpus import inside_folder
 from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
 from ems.languages import ENGLISH
 from eval.evaluators.items import NOT_COVERED, score_items
@@ -120,12 +121,16 @@ def bidirectional_p_at_1(
     return {"xx2en": xx2en, "en2xx": en2xx, "mean": (xx2en + en2xx) / 2, "duplicate_hits": rescued_en + rescued_xx}
 
 
-def read_text(path: Path, encoding: str = "utf-8") -> str:
+def read_text(path: Path, encoding: str = "utf-8", folder: Path | None = None) -> str:
     """The whole text of a file, line endings untouched (`encoding` "utf-8-sig" drops a BOM).
-    MissingDataError if it is not there; ValueError naming the file if it is not valid UTF-8."""
+    `folder`: the data folder the reader found it in (None: the file's own folder); a file that a
+    symlink leads out of it is OutsideRootError (ems.corpus.inside_folder), as every folder reader
+    refuses it. MissingDataError if it is not there; ValueError naming the file if it is not valid UTF-8."""
     path = Path(path)
     if not path.is_file():
         raise MissingDataError(f"missing test-set file {path}")
+    folder = path.parent if folder is None else Path(folder)
+    inside_folder(folder, path, f"the data folder {folder}")
     try:
         with open(path, encoding=encoding, newline="") as f:
             return f.read()
@@ -133,21 +138,24 @@ def read_text(path: Path, encoding: str = "utf-8") -> str:
         raise ValueError(f"{path} is not valid UTF-8 ({exc})") from exc
 
 
-def read_lines(path: Path) -> list[str]:
+def read_lines(path: Path, folder: Path | None = None) -> list[str]:
     """Lines of a UTF-8 text file without their line endings; only "\n" ends a line. A byte order
-    mark at the start (Windows editors write one) is not part of the first line."""
-    lines = read_text(path, "utf-8-sig").split("\n")
+    mark at the start (Windows editors write one) is not part of the first line. `folder`: as read_text's."""
+    lines = read_text(path, "utf-8-sig", folder).split("\n")
     if lines[-1] == "":
         lines.pop()  # the end of the last line, or an empty file
     return [line.rstrip("\r") for line in lines]
 
 
-def read_aligned_files(xx_path: Path, en_path: Path, max_sentences: int | None = None) -> tuple[list[str], list[str]]:
-    """Line-aligned sentences of two files, the first `max_sentences` pairs if given.
+def read_aligned_files(
+    xx_path: Path, en_path: Path, max_sentences: int | None = None, folder: Path | None = None
+) -> tuple[list[str], list[str]]:
+    """Line-aligned sentences of two files, the first `max_sentences` pairs if given; `folder`: the
+    data folder both lie in (read_text).
 
     Raises MissingDataError for a missing file and ValueError if the line counts differ.
     """
-    xx, en = read_lines(xx_path), read_lines(en_path)
+    xx, en = read_lines(xx_path, folder), read_lines(en_path, folder)
     if len(xx) != len(en):
         raise ValueError(
             f"{xx_path} has {len(xx)} lines but {en_path} has {len(en)}; "

@@ -32,14 +32,15 @@ SKIP_EMPTY = "empty sentence"
 SKIP_SCORE = "gold not a number"
 
 
-def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str) -> RatedPairs:
-    """The (sent1, sent2, gold) lines of one STS2017 file; lines with other than 3 fields, an
-    empty sentence or a non-numeric gold are skipped and counted. MissingDataError if missing."""
+def read_sts(path: Path, name: str, sent1_lang: str, sent2_lang: str, folder: Path | None = None) -> RatedPairs:
+    """The (sent1, sent2, gold) lines of one STS2017 file of the data folder `folder` (read_text);
+    lines with other than 3 fields, an empty sentence or a non-numeric gold are skipped and
+    counted. MissingDataError if missing."""
     path = Path(path)
     if not path.is_file():
         raise MissingDataError(f"missing STS2017 file {path} (SemEval-2017 Task 1 with gold, see PROVENANCE.md)")
     sent1, sent2, gold, skipped = [], [], [], {}
-    with io.StringIO(read_text(path, "utf-8-sig"), newline="") as file:
+    with io.StringIO(read_text(path, "utf-8-sig", folder), newline="") as file:
         for fields in csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE):
             reason = _problem(fields)
             if reason:
@@ -89,7 +90,7 @@ def read_sts_tracks(
         )
     found = score_items(
         tracks,
-        lambda track: read_sts(Path(data_dir) / track.file, track.name, *track.langs),
+        lambda track: read_sts(Path(data_dir) / track.file, track.name, *track.langs, folder=data_dir),
         lambda _, rated: rated.head(max_sentences),
         key=lambda track: track.name,
     )

@@ -102,7 +102,7 @@ def load_tatoeba_pair(
                 f"missing Tatoeba file {path}: download {_expected_files(file_pattern, code)} "
                 f"from the LASER repository ({TATOEBA_SOURCE}) into {data_dir}"
             )
-    return read_aligned_files(xx_path, en_path, max_sentences)
+    return read_aligned_files(xx_path, en_path, max_sentences, data_dir)
 
 
 def evaluate_tatoeba(encoder: Encoder, task: TaskRun) -> dict:

@@ -50,7 +50,7 @@ from ems.languages import (
 from ems.mining.margin import DEFAULT_K, MARGINS, margin_neighbours
 from eval.evaluators.flores import FLORES_SOURCE
 from eval.evaluators.items import NOT_COVERED, score_items, scored_result
-from eval.evaluators.retrieval import check_max_sentences, read_lines
+from eval.evaluators.retrieval import check_max_sentences, read_lines, read_text
 from eval.faults import DataErrors
 from eval.report import xsim_table
 from eval.task import Headline, Languages, RunOptions, TaskConfig, TaskRun, TaskType, one_of, refuse
@@ -117,13 +117,13 @@ def read_augmented_english(directory: Path, split: str = "devtest", lang: str = 
                 f"missing xSIM++ file {path}; get {text_path.name} and {json_path.name} from {XSIMPP_SOURCE}"
             )
     try:
-        entries = json.loads(json_path.read_text(encoding="utf-8"))
+        entries = json.loads(read_text(json_path, folder=directory))
         origin = {sentence: (entry["src"], entry["errtype"]) for sentence, entry in entries.items()}
     except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
         raise ValueError(
             f'{json_path}: expected {{augmented sentence: {{"src": ..., "errtype": ...}}}} ({exc!r})'
         ) from exc
-    return AugmentedEnglish(read_lines(text_path), origin)
+    return AugmentedEnglish(read_lines(text_path, directory), origin)
 
 
 def xsimpp_errors(

@@ -12,7 +12,7 @@ import json
 import numbers
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
@@ -32,6 +32,7 @@ from torch import Tensor, nn
 # dependency order, so that the exported file runs without the ems package. The imports above are the ones those
 # definitions need (hence the noqa: this file's own code uses few of them).
 # ruff: noqa: F401
+from ems.corpus import OutsideRootError, _leads_outside, inside_folder
 from ems.encoder import (
     CONFIG_FILE,
     CPU_BATCH_TOKENS,
@@ -98,6 +99,29 @@ from ems.text import (
     read_tokenizer_file,
     to_simplified,
 )
+
+# the files of an exported model that its loaders read (sentence-transformers and transformers read their own too)
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, SPM_FILE, TOKENIZER_FILE)
+
+
+def model_files(model: str | Path, subfolder: str, find: Callable[[str], str | None]) -> dict[str, Path]:
+    """{name: path} of the MODEL_FILES of the exported model `model` (a local directory or a Hub id;
+    its `subfolder`), each found by the loader's `find` (None: not there) and checked before any is
+    read: FileNotFoundError naming the first one missing; for a local directory, OutsideRootError
+    (ems.corpus.inside_folder) for one that a symlink leads out of it (a snapshot of the Hub's cache,
+    REPO/snapshots/REV/, may link into REPO/blobs/). A Hub id's files, which the Hub's cache keeps
+    under links of its own, are not confined."""
+    folder = Path(model, subfolder)
+    snapshots = [p.parent for p in folder.resolve().parents if p.name == "snapshots" and (p.parent / "blobs").is_dir()]
+    files = {}
+    for name in MODEL_FILES:
+        found = find(name)
+        if found is None or not Path(found).is_file():
+            raise FileNotFoundError(f"{folder} is not an exported EMS model: {name} is missing")
+        if folder.is_dir():
+            inside_folder(folder, found, f"the model folder {folder}", snapshots[0] if snapshots else None)
+        files[name] = Path(found)
+    return files
 
 
 class EMSTextTokenizer:

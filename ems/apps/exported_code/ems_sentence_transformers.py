@@ -23,6 +23,7 @@ from .ems_core import (
     EMSTextTokenizer,
     EncoderNetwork,
     load_model,
+    model_files,
     pad_token_ids,
 )
 
@@ -88,11 +89,10 @@ class EMSSentenceEncoder(InputModule):
             revision=revision,
             local_files_only=local_files_only,
         )
+        files = model_files(
+            model_name_or_path, subfolder, lambda name: cls.load_file_path(model_name_or_path, name, **where)
+        )
         config = cls.load_config(model_name_or_path, **where)
-        files = {
-            name: cls.load_file_path(model_name_or_path, name, **where)
-            for name in (CONFIG_FILE, WEIGHTS_FILE, SPM_FILE, TOKENIZER_FILE)
-        }
         return cls(
             *load_model(
                 files[CONFIG_FILE],

@@ -29,8 +29,19 @@ from .ems_core import (
     check_tokenizer,
     embed_token_ids,
     encoder_shapes,
+    model_files,
     weight_shapes,
 )
+
+
+def _model_files(model: str | Path, where: dict) -> dict[str, Path]:
+    """The model's files as transformers finds them (cached_file with `where`: revision, subfolder,
+    ...), checked (ems_core.model_files)."""
+    return model_files(
+        model,
+        where.get("subfolder", ""),
+        lambda name: cached_file(model, name, **where, _raise_exceptions_for_missing_entries=False),
+    )
 
 
 class EMSHFConfig(PretrainedConfig):
@@ -64,30 +75,26 @@ class EMSHFModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> EMSHFModel:
-        """transformers' from_pretrained, with ems.load's checks: first model.safetensors against the
-        config's model (the tensor names and shapes: transformers would leave a missing tensor as
-        uninitialised memory), then the tokenizer files (a vocabulary or language list that is not the
-        model's fails here, not at encode). ValueError, one line, for the first that fails."""
+        """transformers' from_pretrained, with ems.load's checks: first the model's files (each there,
+        none a symlink out of a local model folder: ems_core.model_files), then model.safetensors
+        against the config's model (the tensor names and shapes: transformers would leave a missing
+        tensor as uninitialised memory), then the tokenizer files (a vocabulary or language list that
+        is not the model's fails here, not at encode). One line (ValueError, FileNotFoundError) for
+        the first that fails."""
         where = {
             key: kwargs[key]
             for key in ("cache_dir", "token", "revision", "local_files_only", "subfolder")
             if key in kwargs
         }
+        weights_file = _model_files(pretrained_model_name_or_path, where)[WEIGHTS_FILE]
         config = kwargs.get("config")
         if getattr(config, "ems", None) is None:
             config = EMSHFConfig.from_pretrained(pretrained_model_name_or_path, **where)
-        weights_file = cached_file(
-            pretrained_model_name_or_path, WEIGHTS_FILE, **where, _raise_exceptions_for_missing_entries=False
+        shapes = encoder_shapes(EMSConfig.from_dict(config.ems))
+        expected = {f"encoder.{name}": shape for name, shape in shapes.items()}
+        check_tensor_shapes(
+            expected, weight_shapes(weights_file), weights_file, f"the model of {weights_file.parent / CONFIG_FILE}"
         )
-        if weights_file is not None:  # (else transformers finds the weights, or says what is missing)
-            shapes = encoder_shapes(EMSConfig.from_dict(config.ems))
-            expected = {f"encoder.{name}": shape for name, shape in shapes.items()}
-            check_tensor_shapes(
-                expected,
-                weight_shapes(weights_file),
-                weights_file,
-                f"the model of {Path(weights_file).parent / CONFIG_FILE}",
-            )
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model.load_text_tokenizer(**where)
         return model
@@ -95,10 +102,9 @@ class EMSHFModel(PreTrainedModel):
     def load_text_tokenizer(self, **where) -> EMSTextTokenizer:
         """The model's tokenizer (spm.model, ems_tokenizer.json), checked against its config; `where`:
         cached_file's options (revision, token, ...)."""
-        spm_file, tokenizer_file = (
-            cached_file(self.name_or_path, name, **where) for name in (SPM_FILE, TOKENIZER_FILE)
-        )
-        tokenizer = EMSTextTokenizer(spm_file, tokenizer_file, self.config.default_language)
+        files = _model_files(self.name_or_path, where)
+        spm_file = files[SPM_FILE]
+        tokenizer = EMSTextTokenizer(spm_file, files[TOKENIZER_FILE], self.config.default_language)
         check_tokenizer(self.encoder.cfg, tokenizer, spm_file)
         self.text_tokenizer = tokenizer
         return tokenizer

@@ -2,7 +2,8 @@
 
 In: the command line's values (ems.apps.mine), or a mapping read back from a work dir's options.json
 (ems.configs.load_config, so a hand-edited file is type-checked). Out: `MineOptions`, checked
-(one ValueError naming the setting), and `OUTPUT_SETTINGS`: which of its fields each stage's
+(one ValueError naming the setting; `out` that is one of the input files, by path, symlink or hard
+link, too), and `OUTPUT_SETTINGS`: which of its fields each stage's
 files depend on (the rest only change how a run goes: devices, workers, chunk sizes).
 """
 
@@ -12,11 +13,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ems.cli import check_choice
+from ems.corpus import check_output_not_input
 from ems.mining.index import DEFAULT_CHUNK_ROWS, parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL
 from ems.mining.streaming import DEFAULT_CHUNK_LINES
 
 DEFAULT_SHARD_LINES = 1_000_000
+INPUT_FILES = ("src", "tgt", "src_embeddings", "tgt_embeddings")  # what a run reads: `out` must be none of them
 
 # The settings each stage's output depends on (a stage's manifest records them; the later stages
 # depend on them through the earlier stage's manifest).
@@ -93,6 +96,8 @@ class MineOptions:
             raise ValueError(f"--tokenizer-workers must be >= 0, got {self.tokenizer_workers}")
         if (self.src_embeddings is None) != (self.tgt_embeddings is None):
             raise ValueError("give both --src-embeddings and --tgt-embeddings, or neither")
+        inputs = [(f"--{name.replace('_', '-')}", getattr(self, name)) for name in INPUT_FILES]
+        check_output_not_input(("--out", self.out), inputs)
 
     def settings(self, stage: str) -> dict:
         """The values of the settings `stage`'s output depends on (OUTPUT_SETTINGS)."""
