@@ -21,6 +21,7 @@ from ems.apps.ablation import (
 )
 from ems.cli import UserError
 from ems.configs import ConfigError
+from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ems.training.train import TrainResult
 from eval.results import TaskResult
 
@@ -380,3 +381,16 @@ def test_score_encoder_runs_the_tasks_of_the_metrics_and_computes_group_and_mean
     scores = score_encoder(None, tmp_path / "eval", cfg, tmp_path / "data", tmp_path, ["de"], {})
     assert scores == {"dev": pytest.approx(57.5), "large": 90.0, "small": 25.0}
     assert ran == [tmp_path / "data" / "corpus" / "heldout"]
+
+
+@pytest.mark.parametrize("status", [PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE])
+def test_a_stopped_ablation_exits_with_the_trainer_s_status(tmp_path, monkeypatch, capsys, status):
+    # a Ctrl-C in a run's training: the trainer checkpoints and says 130, and so does the ablation
+    def fake_train(cfg):
+        return TrainResult(3, 2600, [], model_dir=None, preempted=True, exit_code=status)
+
+    out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
+    config = out / "ablation.yaml"
+    config.write_text("variants:\n  v: {}\nseeds: [0]\nmetrics: {x: {task: t, path: [p]}}\n")
+    assert ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path)]) == status
+    assert capsys.readouterr().err.startswith("v, seed 0: training stopped at step 3 of 2600")

@@ -2,11 +2,12 @@
 
 import json
 
+import pytest
 import yaml
 
 from ems.apps.demo import CHART_FILE, REPORT_FILE, main
 from ems.cli import run_main
-from ems.training.stopping import PREEMPTED_EXIT_CODE
+from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ems.training.train import TrainResult
 from eval.results import read_results as stored_results
 
@@ -61,14 +62,16 @@ def test_demo_without_its_corpus_is_one_clear_error(tmp_path, capsys):
     assert err.startswith("error: the demo's corpora are expected at ") and err.count("\n") == 1
 
 
-def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(tmp_path, capsys, monkeypatch):
-    # before: a TypeError from deep inside the evaluation (no model directory to load)
+@pytest.mark.parametrize("status", [PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE])
+def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(tmp_path, capsys, monkeypatch, status):
+    # before: a TypeError from deep inside the evaluation (no model directory to load); a Ctrl-C's 130 as the
+    # trainer's own command line gives it
     monkeypatch.setattr("ems.apps.demo.prepare_data", lambda *args: {})
     monkeypatch.setattr(
         "ems.training.train.train",
-        lambda cfg: TrainResult(40, 1800, [], model_dir=None, preempted=True),
+        lambda cfg: TrainResult(40, 1800, [], model_dir=None, preempted=True, exit_code=status),
     )
-    assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == PREEMPTED_EXIT_CODE
+    assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == status
     err = capsys.readouterr().err
     assert err.startswith("error: training stopped at step 40 of 1800") and err.count("\n") == 1
 

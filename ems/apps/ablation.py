@@ -454,7 +454,8 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                         raise TrainingStopped(
                             f"{variant}, seed {seed}: training stopped at step {result.steps} of "
                             f"{result.max_steps} (a signal or a STOP file) and checkpointed; "
-                            "rerun the same command to resume it"
+                            "rerun the same command to resume it",
+                            result.exit_code,
                         )
                     trained = {"steps": result.steps, "train_seconds": round(seconds)}
                     trained_file.write_text(json.dumps({**trained, "model_dir": result.model_dir}) + "\n")
@@ -511,8 +512,13 @@ def _seconds_so_far(seconds_file: Path) -> float:
 
 
 class TrainingStopped(Exception):
-    """A run's training ended before its schedule did (SIGTERM, SIGUSR1 or a STOP file): nothing is
-    recorded as trained, and its checkpoint is where a rerun resumes."""
+    """A run's training ended before its schedule did (SIGTERM, SIGUSR1, SIGINT or a STOP file): nothing is
+    recorded as trained, and its checkpoint is where a rerun resumes. `exit_code`: the trainer's status
+    (TrainResult.exit_code: PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE after a Ctrl-C)."""
+
+    def __init__(self, message: str, exit_code: int = PREEMPTED_EXIT_CODE):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def select_variants(cfg: AblationConfig, names: list[str]) -> None:
@@ -549,7 +555,7 @@ def main(argv: list[str]) -> int:
         print(run_ablation(cfg, args.out, args.data_dir, args.set))
     except TrainingStopped as stopped:
         print(stopped, file=sys.stderr)
-        return PREEMPTED_EXIT_CODE
+        return stopped.exit_code
     return 0
 
 

@@ -182,9 +182,12 @@ def data_paths(prepared: Path, data_dir: Path) -> dict[str, str]:
 
 
 class DemoStopped(UserError):
-    """Training was stopped (signal or STOP file): nothing to evaluate; exit as the trainer does."""
+    """Training was stopped (signal or STOP file): nothing to evaluate; exit as the trainer does
+    (TrainResult.exit_code: PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE after a Ctrl-C)."""
 
-    exit_code = PREEMPTED_EXIT_CODE
+    def __init__(self, message: str, exit_code: int = PREEMPTED_EXIT_CODE):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def run_paths(out: Path, data_dir: Path) -> dict[str, str]:
@@ -210,7 +213,8 @@ def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_cfg: Tra
     if result.preempted:
         raise DemoStopped(
             f"training stopped at step {result.steps} of {result.max_steps} (a stop signal or "
-            f"{out / 'run' / 'STOP'}); the demo trains from scratch each time: run it again"
+            f"{out / 'run' / 'STOP'}); the demo trains from scratch each time: run it again",
+            result.exit_code,
         )
 
     stages.start("eval")
@@ -302,7 +306,8 @@ def run_multilingual(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_
     if result.preempted:
         raise DemoStopped(
             f"training stopped at step {result.steps} of {result.max_steps} (a stop signal or "
-            f"{out / 'run' / 'STOP'}); run the same command again: it resumes from the last checkpoint"
+            f"{out / 'run' / 'STOP'}); run the same command again: it resumes from the last checkpoint",
+            result.exit_code,
         )
     stages.start("eval")
     encoder = load_encoder(f"ems:{result.model_dir},unseen=neutral", cache_dir=out / "cache")
