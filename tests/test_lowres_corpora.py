@@ -18,7 +18,7 @@ from data_prep.multiparallel import text_script
 from data_prep.nllb_seed import build_nllb_seed_corpus
 from data_prep.pivot import PivotPairs, add_pivot_pairs
 from data_prep.split import split_heldout
-from ems.cli import run_main
+from ems.cli import UserError, run_main
 from ems.configs import ConfigError
 from ems.corpus import CorpusError, corpus_of, list_parallel, read_parallel, write_parallel
 from ems.languages import corpus_language, flores_language, resolve_language, usual_script, writes_in
@@ -262,6 +262,18 @@ def test_a_seed_folder_that_yields_nothing_is_one_error_line(files, message, tmp
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+def test_a_recipe_corpus_that_yields_nothing_is_one_error_line_before_cleaning(tmp_path):
+    """Was: the recipe's import went on without the corpus, unreported (its languages simply absent)."""
+    from ems.apps.recipe_corpus import DemoDataConfig, build_corpus
+
+    seed_layout(tmp_path / "data" / "nllb_seed", {"eng_Latn": ["One.", "Two."], "fra_Latn": ["", ""]})
+    cfg = DemoDataConfig(languages=["fr"], corpora=["nllb_seed"])
+    wanted = "^no pair imported from .*nllb_seed .nllb_seed: see .*import_report.nllb_seed.json.* languages fr"
+    with pytest.raises(UserError, match=wanted):
+        build_corpus(cfg, tmp_path / "data", tmp_path / "out")
+    assert not (tmp_path / "out" / "corpus" / "clean").exists()
 
 
 # --- the misalignment check -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from data_prep.mixing import CorpusMix, mix_corpora, rounded_up
 from data_prep.opus_mt_testsets import REPORT_FILE as IMPORT_REPORT_FILE
 from data_prep.opus_mt_testsets import count_lines
 from data_prep.pivot import PivotPairs, add_pivot_pairs
+from ems.cli import UserError
 from ems.configs import ConfigError
 from ems.corpus import corpus_of, list_parallel, read_parallel, write_parallel
 from ems.languages import ENGLISH
@@ -120,6 +121,14 @@ def import_corpora(cfg: DemoDataConfig, data_dir: Path, raw: Path) -> tuple[list
         return counts, licences
 
     by_corpus, licences = run(dict.fromkeys(sources, cfg.languages))
+    empty = [name for name, counts in by_corpus.items() if not sum(counts.values())]
+    if empty:  # a corpus the config names that gives nothing (empty or misnamed files) is no silent loss
+        raise UserError(
+            "no pair imported from "
+            + ", ".join(f"{sources[name]} ({name}: see {raw / f'import_report.{name}.json'})" for name in empty)
+            + (f" for the languages {', '.join(cfg.languages)}" if cfg.languages else "")
+            + ": check its files, or drop it from corpora"
+        )
     totals = Counter()
     for counts in by_corpus.values():
         totals.update(counts)
