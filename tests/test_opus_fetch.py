@@ -187,7 +187,16 @@ def test_download_resumes_a_partial_file(tmp_path):
 def test_cli_fetch_reports_bad_input_without_a_traceback(tmp_path, capsys):
     assert (
         run_main(
-            main, ["fetch", "--config", str(tmp_path / "none.yaml"), "--mirror", str(tmp_path), "--out", str(tmp_path)]
+            main,
+            [
+                "fetch",
+                "--config",
+                str(tmp_path / "none.yaml"),
+                "--mirror",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "out"),
+            ],
         )
         == 2
     )
