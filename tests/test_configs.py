@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from data_prep.config import PrepConfig
-from ems.apps.ablation import AblationConfig, variant_data_config
+from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config
 from ems.apps.demo import DemoDataConfig
 from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.model_config import EMSConfig
@@ -342,11 +342,29 @@ def test_every_config_under_configs_loads_with_its_dataclass(path):
         for name in cfg.sizes:
             load_config(TrainConfig, REPO_ROOT / cfg.train_config, values={"model": name, **cfg.size(name).overrides})
     if cls is AblationConfig:  # every run it trains: its data configs, the base config with each variant's overrides
-        load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+        base_data_config(cfg)
         for variant in cfg.data_variants:
             variant_data_config(cfg, variant)
         for overrides in cfg.variants.values():
             load_config(TrainConfig, REPO_ROOT / cfg.train_config, values=merge(cfg.train_overrides, overrides))
+
+
+def test_an_ablations_data_overrides_reach_its_base_data_and_its_data_variants(tmp_path):
+    """A study keeps the data settings it ran with: data_overrides over data_config, under each variant's keys."""
+    config = tmp_path / "ablation.yaml"
+    config.write_text(
+        "data_config: configs/data/multilingual_lowres.yaml\n"
+        "data_overrides: {vocab_size: 64000, heldout_per_pair: 100}\n"
+        "variants: {a: {}, b: {}}\n"
+        "data_variants: {b: {vocab_size: 32000}}\n"
+    )
+    cfg = load_config(AblationConfig, config)
+    base, variant = base_data_config(cfg), variant_data_config(cfg, "b")
+    assert (base.vocab_size, base.heldout_per_pair) == (64000, 100)
+    assert (variant.vocab_size, variant.heldout_per_pair) == (32000, 100)
+    config.write_text("data_config: configs/data/multilingual_lowres.yaml\ndata_overrides: {vocab_sise: 1}\n")
+    with pytest.raises(ConfigError, match="vocab_sise"):
+        load_config(AblationConfig, config)
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,8 @@ DataOverrides = Annotated[dict, FieldsOf(DemoDataConfig)]  # DemoDataConfig keys
 @dataclass
 class AblationConfig:
     data_config: str = "configs/data/demo.yaml"  # DemoDataConfig: what to train on
+    # DemoDataConfig keys set over data_config's for every run (a study that keeps the settings it ran with)
+    data_overrides: DataOverrides = field(default_factory=dict)
     train_config: str = "configs/train/demo.yaml"  # the base TrainConfig of every run
     train_overrides: TrainOverrides = field(default_factory=dict)  # applied to every run (the step budget, ...)
     variants: dict[str, TrainOverrides] = field(default_factory=dict)  # {name: its overrides}, in table order
@@ -156,11 +158,17 @@ def rows_in_group(rows: list[str], group: str, training_pairs: dict[str, int] | 
 
 
 def variant_data_config(cfg: AblationConfig, variant: str) -> DemoDataConfig:
-    """The DemoDataConfig of a data variant: its file, or data_config with the variant's keys over it."""
+    """The DemoDataConfig of a data variant: its file, or data_config with data_overrides and then the
+    variant's keys over it."""
     config = cfg.data_variants[variant]
     if isinstance(config, str):
         return load_config(DemoDataConfig, _resolve(config))
-    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=as_values(config))
+    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=as_values(merge(cfg.data_overrides, config)))
+
+
+def base_data_config(cfg: AblationConfig) -> DemoDataConfig:
+    """The DemoDataConfig every run without a data variant trains on: data_config, data_overrides over it."""
+    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=as_values(cfg.data_overrides))
 
 
 def _resolve(path: str) -> Path:
@@ -390,7 +398,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     from ems.encoder_kinds import load_encoder
 
     # every config and --set item checked before the first stage (preparing the data takes minutes)
-    data_cfg = load_config(DemoDataConfig, _resolve(cfg.data_config))
+    data_cfg = base_data_config(cfg)
     prepared = out / "data"
     variant_cfgs, variant_data = {}, {}
     for variant in cfg.data_variants:
