@@ -680,17 +680,17 @@ def test_the_recipe_prepares_non_english_pairs_apart_and_trains_on_them(lowres_s
 
 
 def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
-    """Its settings differ from configs/data/multilingual_lowres.yaml in corpus_mix alone, so each trains
-    the same languages and is scored on the same held-out pairs."""
+    """Its settings differ from its base data (configs/data/multilingual_lowres.yaml with the screen's
+    data_overrides) in corpus_mix alone, so each trains the same languages and is scored on the same
+    held-out pairs."""
     from dataclasses import replace
 
-    from ems.apps.ablation import AblationConfig, variant_data_config
-    from ems.apps.recipe_corpus import DemoDataConfig
+    from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config
     from ems.configs import load_config
     from tests.conftest import REPO_ROOT
 
     cfg = load_config(AblationConfig, REPO_ROOT / "configs/ablation/multilingual_lowres_mix.yaml")
-    base = load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+    base = base_data_config(cfg)
     mixes = [base.corpus_mix]
     for name in cfg.data_variants:
         variant = variant_data_config(cfg, name)
