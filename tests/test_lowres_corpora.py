@@ -703,16 +703,16 @@ def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
 
 
 def test_the_recipe_screen_s_non_english_variant_adds_pivot_pairs_to_the_recipe_s_data_alone():
-    """Same languages, corpora, caps and held-out pairs as configs/data/multilingual_lowres.yaml."""
+    """Same languages, corpora, caps, vocabulary and held-out pairs as the screen's base data
+    (configs/data/multilingual_lowres.yaml with its data_overrides)."""
     from dataclasses import replace
 
-    from ems.apps.ablation import AblationConfig, variant_data_config
-    from ems.apps.recipe_corpus import DemoDataConfig
+    from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config
     from ems.configs import load_config
     from tests.conftest import REPO_ROOT
 
     cfg = load_config(AblationConfig, REPO_ROOT / "configs/ablation/multilingual_recipe.yaml")
-    base = load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+    base = base_data_config(cfg)
     variant = variant_data_config(cfg, "non-English pairs")
     assert base.pivot_pairs is None and replace(variant, pivot_pairs=None) == base
     assert variant.pivot_pairs == PivotPairs(["nllb_seed", "ebible", "tico19"], per_sentence=1, max_pairs=1000)
