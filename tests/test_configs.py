@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from data_prep.config import PrepConfig
-from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config
+from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config, variant_data_dirs
 from ems.apps.demo import DemoDataConfig
 from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.model_config import EMSConfig
@@ -365,6 +365,30 @@ def test_an_ablations_data_overrides_reach_its_base_data_and_its_data_variants(t
     config.write_text("data_config: configs/data/multilingual_lowres.yaml\ndata_overrides: {vocab_sise: 1}\n")
     with pytest.raises(ConfigError, match="vocab_sise"):
         load_config(AblationConfig, config)
+
+
+def test_data_variants_with_equal_settings_share_one_prepared_directory(tmp_path):
+    """Preparing a corpus takes minutes: variants whose data settings are equal prepare them once, and one
+    equal to the base data trains on OUT/data."""
+    config = tmp_path / "ablation.yaml"
+    config.write_text(
+        "data_config: configs/data/multilingual_lowres.yaml\n"
+        "data_overrides: {vocab_size: 64000}\n"
+        "variants: {a: {}, b b: {}, c: {}, d: {}, e: {}}\n"
+        "data_variants: {b b: {vocab_size: 32000}, c: {vocab_size: 32000}, d: {vocab_size: 64000},\n"
+        "                e: {vocab_size: 16000}}\n"
+    )
+    cfg = load_config(AblationConfig, config)
+    configs, dirs = variant_data_dirs(cfg, base_data_config(cfg), tmp_path)
+    assert dirs == {
+        "b b": tmp_path / "data-b_b",
+        "c": tmp_path / "data-b_b",
+        "d": tmp_path / "data",
+        "e": tmp_path / "data-e",
+    }
+    assert configs["c"].vocab_size == 32000 and configs["e"].vocab_size == 16000
+    cfg.variants.pop("b b")  # left out by --variants: c prepares its own
+    assert variant_data_dirs(cfg, base_data_config(cfg), tmp_path)[1]["c"] == tmp_path / "data-c"
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ Data are prepared once with the demo's data stages (ems.apps.demo.prepare_data) 
 for a variant that distils (TrainConfig.teacher), its teacher's vectors of the training and
 held-out shards once (data_prep.teacher). A variant of `data_variants` trains on its own data (a
 data config file, or keys set over data_config: another vocabulary, corpus_mix, ...), prepared once
-under OUT/data-<variant> with the same languages and held-out pairs. Each run trains with the base training config, the
+under OUT/data-<variant> (one directory for variants with equal data settings) with the same languages and
+held-out pairs. Each run trains with the base training config, the
 variant's overrides and its seed into OUT/runs/<variant>/seed<k>/, and is scored with the config's
 evaluation suite (eval.run_all on the trained languages; default: the held-out pairs, Tatoeba and
 FLORES-200 devtest) on the config's `metrics`. Reference encoders (e.g. the teacher) are scored
@@ -70,7 +71,7 @@ class AblationConfig:
     variants: dict[str, TrainOverrides] = field(default_factory=dict)  # {name: its overrides}, in table order
     # {variant name: a DemoDataConfig file, or DemoDataConfig keys set over data_config} for variants that
     # train on other data (another vocabulary, preprocessing or corpus mix), prepared once under
-    # OUT/data-<variant>; same languages, same held-out pairs
+    # OUT/data-<variant> (shared by variants whose data settings are equal); same languages, same held-out pairs
     data_variants: dict[str, str | DataOverrides] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     suite: str = str(DEMO_SUITE)  # the evaluation suite every model is scored with (eval.run_all)
@@ -169,6 +170,27 @@ def variant_data_config(cfg: AblationConfig, variant: str) -> DemoDataConfig:
 def base_data_config(cfg: AblationConfig) -> DemoDataConfig:
     """The DemoDataConfig every run without a data variant trains on: data_config, data_overrides over it."""
     return load_config(DemoDataConfig, _resolve(cfg.data_config), values=as_values(cfg.data_overrides))
+
+
+def variant_data_dirs(
+    cfg: AblationConfig, data_cfg: DemoDataConfig, out: Path
+) -> tuple[dict[str, DemoDataConfig], dict[str, Path]]:
+    """({variant: its DemoDataConfig}, {variant: the directory its data are prepared in}) for the data
+    variants the run trains (cfg.variants, after --variants): OUT/data-<variant>, shared by variants whose
+    settings are equal (prepared once), and OUT/data for one equal to the base data (`data_cfg`)."""
+    configs, dirs = {}, {}
+    for variant in cfg.data_variants:
+        if variant not in cfg.variants:  # left out by --variants
+            continue
+        configs[variant] = variant_cfg = variant_data_config(cfg, variant)
+        if variant_cfg.languages != data_cfg.languages or variant_cfg.seed != data_cfg.seed:
+            raise UserError(
+                f"data_variants: {variant}'s data must have data_config's languages and seed (the same held-out pairs)"
+            )
+        same = out / "data" if variant_cfg == data_cfg else None
+        same = same or next((dirs[other] for other in dirs if configs[other] == variant_cfg), None)
+        dirs[variant] = same or out / f"data-{variant.replace(' ', '_')}"
+    return configs, dirs
 
 
 def _resolve(path: str) -> Path:
@@ -400,16 +422,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     # every config and --set item checked before the first stage (preparing the data takes minutes)
     data_cfg = base_data_config(cfg)
     prepared = out / "data"
-    variant_cfgs, variant_data = {}, {}
-    for variant in cfg.data_variants:
-        if variant not in cfg.variants:  # left out by --variants
-            continue
-        variant_cfgs[variant] = variant_cfg = variant_data_config(cfg, variant)
-        if variant_cfg.languages != data_cfg.languages or variant_cfg.seed != data_cfg.seed:
-            raise UserError(
-                f"data_variants: {variant}'s data must have data_config's languages and seed (the same held-out pairs)"
-            )
-        variant_data[variant] = out / f"data-{variant.replace(' ', '_')}"
+    variant_cfgs, variant_data = variant_data_dirs(cfg, data_cfg, out)
     for variant in cfg.variants:
         for seed in cfg.seeds:
             run_config(cfg, variant, seed, variant_data.get(variant, prepared), data_dir, out, overrides)
