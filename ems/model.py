@@ -155,9 +155,8 @@ class EncoderLayer(nn.Module):
             attn = self.attend_varlen(qkv, packing)
         else:
             real = qkv[: packing.n_real]
-            if packing.groups:
-                attn = torch.cat([self.attend(real.index_select(0, g.tokens), g.layout, path) for g in packing.groups])
-                attn = attn.index_select(0, packing.ungroup)
+            if packing.groups:  # each group's tokens are one slice of the packed tokens, in order
+                attn = torch.cat([self.attend(real[g.start : g.stop], g.layout, path) for g in packing.groups])
             else:
                 attn = self.attend(real, packing.layout, path)
             if packing.fill:

@@ -106,24 +106,25 @@ class Layout(_HostTensors):
 
 @dataclass(frozen=True)
 class Group(_HostTensors):
-    """Some rows of a batch, attended to in their own padded layout: `tokens` (n,) the positions of their
-    real tokens in the batch's packed order, `layout` their (rows, longest) layout."""
+    """Some rows of a batch, attended to in their own padded layout: their real tokens are the packed tokens
+    `start:stop`, `layout` their (rows, longest) layout."""
 
-    tokens: Tensor
+    start: int
+    stop: int
     layout: Layout
 
 
 @dataclass(frozen=True)
 class Packing(_HostTensors):
-    """The real tokens of a padded (rows, width) batch, in row-major order, and then `fill` filler tokens.
+    """The real tokens of a padded (rows, width) batch, row by row (with `groups`, the rows of each group in
+    turn, so that a group's tokens are one slice), and then `fill` filler tokens.
 
     ids, positions, rows: (T,) int64, T = real tokens + fill; a filler token has the pad id, position 0 and
     row `rows` (one past the last: the pooling drops it). counts: (rows,) float32 real tokens per row.
     cu_seqlens: (S + 1,) int32 boundaries of the S >= rows attention segments (the rows, then the fillers'
     segments, then empty ones up to a fixed count). max_seqlen: the longest segment, or an upper bound of
     it. layout: the whole batch as one padded layout (None with `groups`); groups: length-sorted groups of
-    rows (Packer's group_rows), with `ungroup` (real tokens,) the permutation that puts their concatenated
-    tokens back in packed order.
+    rows (Packer's group_rows).
     """
 
     rows: int
@@ -137,7 +138,6 @@ class Packing(_HostTensors):
     max_seqlen: int
     layout: Layout | None
     groups: tuple[Group, ...]
-    ungroup: Tensor | None
 
     @property
     def n_real(self) -> int:
@@ -180,11 +180,14 @@ class Packer:
         n_rows, width = ids.shape
         real = ids != self.pad_id
         lengths = real.sum(axis=1)
-        flat = np.flatnonzero(real)
+        grouped = bool(self.group_rows) and n_rows > self.group_rows
+        # the rows in packed order: length-sorted where they are cut into groups, so that a group is one slice
+        order = np.argsort(lengths, kind="stable") if grouped else np.arange(n_rows)
+        flat = np.flatnonzero(real[order])
         n = len(flat)
-        row_of = flat // max(width, 1)
+        row_of = order[flat // max(width, 1)]
         positions = flat % max(width, 1)
-        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        bounds = np.concatenate([[0], np.cumsum(lengths[order])])
         fill = segments = 0
         max_seqlen = max(int(lengths.max()) if n_rows else 0, 1)
         if self.static_shapes:
@@ -196,19 +199,17 @@ class Packer:
             bounds = np.concatenate([bounds, filler_bounds])
             max_seqlen = self.max_len
         groups: tuple[Group, ...] = ()
-        ungroup = layout = None
-        if self.group_rows and n_rows > self.group_rows:
-            slot = np.full(real.shape, -1, dtype=np.int64)
-            slot.reshape(-1)[flat] = np.arange(n)
-            order = np.argsort(lengths, kind="stable")
-            parts = []
-            for start in range(0, n_rows, self.group_rows):
-                rows = order[start : start + self.group_rows]
-                sub = Layout.of(lengths[rows])
-                tokens = slot[rows, : sub.width][real[rows, : sub.width]]
-                parts.append(Group(tokens=torch.from_numpy(tokens), layout=sub))
-            groups = tuple(parts)
-            ungroup = torch.from_numpy(np.argsort(np.concatenate([g.tokens.numpy() for g in groups]), kind="stable"))
+        layout = None
+        if grouped:
+            starts = range(0, n_rows, self.group_rows)
+            groups = tuple(
+                Group(
+                    start=int(bounds[start]),
+                    stop=int(bounds[min(start + self.group_rows, n_rows)]),
+                    layout=Layout.of(lengths[order[start : start + self.group_rows]]),
+                )
+                for start in starts
+            )
         else:
             layout = Layout.of(lengths)
         filler = np.zeros(fill, dtype=np.int64)
@@ -216,7 +217,7 @@ class Packer:
             rows=n_rows,
             width=width,
             fill=fill,
-            ids=torch.from_numpy(np.concatenate([ids.reshape(-1)[flat].astype(np.int64), filler + self.pad_id])),
+            ids=torch.from_numpy(np.concatenate([ids[order].reshape(-1)[flat].astype(np.int64), filler + self.pad_id])),
             positions=torch.from_numpy(np.concatenate([positions, filler])),
             row_of=torch.from_numpy(np.concatenate([row_of, filler + n_rows])),
             counts=torch.from_numpy(lengths.astype(np.float32)),
@@ -224,7 +225,6 @@ class Packer:
             max_seqlen=max_seqlen,
             layout=layout,
             groups=groups,
-            ungroup=ungroup,
         )
 
 

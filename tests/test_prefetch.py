@@ -45,3 +45,25 @@ def test_an_error_in_the_thread_is_raised_by_next_and_close_stops_it():
     next(endless)
     endless.close()
     assert not endless._thread.is_alive()
+
+
+def test_the_reading_depth_of_auto_leaves_a_cpu_s_cores_to_the_step(monkeypatch):
+    import ems.training.batches as batches
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert batches.prefetch_depth(3, cpu) == 3 and batches.prefetch_depth(0, gpu) == 0  # a number as given
+    monkeypatch.setattr(batches, "usable_cores", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert batches.prefetch_depth("auto", cpu) == 0  # the step's threads take both cores: read between steps
+    assert batches.prefetch_depth("auto", gpu) == 2
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert batches.prefetch_depth("auto", cpu) == 2  # a core to spare: read ahead on it
+
+
+@pytest.mark.parametrize("value", ["fast", -1, True, 1.5])
+def test_a_bad_prefetch_setting_is_one_error_naming_it(value):
+    from ems.configs import ConfigError
+    from ems.training.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="prefetch_batches must be auto or a whole number >= 0"):
+        TrainConfig(prefetch_batches=value)

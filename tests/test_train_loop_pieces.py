@@ -99,6 +99,7 @@ def fake_run(tmp_path, calls, step=0, max_steps=6, **settings) -> Run:
         engine=engine,
         autocast=contextlib.nullcontext(),
         forward=engine,
+        clip_norm=None,
         schedule=LinearSchedule(cfg.warmup_steps, max_steps),
         tokenizer=None,
         batches=batches,

@@ -265,6 +265,36 @@ def test_one_process_skips_deepspeeds_identity_all_reduce_and_trains_bit_identic
     assert engines[-1].enable_backward_allreduce is True
 
 
+def test_the_loop_clips_as_deepspeed_would_have(tiny_pipeline, tmp_path, monkeypatch):
+    """At ZeRO 0 in fp32 the loop clips the gradients (one foreach norm, also the one logged) and DeepSpeed's
+    own clipping is off: the same weights and gradient norms as DeepSpeed clipping, to float tolerance, with a
+    max norm every step exceeds. ZeRO 1 leaves the clipping to DeepSpeed."""
+    import ems.training.setup
+
+    clipping = dict(SCALE, deepspeed_overrides={"gradient_clipping": 0.05}, model_overrides=SMALL_MODEL)
+    looped = train(small_run(tiny_pipeline, tmp_path / "loop", clipping))
+    monkeypatch.setattr(ems.training.setup, "clip_in_the_loop", lambda engine: None)
+    deepspeeds = train(small_run(tiny_pipeline, tmp_path / "deepspeed", clipping))
+    norms = [[h["grad_norm"] for h in run.history if "grad_norm" in h] for run in (looped, deepspeeds)]
+    assert min(norms[0]) > 0.05 and norms[0] == pytest.approx(norms[1], rel=1e-4)
+    a, b = parameters(looped.model_dir), parameters(deepspeeds.model_dir)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-6, msg=key)
+    unclipped = train(small_run(tiny_pipeline, tmp_path / "unclipped", dict(clipping, deepspeed_overrides={})))
+    assert not torch.allclose(parameters(unclipped.model_dir)["layers.0.qkv.weight"], a["layers.0.qkv.weight"])
+
+    import ems.training.runtime
+
+    build_engine, engines = ems.training.setup.build_engine, []
+    monkeypatch.setattr(
+        ems.training.setup, "build_engine", lambda *args: engines.append(build_engine(*args)) or engines[-1]
+    )
+    monkeypatch.setattr(ems.training.setup, "clip_in_the_loop", ems.training.runtime.clip_in_the_loop)
+    zero1 = dict(clipping, deepspeed_config="configs/deepspeed/zero1.json", max_steps=1)
+    train(small_run(tiny_pipeline, tmp_path / "zero1", zero1))
+    assert engines[-1].gradient_clipping() == 0.05
+
+
 def test_the_adamw_settings_are_the_optimizer_s(tiny_pipeline, tmp_path, monkeypatch):
     import ems.training.setup
 

@@ -5,7 +5,7 @@ In: a model config, a collated batch (ems.training.batches.collate, on the host)
 implementation, whether to compile and the precision. Out: a function that runs one step — the batch packed on
 the host as the trainer's reading thread packs it (EncoderNetwork.packer: static shapes when compiled, no groups
 where attention runs varlen), the forward of both sides and both losses under autocast, backward, the trainer's
-AdamW (ems.training.runtime.adamw) — and reads nothing back to the host.
+AdamW (ems.training.runtime.adamw), on a CPU the trainer's allocator setting — and reads nothing back to the host.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ems.model import EMSModel, attention_path
 from ems.model_config import EMSConfig
 from ems.training.batches import packed, to_device
 from ems.training.config import TrainConfig
-from ems.training.runtime import adamw, parameter_groups
+from ems.training.runtime import adamw, keep_freed_host_memory, parameter_groups
 
 PRECISIONS = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -40,6 +40,8 @@ def bare_step(
     dtype: str = "bf16",
 ) -> Callable[[], None]:
     """One EMS training step on `batch`, as a function (see the module docstring); seeded model, lr 1e-4."""
+    if device.type == "cpu":
+        keep_freed_host_memory()  # as the trainer does
     torch.manual_seed(0)
     model = EMSModel(cfg).to(device).train()
     optimizer = adamw(parameter_groups(model, TrainConfig.weight_decay), 1e-4, TrainConfig(), implementation)

@@ -10,6 +10,7 @@ disjoint, their union is the global batch, and all of them have nearly the same 
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -133,6 +134,21 @@ def iterate_batches(
             )
             shards.release_pages()
         epoch, batch_idx = epoch + 1, 0
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def prefetch_depth(setting: int | str, device: torch.device) -> int:
+    """The Prefetcher depth of TrainConfig.prefetch_batches `setting` for a step on `device`: a number as given;
+    "auto" 2, but 0 on a CPU whose every core torch's threads compute on. There a reading thread takes a core
+    from the step's threads, which then wait for it at every parallel operator: the step slows by more than
+    the few milliseconds the reading takes inside it (docs/results/throughput.md#the-cpu-training-step)."""
+    if setting != "auto":
+        return int(setting)
+    return 0 if device.type == "cpu" and torch.get_num_threads() >= usable_cores() else 2
 
 
 class Prefetcher:

@@ -124,9 +124,10 @@ class TrainConfig:
     spread_duplicates: bool = True
     padding_budget: float = 0.005
     # Batches read, collated (and pinned on a GPU) by a background thread this many steps ahead
-    # (ems.training.batches.Prefetcher); 0 reads them inside the step. data_wait_fraction in the logs is the
-    # share of wall time the steps spent waiting for data.
-    prefetch_batches: int = 2
+    # (ems.training.batches.Prefetcher); 0 reads them inside the step; "auto": 2, but 0 on a CPU whose every
+    # core the step's threads use (ems.training.batches.prefetch_depth). data_wait_fraction in the logs is
+    # the share of wall time the steps spent waiting for data.
+    prefetch_batches: int | str = "auto"
     # Learning curves: Tatoeba and FLORES-200 devtest P@1 (eval.probe) of the model's languages,
     # the first probe_sentences pairs of each, every probe_every steps (0: off), from probe_data
     # (a directory holding tatoeba/ and flores200/devtest/); logged like validation.
@@ -162,7 +163,6 @@ class TrainConfig:
             "probe_sentences": 1,
             "bucket_batches": 1,
             "weight_decay": 0.0,
-            "prefetch_batches": 0,
         }
         problems = [
             f"{key} must be at least {low}, got {getattr(self, key)!r}"
@@ -199,6 +199,8 @@ class TrainConfig:
             problems.append(f"lr_scaling must be one of {', '.join(LR_SCALING_RULES)}, got {self.lr_scaling!r}")
         if self.autocast not in AUTOCAST_MODES:
             problems.append(f"autocast must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast!r}")
+        if not (self.prefetch_batches == "auto" or is_count(self.prefetch_batches)):
+            problems.append(f"prefetch_batches must be auto or a whole number >= 0, got {self.prefetch_batches!r}")
         if not (isinstance(self.compile, bool) or self.compile == "auto"):
             problems.append(f"compile must be true, false or auto, got {self.compile!r}")
         problems += self._wsd_problems()
@@ -246,6 +248,11 @@ class TrainConfig:
             if needs:
                 problems.append(f"branch_from needs {' and '.join(needs)}")
         return problems
+
+
+def is_count(value) -> bool:
+    """Whether `value` is a whole number >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def resolve(path: str) -> Path:

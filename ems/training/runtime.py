@@ -176,6 +176,48 @@ def build_engine(
     return engine
 
 
+def clip_in_the_loop(engine: DeepSpeedEngine) -> float | None:
+    """Where DeepSpeed clips fp32 gradients itself (ZeRO 0, no fp16 or bf16 optimizer of its own): its max norm,
+    and its clipping switched off, so that the loop clips (train_step: torch's foreach clip_grad_norm_, whose
+    norm over every gradient is also the one the loop logs). DeepSpeed's would take a second norm, one call per
+    parameter, then multiply each gradient (~3% of a demo step on a CPU). None elsewhere: DeepSpeed clips."""
+    max_norm = engine.gradient_clipping()
+    own_optimizer = engine.fp16_enabled() or engine.bfloat16_enabled() or engine.zero_optimization()
+    if not max_norm or own_optimizer or getattr(engine, "torch_autocast_z0_gradscaler", None) is not None:
+        return None
+    engine._config.gradient_clipping = 0.0
+    return float(max_norm)
+
+
+# glibc's mallopt parameters (malloc.h) and its ceiling on the mmap threshold of a 64-bit process
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+MMAP_THRESHOLD_MAX = 32 << 20
+MALLOC_ENVIRONMENT = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+def keep_freed_host_memory() -> bool:
+    """Have glibc's malloc keep the memory a CPU training step frees for the next step; whether it was set.
+
+    A step allocates and frees tens of MB of activations and gradients. By default glibc serves blocks above a
+    moving threshold with mmap and returns them with munmap, and hands the heap's free top back to the OS, so
+    every step faults its pages in afresh (about 14,000 page faults a step on the demo; the step ~8% slower:
+    docs/results/throughput.md#the-cpu-training-step). Here blocks up to 32 MB come from the heap, which is
+    trimmed only past 2 GB free: the process keeps its peak. Nothing is set off glibc, or where the environment
+    sets any of glibc's MALLOC_*_ variables (the user's choice stands)."""
+    import ctypes
+    import ctypes.util
+
+    if any(name in os.environ for name in MALLOC_ENVIRONMENT):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    settings = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX), (M_TRIM_THRESHOLD, 2**31 - 1), (M_TOP_PAD, 256 << 20))
+    return all(mallopt(parameter, value) == 1 for parameter, value in settings)
+
+
 def accelerator_device() -> torch.device:
     """The device DeepSpeed's accelerator trains on (cuda, cpu, ...)."""
     from deepspeed.accelerator import get_accelerator

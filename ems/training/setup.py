@@ -31,7 +31,7 @@ from ems.shards import PairShards
 from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_store_dir
 from ems.text import Tokenizer
 from ems.training.batch_order import BatchOrder
-from ems.training.batches import Prefetcher, iterate_batches
+from ems.training.batches import Prefetcher, iterate_batches, prefetch_depth
 from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig
 from ems.training.metrics import MetricsLog, TrainingMetrics
@@ -42,10 +42,12 @@ from ems.training.runtime import (
     accelerator_device,
     autocast_context,
     build_engine,
+    clip_in_the_loop,
     compile_enabled,
     deepspeed_config,
     engine_autocast,
     gradient_accumulation,
+    keep_freed_host_memory,
     optimizer_layout,
     seed_rngs,
     use_bf16,
@@ -73,6 +75,7 @@ class Run:
     # the training step's forward: the engine, or the model compiled (TrainConfig.compile) with the engine's
     # backward and step around it
     forward: Callable[..., dict]
+    clip_norm: float | None  # the max gradient norm the loop clips to (runtime.clip_in_the_loop); None: DeepSpeed does
     schedule: Schedule  # the lr factor LambdaLR applies: its end moves with a time budget
     tokenizer: Tokenizer
     batches: Prefetcher  # ((epoch, batch index), this rank's micro-batches), read ahead
@@ -298,6 +301,9 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
     bf16 = use_bf16(cfg.autocast, rank)
     engine_autocast(ds_config, bf16)
     engine = build_engine(cfg, model, ds_config, effective.lr, schedule)
+    clip_norm = clip_in_the_loop(engine)
+    if engine.device.type == "cpu":
+        keep_freed_host_memory()
     # Dropout RNG: one stream per rank, independent of how much DeepSpeed's setup drew (it
     # differs between ZeRO stages). Saved and restored per rank with every checkpoint.
     seed_rngs(np.random.SeedSequence([cfg.seed, rank]))
@@ -328,7 +334,7 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
             packer=packer,
             batch_vocabulary=model.cfg.xtr_vocabulary == "batch",
         ),
-        cfg.prefetch_batches,
+        prefetch_depth(cfg.prefetch_batches, engine.device),
         pin_memory=engine.device.type == "cuda",
     )
     valid = validation_set(cfg, model.cfg, rank)
@@ -342,6 +348,7 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
         engine=engine,
         autocast=autocast,
         forward=forward,
+        clip_norm=clip_norm,
         schedule=schedule,
         tokenizer=tokenizer,
         batches=batches,

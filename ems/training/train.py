@@ -165,10 +165,14 @@ def train_step(run: Run, micro_batches: list[dict]) -> PendingStep:
             out = run.forward(**micro_batch)
         engine.backward(out["loss"])
         if engine.is_gradient_accumulation_boundary():
-            unclipped_norm = _module_grad_norm(engine.module)
+            unclipped_norm = (
+                torch.nn.utils.clip_grad_norm_(engine.module.parameters(), run.clip_norm, foreach=True)
+                if run.clip_norm
+                else _module_grad_norm(engine.module)
+            )
         engine.step()
         step_sums.append(torch.stack([out[key].detach().double() for key in STEP_KEYS]) / accumulation)
-    # DeepSpeed keeps the norm it clipped with, except under ZeRO 0 in fp32 (where the
+    # DeepSpeed keeps the norm it clipped with, except under ZeRO 0 in fp32 (where the loop clips, or the
     # gradients are whole in .grad, so the norm taken before the step is the same value)
     grad_norm = engine.get_global_grad_norm()
     if grad_norm is None:
