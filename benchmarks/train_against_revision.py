@@ -26,30 +26,34 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.gpu_loop_overhead import loop_figures
 from ems.cli import UserError, add_debug_option, run_main
+from ems.configs import load_config
 from ems.run_metadata import machine
-from ems.training.config import REPO_ROOT
+from ems.training.config import REPO_ROOT, TrainConfig
 
 SIDES = ("baseline", "new")
 SKIP_WINDOWS = 2  # start-up: the batch order, the first allocations
 
 
+def metrics_rows(metrics_file: Path) -> list[dict]:
+    """The records of a run's metrics.jsonl."""
+    return [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+
+
 def loop_seconds_per_step(metrics_file: Path, skip_windows: int = SKIP_WINDOWS) -> float:
     """Seconds per step over a run's logged training windows (metrics.jsonl rows with "seconds") after the
-    first `skip_windows`."""
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    windows = [row for row in rows if "seconds" in row and "tokens_per_s" in row]
-    if len(windows) <= skip_windows:
-        raise UserError(f"{metrics_file}: {len(windows)} logged windows, none after the first {skip_windows}")
-    before = windows[skip_windows - 1]["step"] if skip_windows else 0
-    kept = windows[skip_windows:]
-    return sum(row["seconds"] for row in kept) / (kept[-1]["step"] - before)
+    first `skip_windows` (benchmarks.gpu_loop_overhead.loop_figures)."""
+    rows = metrics_rows(metrics_file)
+    windows = sum("seconds" in row and "tokens_per_s" in row for row in rows)
+    if windows <= skip_windows:
+        raise UserError(f"{metrics_file}: {windows} logged windows, none after the first {skip_windows}")
+    return loop_figures(rows, skip_windows)["s_per_step"]
 
 
 def last_valid_loss(metrics_file: Path) -> float:
     """The held-out loss of a run's last validation record."""
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    losses = [row["valid_loss"] for row in rows if "valid_loss" in row]
+    losses = [row["valid_loss"] for row in metrics_rows(metrics_file) if "valid_loss" in row]
     if not losses:
         raise UserError(f"{metrics_file}: no validation record")
     return losses[-1]
@@ -85,10 +89,11 @@ def run_child(command: list[str], cwd: Path, what: str) -> None:
 def measure_side(tree: Path, args: argparse.Namespace, out: Path) -> dict:
     """One side's bare step and loop, trained from `tree`."""
     demo = args.demo.resolve()
+    config = (tree / args.config).resolve()
     request = {
         "train_data": str(demo),
         "preset": "tiny",
-        "overrides": {},
+        "overrides": load_config(TrainConfig, config).model_overrides,  # the bare step's model is the loop's
         "pairs": args.pairs,
         "device": "cpu",
         "variant": "eager",
@@ -97,12 +102,6 @@ def measure_side(tree: Path, args: argparse.Namespace, out: Path) -> dict:
         "work": str(out),
     }
     out.mkdir(parents=True, exist_ok=True)
-    config = (tree / args.config).resolve()
-    # the bare step takes the config's model overrides, as the loop does
-    from ems.configs import load_config
-    from ems.training.config import TrainConfig
-
-    request["overrides"] = load_config(TrainConfig, config).model_overrides
     run_child(
         [sys.executable, "-m", "benchmarks.gpu_acceptance", "step-time", "--request", json.dumps(request)],
         tree,
