@@ -2,11 +2,8 @@
 gradient accumulation, all-rank contrastive negatives, and exact resume after SIGKILL,
 SIGTERM/SIGUSR1 pre-emption, a STOP file and a corrupt checkpoint."""
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,76 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-import ems
-from ems.configs import dump_config
 from ems.training.checkpoint import LATEST, saved_tags
-from ems.training.config import TrainConfig
 from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, STOP_FILE
 from ems.training.train import train
-from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
+from tests.conftest import SMALL_MODEL, small_run
+from tests.fakes import assert_same_parameters, finish, launch, logged_losses, parameters
 
 # dropout stays on (0.1, the tiny preset's) in the resume tests: the per-rank RNG must be restored
 RESUME = dict(batch_size=32, lr=2.0e-3, warmup_steps=4, max_steps=1000, log_every=1, save_every=4, seed=3)
 STEPS = 12
 
-
-def launch(cfg: TrainConfig, nproc: int = 1) -> subprocess.Popen:
-    """`python -m ems.training.train` (under torchrun with `nproc` > 1 processes) of `cfg`, given as
-    the YAML file OUT.yaml beside its run directory."""
-    config = Path(cfg.out).parent / f"{Path(cfg.out).name}.yaml"
-    dump_config(cfg, config)
-    # without the in-process runs' world-of-one variables (their MASTER_PORT is taken)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    }
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    launcher = (
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
-        if nproc > 1
-        else [sys.executable]
-    )
-    return subprocess.Popen(
-        [*launcher, "-m", "ems.training.train", "--config", str(config)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
-    output, _ = process.communicate(timeout=timeout)
-    return process.returncode, output
-
-
-def logged_losses(out: Path) -> dict[int, float]:
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [r["step"] for r in records if "loss" in r]
-    assert len(steps) == len(set(steps)), "a step was logged twice"
-    return {r["step"]: r["loss"] for r in records if "loss" in r}
-
-
-def parameters(model_dir) -> dict:
-    return ems.load(model_dir).model.state_dict()
-
-
-def assert_same_parameters(a: dict, b: dict, atol: float) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=atol, msg=key)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread_like_the_subprocesses():
-    """In-process runs use one thread, as `launch`'s processes do (OMP_NUM_THREADS=1): CPU kernels
-    sum in a thread-count-dependent order (the embedding gradient, seen here: up to 5e-6 apart)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread_like_the_subprocesses")
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from ems.training.resume import CONFIG_HISTORY_FILE, BranchError, ResumeConfigEr
 from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
 from ems.training.train import train
 from tests.conftest import small_run
-from tests.test_train import RUN
+from tests.fakes import RUN
 
 # --- the schedule --------------------------------------------------------------------------------
 
