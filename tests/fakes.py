@@ -304,6 +304,19 @@ def real_sides(data_dir: Path) -> tuple[list[str], list[str]]:
     return src, tgt
 
 
+# Eight short English UI strings (Django's): what an encoder of the tiny pipeline's vocabulary encodes.
+UI_SENTENCES = [
+    "Enter a valid date.",
+    "This field is required.",
+    "Save",
+    "Delete the selected objects?",
+    "Change password",
+    "Enter a whole number.",
+    "Log out",
+    "Add another item",
+]
+
+
 ENGLISH = [
     "Enter a valid date.",
     "This field is required.",

@@ -5,23 +5,18 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import ems
 import ems.encoder_kinds
 from ems.cli import MissingDataError
-from ems.encoder import HEAD_DIR, export_encoder
+from ems.encoder import HEAD_DIR
 from ems.heads import HEADS, ParallelEmbeddings, UnknownLanguageError, load_head
 from ems.heads.centering import CenteringHead
 from ems.heads.encoder_view import HeadEncoder
 from ems.heads.projection import ProjectionHead
-from ems.model import EMSModel
-from ems.model_config import config_from_preset
-from ems.text import Tokenizer
 from eval.parallel_data import encode_pairs, flores_pairs, moses_pairs
 from eval.train_head import main as train_head_main
 from eval.train_head import train_head
-from tests.conftest import SMALL_MODEL
 from tests.fakes import LanguageOffsetEncoder
 
 
@@ -182,16 +177,6 @@ def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
 
 def test_heads_registry_has_the_closed_form_heads():
     assert HEADS["centering"] is CenteringHead and HEADS["projection"] is ProjectionHead
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_pipeline, tmp_path_factory):
-    tok = Tokenizer.load(tiny_pipeline / "vocab")
-    torch.manual_seed(0)
-    model = EMSModel(
-        config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL)
-    )
-    return export_encoder(model.encoder, tok, tmp_path_factory.mktemp("model"))
 
 
 def test_ems_encode_views_with_a_saved_head(model_dir, tmp_path):

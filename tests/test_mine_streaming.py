@@ -10,7 +10,7 @@ from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import EncoderKind, load_encoder
 from ems.mining.pipeline.launch import mine_files
 from ems.mining.streaming import chunk_embeddings, scan_distinct, texts_at
-from tests.fakes import SRC, TrigramEncoder, in_memory_mine, mining_options, write_inputs
+from tests.fakes import SRC, UI_SENTENCES, TrigramEncoder, in_memory_mine, mining_options, write_inputs
 
 # Repeats, empty and blank lines, a CRLF line, no newline at the end.
 
@@ -121,16 +121,7 @@ def test_workers_with_another_encoder_print_a_note_and_encode_as_without(tmp_pat
 
 def test_multi_process_tokenising_gives_the_single_process_vectors(model_dir, tmp_path):
     encoder = load_encoder(f"ems:{model_dir}", cache_dir=tmp_path / "cache")
-    lines = [
-        "Enter a valid date.",
-        "This field is required.",
-        "Save",
-        "Delete the selected objects?",
-        "Change password",
-        "Enter a whole number.",
-        "Log out",
-        "Add another item",
-    ] * 3
+    lines = UI_SENTENCES * 3
     chunks = [lines[i : i + 5] for i in range(0, len(lines), 5)]
     single = list(chunk_embeddings(load_encoder(f"ems:{model_dir}"), chunks, "en"))
     pooled = list(chunk_embeddings(encoder, chunks, "en", tokenizer_workers=2))

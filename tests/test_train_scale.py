@@ -117,21 +117,26 @@ SCALE = dict(lr=2.0e-3, warmup_steps=2, max_steps=4, log_every=1, save_every=100
 SCALE_ATOL = 1e-5
 
 
+# one process accumulating 2 micro-batches of 16 pairs
+ACCUMULATING = dict(SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2})
+NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0)  # with dropout, 2 ranks draw other masks than 1
+
+
+def two_ranks_of_16(pipeline: Path, out: Path, **settings) -> None:
+    """A SCALE run of 16 pairs on each of 2 processes (torchrun), without dropout, into `out`; it must
+    succeed."""
+    status, output = finish(
+        launch(small_run(pipeline, out, SCALE, batch_size=16, model_overrides=NO_DROPOUT, **settings), nproc=2)
+    )
+    assert status == 0, output[-3000:]
+
+
 def test_two_processes_with_global_negatives_and_zero2_equal_one_process_with_the_global_batch(tiny_pipeline, tmp_path):
     """Global negatives make 2 x 16 pairs the same optimisation problem as 1 x 32."""
-    no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = small_run(
-        tiny_pipeline,
-        tmp_path / "two",
-        SCALE,
-        batch_size=16,
-        global_negatives=True,
-        deepspeed_config="configs/deepspeed/zero2.json",
-        model_overrides=no_dropout,
+    two_ranks_of_16(
+        tiny_pipeline, tmp_path / "two", global_negatives=True, deepspeed_config="configs/deepspeed/zero2.json"
     )
-    status, output = finish(launch(two, nproc=2))
-    assert status == 0, output[-3000:]
-    one = train(small_run(tiny_pipeline, tmp_path / "one", SCALE, batch_size=32, model_overrides=no_dropout))
+    one = train(small_run(tiny_pipeline, tmp_path / "one", SCALE, batch_size=32, model_overrides=NO_DROPOUT))
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one.model_dir), atol=SCALE_ATOL)
     for step, loss in logged_losses(tmp_path / "two").items():
         assert loss == pytest.approx(logged_losses(tmp_path / "one")[step], rel=1e-5)
@@ -141,30 +146,11 @@ def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumula
     tiny_pipeline, tmp_path
 ):
     """Local negatives: rank r's 16 pairs are micro-batch r of one process accumulating 2 x 16."""
-    no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = small_run(
-        tiny_pipeline,
-        tmp_path / "two",
-        SCALE,
-        batch_size=16,
-        deepspeed_config="configs/deepspeed/zero1.json",
-        model_overrides=no_dropout,
-    )
-    status, output = finish(launch(two, nproc=2))
-    assert status == 0, output[-3000:]
-    one = train(
-        small_run(
-            tiny_pipeline,
-            tmp_path / "one",
-            SCALE,
-            batch_size=16,
-            model_overrides=no_dropout,
-            deepspeed_overrides={"gradient_accumulation_steps": 2},
-        )
-    )
+    two_ranks_of_16(tiny_pipeline, tmp_path / "two", deepspeed_config="configs/deepspeed/zero1.json")
+    one = train(small_run(tiny_pipeline, tmp_path / "one", ACCUMULATING, model_overrides=NO_DROPOUT))
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one.model_dir), atol=SCALE_ATOL)
     # and this differs from one process with in-batch negatives over all 32 pairs
-    whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=no_dropout))
+    whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=NO_DROPOUT))
     assert not torch.allclose(
         parameters(whole.model_dir)["layers.0.qkv.weight"],
         parameters(one.model_dir)["layers.0.qkv.weight"],
@@ -187,9 +173,7 @@ def test_one_process_skips_deepspeeds_identity_all_reduce_and_trains_bit_identic
             engine.enable_backward_allreduce = reduce
         return engine
 
-    accumulating = dict(
-        SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2}, model_overrides=SMALL_MODEL
-    )
+    accumulating = dict(ACCUMULATING, model_overrides=SMALL_MODEL)
     monkeypatch.setattr(ems.training.setup, "build_engine", recorded)
     skipped = train(small_run(tiny_pipeline, tmp_path / "skipped", accumulating))
     assert engines[-1].enable_backward_allreduce is False
@@ -255,16 +239,7 @@ def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline,
     """XTR is a per-pair mean, so 2 accumulated micro-batches of 16 = one batch of 32 (the
     in-batch contrastive loss is not, hence its weight 0 here)."""
     xtr_only = dict(SMALL_MODEL, dropout=0.0, contrastive_weight=0.0)
-    accumulated = train(
-        small_run(
-            tiny_pipeline,
-            tmp_path / "acc",
-            SCALE,
-            batch_size=16,
-            model_overrides=xtr_only,
-            deepspeed_overrides={"gradient_accumulation_steps": 2},
-        )
-    )
+    accumulated = train(small_run(tiny_pipeline, tmp_path / "acc", ACCUMULATING, model_overrides=xtr_only))
     whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=xtr_only))
     assert_same_parameters(parameters(accumulated.model_dir), parameters(whole.model_dir), atol=SCALE_ATOL)
     a, b = [[h["xtr"] for h in r.history] for r in (accumulated, whole)]
