@@ -107,6 +107,19 @@ def model_dir(tiny_pipeline, tmp_path_factory):
     return export_encoder(model.encoder, tok, tmp_path_factory.mktemp("model"))
 
 
+@pytest.fixture(scope="module")
+def one_thread_like_the_subprocesses():
+    """One thread for the module's in-process runs, as tests.fakes.launch's processes have
+    (OMP_NUM_THREADS=1): CPU kernels sum in a thread-count-dependent order (the embedding gradient:
+    up to 5e-6 apart). A module asks for it with `pytestmark = pytest.mark.usefixtures(...)`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def leave_spawned_rank() -> None:
     """The last call of a test's spawned gloo rank, after it wrote its results and destroyed its
     process group: exit at once. A normal interpreter exit there aborts now and then

@@ -11,7 +11,7 @@ from eval.evaluators.retrieval import read_lines
 from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from eval.task import RunOptions, TaskRun
-from tests.test_eval_tatoeba import TrigramEncoder
+from tests.fakes import TableEncoder, TrigramEncoder
 
 N = 30
 # NTREX file codes (3-letter, BCP-47 with region or script) -> the FLORES file holding the same language
@@ -94,14 +94,6 @@ def test_languages_the_encoder_lacks_are_listed_and_codes_map_to_its_own(data_di
         "not covered by the encoder": ["srp-Cyrl"]
     }
     assert sorted(set(encoder.calls)) == [("de", N), ("en", N), ("zh", N)]  # English encoded once, codes as the model's
-
-
-class TableEncoder:
-    def __init__(self, vectors: dict):
-        self.vectors, self.languages = vectors, None
-
-    def encode(self, sentences, lang):
-        return np.array([self.vectors[(lang, s)] for s in sentences], dtype=np.float32)
 
 
 def test_margin_scoring_and_laser_duplicates_on_hand_built_vectors(tmp_path):

@@ -20,6 +20,7 @@ from eval.evaluators.bucc import (
 )
 from eval.make_flores_bucc import build_flores_bucc
 from eval.task import RunOptions, TaskRun
+from tests.fakes import TableEncoder
 
 SQRT3_2 = np.sqrt(3) / 2
 
@@ -31,16 +32,6 @@ def bucc_config(languages: list[str], **keys) -> BuccConfig:
 
 def unit(degrees: float) -> list[float]:
     return [np.cos(np.radians(degrees)), np.sin(np.radians(degrees))]
-
-
-class TableEncoder:
-    """Hand-set vectors by (lang, sentence)."""
-
-    def __init__(self, vectors: dict, languages=None):
-        self.vectors, self.languages = vectors, languages
-
-    def encode(self, sentences, lang):
-        return np.array([self.vectors[(lang, s)] for s in sentences], dtype=np.float32)
 
 
 def test_margin_values_by_hand():

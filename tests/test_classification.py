@@ -2,7 +2,6 @@
 webis-cls-10 / SIB-200 readers on fixtures and real data, and the task inside eval.run_all."""
 
 import re
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -37,36 +36,11 @@ from eval.evaluators.classification_data import (
 )
 from eval.results import read_results as stored_results
 from eval.run_all import run_all
-from tests.test_classification_protocol import classification_config
+from tests.fakes import TableEncoder, TrigramCountEncoder, classification_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "eval"
 FAST = MlpSettings(hidden=16, epochs=60, batch_size=16)  # 4 steps per epoch on the 60 synthetic documents
-
-
-class TableEncoder:
-    """Looks each (lang, sentence) up in a table; counts its calls."""
-
-    def __init__(self, vectors: dict, languages=None):
-        self.vectors, self.languages, self.calls = vectors, languages, []
-
-    def encode(self, sentences, lang):
-        self.calls.append((lang, len(sentences)))
-        return np.array([self.vectors[(lang, s)] for s in sentences], dtype=np.float32)
-
-
-class HashEncoder:
-    """Cheap deterministic stand-in for a real encoder: L2-normalised hashed character-trigram counts."""
-
-    languages = None
-
-    def encode(self, sentences, lang):
-        out = np.zeros((len(sentences), 512), dtype=np.float32)
-        for row, sentence in enumerate(sentences):
-            text = f" {sentence.lower()} "
-            for i in range(len(text) - 2):
-                out[row, zlib.crc32(text[i : i + 3].encode()) % 512] += 1
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def test_document_embedding_is_the_mean_of_its_sentences_one_call_per_split():
@@ -331,7 +305,7 @@ def test_sib200_real_data_with_a_hashing_encoder(data_dir):
     rows = (data_dir / "sib200" / "deu_Latn" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]
     assert [(d.sentences[0], d.label) for d in task.test["de"]] == [tuple(r.split("\t")[2:0:-1]) for r in rows]
     assert (len(task.train), len(task.dev), len(task.labels)) == (701, 99, 7) and task.skipped == {}
-    result = score_classification(HashEncoder(), classification_config([0, 1], MlpSettings(epochs=20)), task)
+    result = score_classification(TrigramCountEncoder(), classification_config([0, 1], MlpSettings(epochs=20)), task)
     assert {lang: row["n"] for lang, row in result["languages"].items()} == {"de": 204, "fr": 204, "ja": 204}
     # character trigrams carry topic within English (chance is 1/7 = 14%), hardly across scripts
     assert result["in_language"]["accuracy"] > 30
@@ -348,7 +322,7 @@ def test_run_all_with_classification_tasks(tmp_path, data_dir):
     suite.write_text(f"tasks:\n  - {REPO_CONFIGS / 'sib200.yaml'}\n  - mldoc.yaml\n", encoding="utf-8")
     out = tmp_path / "out"
     results = run_all(
-        HashEncoder(),
+        TrigramCountEncoder(),
         data_dir,
         out_dir=out,
         languages=["de", "fra", "ko"],
@@ -378,7 +352,7 @@ def test_run_all_rejects_bad_classification_config(tmp_path):
         encoding="utf-8",
     )
     (tmp_path / "suite.yaml").write_text("tasks: [bad.yaml]\n", encoding="utf-8")
-    results = run_all(HashEncoder(), FIXTURES, progress=False, suite_path=tmp_path / "suite.yaml")
+    results = run_all(TrigramCountEncoder(), FIXTURES, progress=False, suite_path=tmp_path / "suite.yaml")
     assert (
         "bad.yaml: mlp: unknown key(s) ['layers']" in results["bad"]["error"]
     )  # the task is not run, the suite goes on

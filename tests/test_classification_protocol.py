@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from ems.configs import ConfigError, load_config
+from ems.configs import ConfigError
 from eval.evaluators.classification import (
     PRESETS,
-    ClassificationConfig,
     MlpSettings,
     mlp_settings,
     score_classification,
@@ -19,17 +18,9 @@ from eval.evaluators.classification import (
 )
 from eval.evaluators.classification_data import ClassificationTask, Document
 from eval.report import classification_table
+from tests.fakes import TINY, TableEncoder, WordCountEncoder, classification_config
 
 REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "eval"
-TINY = MlpSettings(hidden=(8, 6), epochs=20, batch_size=6, learning_rate=0.01)
-
-
-def classification_config(seeds: list[int], mlp: MlpSettings = TINY, directions=("en2xx",)) -> ClassificationConfig:
-    """A classification task config read by the config system (`mlp`: its settings as keys)."""
-    values = {"name": "c", "data_subdir": "c", "format": "mldoc", "languages": "all", "seeds": seeds}
-    return load_config(
-        ClassificationConfig, values={**values, "mlp": dataclasses.asdict(mlp), "directions": list(directions)}
-    )
 
 
 def test_laser_settings_are_the_default():
@@ -86,15 +77,6 @@ def _two_way_task():
         return ClassificationTask("two_way", labels, train, data[train]["train"], data[train]["dev"], test)
 
     return task, vectors
-
-
-class TableEncoder:
-    def __init__(self, vectors, languages=None):
-        self.vectors, self.languages, self.calls = vectors, languages, []
-
-    def encode(self, sentences, lang):
-        self.calls.append((lang, len(sentences)))
-        return np.array([self.vectors[(lang, s)] for s in sentences], dtype=np.float32)
 
 
 def test_xx2en_trains_on_x_and_tests_on_english():
@@ -196,17 +178,6 @@ def test_seeds_are_independent_and_epochs_follow_dev():
     np.testing.assert_allclose(together.accuracies(dev_x, dev_y), dev_t)  # the kept model is the one scored on dev
 
 
-class HashEncoder:
-    languages = None
-
-    def encode(self, sentences, lang):
-        out = np.zeros((len(sentences), 64), dtype=np.float32)
-        for row, sentence in enumerate(sentences):
-            for word in sentence.lower().split():
-                out[row, sum(map(ord, word)) % 64] += 1
-        return out
-
-
 def test_run_all_runs_both_directions(tmp_path):
     import shutil
 
@@ -223,7 +194,7 @@ def test_run_all_runs_both_directions(tmp_path):
     )
     (tmp_path / "suite.yaml").write_text("tasks: [mldoc.yaml]\n", encoding="utf-8")
     results = run_all(
-        HashEncoder(), tmp_path, out_dir=tmp_path / "out", progress=False, suite_path=tmp_path / "suite.yaml"
+        WordCountEncoder(), tmp_path, out_dir=tmp_path / "out", progress=False, suite_path=tmp_path / "suite.yaml"
     )
     mldoc = results["mldoc"]
     assert list(mldoc["languages"]) == ["de", "zh"] and mldoc["settings"]["directions"] == ["en2xx", "xx2en"]

@@ -31,9 +31,7 @@ from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
 from ems.training.train import train
 from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
-from tests.test_train import RUN
-
-TEACHER_DIM = 24
+from tests.fakes import RUN, TEACHER_DIM, CharProjectionTeacher
 
 
 def brute_force_distill(teacher: np.ndarray, student_src: np.ndarray, student_tgt: np.ndarray, rows) -> float:
@@ -125,30 +123,7 @@ def test_source_side_prefers_the_pivot_side_and_marks_pairs_without_one():
     assert source_sides(langs, np.array([2])).tolist() == [1, 0, 1, -1]
 
 
-class CountingEncoder:
-    """A deterministic stand-in teacher: a fixed random projection of a bag of character codes,
-    counting the sentences it is asked to encode; raises after `fail_after` calls."""
-
-    model_id = "counting-projection"
-
-    def __init__(self, dim=TEACHER_DIM, fail_after=None):
-        self.dim, self.fail_after = dim, fail_after
-        self.calls = self.sentences = 0
-        self.projection = np.random.default_rng(0).standard_normal((256, dim)).astype(np.float32)
-
-    def vector(self, sentence: str) -> np.ndarray:
-        counts = np.bincount([ord(c) % 256 for c in sentence], minlength=256).astype(np.float32)
-        return counts @ self.projection / max(len(sentence), 1)
-
-    def encode(self, sentences, lang):
-        if self.fail_after is not None and self.calls >= self.fail_after:
-            raise KeyboardInterrupt("killed")
-        self.calls += 1
-        self.sentences += len(sentences)
-        return np.stack([self.vector(s) for s in sentences])
-
-
-class NoCallEncoder(CountingEncoder):
+class NoCallEncoder(CharProjectionTeacher):
     def encode(self, sentences, lang):
         raise AssertionError(f"the teacher was called for {len(sentences)} sentences")
 
@@ -164,7 +139,7 @@ def english_sentences(corpus):
 def test_store_holds_each_source_sentence_once_and_is_reused(tiny_pipeline, tmp_path):
     shards_dir = tmp_path / "shards"
     _copy_shards(tiny_pipeline / "shards", shards_dir)
-    teacher = CountingEncoder()
+    teacher = CharProjectionTeacher()
     report = build_teacher_store(
         shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=teacher, progress=False, batch_size=16
     )
@@ -192,18 +167,18 @@ def test_a_killed_build_resumes_where_it_stopped(tiny_pipeline, tmp_path):
     shards_dir = tmp_path / "shards"
     _copy_shards(tiny_pipeline / "shards", shards_dir)
     corpus = tiny_pipeline / "corpus" / "train"
-    killed = CountingEncoder(fail_after=3)
+    killed = CharProjectionTeacher(fail_after=3)
     with pytest.raises(KeyboardInterrupt):
         build_teacher_store(shards_dir, corpus, "npy:fake", encoder=killed, batch_size=8, progress=False)
     assert killed.sentences == 24
     assert not (teacher_store_dir(shards_dir, "npy:fake") / STORE_FILE).exists()
-    rest = CountingEncoder()
+    rest = CharProjectionTeacher()
     report = build_teacher_store(shards_dir, corpus, "npy:fake", encoder=rest, batch_size=8, progress=False)
     assert rest.sentences == report["sentences"] - 24
     straight_dir = tmp_path / "straight"
     _copy_shards(tiny_pipeline / "shards", straight_dir)
     straight = build_teacher_store(
-        straight_dir, corpus, "npy:fake", encoder=CountingEncoder(), batch_size=8, progress=False
+        straight_dir, corpus, "npy:fake", encoder=CharProjectionTeacher(), batch_size=8, progress=False
     )
     a, b = TeacherStore(report["store"]), TeacherStore(straight["store"])
     np.testing.assert_array_equal(a.ids, b.ids)
@@ -218,10 +193,10 @@ def test_new_shards_encode_only_the_new_sentences_and_another_teacher_rebuilds(t
     from data_prep.binarize import binarize
 
     binarize(corpus, tiny_pipeline / "vocab", tmp_path / "shards")
-    one = build_teacher_store(tmp_path / "shards", corpus, "npy:fake", encoder=CountingEncoder(), progress=False)
+    one = build_teacher_store(tmp_path / "shards", corpus, "npy:fake", encoder=CharProjectionTeacher(), progress=False)
     write_parallel(corpus, "part", second.l1, second.l2, read_parallel(second.path_l1, second.path_l2))
     binarize(corpus, tiny_pipeline / "vocab", tmp_path / "shards")
-    grown = CountingEncoder()
+    grown = CharProjectionTeacher()
     two = build_teacher_store(tmp_path / "shards", corpus, "npy:fake", encoder=grown, progress=False)
     assert two["reused"] == one["sentences"] and grown.sentences == two["sentences"] - one["sentences"] > 0
     assert sorted(p.name for p in teacher_store_dir(tmp_path / "shards", "npy:fake").iterdir()) == ["gen1", STORE_FILE]
@@ -229,7 +204,7 @@ def test_new_shards_encode_only_the_new_sentences_and_another_teacher_rebuilds(t
     meta_path = teacher_store_dir(tmp_path / "shards", "npy:fake") / STORE_FILE
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "identity": "npy-something-else"}))
-    rebuilt = CountingEncoder()
+    rebuilt = CharProjectionTeacher()
     three = build_teacher_store(tmp_path / "shards", corpus, "npy:fake", encoder=rebuilt, progress=False)
     assert three["reused"] == 0 and rebuilt.sentences == three["sentences"] == two["sentences"]
 
@@ -239,7 +214,11 @@ def test_the_wrong_corpus_is_refused(tiny_pipeline, tmp_path):
     _copy_shards(tiny_pipeline / "shards", shards_dir)
     with pytest.raises(TeacherStoreError, match="not in"):
         build_teacher_store(
-            shards_dir, tiny_pipeline / "corpus" / "heldout", "npy:fake", encoder=CountingEncoder(), progress=False
+            shards_dir,
+            tiny_pipeline / "corpus" / "heldout",
+            "npy:fake",
+            encoder=CharProjectionTeacher(),
+            progress=False,
         )
 
 
@@ -441,9 +420,9 @@ def test_a_pretokenized_corpus_needs_the_text_it_came_from(tiny_pipeline, tmp_pa
     binarize(tmp_path / "pretok", tiny_pipeline / "vocab", tmp_path / "shards")
     with pytest.raises(ValueError, match="--text-from"):
         build_teacher_store(
-            tmp_path / "shards", tmp_path / "pretok", "npy:fake", encoder=CountingEncoder(), progress=False
+            tmp_path / "shards", tmp_path / "pretok", "npy:fake", encoder=CharProjectionTeacher(), progress=False
         )
-    teacher = CountingEncoder()
+    teacher = CharProjectionTeacher()
     report = build_teacher_store(
         tmp_path / "shards", tmp_path / "pretok", "npy:fake", encoder=teacher, progress=False, text_root=raw
     )
@@ -515,7 +494,7 @@ def test_teacher_targets_mark_pairs_without_a_source_side(tiny_pipeline, tmp_pat
     shards_dir = tmp_path / "shards"
     _copy_shards(tiny_pipeline / "shards", shards_dir)
     report = build_teacher_store(
-        shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=CountingEncoder(), progress=False
+        shards_dir, tiny_pipeline / "corpus" / "train", "npy:fake", encoder=CharProjectionTeacher(), progress=False
     )
     shards = PairShards(shards_dir)
     targets = TeacherTargets(TeacherStore(report["store"]), shards.languages)

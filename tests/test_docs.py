@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import io
 import json
@@ -352,10 +353,22 @@ def _command(where: str, tokens: list[str]) -> Command | None:
 
 
 def _module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether `python -m name` finds a module, looked up on sys.path by the path finder alone: no package
+    is imported and no other finder of sys.meta_path is asked. (importlib.util.find_spec("pip") asks
+    setuptools' _distutils_hack, which then turns its distutils off for the rest of the process: DeepSpeed's
+    import of distutils in a later test, the demo's, failed after this one.)"""
+    found = None
+    for part in name.split("."):
+        if found is not None and found.submodule_search_locations is None:
+            return False  # a module, not a package: it has no submodules
+        where = None if found is None else found.submodule_search_locations
+        try:
+            found = importlib.machinery.PathFinder.find_spec(part if found is None else f"{found.name}.{part}", where)
+        except (ImportError, ValueError):
+            return False
+        if found is None:
+            return False
+    return True
 
 
 def command_problems(commands: list[Command], helps: dict[tuple, tuple[list[str], str]]) -> list[str]:
@@ -548,6 +561,19 @@ def test_unknown_modules_scripts_files_and_options_are_found():
         "page.md:20: python -m data_prep clean has no option --bogus (its --help does not list it)",
         "page.md:21: python benchmarks/no_such_benchmark.py: no such file in the repository",
     ]
+
+
+def test_looking_a_module_up_imports_nothing_and_changes_no_finder():
+    """Another package's module (pip) is looked up without importing it or asking the finders of
+    sys.meta_path: setuptools' finder, asked for pip, turned its distutils off for the rest of the session
+    (DeepSpeed's import of distutils then failed in tests/test_demo.py run after this file)."""
+    finders = [(finder, dict(getattr(finder, "__dict__", {}))) for finder in sys.meta_path]
+    modules = set(sys.modules)
+    assert _module_exists("pip") and _module_exists("json.tool") and _module_exists("ems.apps.export")
+    assert not _module_exists("ems.nonexistent") and not _module_exists("json.tool.deeper")
+    assert not _module_exists("no_such_package_anywhere.sub")
+    assert set(sys.modules) == modules
+    assert [(finder, dict(getattr(finder, "__dict__", {}))) for finder in sys.meta_path] == finders
 
 
 def test_a_dead_link_fails_the_strict_build(tmp_path):

@@ -10,14 +10,9 @@ from ems.training.resume import resumed_position
 from ems.training.runtime import BatchLayout, gradient_accumulation, optimizer_layout
 from ems.training.train import train
 from tests.conftest import SMALL_MODEL, small_run
-from tests.test_train_scale import (  # noqa: F401 (one_thread_like_the_subprocesses: an autouse fixture)
-    assert_same_parameters,
-    finish,
-    launch,
-    logged_losses,
-    one_thread_like_the_subprocesses,
-    parameters,
-)
+from tests.fakes import assert_same_parameters, finish, launch, logged_losses, parameters
+
+pytestmark = pytest.mark.usefixtures("one_thread_like_the_subprocesses")
 
 NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0)  # with dropout, 2 ranks draw other masks than 1 (see resume)
 ELASTIC = dict(

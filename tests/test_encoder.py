@@ -5,31 +5,21 @@ import pytest
 
 import ems
 from tests.conftest import SMALL_MODEL
-
-SENTENCES = [
-    "Enter a valid date.",
-    "This field is required.",
-    "Save",
-    "Delete the selected objects?",
-    "Change password",
-    "Enter a whole number.",
-    "Log out",
-    "Add another item",
-]
+from tests.fakes import UI_SENTENCES
 
 
 def test_encode_returns_float32_and_is_deterministic(model_dir):
     model = ems.load(model_dir)
-    a = model.encode(SENTENCES, lang="en")
-    assert a.dtype == np.float32 and a.shape == (len(SENTENCES), SMALL_MODEL["d_model"])
-    np.testing.assert_array_equal(a, ems.load(model_dir).encode(SENTENCES, lang="en"))
+    a = model.encode(UI_SENTENCES, lang="en")
+    assert a.dtype == np.float32 and a.shape == (len(UI_SENTENCES), SMALL_MODEL["d_model"])
+    np.testing.assert_array_equal(a, ems.load(model_dir).encode(UI_SENTENCES, lang="en"))
 
 
 def test_encode_does_not_depend_on_order_or_batch_size(model_dir):
     model = ems.load(model_dir)
-    reference = model.encode(SENTENCES, lang="en", batch_size=len(SENTENCES))
-    perm = np.random.default_rng(0).permutation(len(SENTENCES))
-    shuffled = model.encode([SENTENCES[i] for i in perm], lang="en", batch_size=3)
+    reference = model.encode(UI_SENTENCES, lang="en", batch_size=len(UI_SENTENCES))
+    perm = np.random.default_rng(0).permutation(len(UI_SENTENCES))
+    shuffled = model.encode([UI_SENTENCES[i] for i in perm], lang="en", batch_size=3)
     np.testing.assert_allclose(shuffled, reference[perm], rtol=1e-5, atol=1e-6)
 
 

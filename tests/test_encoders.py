@@ -10,20 +10,7 @@ import torch
 from ems.cli import MissingDataError
 from ems.encoder_kinds import CachedEncoder, PrecomputedEncoder, embedding_key, load_encoder, parse_encoder_spec
 from ems.mining.index import IndexSpec, parse_index_spec
-
-
-class CountingEncoder:
-    """Vector = [len(sentence), number of calls so far]; counts its calls."""
-
-    languages = None
-    model_id = "counting"
-
-    def __init__(self):
-        self.calls = 0
-
-    def encode(self, sentences, lang):
-        self.calls += 1
-        return np.array([[len(s), self.calls] for s in sentences], dtype=np.float32)
+from tests.fakes import CallCountEncoder, tatoeba_config
 
 
 def test_embedding_key_depends_on_language_and_exact_sentences():
@@ -39,7 +26,7 @@ def test_embedding_key_depends_on_language_and_exact_sentences():
 
 
 def test_cache_reuses_embeddings_and_is_a_precomputed_directory(tmp_path):
-    inner = CountingEncoder()
+    inner = CallCountEncoder()
     cached = CachedEncoder(inner, tmp_path)
     first = cached.encode(["Hallo", "Welt!"], "de")
     again = cached.encode(["Hallo", "Welt!"], "de")
@@ -176,7 +163,6 @@ def test_ems_unseen_neutral_encodes_languages_the_model_never_saw(model_dir, dat
     from eval.evaluators.items import NOT_COVERED
     from eval.evaluators.tatoeba import SEEN, UNSEEN, evaluate_tatoeba
     from eval.task import RunOptions, TaskRun
-    from tests.test_eval_tatoeba import tatoeba_config
 
     default = load_encoder(f"ems:{model_dir}")
     zero_shot = load_encoder(f"ems:{model_dir},unseen=neutral")

@@ -6,14 +6,13 @@ see conftest.py) and are skipped with a message when it does not exist.
 
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ems.cli import MissingDataError
-from ems.configs import ConfigError, load_config
+from ems.configs import ConfigError
 from ems.languages import (
     TATOEBA_LANGUAGES,
     TATOEBA_TEST_CODES,
@@ -29,11 +28,12 @@ from eval.evaluators.retrieval import (
     bidirectional_p_at_1,
     cosine_p_at_1,
 )
-from eval.evaluators.tatoeba import DEFAULT_FILE_PATTERN, TatoebaConfig, evaluate_tatoeba, load_tatoeba_pair
+from eval.evaluators.tatoeba import evaluate_tatoeba, load_tatoeba_pair
 from eval.report import markdown_table
 from eval.results import read_results as stored_results
 from eval.run_all import main, run_all
 from eval.task import RunOptions, TaskConfig, TaskRun
+from tests.fakes import TableEncoder, TrigramEncoder, tatoeba_config, write_pair, write_tatoeba
 
 # --- fixtures and fake encoders ---------------------------------------------------------------
 
@@ -46,42 +46,6 @@ def tatoeba_dir(data_dir) -> Path:
     return data_dir / "tatoeba"
 
 
-def tatoeba_config(languages: list[str] | str = "all", **keys) -> TatoebaConfig:
-    """A Tatoeba task config read by the config system, as from a YAML file."""
-    values = {"name": "tatoeba", "data_subdir": "tatoeba", "file_pattern": DEFAULT_FILE_PATTERN, "metric": "p_at_1"}
-    return load_config(TatoebaConfig, values={**values, "languages": languages, **keys})
-
-
-class TableEncoder:
-    """Returns hand-set vectors: `vectors[(lang, sentence)]`."""
-
-    def __init__(self, vectors: dict[tuple[str, str], list[float]], languages: list[str] | None = None):
-        self.vectors = vectors
-        self.languages = languages
-
-    def encode(self, sentences: list[str], lang: str) -> np.ndarray:
-        return np.array([self.vectors[(lang, s)] for s in sentences], dtype=np.float32)
-
-
-class TrigramEncoder:
-    """Sum of fixed random vectors of the sentence's hashed character trigrams: cheap, deterministic,
-    better than chance on related languages, and continuous so exact cosine ties are unlikely."""
-
-    def __init__(self, languages: list[str] | None = None, dim: int = 64, buckets: int = 4096):
-        self.languages = languages
-        self.table = np.random.default_rng(0).standard_normal((buckets, dim)).astype(np.float32)
-        self.calls: list[tuple[str, int]] = []
-
-    def encode(self, sentences: list[str], lang: str, batch_size: int = 128) -> np.ndarray:
-        self.calls.append((lang, len(sentences)))
-        out = np.zeros((len(sentences), self.table.shape[1]), dtype=np.float32)
-        for i, sentence in enumerate(sentences):
-            text = f"  {sentence.lower()} "
-            rows = [zlib.crc32(text[j : j + 3].encode()) % len(self.table) for j in range(len(text) - 2)]
-            out[i] = self.table[rows].sum(axis=0)
-        return out
-
-
 def brute_force_p_at_1(src: np.ndarray, tgt: np.ndarray) -> float:
     """P@1 in percent, one source row at a time in float64: cosine to every target, argmax."""
     src, tgt = src.astype(np.float64), tgt.astype(np.float64)
@@ -90,18 +54,6 @@ def brute_force_p_at_1(src: np.ndarray, tgt: np.ndarray) -> float:
         cosines = tgt @ row / (np.linalg.norm(tgt, axis=1) * np.linalg.norm(row))
         hits += int(np.argmax(cosines) == i)
     return 100.0 * hits / len(src)
-
-
-def write_tatoeba(directory: Path, code: str, pairs: list[tuple[str, str]]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"tatoeba.{code}-eng.{code}").write_text("".join(f"{xx}\n" for xx, _ in pairs), encoding="utf-8")
-    (directory / f"tatoeba.{code}-eng.eng").write_text("".join(f"{en}\n" for _, en in pairs), encoding="utf-8")
-
-
-def write_pair(root: Path, pair: str, name: str, sides: dict[str, list[str]]) -> None:
-    (root / pair).mkdir(parents=True, exist_ok=True)
-    for lang, lines in sides.items():
-        (root / pair / f"{name}.{lang}").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
 
 # --- P@1 on hand-set vectors ------------------------------------------------------------------

@@ -15,8 +15,7 @@ import pytest
 
 from ems.cli import run_main
 from ems.training.train import main
-from tests.test_faults_reliability import copy_shards, no_deepspeed, untrained_model
-from tests.test_faults_train import cli_args, one_error_line
+from tests.fakes import cli_args, copy_shards, no_deepspeed, one_error_line, untrained_model
 
 pytestmark = pytest.mark.faults
 

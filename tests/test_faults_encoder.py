@@ -16,43 +16,11 @@ from ems.languages import UnknownLanguageError, canonical_language
 from ems.model import EMSModel
 from ems.model_config import config_from_preset
 from tests.conftest import SMALL_MODEL
+from tests.fakes import CHINESE, ENGLISH, GERMAN
 
 MAX_LEN = 64
-ENGLISH = [
-    "Enter a valid date.",
-    "This field is required.",
-    "Save changes",
-    "Delete the selected objects?",
-    "Change password",
-    "Enter a whole number.",
-    "Log out",
-    "Add another item",
-    "Mr. Smith saved it.",
-]
-GERMAN = [
-    "Geben Sie ein gültiges Datum ein.",
-    "Dieses Feld ist erforderlich.",
-    "Änderungen speichern",
-    "Ausgewählte Objekte löschen?",
-    "Passwort ändern",
-    "Geben Sie eine ganze Zahl ein.",
-    "Abmelden",
-    "Weiteres Element hinzufügen",
-    "Herr Schmidt hat es gespeichert.",
-]
 # Traditional characters on purpose: `zh` converts them to simplified and segments with jieba,
 # which a language code the model does not know (`cmn` before the fix) skipped.
-CHINESE = [
-    "請輸入有效的日期。",
-    "這個欄位是必填的。",
-    "儲存變更",
-    "刪除所選的物件？",
-    "變更密碼",
-    "請輸入一個整數。",
-    "登出",
-    "新增另一個項目",
-    "史密斯先生儲存了它。",
-]
 LONG = " ".join(["save the selected objects"] * 10)  # well over MAX_LEN tokens
 
 
@@ -246,6 +214,37 @@ def test_an_evaluation_task_reports_its_truncations_once_as_a_count(model, capsy
         ("hbs", "hbs"),
         ("lvs", "lv"),
         ("swh", "sw"),
+        # the tags of the OPUS-MT test sets (data_prep's opus_mt_testsets)
+        ("cmn_Hans", "zh"),
+        ("cmn_Hant", "zh"),
+        ("cmn", "zh"),
+        ("zho", "zh"),
+        ("yue_Hant", "yue"),
+        ("wuu_Hani", "wuu"),
+        ("lzh_Hani", "lzh"),
+        ("ber_Latn", "ber"),
+        ("hbs", "hbs"),
+        ("srp_Latn", "sr"),
+        ("bos_Latn", "bs"),
+        ("prs", "prs"),
+        ("pes_Thaa", "fa"),
+        ("nor", "no"),
+        ("nob_Hebr", "nb"),
+        ("nno", "nn"),
+        ("tgl_Latn", "tl"),
+        ("tl", "tl"),
+        ("toki_Latn", "tok"),
+        ("kzj_Latn", "kzj"),
+        ("es_419", "es"),
+        ("es_LA", "es"),
+        ("pt_BR", "pt"),
+        ("ti_er", "ti"),
+        ("ti_ET", "ti"),
+        ("fuv_Latn_NG", "fuv"),
+        ("kmr_Latn", "ku"),
+        ("zsm_Latn", "ms"),
+        ("Eng", "en"),
+        ("en", "en"),
     ],
 )
 def test_canonical_language(tag, code):

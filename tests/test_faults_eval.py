@@ -29,7 +29,7 @@ from eval.run_all import main as run_all_main
 from eval.run_all import run_all
 from eval.train_head import main as train_head_main
 from tests.conftest import REPO_ROOT
-from tests.test_eval_tatoeba import TrigramEncoder, write_pair, write_tatoeba
+from tests.fakes import TrigramEncoder, write_pair, write_tatoeba
 
 PAIRS = {
     "deu": [

@@ -32,7 +32,7 @@ from ems.model import EncoderNetwork
 from ems.model_config import config_from_preset
 from ems.text import TOKENIZER_FILE, Tokenizer
 from tests.conftest import SMALL_MODEL
-from tests.test_faults_encoder import CHINESE, ENGLISH, GERMAN
+from tests.fakes import CHINESE, ENGLISH, GERMAN
 
 pytestmark = pytest.mark.faults
 

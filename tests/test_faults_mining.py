@@ -15,7 +15,7 @@ import pytest
 from ems.apps.mine import main as mine_main
 from ems.cli import run_main
 from tests.conftest import REPO_ROOT
-from tests.test_mine_pipeline import real_sides
+from tests.fakes import TrigramEncoder, real_sides
 
 SETTINGS = ["--encoder", "ngram:dim=32", "--index", "ivf:n_lists=4", "--shard-lines", "100", "--chunk-lines", "40"]
 
@@ -300,7 +300,6 @@ def test_a_line_of_1_mb_is_mined_whole(sides, tmp_path, capsys):
 def test_a_mismatched_src_lang_is_one_line(sides, tmp_path, capsys, monkeypatch):
     import ems.encoder_kinds
     from ems.encoder_kinds import EncoderKind
-    from tests.test_eval_tatoeba import TrigramEncoder
 
     bilingual = EncoderKind(lambda path, device: TrigramEncoder(languages=["de", "en"]), "none", {})
     monkeypatch.setitem(ems.encoder_kinds.ENCODER_KINDS, "bilingual", bilingual)

@@ -16,7 +16,7 @@ from ems.apps.mine import main as mine_main
 from ems.cli import run_main
 from ems.training.train import main as train_main
 from eval.run_all import main as run_all_main
-from tests.test_faults_paths import one_error_line
+from tests.fakes import one_error_line
 
 pytestmark = pytest.mark.faults
 

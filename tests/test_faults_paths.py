@@ -21,18 +21,11 @@ from data_prep.__main__ import main as prep_main
 from ems.cli import run_main
 from ems.teacher_store import STORE_FILE, TeacherStore
 from fixtures.opus_mirror import build_mirror
+from tests.fakes import one_error_line
 
 pytestmark = pytest.mark.faults
 
 SECRET = "SECRET LINE"
-
-
-def one_error_line(capsys) -> str:
-    """The one `error: ` line that ends stderr (after any progress output); no traceback."""
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error")]
-    assert "Traceback" not in err and len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-3000:]
-    return errors[0]
 
 
 def files_under(root: Path) -> list[Path]:

@@ -20,38 +20,17 @@ from data_prep.opus import FetchError, OnlineSource, fetch
 from ems.cli import run_main
 from ems.locks import LOCK_FILE, DirectoryInUse, exclusive
 from ems.training.train import main
-from tests.conftest import REPO_ROOT, SMALL_MODEL
-from tests.test_faults_train import cli_args, one_error_line
-
-
-def copy_shards(pipeline: Path, tmp_path: Path) -> Path:
-    shards = tmp_path / "shards"
-    shutil.copytree(pipeline / "shards", shards)
-    return shards
-
-
-def no_deepspeed(monkeypatch):
-    """Fails the test if training gets as far as starting DeepSpeed (the slow part of start-up)."""
-
-    def refuse():
-        raise AssertionError("DeepSpeed was started before the inputs were checked")
-
-    monkeypatch.setattr("ems.training.train.init_distributed", refuse)
-
-
-def untrained_model(pipeline: Path, out: Path) -> tuple[Path, int]:
-    """An exported untrained SMALL_MODEL encoder of the pipeline's vocabulary: (its directory, d_model)."""
-    from ems.encoder import export_encoder
-    from ems.model import EMSModel
-    from ems.model_config import config_from_preset
-    from ems.text import Tokenizer
-
-    tokenizer = Tokenizer.load(pipeline / "vocab")
-    cfg = config_from_preset(
-        "tiny", vocab_size=tokenizer.vocab_size, n_languages=len(tokenizer.languages), **SMALL_MODEL
-    )
-    return export_encoder(EMSModel(cfg).encoder, tokenizer, out), cfg.d_model
-
+from tests.conftest import REPO_ROOT
+from tests.fakes import (
+    TrigramEncoder,
+    cli_args,
+    copy_shards,
+    mining_options,
+    no_deepspeed,
+    one_error_line,
+    untrained_model,
+    write_inputs,
+)
 
 # --- 1. two trainers on one run directory -----------------------------------------------------
 
@@ -482,8 +461,6 @@ def test_a_mining_work_dir_in_use_is_refused_and_a_failed_write_leaves_no_tsv(tm
     import ems.mining.pipeline.score
     from ems.mining.pipeline.files import WriteFailed
     from ems.mining.pipeline.launch import mine_files
-    from tests.test_eval_tatoeba import TrigramEncoder
-    from tests.test_mine_streaming import mining_options, write_inputs
 
     src, tgt = write_inputs(tmp_path)
     options = mining_options(tmp_path, src, tgt, work_dir=str(tmp_path / "work"))

@@ -24,36 +24,13 @@ from ems.training.schedule import LinearSchedule
 from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ems.training.train import main, train
 from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
+from tests.fakes import cli_args, one_error_line
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
 
 
 # conftest.small_run's settings of this file's runs: 12 steps, a checkpoint every 4
 RUN = dict(batch_size=32, lr=2e-3, warmup_steps=5, max_steps=12, log_every=4, save_every=4, seed=3, bucket_batches=50)
-
-
-def cli_args(pipeline, out, *settings: str) -> list[str]:
-    return [
-        "--set",
-        f"data={pipeline / 'shards'}",
-        f"vocab={pipeline / 'vocab'}",
-        f"out={out}",
-        "batch_size=32",
-        "max_steps=4",
-        "warmup_steps=2",
-        "bucket_batches=50",
-        "seed=3",
-        *(f"model_overrides.{key}={value}" for key, value in SMALL_MODEL.items()),
-        *settings,
-    ]
-
-
-def one_error_line(capsys) -> str:
-    """The `error: ` line that ends stderr (after any progress bars); no traceback."""
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error")]
-    assert "Traceback" not in err and len(errors) == 1 and err.rstrip().endswith(errors[0]), err[-3000:]
-    return errors[0]
 
 
 def module_weights(tag_dir: Path) -> dict[str, torch.Tensor]:

@@ -5,23 +5,19 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import ems
 import ems.encoder_kinds
 from ems.cli import MissingDataError
-from ems.encoder import HEAD_DIR, export_encoder
+from ems.encoder import HEAD_DIR
 from ems.heads import HEADS, ParallelEmbeddings, UnknownLanguageError, load_head
 from ems.heads.centering import CenteringHead
 from ems.heads.encoder_view import HeadEncoder
 from ems.heads.projection import ProjectionHead
-from ems.model import EMSModel
-from ems.model_config import config_from_preset
-from ems.text import Tokenizer
 from eval.parallel_data import encode_pairs, flores_pairs, moses_pairs
 from eval.train_head import main as train_head_main
 from eval.train_head import train_head
-from tests.conftest import SMALL_MODEL
+from tests.fakes import LanguageOffsetEncoder
 
 
 def toy_pairs(n=40, d=5, seed=0):
@@ -92,15 +88,9 @@ def test_load_head_errors(tmp_path):
         load_head(tmp_path)
 
 
-class OffsetEncoder:
-    """Deterministic vectors: a hash of the sentence plus a per-language offset."""
-
-    languages = None
-    offsets = {"en": 0.0, "de": 3.0, "fr": -3.0}
-
-    def encode(self, sentences, lang):
-        rows = [np.random.default_rng(sum(map(ord, s))).normal(size=6) + self.offsets[lang] for s in sentences]
-        return np.array(rows, dtype=np.float32).reshape(len(sentences), 6)
+def offset_encoder() -> LanguageOffsetEncoder:
+    """Six dimensions, de and fr 3 away from en on every axis."""
+    return LanguageOffsetEncoder({"en": 0.0, "de": 3.0, "fr": -3.0}, dim=6, seed_length=False)
 
 
 def write_lines(path, lines):
@@ -116,9 +106,9 @@ def test_parallel_data_from_moses_and_flores(tmp_path):
     sets = moses_pairs(tmp_path / "corpus", ["de", "en"])
     assert [(s.x_lang, s.y_lang, s.x, s.y) for s in sets] == [("de", "en", ["eins", "drei"], ["one", "three"])]
     assert sets[0].read["skipped_empty"] == 1
-    data = encode_pairs(OffsetEncoder(), moses_pairs(tmp_path / "corpus"))
+    data = encode_pairs(offset_encoder(), moses_pairs(tmp_path / "corpus"))
     assert data.languages == ["de", "en", "fr"] and len(data) == 3
-    np.testing.assert_array_equal(data.y[2], OffsetEncoder().encode(["un"], "fr")[0])
+    np.testing.assert_array_equal(data.y[2], offset_encoder().encode(["un"], "fr")[0])
     with pytest.raises(MissingDataError, match="no aligned file pairs for de,ja"):
         moses_pairs(tmp_path / "corpus", ["de", "ja"])
     flores = tmp_path / "flores"
@@ -135,19 +125,19 @@ def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
         "de": "eins zwei drei vier fünf sechs sieben acht",
     }.items():
         write_lines(tmp_path / "corpus" / "de-en" / f"x.{lang}", words.split())
-    data = encode_pairs(OffsetEncoder(), moses_pairs(tmp_path / "corpus"))
+    data = encode_pairs(offset_encoder(), moses_pairs(tmp_path / "corpus"))
     head, log = train_head("centering", data, valid_fraction=0.25, seed=0)
     assert log["train_pairs"] == 6 and log["valid_pairs"] == 2
-    view = HeadEncoder(OffsetEncoder(), head, "meaning")
-    raw = OffsetEncoder().encode(["eins"], "de")
+    view = HeadEncoder(offset_encoder(), head, "meaning")
+    raw = offset_encoder().encode(["eins"], "de")
     np.testing.assert_allclose(view.encode(["eins"], "de"), raw - head.means["de"])
     np.testing.assert_allclose(
-        HeadEncoder(OffsetEncoder(), head, "language").encode(["eins"], "de") + view.encode(["eins"], "de"),
+        HeadEncoder(offset_encoder(), head, "language").encode(["eins"], "de") + view.encode(["eins"], "de"),
         raw,
         rtol=1e-6,
     )
     with pytest.raises(ValueError, match="unknown view"):
-        HeadEncoder(OffsetEncoder(), head, "syntax")
+        HeadEncoder(offset_encoder(), head, "syntax")
     with pytest.raises(ValueError, match="unknown head 'nope'"):
         train_head("nope", data)
 
@@ -155,7 +145,7 @@ def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
     monkeypatch.setitem(
         ems.encoder_kinds.ENCODER_KINDS,
         "offset",
-        ems.encoder_kinds.EncoderKind(lambda path, device: OffsetEncoder(), "none", {}),
+        ems.encoder_kinds.EncoderKind(lambda path, device: offset_encoder(), "none", {}),
     )
     assert (
         train_head_main(
@@ -176,7 +166,7 @@ def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
     )
     saved = load_head(tmp_path / "head")
     np.testing.assert_array_equal(
-        HeadEncoder(OffsetEncoder(), saved, "meaning").encode(["eins"], "de"), view.encode(["eins"], "de")
+        HeadEncoder(offset_encoder(), saved, "meaning").encode(["eins"], "de"), view.encode(["eins"], "de")
     )
     assert json.loads((tmp_path / "head" / "training_log.json").read_text())["data"][0]["pair"] == "de-en"
     with pytest.raises(SystemExit):
@@ -187,16 +177,6 @@ def test_head_encoder_round_trip_and_train_head_cli(tmp_path, monkeypatch):
 
 def test_heads_registry_has_the_closed_form_heads():
     assert HEADS["centering"] is CenteringHead and HEADS["projection"] is ProjectionHead
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_pipeline, tmp_path_factory):
-    tok = Tokenizer.load(tiny_pipeline / "vocab")
-    torch.manual_seed(0)
-    model = EMSModel(
-        config_from_preset("tiny", vocab_size=tok.vocab_size, n_languages=len(tok.languages), **SMALL_MODEL)
-    )
-    return export_encoder(model.encoder, tok, tmp_path_factory.mktemp("model"))
 
 
 def test_ems_encode_views_with_a_saved_head(model_dir, tmp_path):

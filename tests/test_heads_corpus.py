@@ -8,7 +8,7 @@ from ems.cli import MissingDataError
 from eval.evaluators.correlation import HeadTrainingConfig
 from eval.parallel_data import PIVOT, capped, pivot_pairs
 from eval.run_all import run_all
-from tests.test_qe_sts import HashEncoder, tiny_suite
+from tests.fakes import LanguageOffsetEncoder, tiny_suite
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_a_correlation_task_trains_its_heads_on_a_corpus(spanish_corpus, tmp_pat
         f"head_training: {{pairs_dir: {spanish_corpus}, max_pairs: 40, valid_fraction: 0.25}}\n"
     )
     suite.write_text("tasks: [sts.yaml]\n")
-    result = run_all(HashEncoder(), data, suite_path=suite, progress=False, print_tables=False)["sts"]
+    result = run_all(LanguageOffsetEncoder(), data, suite_path=suite, progress=False, print_tables=False)["sts"]
     assert result["views"] == ["raw", "centering"] and "error" not in result
     assert result["head_training"]["source"] == f"the corpus {spanish_corpus}"
     assert result["head_training"]["max_pairs"] == 40

@@ -2,7 +2,6 @@
 names the model's language, a misspelled one is an error naming the closest known codes, and a
 language an encoder lacks is skipped with the reason."""
 
-import numpy as np
 import pytest
 
 from ems.configs import ConfigError, load_config
@@ -17,6 +16,7 @@ from eval.evaluators.large_retrieval import LargeRetrievalConfig, evaluate_large
 from eval.faults import not_run
 from eval.run_all import run_all, split_language_filter
 from eval.task import RunOptions, TaskRun
+from tests.fakes import ListedLanguagesEncoder
 
 MODEL_LANGUAGES = ["ar", "az", "de", "en", "fr", "zh"]
 
@@ -82,16 +82,6 @@ def test_language_filter_accepts_every_form():
     assert tatoeba == ["ara", "cmn", "fra", "deu"] and without_set == ["zu"]
     with pytest.raises(UnknownLanguageError, match=r"closest known codes: .*fra \(French\)"):
         split_language_filter(["frx"])
-
-
-class ListedLanguagesEncoder:
-    """An encoder with a `languages` list, as EMS models have: a code outside it is an error."""
-
-    languages = ["de", "en"]
-
-    def encode(self, sentences, lang):
-        assert lang in self.languages, lang
-        return np.stack([np.eye(8)[i % 8] for i in range(len(sentences))]).astype(np.float32)
 
 
 def test_three_letter_codes_in_a_task_config_run_for_a_model_with_two_letter_languages(tmp_path):

@@ -17,20 +17,9 @@ from ems.mining.pipeline.launch import mine_files
 from ems.mining.pipeline.options import MineOptions
 from ems.mining.pipeline.plan import unit_ranges
 from eval.evaluators.retrieval import read_lines
-from tests.test_mine_streaming import in_memory_mine
+from tests.fakes import in_memory_mine, real_sides
 
 ENCODER = "ngram:dim=32"
-
-
-def real_sides(data_dir: Path) -> tuple[list[str], list[str]]:
-    """Tatoeba (LASER) German and French sentences against English ones: 150 German-English
-    translations (the English reversed) among unrelated sentences, a repeated line and an empty one
-    (300 and 260 distinct lines: enough to train IVF-PQ's 256 centroids)."""
-    tatoeba = data_dir / "tatoeba"
-    deu, eng = read_lines(tatoeba / "tatoeba.deu-eng.deu")[:150], read_lines(tatoeba / "tatoeba.deu-eng.eng")[:150]
-    src = deu + read_lines(tatoeba / "tatoeba.fra-eng.fra")[:150] + ["", deu[3]]
-    tgt = eng[::-1] + read_lines(tatoeba / "tatoeba.spa-eng.eng")[200:310]
-    return src, tgt
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,6 @@
 """ems.apps.mine streams its input (ems.mining.streaming): the same pairs as reading the files whole, and
 multi-process tokenising gives the vectors of single-process encoding."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -10,46 +8,11 @@ import ems.encoder_kinds
 from ems.apps.mine import main as mine_main
 from ems.cli import MissingDataError, run_main
 from ems.encoder_kinds import EncoderKind, load_encoder
-from ems.mining.margin import mine
 from ems.mining.pipeline.launch import mine_files
-from ems.mining.pipeline.options import MineOptions
 from ems.mining.streaming import chunk_embeddings, scan_distinct, texts_at
-from eval.evaluators.retrieval import read_lines
-from tests.test_eval_tatoeba import TrigramEncoder
+from tests.fakes import SRC, UI_SENTENCES, TrigramEncoder, in_memory_mine, mining_options, write_inputs
 
 # Repeats, empty and blank lines, a CRLF line, no newline at the end.
-SRC = (
-    "Der Hund bellt.\n\nDie Katze schläft.\r\nDer Hund bellt.\n   \nIch habe Hunger.\nWo ist der Bahnhof?\n"
-    "Die Katze schläft.\nGuten Tag!"
-)
-TGT = "The dog barks.\nI am hungry.\n\nThe cat sleeps.\nWhere is the station?\nThe dog barks.\nGood day!\nA red car.\n"
-
-
-def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
-    src, tgt = tmp_path / "in.de", tmp_path / "in.en"
-    src.write_bytes(SRC.encode("utf-8"))
-    tgt.write_bytes(TGT.encode("utf-8"))
-    return src, tgt
-
-
-def mining_options(tmp_path: Path, src: Path, tgt: Path, **settings) -> MineOptions:
-    """de -> en options of a run writing tmp_path/streamed.tsv."""
-    return MineOptions(str(src), "de", str(tgt), "en", str(tmp_path / "streamed.tsv"), **settings)
-
-
-def in_memory_mine(encoder, src_path: Path, tgt_path: Path, out: Path, **options) -> None:
-    """What the miner did before streaming: read both files whole, keep each distinct non-empty
-    line once, encode each side in one call, mine, write."""
-    src = list(dict.fromkeys(line for line in read_lines(src_path) if line.strip()))
-    tgt = list(dict.fromkeys(line for line in read_lines(tgt_path) if line.strip()))
-    pairs = mine(encoder.encode(src, "de"), encoder.encode(tgt, "en"), **options)
-    out.write_text(
-        "".join(
-            f"{score:.6f}\t{src[s]}\t{tgt[t]}\n"
-            for s, t, score in zip(pairs.src.tolist(), pairs.tgt.tolist(), pairs.score.tolist())
-        ),
-        encoding="utf-8",
-    )
 
 
 @pytest.mark.parametrize(("chunk_lines", "shard_lines"), [(1, 1000), (2, 3), (1000, 1)])
@@ -158,16 +121,7 @@ def test_workers_with_another_encoder_print_a_note_and_encode_as_without(tmp_pat
 
 def test_multi_process_tokenising_gives_the_single_process_vectors(model_dir, tmp_path):
     encoder = load_encoder(f"ems:{model_dir}", cache_dir=tmp_path / "cache")
-    lines = [
-        "Enter a valid date.",
-        "This field is required.",
-        "Save",
-        "Delete the selected objects?",
-        "Change password",
-        "Enter a whole number.",
-        "Log out",
-        "Add another item",
-    ] * 3
+    lines = UI_SENTENCES * 3
     chunks = [lines[i : i + 5] for i in range(0, len(lines), 5)]
     single = list(chunk_embeddings(load_encoder(f"ems:{model_dir}"), chunks, "en"))
     pooled = list(chunk_embeddings(encoder, chunks, "en", tokenizer_workers=2))

@@ -20,7 +20,7 @@ from ems.text import Tokenizer
 from ems.training.model_card import model_facts, render_model_card
 from ems.training.train import train
 from tests.conftest import REPO_ROOT, small_run
-from tests.test_train import RUN
+from tests.fakes import RUN
 
 
 @pytest.fixture(scope="module")

@@ -61,45 +61,6 @@ def test_every_laser_tatoeba_code_maps_to_the_projects_code():
     assert mismatches == deliberate_exceptions
 
 
-@pytest.mark.parametrize(
-    "tag, code",
-    [
-        ("cmn_Hans", "zh"),
-        ("cmn_Hant", "zh"),
-        ("cmn", "zh"),
-        ("zho", "zh"),
-        ("yue_Hant", "yue"),
-        ("wuu_Hani", "wuu"),
-        ("lzh_Hani", "lzh"),
-        ("ber_Latn", "ber"),
-        ("hbs", "hbs"),
-        ("srp_Latn", "sr"),
-        ("bos_Latn", "bs"),
-        ("prs", "prs"),
-        ("pes_Thaa", "fa"),
-        ("nor", "no"),
-        ("nob_Hebr", "nb"),
-        ("nno", "nn"),
-        ("tgl_Latn", "tl"),
-        ("tl", "tl"),
-        ("toki_Latn", "tok"),
-        ("kzj_Latn", "kzj"),
-        ("es_419", "es"),
-        ("es_LA", "es"),
-        ("pt_BR", "pt"),
-        ("ti_er", "ti"),
-        ("ti_ET", "ti"),
-        ("fuv_Latn_NG", "fuv"),
-        ("kmr_Latn", "ku"),
-        ("zsm_Latn", "ms"),
-        ("Eng", "en"),
-        ("en", "en"),
-    ],
-)
-def test_canonical_language(tag, code):
-    assert canonical_language(tag) == code
-
-
 @pytest.mark.parametrize("tag", ["", "xyz", "eng1", "und", "a_b", "x-private"])
 def test_canonical_language_rejects_what_is_not_a_language(tag):
     with pytest.raises(UnknownLanguageError):

@@ -10,7 +10,7 @@ import pytest
 
 from eval.evaluators.qe import read_mlqe
 from eval.run_all import run_all
-from tests.test_eval_tatoeba import TrigramEncoder
+from tests.fakes import TrigramEncoder
 
 ROWS = 150  # MLQE rows per file (max_sentences) and FLORES pairs (max_pairs): keeps the run to seconds
 

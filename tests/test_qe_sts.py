@@ -11,17 +11,7 @@ from eval.evaluators.qe import SKIP_EMPTY, SKIP_MALFORMED, SKIP_SCORE, mlqe_path
 from eval.evaluators.sts import StsTrack, read_sts, read_sts_tracks
 from eval.results import read_results as stored_results
 from eval.run_all import run_all
-
-MLQE_HEADER = "index\toriginal\ttranslation\tscores\tmean\tz_scores\tz_mean\tmodel_scores"
-
-
-def mlqe_row(i, original, translation, z_mean):
-    return f"{i}\t{original}\t{translation}\t[1, 2]\t1.5\t[0.1, 0.2]\t{z_mean}\t-0.3"
-
-
-def write_lines(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+from tests.fakes import MLQE_HEADER, LanguageOffsetEncoder, mlqe_row, tiny_suite, write_lines
 
 
 def test_mlqe_reader_keeps_quotes_and_counts_bad_rows(tmp_path):
@@ -92,55 +82,9 @@ def test_correlations_by_hand():
     np.testing.assert_allclose(cosine_rows(np.array([[1, 0], [1, 1]]), np.array([[0, 2], [2, 2]])), [0, 1])
 
 
-class HashEncoder:
-    """A deterministic vector per sentence plus a large per-language offset."""
-
-    languages = None
-    offsets = {"en": 0.0, "de": 4.0, "es": -4.0}
-
-    def encode(self, sentences, lang):
-        rows = [np.random.default_rng(sum(map(ord, s)) + len(s)).normal(size=8) + self.offsets[lang] for s in sentences]
-        return np.array(rows, dtype=np.float32).reshape(len(sentences), 8)
-
-
-def tiny_suite(tmp_path):
-    data = tmp_path / "data"
-    words = [f"w{i} {'x' * i}".strip() for i in range(12)]
-    write_lines(data / "flores200" / "devtest" / "eng.devtest", [f"en {w}" for w in words])
-    write_lines(data / "flores200" / "devtest" / "deu.devtest", [f"de {w}" for w in words])
-    write_lines(data / "flores200" / "devtest" / "spa.devtest", [f"es {w}" for w in words])
-    write_lines(
-        data / "mlqe" / "en-de" / "test20.ende.df.short.tsv",
-        [MLQE_HEADER] + [mlqe_row(i, f"src {i}", f"mt {i * i}", str(np.sin(i))) for i in range(6)],
-    )
-    write_lines(
-        data / "sts2017" / "STS2017.track4a.es-en.sent1-sent2-gold.tsv",
-        [f"uno {i}\tone {i % 3}\t{i % 5}" for i in range(7)],
-    )
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    heads = (
-        "heads: [centering, projection, not_a_head]\n"
-        "head_training: {flores_subdir: flores200/devtest, valid_fraction: 0.25}\n"
-    )
-    (configs / "mlqe.yaml").write_text(
-        f"type: qe\nname: mlqe\ndata_subdir: mlqe\nsplit: test20\npairs: [en-de, et-en]\n{heads}"
-    )
-    (configs / "sts.yaml").write_text(
-        "type: sts\nname: sts\ndata_subdir: sts2017\ntracks:\n"
-        "  - {name: 4a, file: STS2017.track4a.es-en.sent1-sent2-gold.tsv, langs: [es, en]}\n" + heads
-    )
-    (configs / "lid.yaml").write_text(
-        "type: language_id\nname: lid\ndata_subdir: flores200/devtest\nlanguages: [de, es]\n"
-        "heads: [centering]\nhead_lines: 4\nprobe_train_lines: 4\nprobe_test_lines: 4\npca_pair: de-en\n"
-    )
-    (configs / "suite.yaml").write_text("tasks: [mlqe.yaml, sts.yaml, lid.yaml]\n")
-    return data, configs / "suite.yaml"
-
-
 def test_run_all_qe_sts_language_id_end_to_end(tmp_path):
     data, suite = tiny_suite(tmp_path)
-    encoder = HashEncoder()
+    encoder = LanguageOffsetEncoder()
     results = run_all(encoder, data, out_dir=tmp_path / "out", suite_path=suite, progress=False)
 
     qe = results["mlqe"]
@@ -193,11 +137,11 @@ def test_run_all_qe_sts_language_id_end_to_end(tmp_path):
 def test_language_filter_and_missing_flores(tmp_path):
     data, suite = tiny_suite(tmp_path)
     (data / "flores200" / "devtest" / "spa.devtest").unlink()
-    results = run_all(HashEncoder(), data, suite_path=suite, progress=False, languages=["de"])
+    results = run_all(LanguageOffsetEncoder(), data, suite_path=suite, progress=False, languages=["de"])
     assert list(results["mlqe"]["languages"]) == ["en-de"]
     assert results["sts"]["languages"] == {}  # es-en filtered out
     assert list(results["lid"]["views"])[0] == "raw" and results["lid"]["languages_probed"] == ["de", "en"]
-    results = run_all(HashEncoder(), data, suite_path=suite, progress=False)
+    results = run_all(LanguageOffsetEncoder(), data, suite_path=suite, progress=False)
     # No spa.devtest to train heads on or probe: es-en and es are data errors, the rest runs.
     assert results["sts"]["languages"] == {} and "(spa" in results["sts"]["data_errors"]["4a"]
     assert results["lid"]["languages_probed"] == ["de", "en"] and "(spa" in results["lid"]["data_errors"]["es"]

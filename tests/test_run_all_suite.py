@@ -16,14 +16,7 @@ from eval.results import read_results as stored_results
 from eval.run_all import main as run_all_main
 from eval.run_all import run_all
 from eval.task import RunOptions, TaskRun
-
-
-class TableEncoder:
-    def __init__(self, vectors: dict, languages=None):
-        self.vectors, self.languages = vectors, languages
-
-    def encode(self, sentences, lang):
-        return np.array([self.vectors[(lang, s)] for s in sentences], dtype=np.float32)
+from tests.fakes import TableEncoder
 
 
 def write_lines(path: Path, lines: list[str]) -> None:

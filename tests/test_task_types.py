@@ -7,13 +7,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from eval.results import SCHEMA_VERSION, TaskResult, read_results, write_results_json
 from eval.run_all import run_all
 from eval.task import TaskConfig, builtin_task_types, read_task_config, task_type
+from tests.fakes import SignEncoder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,15 +48,6 @@ def table(result, title):
 TASK = TaskType(metric="toy_share", run=run, table=table, config=ToyConfig,
                 headline=Headline("positive (%)", lambda row: row["positive"]))
 '''
-
-
-class SignEncoder:
-    """Line i of a language gets (+1, i) when its text starts with "+", else (-1, i)."""
-
-    languages = None
-
-    def encode(self, sentences, lang):
-        return np.array([[1.0 if s.startswith("+") else -1.0, i] for i, s in enumerate(sentences)], dtype=np.float32)
 
 
 def test_every_shipped_config_names_a_type_that_takes_its_keys():

@@ -11,20 +11,9 @@ import ems
 from ems.training.schedule import LinearSchedule
 from ems.training.train import train
 from tests.conftest import SMALL_MODEL, small_run
+from tests.fakes import RUN
 
 # conftest.small_run's settings of this file's runs (other test files' short runs start from them too)
-RUN = dict(
-    batch_size=32,
-    lr=2e-3,
-    warmup_steps=10,
-    max_steps=80,
-    log_every=5,
-    save_every=1000,
-    seed=3,
-    valid_every=1000,
-    valid_pairs=128,
-    bucket_batches=50,
-)
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,8 @@
 gradient accumulation, all-rank contrastive negatives, and exact resume after SIGKILL,
 SIGTERM/SIGUSR1 pre-emption, a STOP file and a corrupt checkpoint."""
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,76 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-import ems
-from ems.configs import dump_config
 from ems.training.checkpoint import LATEST, saved_tags
-from ems.training.config import TrainConfig
 from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, STOP_FILE
 from ems.training.train import train
-from tests.conftest import REPO_ROOT, SMALL_MODEL, small_run
+from tests.conftest import SMALL_MODEL, small_run
+from tests.fakes import assert_same_parameters, finish, launch, logged_losses, parameters
 
 # dropout stays on (0.1, the tiny preset's) in the resume tests: the per-rank RNG must be restored
 RESUME = dict(batch_size=32, lr=2.0e-3, warmup_steps=4, max_steps=1000, log_every=1, save_every=4, seed=3)
 STEPS = 12
 
-
-def launch(cfg: TrainConfig, nproc: int = 1) -> subprocess.Popen:
-    """`python -m ems.training.train` (under torchrun with `nproc` > 1 processes) of `cfg`, given as
-    the YAML file OUT.yaml beside its run directory."""
-    config = Path(cfg.out).parent / f"{Path(cfg.out).name}.yaml"
-    dump_config(cfg, config)
-    # without the in-process runs' world-of-one variables (their MASTER_PORT is taken)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    }
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    launcher = (
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
-        if nproc > 1
-        else [sys.executable]
-    )
-    return subprocess.Popen(
-        [*launcher, "-m", "ems.training.train", "--config", str(config)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
-    output, _ = process.communicate(timeout=timeout)
-    return process.returncode, output
-
-
-def logged_losses(out: Path) -> dict[int, float]:
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [r["step"] for r in records if "loss" in r]
-    assert len(steps) == len(set(steps)), "a step was logged twice"
-    return {r["step"]: r["loss"] for r in records if "loss" in r}
-
-
-def parameters(model_dir) -> dict:
-    return ems.load(model_dir).model.state_dict()
-
-
-def assert_same_parameters(a: dict, b: dict, atol: float) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=atol, msg=key)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread_like_the_subprocesses():
-    """In-process runs use one thread, as `launch`'s processes do (OMP_NUM_THREADS=1): CPU kernels
-    sum in a thread-count-dependent order (the embedding gradient, seen here: up to 5e-6 apart)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread_like_the_subprocesses")
 
 
 @pytest.fixture(scope="module")
@@ -179,21 +117,26 @@ SCALE = dict(lr=2.0e-3, warmup_steps=2, max_steps=4, log_every=1, save_every=100
 SCALE_ATOL = 1e-5
 
 
+# one process accumulating 2 micro-batches of 16 pairs
+ACCUMULATING = dict(SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2})
+NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0)  # with dropout, 2 ranks draw other masks than 1
+
+
+def two_ranks_of_16(pipeline: Path, out: Path, **settings) -> None:
+    """A SCALE run of 16 pairs on each of 2 processes (torchrun), without dropout, into `out`; it must
+    succeed."""
+    status, output = finish(
+        launch(small_run(pipeline, out, SCALE, batch_size=16, model_overrides=NO_DROPOUT, **settings), nproc=2)
+    )
+    assert status == 0, output[-3000:]
+
+
 def test_two_processes_with_global_negatives_and_zero2_equal_one_process_with_the_global_batch(tiny_pipeline, tmp_path):
     """Global negatives make 2 x 16 pairs the same optimisation problem as 1 x 32."""
-    no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = small_run(
-        tiny_pipeline,
-        tmp_path / "two",
-        SCALE,
-        batch_size=16,
-        global_negatives=True,
-        deepspeed_config="configs/deepspeed/zero2.json",
-        model_overrides=no_dropout,
+    two_ranks_of_16(
+        tiny_pipeline, tmp_path / "two", global_negatives=True, deepspeed_config="configs/deepspeed/zero2.json"
     )
-    status, output = finish(launch(two, nproc=2))
-    assert status == 0, output[-3000:]
-    one = train(small_run(tiny_pipeline, tmp_path / "one", SCALE, batch_size=32, model_overrides=no_dropout))
+    one = train(small_run(tiny_pipeline, tmp_path / "one", SCALE, batch_size=32, model_overrides=NO_DROPOUT))
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one.model_dir), atol=SCALE_ATOL)
     for step, loss in logged_losses(tmp_path / "two").items():
         assert loss == pytest.approx(logged_losses(tmp_path / "one")[step], rel=1e-5)
@@ -203,30 +146,11 @@ def test_two_processes_with_local_negatives_and_zero1_equal_one_process_accumula
     tiny_pipeline, tmp_path
 ):
     """Local negatives: rank r's 16 pairs are micro-batch r of one process accumulating 2 x 16."""
-    no_dropout = dict(SMALL_MODEL, dropout=0.0)
-    two = small_run(
-        tiny_pipeline,
-        tmp_path / "two",
-        SCALE,
-        batch_size=16,
-        deepspeed_config="configs/deepspeed/zero1.json",
-        model_overrides=no_dropout,
-    )
-    status, output = finish(launch(two, nproc=2))
-    assert status == 0, output[-3000:]
-    one = train(
-        small_run(
-            tiny_pipeline,
-            tmp_path / "one",
-            SCALE,
-            batch_size=16,
-            model_overrides=no_dropout,
-            deepspeed_overrides={"gradient_accumulation_steps": 2},
-        )
-    )
+    two_ranks_of_16(tiny_pipeline, tmp_path / "two", deepspeed_config="configs/deepspeed/zero1.json")
+    one = train(small_run(tiny_pipeline, tmp_path / "one", ACCUMULATING, model_overrides=NO_DROPOUT))
     assert_same_parameters(parameters(tmp_path / "two" / "model"), parameters(one.model_dir), atol=SCALE_ATOL)
     # and this differs from one process with in-batch negatives over all 32 pairs
-    whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=no_dropout))
+    whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=NO_DROPOUT))
     assert not torch.allclose(
         parameters(whole.model_dir)["layers.0.qkv.weight"],
         parameters(one.model_dir)["layers.0.qkv.weight"],
@@ -249,9 +173,7 @@ def test_one_process_skips_deepspeeds_identity_all_reduce_and_trains_bit_identic
             engine.enable_backward_allreduce = reduce
         return engine
 
-    accumulating = dict(
-        SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2}, model_overrides=SMALL_MODEL
-    )
+    accumulating = dict(ACCUMULATING, model_overrides=SMALL_MODEL)
     monkeypatch.setattr(ems.training.setup, "build_engine", recorded)
     skipped = train(small_run(tiny_pipeline, tmp_path / "skipped", accumulating))
     assert engines[-1].enable_backward_allreduce is False
@@ -317,16 +239,7 @@ def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline,
     """XTR is a per-pair mean, so 2 accumulated micro-batches of 16 = one batch of 32 (the
     in-batch contrastive loss is not, hence its weight 0 here)."""
     xtr_only = dict(SMALL_MODEL, dropout=0.0, contrastive_weight=0.0)
-    accumulated = train(
-        small_run(
-            tiny_pipeline,
-            tmp_path / "acc",
-            SCALE,
-            batch_size=16,
-            model_overrides=xtr_only,
-            deepspeed_overrides={"gradient_accumulation_steps": 2},
-        )
-    )
+    accumulated = train(small_run(tiny_pipeline, tmp_path / "acc", ACCUMULATING, model_overrides=xtr_only))
     whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=xtr_only))
     assert_same_parameters(parameters(accumulated.model_dir), parameters(whole.model_dir), atol=SCALE_ATOL)
     a, b = [[h["xtr"] for h in r.history] for r in (accumulated, whole)]

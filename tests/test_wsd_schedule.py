@@ -22,7 +22,7 @@ from ems.training.resume import CONFIG_HISTORY_FILE, BranchError, ResumeConfigEr
 from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
 from ems.training.train import train
 from tests.conftest import small_run
-from tests.test_train import RUN
+from tests.fakes import RUN
 
 # --- the schedule --------------------------------------------------------------------------------
 
@@ -167,27 +167,34 @@ def test_a_long_run_keeps_its_branch_point_checkpoint(long_run):
     ]
 
 
-def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, tiny_pipeline, tmp_path):
+def branch_against_straight(long_run, pipeline: Path, tmp_path: Path, at: int, steps: int) -> tuple[list, list]:
+    """A run of `steps` steps branched into tmp_path/branch from the long run's checkpoint of step `at`, against
+    the run trained to `steps` from the start (tmp_path/straight): the branch goes on from step `at`, and every
+    loss, lr and gradient norm (the long run's up to `at`, then the branch's) and the final weights equal the
+    straight run's to the bit. Returns the long run's and the branch's trajectory."""
     long_out, long_result = long_run
-    straight = train(small_run(tiny_pipeline, tmp_path / "straight", RUN, WSD, max_steps=BUDGET))
-    branch_from = long_out / "checkpoints" / f"step{POINT}"
-    branched = train(
-        small_run(tiny_pipeline, tmp_path / "branch", RUN, WSD, max_steps=BUDGET, branch_from=str(branch_from))
-    )
-    assert branched.steps == BUDGET
+    straight = train(small_run(pipeline, tmp_path / "straight", RUN, WSD, max_steps=steps))
+    branch_from = long_out / "checkpoints" / f"step{at}"
+    branched = train(small_run(pipeline, tmp_path / "branch", RUN, WSD, max_steps=steps, branch_from=str(branch_from)))
+    assert branched.steps == steps
     long_history, branch_history = trajectory(long_result.history), trajectory(branched.history)
-    assert [h[0] for h in branch_history] == list(range(POINT + 1, BUDGET + 1))
-    # every loss, lr and gradient norm equal to the bit: the long run's up to the branch point, then the branch's
-    assert long_history[:POINT] + branch_history == trajectory(straight.history)
+    assert [h[0] for h in branch_history] == list(range(at + 1, steps + 1))
+    assert long_history[:at] + branch_history == trajectory(straight.history)
+    assert_same_weights(tmp_path / "straight", tmp_path / "branch", steps)
+    return long_history, branch_history
+
+
+def test_a_branch_equals_the_run_trained_to_its_budget_from_the_start(long_run, tiny_pipeline, tmp_path):
+    long_history, branch_history = branch_against_straight(long_run, tiny_pipeline, tmp_path, POINT, BUDGET)
     assert long_history[POINT + 1][1:] != branch_history[1][1:]  # the long run holds its lr where the branch decays
     f = WSDSchedule(5, BUDGET, 0.2)
     assert [h[COMPARED.index("lr") + 1] for h in branch_history] == pytest.approx(
         [2e-3 * f(s) for s in range(POINT + 1, BUDGET + 1)], rel=1e-12
     )
-    assert_same_weights(tmp_path / "straight", tmp_path / "branch", BUDGET)
     history = yaml.safe_load((tmp_path / "branch" / CONFIG_HISTORY_FILE).read_text())
     assert history[0]["from_step"] == POINT
     assert history[0]["changed"]["max_steps"] == {"from": LONG, "to": BUDGET}
+    branch_from = long_run[0] / "checkpoints" / f"step{POINT}"
     assert history[0]["changed"]["branch_from"] == {"from": None, "to": str(branch_from)}
 
 
@@ -214,19 +221,9 @@ def test_a_branch_from_the_wrong_checkpoint_is_refused_in_one_line(long_run, tin
 def test_a_longer_run_goes_on_from_a_shorter_runs_plateau_to_the_bit(long_run, tiny_pipeline, tmp_path):
     """From the long run's own decay start (step 24, kept), a run of 40 steps holds the peak lr to its
     decay start (32) and decays: the model of a 40-step run from the start."""
-    long_out, long_result = long_run
-    straight = train(small_run(tiny_pipeline, tmp_path / "straight", RUN, WSD, max_steps=LONGER))
-    branch_from = long_out / "checkpoints" / f"step{LONG_DECAY}"
-    longer = train(
-        small_run(tiny_pipeline, tmp_path / "longer", RUN, WSD, max_steps=LONGER, branch_from=str(branch_from))
-    )
-    assert longer.steps == LONGER
-    long_history, longer_history = trajectory(long_result.history), trajectory(longer.history)
-    assert [h[0] for h in longer_history] == list(range(LONG_DECAY + 1, LONGER + 1))
-    assert long_history[:LONG_DECAY] + longer_history == trajectory(straight.history)
+    _, longer_history = branch_against_straight(long_run, tiny_pipeline, tmp_path, LONG_DECAY, LONGER)
     lr = COMPARED.index("lr") + 1
     assert [h[lr] for h in longer_history[: 32 - LONG_DECAY]] == [2e-3] * 8  # the plateau held to step 32
-    assert_same_weights(tmp_path / "straight", tmp_path / "longer", LONGER)
 
 
 def test_a_branch_from_a_decayed_checkpoint_is_refused(long_run, tiny_pipeline, tmp_path):

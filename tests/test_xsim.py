@@ -19,7 +19,7 @@ from eval.evaluators.xsim import (
 )
 from eval.run_all import run_all
 from eval.task import read_task_config
-from tests.test_eval_tatoeba import TrigramEncoder
+from tests.fakes import TrigramEncoder
 
 # y = the unit vectors e0, e1, e2, so cos(x_i, y_j) = x_i[j]; x rows are unit vectors too.
 #            y0    y1    y2
