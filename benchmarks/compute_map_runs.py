@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from ems.apps.recipe_corpus import DemoDataConfig
+from data_prep.recipe import RecipeDataConfig
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import ConfigError, FieldsOf, as_values, load_config, load_yaml
 from ems.training.model_card import TRAIN_CONFIG_FILE
@@ -56,8 +56,8 @@ class MapConfig:
     train_config: str
     suite: str
     sizes: dict[str, dict]  # preset name -> SizeConfig fields
-    # DemoDataConfig keys set over data_config's (another corpus_mix, ...)
-    data_overrides: Annotated[dict, FieldsOf(DemoDataConfig)] = field(default_factory=dict)
+    # RecipeDataConfig keys set over data_config's (another corpus_mix, ...)
+    data_overrides: Annotated[dict, FieldsOf(RecipeDataConfig)] = field(default_factory=dict)
     flops_batches: int = 20  # random batches the FLOPs per pair are averaged over
 
     def __post_init__(self) -> None:
@@ -98,7 +98,7 @@ def prepared_data(cfg: MapConfig, data_dir: Path, out: Path) -> Path:
 
     prepared = out / "data"
     if not (prepared / "shards" / "heldout" / "index.json").is_file():
-        data_cfg = load_config(DemoDataConfig, resolved(cfg.data_config), values=as_values(cfg.data_overrides))
+        data_cfg = load_config(RecipeDataConfig, resolved(cfg.data_config), values=as_values(cfg.data_overrides))
         prepare_data(data_cfg, data_dir, prepared, Stages())
     return prepared
 

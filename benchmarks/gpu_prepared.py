@@ -19,7 +19,7 @@ tree), holding nothing the GPU run does not read:
     wheels/                 (--wheels) the Python packages the GPU run imports that the GPU image
                             lacks, built or downloaded here for its Python (cp312, x86-64)
 
-The corpus, vocabulary and shards are made by the demo's data stage (ems.apps.demo.prepared_corpus) in a
+The corpus, vocabulary and shards are made by the recipes' data stages (data_prep.recipe, as `ems-prep recipe`) in a
 build directory beside the output (kept and reused when prepared with the same config); the archives
 are xz-compressed (the 64k-vocabulary shards shrink ~2.5x: their uint16 tokens are far from uniform).
 The GPU run checks the manifest (`open_prepared`) before anything slow and unpacks the archives
@@ -282,14 +282,15 @@ def prepare(
 ) -> Prepared:
     """The data stage on this machine, then `out` as the module docstring says; UserError (one line) for a
     missing data directory or an `out` over `limit_mib` (then it holds no manifest: the GPU run refuses it)."""
-    from ems.apps.demo import DemoDataConfig, Stages, prepared_corpus, trained_languages
+    from data_prep.recipe import RecipeDataConfig, trained_languages
+    from ems.apps.demo import Stages, prepared_corpus
     from ems.configs import load_config
     from ems.shards import PairShards
     from ems.text import Tokenizer
 
     data_dir, out = Path(data_dir).resolve(), Path(out)
     eval_files = eval_members(data_dir)  # checks the evaluation sets before anything slow
-    cfg = load_config(DemoDataConfig, data_config, overrides)
+    cfg = load_config(RecipeDataConfig, data_config, overrides)
     build = out.with_name(out.name + ".build") if build is None else Path(build)
     stages = Stages()
     corpus = prepared_corpus(cfg, data_dir, build, stages)

@@ -4,7 +4,7 @@
                                      [--caps 1000,10000,all] [--out FILE.json]
 
 For each head-training source (FLORES-200 devtest en-X pairs; the Moses-format corpus CORPUS,
-e.g. the shared Tatoeba Challenge + TICO-19 pairs cleaned with configs/data/heads.yaml, capped at
+e.g. the shared Tatoeba Challenge + TICO-19 pairs cleaned with configs/prep/heads.yaml, capped at
 each of --caps pairs per language with data_prep's seeded sample) and each head setting (the
 centering, ridge projection and reversible heads at their defaults; DREAM and MEAT over a grid of
 learning rates), heads are trained per task exactly as eval.run_all does (the task's languages,
@@ -206,7 +206,7 @@ def main() -> None:
     )
     parser.add_argument("--encoder")
     parser.add_argument("--data-dir", type=Path)
-    parser.add_argument("--pairs", type=Path, help="Moses-format corpus root (configs/data/heads.yaml)")
+    parser.add_argument("--pairs", type=Path, help="Moses-format corpus root (configs/prep/heads.yaml)")
     parser.add_argument("--cache-dir", type=Path)
     parser.add_argument("--caps", default="1000,10000,all")
     parser.add_argument("--out", type=Path)

@@ -4,9 +4,11 @@ Stages: pairs (list a config's language pairs), fetch (a config's OPUS corpora a
 datasets -> aligned files), import (a local corpus layout of data_prep.importers: --format KEY --in DIR,
 or a Hugging Face dataset: --format hf SOURCE -> aligned files), split (held-out pairs), clean,
 pretokenize, vocab, binarize, teacher (a distillation teacher's vectors of the shards' source
-sentences: data_prep.teacher) and all (fetch to binarize in order under one output directory).
-A stage that reads the data-prep config (--config, data_prep.config) takes `--set key=value`
-overrides of it too (`--set vocab.vocab_size=16000`; ems.configs).
+sentences: data_prep.teacher) and all (fetch to binarize in order under one output directory),
+all of them reading a data-prep plan (configs/prep/*.yaml: data_prep.config.PrepConfig); and recipe
+(a recipe's data config, configs/data/*.yaml: data_prep.recipe.RecipeDataConfig -> the corpus,
+vocabulary and shards that `ems-demo` and the ablations train on). A stage that reads a config
+(--config) takes `--set key=value` overrides of it too (`--set vocab.vocab_size=16000`; ems.configs).
 Each prints a one-line summary per unit of work. Bad input (a config value, a missing file, an
 OPUS file that yields nothing, a pair folder of a language the config lacks) ends it with one
 line `error: ...` on stderr and exit status 2; `--debug` (or EMS_DEBUG=1) shows the traceback.
@@ -43,15 +45,13 @@ INPUT_OPTIONS = ("config", "vocab", "data_dir", "text_from", "mirror", "shards")
 # --- options several stages take, and what they give ------------------------------------------------
 
 
-def _config_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, required=True, help="data-prep YAML (configs/data/*.yaml)")
-    p.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override config keys, e.g. vocab.vocab_size=16000 clean.max_chars=300",
-    )
+def _config_options(
+    p: argparse.ArgumentParser,
+    what: str = "data-prep plan YAML (configs/prep/*.yaml)",
+    example: str = "vocab.vocab_size=16000 clean.max_chars=300",
+) -> None:
+    p.add_argument("--config", type=Path, required=True, help=what)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help=f"override config keys, e.g. {example}")
 
 
 def _in_option(p: argparse.ArgumentParser) -> None:
@@ -91,12 +91,12 @@ def _source_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="hf: corpora: the datasets cache (default: datasets' own)")
 
 
-def _data_dir_option(p: argparse.ArgumentParser) -> None:
+def _data_dir_option(p: argparse.ArgumentParser, what: str = "evaluation data to keep out of training") -> None:
     p.add_argument(
         "--data-dir",
         type=Path,
         default=Path(os.environ.get("EMS_DATA_DIR", DEFAULT_DATA_DIR)),
-        help="evaluation data to keep out of training (default: $EMS_DATA_DIR or ../shared/data)",
+        help=f"{what} (default: $EMS_DATA_DIR or ../shared/data)",
     )
 
 
@@ -458,6 +458,29 @@ def run_all(args) -> None:
         stage(argparse.Namespace(**{"allow_failed": False, **vars(args), **namespace}))
 
 
+def recipe_arguments(p: argparse.ArgumentParser) -> None:
+    _config_options(
+        p,
+        "a recipe's data config (configs/data/*.yaml: data_prep.recipe.RecipeDataConfig)",
+        "vocab_size=16000 heldout_per_pair=200",
+    )
+    _out_option(p)
+    _data_dir_option(
+        p, "the corpora of the config's `corpora` (tatoeba_challenge/, ...) and the evaluation data to keep out"
+    )
+
+
+def run_recipe(args) -> None:
+    from data_prep.recipe import RecipeDataConfig, prepared_recipe_data
+
+    config = load_config(RecipeDataConfig, args.config, args.set)
+    corpus = prepared_recipe_data(config, args.data_dir, args.out, lambda name: print(f"== {name}", flush=True))
+    print(
+        f"{corpus['train_pairs']} training pairs, {corpus['heldout_pairs']} held-out pairs in "
+        f"{len(corpus['languages'])} languages: {args.out}/{{corpus,vocab,shards}} (corpus/languages.md: by language)"
+    )
+
+
 # --- the command line ----------------------------------------------------------------------------------
 
 # (stage, its --help line, what adds its arguments, what runs it), in the order `--help` lists them
@@ -485,9 +508,17 @@ STAGES = (
     ),
     (
         "all",
-        "fetch (OPUS and hf: corpora), clean, pretokenize, vocab and binarize into OUT/{raw,clean,pretok,vocab,shards}",
+        "a data-prep plan (configs/prep/*.yaml): fetch (OPUS and hf: corpora), clean, pretokenize, vocab and "
+        "binarize into OUT/{raw,clean,pretok,vocab,shards}",
         all_arguments,
         run_all,
+    ),
+    (
+        "recipe",
+        "a recipe's data config (configs/data/*.yaml) -> OUT/{corpus,vocab,shards}: the data ems-demo and the "
+        "ablations train on (import, clean, split, mix; vocab; binarize), kept when prepared before with that config",
+        recipe_arguments,
+        run_recipe,
     ),
 )
 

@@ -1,6 +1,8 @@
-"""The data-prep plan (see configs/data/ems62.yaml), read with the project's config loader:
+"""The data-prep plan of `ems-prep all` and its stages (configs/prep/*.yaml, e.g. configs/prep/ems62.yaml;
+a recipe's data config, configs/data/*.yaml, is data_prep.recipe.RecipeDataConfig), read with the
+project's config loader:
 
-    config = ems.configs.load_config(PrepConfig, "configs/data/small.yaml", ["vocab.vocab_size=16000"])
+    config = ems.configs.load_config(PrepConfig, "configs/prep/small.yaml", ["vocab.vocab_size=16000"])
 
 In: a YAML file with `languages`, `pivot` (or explicit `pairs`), `opus_codes`, `corpora` (OPUS
 corpora `{name, release}` and Hugging Face datasets `{hf: SOURCE}`, data_prep.hf) and

@@ -1,6 +1,6 @@
 """The one registry of corpus importers: every local corpus layout the project reads, under one key.
 `ems-prep import --format KEY --in DIR` runs its importer on DIR; a recipe's data config names the key
-in `corpora:` (ems.apps.demo.DemoDataConfig) and the importer reads `--data-dir/KEY/`. Adding a corpus
+in `corpora:` (data_prep.recipe.RecipeDataConfig) and the importer reads `--data-dir/KEY/`. Adding a corpus
 source is one entry here: an importer `build(root, out_root, languages, merge) -> report` that writes
 the aligned-pair layout (ems.corpus) and returns a report with `languages` {code: pairs} and `corpora`
 {corpus file name: {"licence", "pairs": {code: pairs}}} (written to `out_root/import_report.json`),

@@ -3,9 +3,9 @@
 # (fetch -> clean -> pretokenize), then a join job (vocab -> binarize) that runs once every
 # pair task has succeeded. Run it on the login node; it submits both jobs itself:
 #
-#   CONFIG=configs/data/ems62.yaml OUT=runs/ems62 DOWNLOADS=/scratch/opus bash slurm/prep.sh
-#   CONFIG=configs/data/small.yaml OUT=runs/small MIRROR=/data/OPUS bash slurm/prep.sh   # offline mirror
-#   CONFIG=configs/data/distill_hf.yaml OUT=runs/dh bash slurm/prep.sh   # hf: corpora only: no OPUS source
+#   CONFIG=configs/prep/ems62.yaml OUT=runs/ems62 DOWNLOADS=/scratch/opus bash slurm/prep.sh
+#   CONFIG=configs/prep/small.yaml OUT=runs/small MIRROR=/data/OPUS bash slurm/prep.sh   # offline mirror
+#   CONFIG=configs/prep/distill_hf.yaml OUT=runs/dh bash slurm/prep.sh   # hf: corpora only: no OPUS source
 #
 # A pair task fetches the config's OPUS corpora and its hf: corpora (Hugging Face datasets) of that
 # pair; an hf: corpus whose pair is not known before reading (language columns) is read by every
@@ -25,7 +25,7 @@
 #SBATCH --output=logs/%x-%A_%a.out
 set -euo pipefail
 
-CONFIG=${CONFIG:?set CONFIG to a data-prep YAML (configs/data/*.yaml)}
+CONFIG=${CONFIG:?set CONFIG to a data-prep plan (configs/prep/*.yaml)}
 OUT=${OUT:?set OUT to the output directory}
 DATA_DIR=${DATA_DIR:-${EMS_DATA_DIR:-../shared/data}}
 if [[ -n "${MIRROR:-}" ]]; then

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from data_prep.config import PrepConfig
+from data_prep.recipe import RecipeDataConfig
 from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config, variant_data_dirs
-from ems.apps.demo import DemoDataConfig
 from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.model_config import EMSConfig
 from ems.training.config import TrainConfig
@@ -36,9 +36,8 @@ CONFIG_CLASSES = {
     "scaling": lambda name: _map_config(),
     "ablation": lambda name: AblationConfig,
     "train": lambda name: TrainConfig,
-    "data": lambda name: (
-        DemoDataConfig if name.startswith(("demo", "multilingual")) or name == "distill.yaml" else PrepConfig
-    ),
+    "data": lambda name: RecipeDataConfig,  # the recipes' (ems-demo, ems-prep recipe, ablations)
+    "prep": lambda name: PrepConfig,  # the OPUS / Hugging Face plans of ems-prep all
     "eval": lambda name: SuiteConfig if name.startswith("suite") else None,
 }
 
@@ -338,7 +337,7 @@ def test_every_config_under_configs_loads_with_its_dataclass(path):
     if cls is SuiteConfig:  # every task config it lists is there
         assert all(task.is_file() for task in suite_task_configs(path))
     if path.parent.name == "scaling":  # every size's runs: the base config with its overrides, and its data config
-        load_config(DemoDataConfig, REPO_ROOT / cfg.data_config)
+        load_config(RecipeDataConfig, REPO_ROOT / cfg.data_config)
         for name in cfg.sizes:
             load_config(TrainConfig, REPO_ROOT / cfg.train_config, values={"model": name, **cfg.size(name).overrides})
     if cls is AblationConfig:  # every run it trains: its data configs, the base config with each variant's overrides

@@ -59,7 +59,7 @@ def test_demo_runs_every_stage_and_writes_its_report(data_dir, tmp_path, capsys)
 def test_demo_without_its_corpus_is_one_clear_error(tmp_path, capsys):
     assert run_main(main, ["--out", str(tmp_path / "demo"), "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: the demo's corpora are expected at ") and err.count("\n") == 1
+    assert err.startswith("error: the recipe's corpora are expected at ") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("status", [PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE])
@@ -77,11 +77,12 @@ def test_a_stopped_training_ends_the_demo_with_one_line_and_the_trainers_status(
 
 
 def test_the_data_config_s_preprocessing_is_the_vocabulary_s(tmp_path, monkeypatch):
-    # DemoDataConfig.preprocessing reaches SentencePiece and is saved with the vocabulary (encoding applies it):
+    # RecipeDataConfig.preprocessing reaches SentencePiece and is saved with the vocabulary (encoding applies it):
     # without the word pre-tokenizer "Hallo, Welt!" keeps its comma on the word; with it (the default) Moses
     # splits it off.
-    import ems.apps.demo
-    from ems.apps.demo import DemoDataConfig, Stages, prepare_data
+    import data_prep.recipe
+    from data_prep.recipe import RecipeDataConfig
+    from ems.apps.demo import Stages, prepare_data
     from ems.corpus import write_parallel
     from ems.text import Preprocessing, Tokenizer
 
@@ -93,11 +94,13 @@ def test_the_data_config_s_preprocessing_is_the_vocabulary_s(tmp_path, monkeypat
             write_parallel(out / "corpus" / split, "toy", "de", "en", pairs * 3)
         return {"languages": ["de"]}
 
-    monkeypatch.setattr(ems.apps.demo, "build_corpus", fake_corpus)
+    monkeypatch.setattr(
+        data_prep.recipe, "RECIPE_STAGES", (("corpus", fake_corpus), *data_prep.recipe.RECIPE_STAGES[1:])
+    )
     seen = {}
     for name, preprocessing in (("raw", Preprocessing(moses=False)), ("moses", Preprocessing())):
         out = tmp_path / name
-        data_cfg = DemoDataConfig(languages=["de"], vocab_size=30, preprocessing=preprocessing)
+        data_cfg = RecipeDataConfig(languages=["de"], vocab_size=30, preprocessing=preprocessing)
         prepare_data(data_cfg, tmp_path, out, Stages())
         tokenizer = Tokenizer.load(out / "vocab")
         assert tokenizer.preprocessing == preprocessing

@@ -1238,8 +1238,8 @@ def _map_config_class():
 def _config_readers():
     """{name: (seed file under configs/, the reader: path -> what it read)} for every kind of config."""
     from data_prep.config import PrepConfig
+    from data_prep.recipe import RecipeDataConfig
     from ems.apps.ablation import AblationConfig
-    from ems.apps.demo import DemoDataConfig
     from ems.configs import load_config
     from ems.training.config import TrainConfig
     from eval.run_all import suite_task_configs
@@ -1249,9 +1249,9 @@ def _config_readers():
     return {
         "train": ("train/demo.yaml", lambda path: load_config(TrainConfig, path)),
         "train_paper": ("train/ems-paper.yaml", lambda path: load_config(TrainConfig, path)),
-        "data": ("data/small.yaml", lambda path: load_config(PrepConfig, path)),
-        "data_hf": ("data/distill_hf.yaml", lambda path: load_config(PrepConfig, path)),
-        "demo_data": ("data/demo.yaml", lambda path: load_config(DemoDataConfig, path)),
+        "data": ("prep/small.yaml", lambda path: load_config(PrepConfig, path)),
+        "data_hf": ("prep/distill_hf.yaml", lambda path: load_config(PrepConfig, path)),
+        "demo_data": ("data/demo.yaml", lambda path: load_config(RecipeDataConfig, path)),
         "suite": ("eval/suite_demo.yaml", lambda path: [read_task_config(p) for p in suite_task_configs(path)]),
         "task_tatoeba": ("eval/tatoeba.yaml", read_task_config),
         "task_sib200": ("eval/sib200.yaml", read_task_config),

@@ -266,10 +266,10 @@ def test_a_seed_folder_that_yields_nothing_is_one_error_line(files, message, tmp
 
 def test_a_recipe_corpus_that_yields_nothing_is_one_error_line_before_cleaning(tmp_path):
     """Was: the recipe's import went on without the corpus, unreported (its languages simply absent)."""
-    from ems.apps.recipe_corpus import DemoDataConfig, build_corpus
+    from data_prep.recipe import RecipeDataConfig, build_corpus
 
     seed_layout(tmp_path / "data" / "nllb_seed", {"eng_Latn": ["One.", "Two."], "fra_Latn": ["", ""]})
-    cfg = DemoDataConfig(languages=["fr"], corpora=["nllb_seed"])
+    cfg = RecipeDataConfig(languages=["fr"], corpora=["nllb_seed"])
     wanted = "^no pair imported from .*nllb_seed .nllb_seed: see .*import_report.nllb_seed.json.* languages fr"
     with pytest.raises(UserError, match=wanted):
         build_corpus(cfg, tmp_path / "data", tmp_path / "out")
@@ -493,7 +493,7 @@ def test_a_weight_is_bounded_and_a_small_one_keeps_a_pair_of_each_language_pair_
     """Weights above MAX_WEIGHT are refused when the config is built (the output is weight x the corpus); a
     weight whose share of a language pair's pairs rounds to none writes one pair there (weight 0 is refused:
     a weight above 0 keeps the corpus); the summary gives what each weight wrote."""
-    from ems.apps.recipe_corpus import mix_summary
+    from data_prep.recipe import mix_summary
 
     for weight in (1e12, 100.5, float("inf")):
         with pytest.raises(ConfigError, match=f"weight must be a finite number from 0 to {MAX_WEIGHT}, got"):
@@ -564,7 +564,7 @@ def lowres_slice(data_dir, tmp_path_factory):
 
 def slice_config(**values):
     """The recipe's data settings (configs/data/multilingual_lowres.yaml) for the slice, `values` over them."""
-    from ems.apps.recipe_corpus import DemoDataConfig
+    from data_prep.recipe import RecipeDataConfig
 
     settings = {
         "languages": None,
@@ -576,11 +576,11 @@ def slice_config(**values):
         "heldout_draw": "pivot",
         "heldout_by_corpus": True,
     }
-    return DemoDataConfig(**{**settings, **values})
+    return RecipeDataConfig(**{**settings, **values})
 
 
 def test_the_recipe_checks_mixes_and_reports_each_language_s_corpora_and_licences(lowres_slice, tmp_path, capsys):
-    from ems.apps.recipe_corpus import LANGUAGES_FILE, build_corpus
+    from data_prep.recipe import LANGUAGES_FILE, build_corpus
 
     cfg = slice_config(corpus_mix={"ebible": CorpusMix(max_pairs=2000)})
     summary = build_corpus(cfg, lowres_slice, tmp_path)
@@ -612,8 +612,8 @@ def test_the_recipe_prepares_non_english_pairs_apart_and_trains_on_them(lowres_s
     target side's language and trained on a few steps under temperature sampling by language pair."""
     import numpy as np
 
+    from data_prep.recipe import LANGUAGES_FILE
     from ems.apps.demo import Stages, prepare_data
-    from ems.apps.recipe_corpus import LANGUAGES_FILE
     from ems.shards import PairShards, language_pair_counts
     from ems.text import Tokenizer
     from ems.training.batches import collate

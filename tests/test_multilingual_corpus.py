@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ems.apps.recipe_corpus import LANGUAGES_FILE, DemoDataConfig, build_corpus
+from data_prep.recipe import LANGUAGES_FILE, RecipeDataConfig, build_corpus
 from ems.configs import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 
@@ -22,7 +22,7 @@ TATOEBA_TASK = (
 
 @pytest.fixture(scope="module")
 def built(sliced_data, tmp_path_factory):
-    cfg = load_config(DemoDataConfig, REPO_ROOT / "configs/data/multilingual.yaml")
+    cfg = load_config(RecipeDataConfig, REPO_ROOT / "configs/data/multilingual.yaml")
     out = tmp_path_factory.mktemp("built")
     return build_corpus(cfg, sliced_data, out), out
 
@@ -95,7 +95,7 @@ def test_bad_data_configs_are_one_error_naming_the_key(tmp_path):
         path = tmp_path / "data.yaml"
         path.write_text(yaml.safe_dump(values))
         with pytest.raises(ConfigError, match=message):
-            load_config(DemoDataConfig, path)
+            load_config(RecipeDataConfig, path)
 
 
 def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data, tmp_path, monkeypatch, capsys):
@@ -247,7 +247,7 @@ def test_a_scoring_cut_off_after_its_first_task_is_scored_again(runner, tmp_path
 
 def test_the_map_prepares_its_data_config_with_data_overrides_over_it(runner, tmp_path, monkeypatch):
     """A map config's data_overrides reach the data it prepares (a corpus_mix over a data config that
-    caps nothing); a key DemoDataConfig lacks is one error naming it, before any work."""
+    caps nothing); a key RecipeDataConfig lacks is one error naming it, before any work."""
     import ems.apps.demo
 
     prepared = []

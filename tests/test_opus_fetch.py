@@ -206,7 +206,7 @@ def test_cli_fetch_reports_bad_input_without_a_traceback(tmp_path, capsys):
 def test_paper_config_plans_62_languages_with_the_papers_caps(capsys):
     from tests.conftest import REPO_ROOT
 
-    config = load_config(PrepConfig, REPO_ROOT / "configs" / "data" / "ems62.yaml")
+    config = load_config(PrepConfig, REPO_ROOT / "configs" / "prep" / "ems62.yaml")
     assert (
         len(config.languages) == 62
         and len(config.pairs) == 61
@@ -220,7 +220,7 @@ def test_paper_config_plans_62_languages_with_the_papers_caps(capsys):
     assert config.vocab.vocab_size == 60_000 + 2 + 62
     check_opus_codes(config)
 
-    assert main(["pairs", "--config", str(REPO_ROOT / "configs" / "data" / "ems62.yaml")]) == 0
+    assert main(["pairs", "--config", str(REPO_ROOT / "configs" / "prep" / "ems62.yaml")]) == 0
     assert capsys.readouterr().out.split() == config.pair_names()
 
 

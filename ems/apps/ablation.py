@@ -4,7 +4,7 @@ with every seed on the same prepared data, score each model, print mean ± sd pe
     python -m ems.apps.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
                            [--seeds 0 1 2] [--variants NAME ...] [--set max_steps=300 ...]
 
-Data are prepared once with the demo's data stages (ems.apps.demo.prepare_data) under OUT/data, and
+Data are prepared once with the recipes' data stages (data_prep.recipe, ems.apps.demo.prepare_data) under OUT/data, and
 for a variant that distils (TrainConfig.teacher), its teacher's vectors of the training and
 held-out shards once (data_prep.teacher). A variant of `data_variants` trains on its own data (a
 data config file, or keys set over data_config: another vocabulary, corpus_mix, ...), prepared once
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from ems.apps.demo import DEFAULT_DATA_DIR, DEMO_SUITE, Stages, data_paths, prepare_data, trained_languages
-from ems.apps.recipe_corpus import DemoDataConfig
+from data_prep.recipe import RecipeDataConfig, trained_languages
+from ems.apps.demo import DEFAULT_DATA_DIR, DEMO_SUITE, Stages, data_paths, prepare_data
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import ConfigError, FieldsOf, as_values, load_config, merge
 from ems.teacher_store import teacher_slug
@@ -58,18 +58,18 @@ DEFAULT_METRICS = {
 
 
 TrainOverrides = Annotated[dict, FieldsOf(TrainConfig)]  # TrainConfig keys, checked when the ablation config loads
-DataOverrides = Annotated[dict, FieldsOf(DemoDataConfig)]  # DemoDataConfig keys, checked likewise
+DataOverrides = Annotated[dict, FieldsOf(RecipeDataConfig)]  # RecipeDataConfig keys, checked likewise
 
 
 @dataclass
 class AblationConfig:
-    data_config: str = "configs/data/demo.yaml"  # DemoDataConfig: what to train on
-    # DemoDataConfig keys set over data_config's for every run (a study that keeps the settings it ran with)
+    data_config: str = "configs/data/demo.yaml"  # RecipeDataConfig: what to train on
+    # RecipeDataConfig keys set over data_config's for every run (a study that keeps the settings it ran with)
     data_overrides: DataOverrides = field(default_factory=dict)
     train_config: str = "configs/train/demo.yaml"  # the base TrainConfig of every run
     train_overrides: TrainOverrides = field(default_factory=dict)  # applied to every run (the step budget, ...)
     variants: dict[str, TrainOverrides] = field(default_factory=dict)  # {name: its overrides}, in table order
-    # {variant name: a DemoDataConfig file, or DemoDataConfig keys set over data_config} for variants that
+    # {variant name: a RecipeDataConfig file, or RecipeDataConfig keys set over data_config} for variants that
     # train on other data (another vocabulary, preprocessing or corpus mix), prepared once under
     # OUT/data-<variant> (shared by variants whose data settings are equal); same languages, same held-out pairs
     data_variants: dict[str, str | DataOverrides] = field(default_factory=dict)
@@ -158,24 +158,24 @@ def rows_in_group(rows: list[str], group: str, training_pairs: dict[str, int] | 
     return [row for row in rows if group_of(training_pairs.get(canonical_or_self(row), 0)) == group]
 
 
-def variant_data_config(cfg: AblationConfig, variant: str) -> DemoDataConfig:
-    """The DemoDataConfig of a data variant: its file, or data_config with data_overrides and then the
+def variant_data_config(cfg: AblationConfig, variant: str) -> RecipeDataConfig:
+    """The RecipeDataConfig of a data variant: its file, or data_config with data_overrides and then the
     variant's keys over it."""
     config = cfg.data_variants[variant]
     if isinstance(config, str):
-        return load_config(DemoDataConfig, _resolve(config))
-    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=as_values(merge(cfg.data_overrides, config)))
+        return load_config(RecipeDataConfig, _resolve(config))
+    return load_config(RecipeDataConfig, _resolve(cfg.data_config), values=as_values(merge(cfg.data_overrides, config)))
 
 
-def base_data_config(cfg: AblationConfig) -> DemoDataConfig:
-    """The DemoDataConfig every run without a data variant trains on: data_config, data_overrides over it."""
-    return load_config(DemoDataConfig, _resolve(cfg.data_config), values=as_values(cfg.data_overrides))
+def base_data_config(cfg: AblationConfig) -> RecipeDataConfig:
+    """The RecipeDataConfig every run without a data variant trains on: data_config, data_overrides over it."""
+    return load_config(RecipeDataConfig, _resolve(cfg.data_config), values=as_values(cfg.data_overrides))
 
 
 def variant_data_dirs(
-    cfg: AblationConfig, data_cfg: DemoDataConfig, out: Path
-) -> tuple[dict[str, DemoDataConfig], dict[str, Path]]:
-    """({variant: its DemoDataConfig}, {variant: the directory its data are prepared in}) for the data
+    cfg: AblationConfig, data_cfg: RecipeDataConfig, out: Path
+) -> tuple[dict[str, RecipeDataConfig], dict[str, Path]]:
+    """({variant: its RecipeDataConfig}, {variant: the directory its data are prepared in}) for the data
     variants the run trains (cfg.variants, after --variants): OUT/data-<variant>, shared by variants whose
     settings are equal (prepared once), and OUT/data for one equal to the base data (`data_cfg`)."""
     configs, dirs = {}, {}

@@ -17,7 +17,8 @@ trains on every language of the Tatoeba Translation Challenge, TICO-19, NLLB-See
 data are kept when prepared with the same config, training goes on from its checkpoints), and scores
 the model on every language of Tatoeba, FLORES-200 (P@1 and xSIM) and SIB-200, those it never saw
 zero-shot, by training-data group. `--data-config configs/data/multilingual.yaml` trains on the Tatoeba
-Challenge and TICO-19 alone. The data stage is ems.apps.recipe_corpus.
+Challenge and TICO-19 alone. The data stages (corpus, vocab, binarize) are data_prep.recipe's: `ems-prep
+recipe --config configs/data/demo.yaml --out DIR` prepares the same data without training.
 """
 
 from __future__ import annotations
@@ -28,21 +29,18 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
-from ems.apps.recipe_corpus import DemoDataConfig, build_corpus
+from data_prep.recipe import RecipeDataConfig, prepare_recipe_data, prepared_recipe_data
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
 from ems.corpus import check_output_not_input
-from ems.languages import ENGLISH
 from ems.training.config import REPO_ROOT, TrainConfig
 from ems.training.stopping import PREEMPTED_EXIT_CODE
 
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 DEMO_SUITE = REPO_ROOT / "configs" / "eval" / "suite_demo.yaml"
 MULTILINGUAL_SUITE = REPO_ROOT / "configs" / "eval" / "suite_multilingual.yaml"
-PREPARED_FILE = "prepared.json"  # OUT/prepared.json: the data config the corpus, vocabulary and shards were made with
 REPORT_FILE = "demo_report.md"
 STAGES_FILE = "demo_stages.json"  # {"seconds": {stage: wall seconds}, "steps": training steps}
 CHART_FILE = "demo_chart.png"
@@ -119,40 +117,17 @@ def main(argv: list[str]) -> int:
     # none of the inputs
     inputs = [("--data-dir", args.data_dir), ("--data-config", data_config), ("--train-config", train_config)]
     check_output_not_input(("--out", out), inputs)
-    data_cfg = load_config(DemoDataConfig, data_config)
+    data_cfg = load_config(RecipeDataConfig, data_config)
     train_cfg = load_config(TrainConfig, train_config, args.set, run_paths(out, args.data_dir))
     summary = RECIPES[args.recipe](data_cfg, args.data_dir, out, train_cfg)
     print(summary)
     return 0
 
 
-def prepare_data(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: Stages) -> dict:
-    """Corpus, vocabulary and shards under `out` (corpus/, vocab/, shards/{train,heldout}); returns
-    the corpus summary of `build_corpus`."""
-    from data_prep.binarize import binarize
-    from data_prep.vocab import train_vocab
-
-    stages.start("corpus")
-    corpus = build_corpus(data_cfg, data_dir, out)
-
-    stages.start("vocab")
-    print(
-        f"SentencePiece (unigram, {data_cfg.vocab_size} pieces with the <2xx> tokens) on the training sentences ...",
-        flush=True,
-    )
-    tokenizer = train_vocab(
-        out / "corpus" / "train",
-        out / "vocab",
-        vocab_size=data_cfg.vocab_size,
-        preprocessing=data_cfg.preprocessing,
-        seed=data_cfg.seed,
-    )
-    print(f"{tokenizer.vocab_size} pieces, {len(tokenizer.languages)} languages: {out / 'vocab'}", flush=True)
-
-    stages.start("binarize")
-    index = binarize(out / "corpus" / "train", out / "vocab", out / "shards" / "train", workers=2)
-    binarize(out / "corpus" / "heldout", out / "vocab", out / "shards" / "heldout")
-    print(f"{index['n_pairs']} training pairs, {index['n_tokens']} tokens", flush=True)
+def prepare_data(data_cfg: RecipeDataConfig, data_dir: Path, out: Path, stages: Stages) -> dict:
+    """The data stages of data_prep.recipe (corpus, vocab, binarize: `ems-prep recipe`) into `out`,
+    each timed by `stages`; returns the corpus summary (data_prep.recipe.build_corpus)."""
+    corpus = prepare_recipe_data(data_cfg, data_dir, out, stages.start)
     stages.stop()
     return corpus
 
@@ -162,13 +137,6 @@ def training_pairs_text(corpus: dict) -> str:
     two non-English languages (data_prep.pivot) where there are any."""
     other = corpus["non_english_pairs"]
     return f"{corpus['train_pairs']} training pairs" + (f" (and {other} of two non-English languages)" if other else "")
-
-
-def trained_languages(prepared: Path) -> list[str]:
-    """The non-English languages of the training split that `prepare_data` wrote under `prepared`."""
-    from data_prep.vocab import corpus_languages
-
-    return [lang for lang in corpus_languages(prepared / "corpus" / "train") if lang != ENGLISH]
 
 
 def data_paths(prepared: Path, data_dir: Path) -> dict[str, str]:
@@ -195,7 +163,7 @@ def run_paths(out: Path, data_dir: Path) -> dict[str, str]:
     return {**data_paths(out, data_dir), "out": str(out / "run")}
 
 
-def run_demo(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_cfg: TrainConfig) -> str:
+def run_demo(data_cfg: RecipeDataConfig, data_dir: Path, out: Path, train_cfg: TrainConfig) -> str:
     """Every stage (`train_cfg`: the run's config, `run_paths` set); returns the report (also written
     to out/demo_report.md)."""
     from ems.encoder import load
@@ -266,23 +234,15 @@ where everything is:
     )
 
 
-def prepared_corpus(data_cfg: DemoDataConfig, data_dir: Path, out: Path, stages: Stages) -> dict:
-    """`prepare_data` into `out`, unless it already holds the data of this very config (PREPARED_FILE
-    records the config and the corpus summary): then the recorded summary, and nothing is redone."""
-    record = out / PREPARED_FILE
-    wanted = {"data_config": asdict(data_cfg), "data_dir": str(Path(data_dir).resolve())}
-    if record.is_file() and (out / "shards" / "heldout" / "index.json").is_file():
-        prepared = json.loads(record.read_text())
-        if {key: prepared.get(key) for key in wanted} == wanted:
-            print(f"data prepared before with this config: {out} (corpus, vocab, shards)", flush=True)
-            return prepared["corpus"]
-    record.unlink(missing_ok=True)
-    corpus = prepare_data(data_cfg, data_dir, out, stages)
-    record.write_text(json.dumps({**wanted, "corpus": corpus}, indent=2) + "\n")
+def prepared_corpus(data_cfg: RecipeDataConfig, data_dir: Path, out: Path, stages: Stages) -> dict:
+    """prepare_data, unless `out` already holds the data of this very config (data_prep.recipe.
+    prepared_recipe_data: prepared before by a recipe or by `ems-prep recipe`)."""
+    corpus = prepared_recipe_data(data_cfg, data_dir, out, stages.start)
+    stages.stop()
     return corpus
 
 
-def run_multilingual(data_cfg: DemoDataConfig, data_dir: Path, out: Path, train_cfg: TrainConfig) -> str:
+def run_multilingual(data_cfg: RecipeDataConfig, data_dir: Path, out: Path, train_cfg: TrainConfig) -> str:
     """The all-language recipe: data (kept when prepared before with the same config), training
     (resumed from out/run's checkpoints), then the multilingual suite on every language the sets
     cover, zero-shot on those the model never saw (`ems:DIR,unseen=neutral`), split by each

@@ -1,10 +1,20 @@
-"""The recipes' data stage: a DemoDataConfig (configs/data/demo*.yaml, multilingual*.yaml) -> the
-training corpus under OUT/corpus/: every corpus of `corpora` imported from --data-dir by its importer
-(data_prep.importers), cleaned (every evaluation sentence removed; the corpora of `alignment_check`
-checked for misaligned pairs), split into held-out and training pairs, the training pairs capped and
-weighted per corpus (`corpus_mix`), and the pairs of every language at every stage, with each
-corpus's licence, written to OUT/corpus/languages.{json,md}. The recipes (ems.apps.demo) and the
-ablations (ems.apps.ablation) run it before the vocabulary, the shards and training.
+"""The recipes' data: a RecipeDataConfig (configs/data/*.yaml: demo*, multilingual*, distill) -> the
+corpus, the vocabulary and the shards that `ems-demo`, the ablations (ems.apps.ablation) and the
+compute maps train on, in three stages (RECIPE_STAGES), each a function of (config, data dir, OUT):
+
+    corpus    every corpus of `corpora` imported from --data-dir by its importer (data_prep.importers),
+              cleaned (every evaluation sentence removed; the corpora of `alignment_check` checked for
+              misaligned pairs), split into held-out and training pairs, the training pairs pivoted
+              (`pivot_pairs`), capped and weighted per corpus (`corpus_mix`), into OUT/corpus/; the
+              pairs of every language at every stage, with each corpus's licence, in
+              OUT/corpus/languages.{json,md}
+    vocab     SentencePiece on the training pairs -> OUT/vocab/
+    binarize  the training and held-out pairs as token-id shards -> OUT/shards/{train,heldout}/
+
+`ems-prep recipe --config configs/data/demo.yaml --out DIR` runs them (prepared_recipe_data: nothing
+redone where DIR holds the data of this very config, PREPARED_FILE); ems.apps.demo runs the same
+stages before training. Each stage prints one line per step; the lines are made by the *_summary
+functions from what the step returned.
 """
 
 from __future__ import annotations
@@ -12,7 +22,8 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from data_prep.importers import CORPUS_SOURCES, unknown_source
@@ -27,10 +38,14 @@ from ems.languages import ENGLISH
 from ems.text import Preprocessing
 
 LANGUAGES_FILE = "languages.json"  # in OUT/corpus: pairs per language imported, after cleaning, held out, trained
+PREPARED_FILE = "prepared.json"  # OUT/prepared.json: the data config the corpus, vocabulary and shards were made with
 
 
 @dataclass
-class DemoDataConfig:
+class RecipeDataConfig:
+    """A recipe's data (configs/data/*.yaml; the OPUS / Hugging Face plans of `ems-prep all` are
+    data_prep.config.PrepConfig, configs/prep/*.yaml)."""
+
     # language codes to train on, as the importers key them (canonical codes; nllb_seed and ebible add the
     # script where it is not the language's usual one: mni_Latn, ks_Deva); null: every language of the
     # corpora with at least min_pairs pairs
@@ -88,10 +103,10 @@ class DemoDataConfig:
         if self.gettext_packages and self.languages is None:
             problems.append("gettext_packages needs an explicit languages list")
         if problems:
-            raise ConfigError("DemoDataConfig", problems)
+            raise ConfigError("RecipeDataConfig", problems)
 
 
-def import_corpora(cfg: DemoDataConfig, data_dir: Path, raw: Path) -> tuple[list[str], dict]:
+def import_corpora(cfg: RecipeDataConfig, data_dir: Path, raw: Path) -> tuple[list[str], dict]:
     """Every corpus of `cfg.corpora` under `data_dir`, imported into `raw` by its importer
     (data_prep.importers); returns (the languages kept, {"imported": {lang: pairs of all corpora},
     "by_corpus": {corpus: {lang: pairs}}, "licences": {lang: {corpus file: licence}}, "left_out":
@@ -102,7 +117,7 @@ def import_corpora(cfg: DemoDataConfig, data_dir: Path, raw: Path) -> tuple[list
     missing = [str(path) for path in sources.values() if not path.is_dir()]
     if missing:
         raise FileNotFoundError(
-            f"the demo's corpora are expected at {', '.join(missing)} (see ../shared/data/PROVENANCE.md); "
+            f"the recipe's corpora are expected at {', '.join(missing)} (see ../shared/data/PROVENANCE.md); "
             f"point --data-dir at the directory that holds {', '.join(f'{name}/' for name in cfg.corpora)}"
         )
 
@@ -142,51 +157,26 @@ def import_corpora(cfg: DemoDataConfig, data_dir: Path, raw: Path) -> tuple[list
     return sorted(totals), {**imported, "left_out": left_out}
 
 
-def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
-    """Import, clean (evaluation sentences removed) and split the training corpus into
-    out/corpus/{train,heldout}; returns a summary, writes the pairs of each language at every
-    stage to out/corpus/languages.json (LANGUAGES_FILE) and prints one line per step."""
-    from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences
+def build_corpus(cfg: RecipeDataConfig, data_dir: Path, out: Path) -> dict:
+    """The corpus stage: import, clean (evaluation sentences removed) and split the training corpus
+    into out/corpus/{train,heldout}, then pivot, mix and cap its training pairs as `cfg` says; writes
+    the pairs of each language at every stage to out/corpus/languages.{json,md} (LANGUAGES_FILE),
+    prints one line per step and returns a summary (corpus_summary)."""
     from data_prep.split import cap_pairs, split_heldout
 
     corpus = out / "corpus"
     shutil.rmtree(corpus, ignore_errors=True)
     languages, imported = import_corpora(cfg, data_dir, corpus / "raw")
-    print(
-        f"imported {sum(imported['imported'].values())} pairs in {len(languages)} languages from "
-        f"{', '.join(cfg.corpora)}: " + ", ".join(f"{lang} {n}" for lang, n in imported["imported"].items()),
-        flush=True,
-    )
-    if imported["left_out"]:
-        print(
-            f"left out {len(imported['left_out'])} languages with fewer than {cfg.min_pairs} pairs: "
-            + ", ".join(f"{lang} {n}" for lang, n in imported["left_out"].items()),
-            flush=True,
-        )
+    _say(import_summary(cfg, languages, imported))
     if cfg.gettext_packages:
         gettext = add_gettext_pairs(cfg, corpus / "raw")
-        print(f"added gettext pairs: {gettext}", flush=True)
+        _say(f"added gettext pairs: {gettext}")
         for lang in gettext:
             imported["licences"].setdefault(lang, {})["gettext"] = f"each catalog's ({', '.join(cfg.gettext_packages)})"
-    settings = CleanSettings(eval_sets=tuple(cfg.eval_sets), alignment_check=tuple(cfg.alignment_check))
-    eval_hashes, eval_counts = load_eval_sentences(data_dir, settings.eval_sets, settings.lowercase)
-    cleaned = clean_corpus(corpus / "raw", corpus / "clean", settings, eval_hashes, eval_counts)
-    dropped, kept_by_language = Counter(), Counter()
-    for pair in cleaned["pairs"]:
-        for entry in pair["files"]:
-            dropped.update(entry.get("dropped", {}))
-            kept_by_language[_non_english(pair["pair"])] += entry.get("kept", 0)
-    named = ("in_eval_set", "duplicate", "misaligned")
-    print(
-        f"clean: kept {sum(kept_by_language.values())} pairs; removed {dropped['in_eval_set']} that share a sentence "
-        f"with an evaluation set ({', '.join(cfg.eval_sets)}: {sum(c['sentences'] for c in eval_counts.values())} "
-        f"sentences), {dropped['duplicate']} duplicates, {dropped['misaligned']} misaligned, "
-        f"{sum(dropped.values()) - sum(dropped[reason] for reason in named)} by the other filters "
-        "(corpus/clean/clean_report.json)",
-        flush=True,
-    )
+    cleaned, eval_counts = clean_recipe_corpus(cfg, data_dir, corpus)
+    _say(clean_summary(cfg, cleaned, eval_counts))
     if cfg.alignment_check:
-        print(misaligned_summary(cleaned, cfg.alignment_check), flush=True)
+        _say(misaligned_summary(cleaned, cfg.alignment_check))
     split = split_heldout(
         corpus / "clean",
         corpus / "train",
@@ -196,47 +186,64 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
         cfg.heldout_draw,
         by_corpus=cfg.heldout_by_corpus,
     )
-    heldout = sum(entry["heldout"] for entry in split["pairs"])
-    removed = sum(entry["removed_overlapping_heldout"] for entry in split["pairs"])
-    print(
-        f"split: {heldout} held-out pairs (up to {cfg.heldout_per_pair} per language pair"
-        f"{' and corpus' if cfg.heldout_by_corpus else ''}; none from the {len(split['too_small_for_heldout'])} "
-        f"with fewer than {2 * cfg.heldout_per_pair}), {sum(entry['train'] for entry in split['pairs'])} training "
-        f"pairs; {removed} training pairs that shared a side with a held-out pair removed",
-        flush=True,
-    )
+    _say(split_summary(cfg, split))
     if cfg.pivot_pairs is not None:
         # From the whole training split, before the corpus_mix caps: they draw each language's pairs of a
         # corpus on its own (300 of Seed's 6k sentences, of a Bible's 31k verses), so after them an English
         # sentence would have translations in two languages by chance alone. The split already left out
         # every pair that shares a side with a held-out pair, so no English sentence pivoted is held out.
-        pivoted = add_pivot_pairs(corpus / "train", cfg.pivot_pairs, cfg.seed)
-        print(
-            f"pivot: non-English pairs through the English of {', '.join(pivoted)} (up to "
-            f"{cfg.pivot_pairs.per_sentence} per English sentence, at most {cfg.pivot_pairs.max_pairs or 'all'} "
-            "a language pair): "
-            + "; ".join(
-                f"{name} {entry['written']} pairs in {entry['language_pairs']} language pairs "
-                f"({entry['drawn']} drawn from {entry['english']} English sentences in 2 or more languages)"
-                for name, entry in pivoted.items()
-            ),
-            flush=True,
-        )
+        _say(pivot_summary(cfg.pivot_pairs, add_pivot_pairs(corpus / "train", cfg.pivot_pairs, cfg.seed)))
     if cfg.corpus_mix:
-        print(mix_summary(cfg.corpus_mix, mix_corpora(corpus / "train", cfg.corpus_mix, cfg.seed)), flush=True)
+        _say(mix_summary(cfg.corpus_mix, mix_corpora(corpus / "train", cfg.corpus_mix, cfg.seed)))
     if cfg.max_train_pairs is not None:
-        capped = cap_pairs(corpus / "train", cfg.max_train_pairs, cfg.seed)
-        print(
-            f"cap: at most {cfg.max_train_pairs} training pairs per language pair: "
-            + ", ".join(f"{name} {entry['kept']} of {entry['pairs']}" for name, entry in capped.items()),
-            flush=True,
-        )
+        _say(cap_summary(cfg.max_train_pairs, cap_pairs(corpus / "train", cfg.max_train_pairs, cfg.seed)))
+    table = languages_table(languages, imported, kept_by_language(cleaned), split, corpus / "train")
+    (corpus / LANGUAGES_FILE).write_text(
+        json.dumps({"languages": table, "left_out": imported["left_out"], "by_corpus": imported["by_corpus"]}, indent=2)
+        + "\n"
+    )
+    (corpus / LANGUAGES_FILE).with_suffix(".md").write_text(languages_markdown(table, imported["left_out"], cfg))
+    return corpus_summary(languages, imported, cleaned, split, table)
+
+
+def clean_recipe_corpus(cfg: RecipeDataConfig, data_dir: Path, corpus: Path) -> tuple[dict, dict]:
+    """corpus/raw cleaned into corpus/clean with every sentence of cfg.eval_sets (under `data_dir`)
+    removed and the corpora of cfg.alignment_check checked; returns (the clean report, {evaluation
+    set: its counts})."""
+    from data_prep.clean import CleanSettings, clean_corpus, load_eval_sentences
+
+    settings = CleanSettings(eval_sets=tuple(cfg.eval_sets), alignment_check=tuple(cfg.alignment_check))
+    eval_hashes, eval_counts = load_eval_sentences(data_dir, settings.eval_sets, settings.lowercase)
+    return clean_corpus(corpus / "raw", corpus / "clean", settings, eval_hashes, eval_counts), eval_counts
+
+
+def dropped_pairs(cleaned: dict) -> Counter:
+    """{reason: pairs the clean stage dropped for it} of a clean report."""
+    dropped = Counter()
+    for pair in cleaned["pairs"]:
+        for entry in pair["files"]:
+            dropped.update(entry.get("dropped", {}))
+    return dropped
+
+
+def kept_by_language(cleaned: dict) -> Counter:
+    """{non-English language: pairs the clean stage kept} of a clean report."""
+    kept = Counter()
+    for pair in cleaned["pairs"]:
+        for entry in pair["files"]:
+            kept[_non_english(pair["pair"])] += entry.get("kept", 0)
+    return kept
+
+
+def languages_table(languages: list[str], imported: dict, kept: Counter, split: dict, train: Path) -> dict[str, dict]:
+    """{language: its pairs imported, after cleaning, held out and trained on (by corpus, with English
+    and with other languages), and its corpora's licences}: the rows of LANGUAGES_FILE."""
     by_language = {_non_english(entry["pair"]): entry for entry in split["pairs"]}
-    train_by_corpus, non_english_by_corpus = pairs_by_corpus(corpus / "train")
-    table = {
+    train_by_corpus, non_english_by_corpus = pairs_by_corpus(train)
+    return {
         lang: {
             "imported": imported["imported"].get(lang, 0),
-            "after_clean": kept_by_language.get(lang, 0),
+            "after_clean": kept.get(lang, 0),
             "heldout": by_language.get(lang, {}).get("heldout", 0),
             "train": sum(train_by_corpus.get(lang, {}).values()),
             "train_by_corpus": train_by_corpus.get(lang, {}),
@@ -246,22 +253,87 @@ def build_corpus(cfg: DemoDataConfig, data_dir: Path, out: Path) -> dict:
         }
         for lang in languages
     }
-    (corpus / LANGUAGES_FILE).write_text(
-        json.dumps({"languages": table, "left_out": imported["left_out"], "by_corpus": imported["by_corpus"]}, indent=2)
-        + "\n"
-    )
-    (corpus / LANGUAGES_FILE).with_suffix(".md").write_text(languages_markdown(table, imported["left_out"], cfg))
+
+
+def corpus_summary(languages: list[str], imported: dict, cleaned: dict, split: dict, table: dict) -> dict:
+    """What build_corpus returns (and PREPARED_FILE records): the languages, the pairs imported, left
+    out, dropped by the clean stage, held out and trained on."""
+    dropped = dropped_pairs(cleaned)
     return {
         "languages": languages,
         "imported": imported["imported"],
         "left_out": imported["left_out"],
         "removed_in_eval_set": dropped["in_eval_set"],
         "dropped": dict(dropped),
-        "heldout_pairs": heldout,
+        "heldout_pairs": sum(entry["heldout"] for entry in split["pairs"]),
         "train_pairs": sum(row["train"] for row in table.values()),
         "non_english_pairs": sum(non_english_totals(table).values()),
-        "removed_overlapping_heldout": removed,
+        "removed_overlapping_heldout": sum(entry["removed_overlapping_heldout"] for entry in split["pairs"]),
     }
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def import_summary(cfg: RecipeDataConfig, languages: list[str], imported: dict) -> str:
+    """The pairs import_corpora imported per language, and the languages it left out (a second line)."""
+    lines = [
+        f"imported {sum(imported['imported'].values())} pairs in {len(languages)} languages from "
+        f"{', '.join(cfg.corpora)}: " + ", ".join(f"{lang} {n}" for lang, n in imported["imported"].items())
+    ]
+    if imported["left_out"]:
+        lines.append(
+            f"left out {len(imported['left_out'])} languages with fewer than {cfg.min_pairs} pairs: "
+            + ", ".join(f"{lang} {n}" for lang, n in imported["left_out"].items())
+        )
+    return "\n".join(lines)
+
+
+def clean_summary(cfg: RecipeDataConfig, cleaned: dict, eval_counts: dict) -> str:
+    """One line: the pairs the clean stage kept, and those it removed by reason."""
+    dropped = dropped_pairs(cleaned)
+    named = ("in_eval_set", "duplicate", "misaligned")
+    return (
+        f"clean: kept {sum(kept_by_language(cleaned).values())} pairs; removed {dropped['in_eval_set']} that share a "
+        f"sentence with an evaluation set ({', '.join(cfg.eval_sets)}: "
+        f"{sum(c['sentences'] for c in eval_counts.values())} sentences), {dropped['duplicate']} duplicates, "
+        f"{dropped['misaligned']} misaligned, {sum(dropped.values()) - sum(dropped[reason] for reason in named)} by "
+        "the other filters (corpus/clean/clean_report.json)"
+    )
+
+
+def split_summary(cfg: RecipeDataConfig, split: dict) -> str:
+    """One line: the held-out and training pairs of data_prep.split.split_heldout's report."""
+    heldout = sum(entry["heldout"] for entry in split["pairs"])
+    removed = sum(entry["removed_overlapping_heldout"] for entry in split["pairs"])
+    return (
+        f"split: {heldout} held-out pairs (up to {cfg.heldout_per_pair} per language pair"
+        f"{' and corpus' if cfg.heldout_by_corpus else ''}; none from the {len(split['too_small_for_heldout'])} "
+        f"with fewer than {2 * cfg.heldout_per_pair}), {sum(entry['train'] for entry in split['pairs'])} training "
+        f"pairs; {removed} training pairs that shared a side with a held-out pair removed"
+    )
+
+
+def pivot_summary(settings: PivotPairs, pivoted: dict[str, dict]) -> str:
+    """One line: the non-English pairs data_prep.pivot.add_pivot_pairs wrote, per corpus."""
+    return (
+        f"pivot: non-English pairs through the English of {', '.join(pivoted)} (up to "
+        f"{settings.per_sentence} per English sentence, at most {settings.max_pairs or 'all'} "
+        "a language pair): "
+        + "; ".join(
+            f"{name} {entry['written']} pairs in {entry['language_pairs']} language pairs "
+            f"({entry['drawn']} drawn from {entry['english']} English sentences in 2 or more languages)"
+            for name, entry in pivoted.items()
+        )
+    )
+
+
+def cap_summary(max_pairs: int, capped: dict[str, dict]) -> str:
+    """One line: the training pairs data_prep.split.cap_pairs kept per language pair."""
+    return f"cap: at most {max_pairs} training pairs per language pair: " + ", ".join(
+        f"{name} {entry['kept']} of {entry['pairs']}" for name, entry in capped.items()
+    )
 
 
 def misaligned_summary(cleaned: dict, corpora: list[str]) -> str:
@@ -302,7 +374,7 @@ def pairs_by_corpus(root: Path) -> tuple[dict[str, dict[str, int]], dict[str, di
     return english_by_corpus, other_by_corpus
 
 
-def languages_markdown(table: dict[str, dict], left_out: dict[str, int], cfg: DemoDataConfig) -> str:
+def languages_markdown(table: dict[str, dict], left_out: dict[str, int], cfg: RecipeDataConfig) -> str:
     """The pairs of each language at every stage as a markdown table, most training pairs first, with
     the corpora its pairs come from and their licences."""
     lines = [
@@ -385,9 +457,9 @@ def _non_english(pair: str) -> str:
     return l2 if l1 == ENGLISH else l1
 
 
-def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
-    """The gettext UI strings of cfg.gettext_packages for the demo's languages, written to
-    raw/<pair>/gettext.* (its own train/held-out split is undone: the demo splits after cleaning)."""
+def add_gettext_pairs(cfg: RecipeDataConfig, raw: Path) -> dict[str, int]:
+    """The gettext UI strings of cfg.gettext_packages for the recipe's languages, written to
+    raw/<pair>/gettext.* (its own train/held-out split is undone: the recipe splits after cleaning)."""
     from data_prep.gettext_corpus import build_gettext_corpus
 
     scratch = raw.parent / "gettext"
@@ -403,3 +475,74 @@ def add_gettext_pairs(cfg: DemoDataConfig, raw: Path) -> dict[str, int]:
         counts[files.l2 if files.l1 == "en" else files.l1] = len(pairs)
     shutil.rmtree(scratch)
     return counts
+
+
+def train_recipe_vocab(cfg: RecipeDataConfig, data_dir: Path, out: Path) -> None:
+    """The vocab stage: SentencePiece (cfg.vocab_size pieces, cfg.preprocessing) on out/corpus/train
+    -> out/vocab."""
+    from data_prep.vocab import train_vocab
+
+    _say(f"SentencePiece (unigram, {cfg.vocab_size} pieces with the <2xx> tokens) on the training sentences ...")
+    tokenizer = train_vocab(
+        out / "corpus" / "train",
+        out / "vocab",
+        vocab_size=cfg.vocab_size,
+        preprocessing=cfg.preprocessing,
+        seed=cfg.seed,
+    )
+    _say(f"{tokenizer.vocab_size} pieces, {len(tokenizer.languages)} languages: {out / 'vocab'}")
+
+
+def binarize_recipe(cfg: RecipeDataConfig, data_dir: Path, out: Path) -> None:
+    """The binarize stage: out/corpus/{train,heldout} -> out/shards/{train,heldout} with out/vocab."""
+    from data_prep.binarize import binarize
+
+    index = binarize(out / "corpus" / "train", out / "vocab", out / "shards" / "train", workers=2)
+    binarize(out / "corpus" / "heldout", out / "vocab", out / "shards" / "heldout")
+    _say(f"{index['n_pairs']} training pairs, {index['n_tokens']} tokens")
+
+
+# (name, what runs it), in order: each a function of (config, --data-dir, OUT)
+RECIPE_STAGES = (("corpus", build_corpus), ("vocab", train_recipe_vocab), ("binarize", binarize_recipe))
+
+
+def prepare_recipe_data(
+    cfg: RecipeDataConfig, data_dir: Path, out: Path, start: Callable[[str], None] = lambda name: None
+) -> dict:
+    """Every stage of RECIPE_STAGES into `out` (corpus/, vocab/, shards/{train,heldout}), `start(name)`
+    before each; records the config, `data_dir` and the corpus summary in out/PREPARED_FILE and
+    returns that summary (build_corpus's)."""
+    record = out / PREPARED_FILE
+    record.unlink(missing_ok=True)
+    results = {}
+    for name, stage in RECIPE_STAGES:
+        start(name)
+        results[name] = stage(cfg, data_dir, out)
+    record.write_text(json.dumps({**_prepared_with(cfg, data_dir), "corpus": results["corpus"]}, indent=2) + "\n")
+    return results["corpus"]
+
+
+def prepared_recipe_data(
+    cfg: RecipeDataConfig, data_dir: Path, out: Path, start: Callable[[str], None] = lambda name: None
+) -> dict:
+    """prepare_recipe_data, unless `out` already holds the data of this very config and data
+    directory (PREPARED_FILE): then the recorded corpus summary, and nothing is redone."""
+    record = out / PREPARED_FILE
+    wanted = _prepared_with(cfg, data_dir)
+    if record.is_file() and (out / "shards" / "heldout" / "index.json").is_file():
+        prepared = json.loads(record.read_text())
+        if {key: prepared.get(key) for key in wanted} == wanted:
+            _say(f"data prepared before with this config: {out} (corpus, vocab, shards)")
+            return prepared["corpus"]
+    return prepare_recipe_data(cfg, data_dir, out, start)
+
+
+def _prepared_with(cfg: RecipeDataConfig, data_dir: Path) -> dict:
+    return {"data_config": asdict(cfg), "data_dir": str(Path(data_dir).resolve())}
+
+
+def trained_languages(prepared: Path) -> list[str]:
+    """The non-English languages of the training split that prepare_recipe_data wrote under `prepared`."""
+    from data_prep.vocab import corpus_languages
+
+    return [lang for lang in corpus_languages(prepared / "corpus" / "train") if lang != ENGLISH]
