@@ -16,9 +16,9 @@ import yaml
 
 from ems.cli import run_main
 from ems.training.checkpoint import NoUsableCheckpointError, UnsafeCheckpointError, load_tensor_file, write_manifest
-from ems.training.checkpointer import DIVERGED_EXIT_CODE, TrainingDiverged
 from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, ResumeConfigError
+from ems.training.saving import DIVERGED_EXIT_CODE, TrainingDiverged
 from ems.training.schedule import LinearSchedule
 from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ems.training.train import main, train
@@ -191,9 +191,9 @@ def test_the_per_step_check_is_the_loss_already_read():
 
 def test_divergence_at_a_new_runs_first_step_is_the_one_line_diagnostic(tmp_path):
     """Step 1 of a new run started from no checkpoint: there is none to move aside."""
-    from ems.training.checkpointer import Checkpointer
     from ems.training.metrics import StepValues
     from ems.training.runtime import BatchLayout
+    from ems.training.saving import Checkpointer
 
     checkpointer = Checkpointer(
         tmp_path / "checkpoints", engine=None, rank=0, layout=BatchLayout(1, 1, 2), cfg=TrainConfig(), fixed={}

@@ -51,9 +51,9 @@ from ems.training.checkpoint import (
     verify,
     zero_partitions,
 )
-from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.config import PATH_KEYS, TrainConfig, with_resolved_paths
 from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
+from ems.training.saving import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.schedule import Schedule, WSDSchedule, effective_schedule, wsd_decay_start
 
 CONFIG_HISTORY_FILE = "train_config_history.yaml"
