@@ -3,7 +3,7 @@
     python -m benchmarks.batch_production --data SHARDS [--config configs/train/gpu.yaml] [--set KEY=VALUE ...]
         [--batches 30] [--json OUT]
 
-The trainer's own BatchOrder (ems.training.setup.build_order: the config's batch size, temperature,
+The trainer's own BatchOrder (ems.training.setup.build_order: the config's batch size, pair_sampling_temperature,
 bucketing window, duplicate spreading) and collate (ems.training.batches.collate, the model preset's
 max_len) on --data, one process, no model: mean milliseconds per global batch of each part, after one
 warm-up batch (a mean: the order computes its pair sequence a block of batches at a time). This is
@@ -47,7 +47,7 @@ def measure(cfg: TrainConfig, shards: PairShards, batches: int) -> dict:
     return {
         "batch_size": cfg.batch_size,
         "bucket_batches": cfg.bucket_batches,
-        "temperature": cfg.temperature,
+        "pair_sampling_temperature": cfg.pair_sampling_temperature,
         "max_len": max_len,
         "batches": len(order_ms),
         "order_ms": statistics.mean(order_ms),
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = measure(cfg, PairShards(args.data), args.batches)
     print(
         f"{figures['batches']} batches of {figures['batch_size']} pairs (bucket_batches {figures['bucket_batches']}, "
-        f"temperature {figures['temperature']}, max_len {figures['max_len']}): order {figures['order_ms']:.1f} ms, "
+        f"pair sampling temperature {figures['pair_sampling_temperature']}, max_len {figures['max_len']}): "
+        f"order {figures['order_ms']:.1f} ms, "
         f"collate {figures['collate_ms']:.1f} ms a batch (mean); real tokens {figures['real_token_ratio']:.3f}"
     )
     if args.json:

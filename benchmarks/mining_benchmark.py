@@ -27,10 +27,10 @@ docs/results/throughput.md). Embeddings and the exact-search sample are cached i
 
 Each miner runs in its own process (time, CPU seconds, peak RSS): `plain` = LASER's recipe,
 both sides read into memory and normalised in place, one faiss.IndexFlatIP per side, all queries
-in one search call; any other method is an ems.mining.index spec (`flat`, `ivf`, `ivf-sq8`,
+in one search call; any other method is an ems.mining.index_kinds spec (`flat`, `ivf`, `ivf-sq8`,
 `ivf-pq`, `hnsw`, with settings: `ivf-pq:rerank=0`, `ivf:nprobe=64`) run by ems.mining on
 memory-mapped embeddings, margin ratio, k = 4, max mode. Per method: index bytes (the larger
-side's faiss index, ems.mining.index.index_bytes; 0 for exact search, which has no index), F1 against
+side's faiss index, ems.mining.index_kinds.index_bytes; 0 for exact search, which has no index), F1 against
 the gold at the method's best threshold, and against exact search:
 - recall@4: the share of the exact 4 nearest neighbours the method finds, over --exact-sample
   queries per direction (sampled at random; exact neighbours by brute force, cached);
@@ -59,7 +59,7 @@ import numpy as np
 
 from benchmarks.process_memory import status_mib
 from ems.encoder_kinds import NGRAM_MAX_DIM, NgramEncoder, load_encoder
-from ems.mining.index import as_index_spec
+from ems.mining.index_kinds import as_index_spec
 from ems.mining.margin import RETRIEVAL, margin_neighbours, margin_scores
 from ems.mining.search import blockwise_knn
 from eval.evaluators.bucc import best_threshold, precision_recall_f1
@@ -196,7 +196,7 @@ def against_exact(neighbours, exact: dict[str, np.ndarray]) -> dict:
 
 
 def run_miner(method: str, work: Path, sample: int) -> dict:
-    """Child process: mine the cached embeddings with `plain` or an ems.mining.index spec, then
+    """Child process: mine the cached embeddings with `plain` or an ems.mining.index_kinds spec, then
     score against the gold, the exact sample (not for `plain`) and the `flat` method's pairs if
     that ran first. Time and peak RSS cover mining only: `plain` reads both files into memory as
     LASER does, the others stream them from memory maps."""
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "--methods",
         nargs="+",
         default=["flat", "plain", "ivf", "ivf-sq8", "ivf-pq", "hnsw"],
-        help="plain, or an ems.mining.index spec (flat, ivf, ivf-sq8, ivf-pq, hnsw, ivf-pq:rerank=0, ...)",
+        help="plain, or an ems.mining.index_kinds spec (flat, ivf, ivf-sq8, ivf-pq, hnsw, ivf-pq:rerank=0, ...)",
     )
     parser.add_argument(
         "--exact-sample", type=int, default=10_000, help="queries per direction searched exactly (0: none)"

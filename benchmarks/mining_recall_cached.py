@@ -18,7 +18,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from ems.mining.index import IndexSpec, empty_index, resolve_index
+from ems.mining.index_kinds import IndexSpec, empty_index, resolve_index
 
 
 def cached_vectors(cache: Path) -> np.ndarray:

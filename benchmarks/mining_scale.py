@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.mining_benchmark import build_sides
-from ems.mining.index import as_index_spec, chosen_kind
+from ems.mining.index_kinds import as_index_spec, chosen_kind
 from ems.mining.pipeline.files import ShardedRows
 from ems.mining.pipeline.launch import mine_files
 from ems.mining.pipeline.options import MineOptions

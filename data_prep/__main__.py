@@ -391,7 +391,7 @@ def run_vocab(args) -> None:
         vocab_size=settings.vocab_size,
         character_coverage=settings.character_coverage,
         max_sentences=settings.max_sentences,
-        temperature=settings.temperature,
+        sampling_alpha=settings.sampling_alpha,
     )
     print(f"vocabulary of {tokenizer.vocab_size} pieces, {len(tokenizer.languages)} language tokens: {args.out}")
 

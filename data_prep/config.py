@@ -135,14 +135,14 @@ class VocabSettings:
     """SentencePiece training (see data_prep.vocab.train_vocab)."""
 
     vocab_size: int = 8000  # every piece: pad, unk and the <2xx> tokens included
-    temperature: float = 0.5  # language sampling q_l ∝ n_l^temperature
+    sampling_alpha: float = 0.5  # languages sampled with q_l ∝ n_l^sampling_alpha (XLM's α; 1: proportional)
     max_sentences: int = 2_000_000
     character_coverage: float = 0.9995
 
     def __post_init__(self) -> None:
         problems = [
             *out_of_range("vocab_size", self.vocab_size, 3),
-            *out_of_range("temperature", self.temperature, 0, 1),
+            *out_of_range("sampling_alpha", self.sampling_alpha, 0, 1),
             *out_of_range("max_sentences", self.max_sentences, 1),
             *out_of_range("character_coverage", self.character_coverage, 0.98, 1),
         ]  # SentencePiece's own range

@@ -6,7 +6,7 @@ language pair, the pairs of each corpus named (its files: ems.corpus.corpus_of) 
 `max_pairs` (a seeded sample, drawn over the corpus's files of the pair together), then weighted:
 weight 2 writes every pair twice, 0.5 a seeded half of them, 1.5 every pair once and a seeded half
 again. The trainer draws pairs in proportion to the pairs there are (configs/train/multilingual.yaml:
-`temperature: null`), so a corpus's weight is how often its pairs are drawn against the rest; under
+`pair_sampling_temperature: null`), so a corpus's weight is how often its pairs are drawn against the rest; under
 temperature sampling it also raises or lowers its languages' share. Out: {language pair: {corpus:
 {"pairs": before, "capped": after the cap, "written": after the weight}}}. The held-out split comes
 first (data_prep.split), so every setting is scored on the same held-out pairs.
@@ -18,7 +18,7 @@ a Bible's 31k verses is 310, of 40 verses none), and a weight above 0 means the 
 MAX_WEIGHT: the output is weight x the corpus, with no bound that the corpus sets (a huge weight
 writes until the disk is full), so a larger weight is refused when the config loads; a pair repeated
 that often is memorised, and a small corpus's languages are better drawn more often by temperature
-sampling (TrainConfig.temperature).
+sampling (TrainConfig.pair_sampling_temperature).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 In: a corpus root in the aligned-pair layout (see ems.corpus), raw or pretokenized
 (data_prep.pretokenize). Out: a vocabulary directory (`spm.model` + `ems_tokenizer.json`) loadable
 with `ems.text.Tokenizer.load`, and `vocab_report.json`. The training text goes through the
-same `Preprocessing` that encoding uses. Languages are balanced by temperature sampling
-(q_l ∝ n_l^T) within a cap on the number of sentences SentencePiece is given.
+same `Preprocessing` that encoding uses. Languages are balanced by sampling
+q_l ∝ n_l^α (`sampling_alpha`, XLM's α) within a cap on the number of sentences SentencePiece is given.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def count_sentences(corpus_root: str | Path) -> dict[str, int]:
     return counts
 
 
-def language_quotas(counts: dict[str, int], temperature: float, budget: int) -> dict[str, int]:
-    """Sentences to sample per language: shares ∝ n_l^T summing to min(budget, total), none above n_l.
+def language_quotas(counts: dict[str, int], alpha: float, budget: int) -> dict[str, int]:
+    """Sentences to sample per language: shares ∝ n_l^alpha summing to min(budget, total), none above n_l.
 
     A language whose share exceeds what it has gives all it has; the rest of the budget is
     shared again among the others.
@@ -50,7 +50,7 @@ def language_quotas(counts: dict[str, int], temperature: float, budget: int) -> 
     open_langs = {lang for lang, n in counts.items() if n > 0}
     left = min(budget, sum(counts.values()))
     while open_langs:
-        weights = {lang: counts[lang] ** temperature for lang in open_langs}
+        weights = {lang: counts[lang] ** alpha for lang in open_langs}
         total = sum(weights.values())
         share = {lang: left * w / total for lang, w in weights.items()}
         full = {lang for lang in open_langs if share[lang] >= counts[lang]}
@@ -84,7 +84,7 @@ def train_vocab(
     character_coverage: float = 0.9995,
     max_sentences: int = 2_000_000,
     seed: int = 0,
-    temperature: float = 0.5,
+    sampling_alpha: float = 0.5,
 ) -> Tokenizer:
     """Train SentencePiece (unigram) on a language-balanced sample of the corpus's unique sentences.
 
@@ -101,7 +101,7 @@ def train_vocab(
         if made_with is not None:
             preprocessing = made_with
         counts = count_sentences(corpus_root)
-        quotas = language_quotas(counts, temperature, max_sentences)
+        quotas = language_quotas(counts, sampling_alpha, max_sentences)
         rng = np.random.default_rng(seed)
         seen: set[int] = set()
         written: dict[str, int] = {}
@@ -157,7 +157,7 @@ def train_vocab(
             "vocab_size": tokenizer.vocab_size,
             "languages": languages,
             "first_language_token_id": FIRST_LANG_ID,
-            "temperature": temperature,
+            "sampling_alpha": sampling_alpha,
             "max_sentences": max_sentences,
             "sentences_per_language": counts,
             "sample_quota_per_language": quotas,

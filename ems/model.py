@@ -246,6 +246,8 @@ class XTRHead(nn.Module):
 
     def __init__(self, cfg: EMSConfig):
         super().__init__()
+        self.pad_id = cfg.pad_id
+        self.batch_vocabulary = cfg.xtr_vocabulary == "batch"
         d_lang = cfg.d_lang if cfg.xtr_language_token else 0
         self.lang_emb = nn.Embedding(cfg.n_languages, d_lang) if d_lang else None
         self.fc = nn.Linear(d_lang + cfg.d_model, d_lang + cfg.d_model)
@@ -257,6 +259,22 @@ class XTRHead(nn.Module):
         if columns is None:
             return self.out(hidden)
         return F.linear(hidden, self.out.weight[columns], self.out.bias[columns])
+
+    def loss(
+        self, u: Tensor, targets: Tensor, target_lang: Tensor, vocabulary: BatchVocabulary | None = None
+    ) -> Tensor:
+        """(N,) XTR loss of each row (ems.losses.xtr_loss): u (N, d) predicts the tokens of `targets` (N, L),
+        padded with pad_id, in `target_lang` (N,). With xtr_vocabulary "batch" the softmax's candidates are
+        the tokens of `targets` only: `vocabulary` is their BatchVocabulary, or None to find it here, reading
+        the token ids on the host (a device sync on a GPU)."""
+        if not self.batch_vocabulary:
+            return xtr_loss(self(u, target_lang), targets, self.pad_id)
+        if vocabulary is None:
+            vocabulary = BatchVocabulary.of(targets.cpu().numpy(), self.pad_id).to(targets.device)
+        logits = self(u, target_lang, vocabulary.columns)
+        if vocabulary.valid is not None:  # a static-shape batch's padded columns are no candidates
+            logits = logits.masked_fill(~vocabulary.valid, float("-inf"))
+        return xtr_loss(logits, vocabulary.targets, len(vocabulary.columns))
 
 
 class ContrastiveHead(nn.Module):
@@ -331,36 +349,19 @@ class EMSModel(nn.Module):
         xtr = contrastive = distill = uv.new_zeros(b, dtype=torch.float32)
         has_teacher = uv.new_zeros(b, dtype=torch.bool)
         if self.cfg.xtr_weight:
-            # Each head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
-            targets, pad_id, columns, valid = torch.cat([both[b:], both[:b]]), self.cfg.pad_id, None, None
-            if self.cfg.xtr_vocabulary == "batch":
-                if vocabulary is None:
-                    vocabulary = BatchVocabulary.of(targets.cpu().numpy(), pad_id).to(targets.device)
-                columns, valid, targets = vocabulary.columns, vocabulary.valid, vocabulary.targets
-                pad_id = len(columns)
-            logits = self.xtr_head(uv, torch.cat([tgt_lang, src_lang]), columns)
-            if valid is not None:  # a static-shape batch's padded columns are no candidates
-                logits = logits.masked_fill(~valid, float("-inf"))
-            xtr_both = xtr_loss(logits, targets, pad_id)
+            # The head runs once over all 2B sentences: u predicts the target's tokens, v the source's.
+            xtr_both = self.xtr_head.loss(
+                uv, torch.cat([both[b:], both[:b]]), torch.cat([tgt_lang, src_lang]), vocabulary
+            )
             xtr = xtr_both[:b] + xtr_both[b:]
         duplicates = None
         if content_ids is not None:
             pool, offset = gather_rows(content_ids) if self.global_negatives else (content_ids, 0)
             duplicates = duplicate_mask(content_ids, pool, offset)
         if self.cfg.contrastive_weight:
-            h_u, h_v = self.contrastive_head(uv).chunk(2)
-            in_batch_loss = global_contrastive_loss if self.global_negatives else contrastive_loss
-            contrastive = in_batch_loss(
-                h_u, h_v, self.cfg.temperature, duplicates, self.cfg.duplicate_negatives, self.cfg.contrastive_margin
-            )
+            contrastive = self._contrastive(uv, duplicates)
         if self.cfg.distill_weight:
-            if teacher is None:
-                raise ValueError("distill_weight > 0 needs the teacher's vectors in the batch (TrainConfig.teacher)")
-            has_teacher = (
-                teacher_mask if teacher_mask is not None else torch.ones(b, dtype=torch.bool, device=uv.device)
-            )
-            out_uv = self.encoder.project(uv)  # the exported vectors: the teacher's dimension
-            distill = distill_loss(out_uv[:b], out_uv[b:], teacher) * has_teacher
+            distill, has_teacher = self._distill(uv, teacher, teacher_mask)
         losses = {"xtr": xtr, "contrastive": contrastive, "distill": distill}
         rows = {"distill": has_teacher}  # the rows an objective's mean is over, where not every row
         # distill over the rows with a teacher vector; a batch without any adds 0 (and no gradient)
@@ -379,6 +380,25 @@ class EMSModel(nn.Module):
                 out[f"{name}_per_example"] = losses[name].detach()
                 out[f"{name}_rows"] = rows.get(name, torch.ones(b, dtype=torch.bool, device=uv.device))
         return out
+
+    def _contrastive(self, uv: Tensor, duplicates: Tensor | None) -> Tensor:
+        """(B,) in-batch contrastive loss of each pair, both directions (ems.losses.contrastive_loss), over
+        every rank's batch with global_negatives; `duplicates` the duplicate mask (None: none known)."""
+        h_u, h_v = self.contrastive_head(uv).chunk(2)
+        in_batch_loss = global_contrastive_loss if self.global_negatives else contrastive_loss
+        cfg = self.cfg
+        return in_batch_loss(
+            h_u, h_v, cfg.contrastive_temperature, duplicates, cfg.duplicate_negatives, cfg.contrastive_margin
+        )
+
+    def _distill(self, uv: Tensor, teacher: Tensor | None, teacher_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(B,) distillation loss of each pair (0 where it has no teacher vector) and the (B,) rows that have one."""
+        if teacher is None:
+            raise ValueError("distill_weight > 0 needs the teacher's vectors in the batch (TrainConfig.teacher)")
+        b = uv.shape[0] // 2
+        has_teacher = teacher_mask if teacher_mask is not None else torch.ones(b, dtype=torch.bool, device=uv.device)
+        out_uv = self.encoder.project(uv)  # the exported vectors: the teacher's dimension
+        return distill_loss(out_uv[:b], out_uv[b:], teacher) * has_teacher, has_teacher
 
 
 def _init_weights(module: nn.Module) -> None:

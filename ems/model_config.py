@@ -37,7 +37,7 @@ class EMSConfig:
     # itself, "- L_cntrs_mlp") or the target-language embedding of the XTR head ("- langs tok").
     contrastive_projection: bool = True
     xtr_language_token: bool = True
-    temperature: float = 0.1
+    contrastive_temperature: float = 0.1  # the contrastive softmax: cos / contrastive_temperature
     # Additive margin softmax (Yang et al. 2019, LaBSE): the gold pair's cosine minus this margin in the
     # contrastive softmax, so a translation must beat every in-batch negative by it. 0 is the paper's loss.
     contrastive_margin: float = 0.0
@@ -67,9 +67,9 @@ class EMSConfig:
     attention: str = "auto"
     # Attention over groups of this many length-sorted rows, each padded to its own longest (0: the
     # whole batch in one layout); the same result, less padding in batches of mixed lengths (see
-    # ems.packing.Packer). For the padded paths (sdpa, matmul): varlen attention has no padding and
-    # ignores it, as does a compiled step (static shapes).
-    attention_group_rows: int = 0
+    # ems.packing.Packer; docs/results/throughput.md, docs/results/gpu.md). For the padded paths (sdpa,
+    # matmul): varlen attention has no padding and ignores it, as does a compiled step (static shapes).
+    attention_group_rows: int = 128
     # Where each layer's LayerNorms sit: "pre" (LN before the attention and the feed-forward block, a final
     # LN before pooling; GPT-2's and most recent encoders') or "post" (LN after each residual sum, as in the
     # transformer the paper cites for its encoder, Vaswani et al. 2017, and BERT; here with BERT's LN on the
@@ -160,9 +160,7 @@ class EMSConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> EMSConfig:
-        """The config of `values` (e.g. a config.json's object); ValueError for an unknown key. Older
-        versions saved global_negatives here; it is dropped: a training setting (TrainConfig's), not the model's."""
-        values = {key: value for key, value in values.items() if key != "global_negatives"}
+        """The config of `values` (e.g. a config.json's object); ValueError for an unknown key."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:
@@ -199,7 +197,6 @@ PRESETS: dict[str, dict] = {
         d_lang=32,
         dropout=0.1,
         max_len=PRESET_MAX_LEN,
-        attention_group_rows=128,
     ),
     # Between tiny and the specification's depth, for CPU budgets of about an hour.
     "small": dict(
@@ -210,7 +207,6 @@ PRESETS: dict[str, dict] = {
         d_lang=48,
         dropout=0.1,
         max_len=PRESET_MAX_LEN,
-        attention_group_rows=128,
     ),
     # The specification's 6 layers at a width two CPU cores can train in hours.
     "base": dict(
@@ -221,10 +217,8 @@ PRESETS: dict[str, dict] = {
         d_lang=64,
         dropout=0.1,
         max_len=PRESET_MAX_LEN,
-        attention_group_rows=128,
     ),
-    # 6 layers at half the paper's width: a GPU budget of minutes to hours. Attention groups: a step on
-    # 1024 random pairs 1.55x faster on an H200 (docs/results/gpu.md).
+    # 6 layers at half the paper's width: a GPU budget of minutes to hours.
     "medium": dict(
         d_model=512,
         n_layers=6,
@@ -233,7 +227,6 @@ PRESETS: dict[str, dict] = {
         d_lang=128,
         dropout=0.1,
         max_len=PRESET_MAX_LEN,
-        attention_group_rows=128,
     ),
     # The paper's model: 60k SentencePiece pieces + 62 language tokens (+ pad, unk). The paper cuts at 120
     # tokens (its footnote 17: enough with its vocabulary); PRESET_MAX_LEN keeps FLORES-200 whole here.

@@ -88,8 +88,8 @@ def test_temperature_sampling_from_index_ranges_equals_arrays():
         "c-en": IndexRanges([(2_900, 2_950)]),
     }
     arrays = {name: np.asarray(r) for name, r in ranges.items()}
-    by_ranges = BatchOrder(lengths, 50, seed=0, bucket_batches=7, groups=ranges, temperature=5.0)
-    by_arrays = BatchOrder(lengths, 50, seed=0, bucket_batches=7, groups=arrays, temperature=5.0)
+    by_ranges = BatchOrder(lengths, 50, seed=0, bucket_batches=7, groups=ranges, pair_sampling_temperature=5.0)
+    by_arrays = BatchOrder(lengths, 50, seed=0, bucket_batches=7, groups=arrays, pair_sampling_temperature=5.0)
     drawn = np.concatenate(by_ranges.epoch(0))
     assert np.array_equal(drawn, np.concatenate(by_arrays.epoch(0)))
     counts = by_ranges.group_counts()
@@ -101,10 +101,10 @@ def test_temperature_sampling_from_index_ranges_equals_arrays():
 def test_the_pair_sequence_in_blocks_is_the_sequence_computed_at_once(monkeypatch):
     lengths = np.random.default_rng(2).integers(1, 30, size=3_000)
     groups = {"a-en": np.arange(0, 2_500), "b-en": np.arange(2_500, 2_950), "c-en": np.arange(2_950, 3_000)}
-    whole = BatchOrder(lengths, 50, seed=3, bucket_batches=1, groups=groups, temperature=5.0)
+    whole = BatchOrder(lengths, 50, seed=3, bucket_batches=1, groups=groups, pair_sampling_temperature=5.0)
     expected, batches = whole._pairs_at(1, 0, 3_000), whole.epoch(1)  # one block: 3,000 < PAIRS_BLOCK
     monkeypatch.setattr(batch_order, "PAIRS_BLOCK", 37)
-    blocked = BatchOrder(lengths, 50, seed=3, bucket_batches=1, groups=groups, temperature=5.0)
+    blocked = BatchOrder(lengths, 50, seed=3, bucket_batches=1, groups=groups, pair_sampling_temperature=5.0)
     for start, stop in ((0, 3_000), (30, 40), (36, 38), (70, 150), (2_990, 3_000), (5, 5)):
         assert np.array_equal(blocked.epoch_pairs(1, start, stop), expected[start:stop])
     assert np.array_equal(np.concatenate(blocked.epoch(1)), np.concatenate(batches))  # one-batch windows

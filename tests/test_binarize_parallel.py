@@ -29,7 +29,7 @@ def prepared(data_dir, tmp_path_factory):
         "languages: [de, en, ja, zh]\npivot: en\n"
         "corpora:\n  - {name: TED2020, release: v1, max_pairs: 280}\n"
         "clean:\n  eval_sets: [tatoeba, sts]\n"
-        "vocab:\n  vocab_size: 2000\n  temperature: 0.5\n  max_sentences: 100000\n  character_coverage: 0.98\n"
+        "vocab:\n  vocab_size: 2000\n  sampling_alpha: 0.5\n  max_sentences: 100000\n  character_coverage: 0.98\n"
     )
     args = [
         "all",

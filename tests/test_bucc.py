@@ -229,7 +229,7 @@ def test_bucc_end_to_end_with_duplicates_threshold_and_test_f1(tmp_path):
 
 def test_a_bucc_task_config_takes_any_index_spec(tmp_path):
     # `index:` in a BUCC task YAML is an index spec, as `ems-mine --index` reads it (both use
-    # ems.mining.index.parse_index_spec); it used to refuse anything but a bare kind.
+    # ems.mining.index_kinds.parse_index_spec); it used to refuse anything but a bare kind.
     from eval.run_all import run_all
 
     data = tmp_path / "data"

@@ -12,7 +12,7 @@ from ems.training.batches import collate, iterate_batches, real_and_padded_token
 def test_temperature_sampling_draws_each_language_pair_in_its_tempered_share():
     groups = {"de-en": np.arange(0, 900), "en-fr": np.arange(900, 990), "en-sw": np.arange(990, 1000)}
     lengths = np.ones(1000, dtype=np.int64)
-    order = BatchOrder(lengths, global_batch_size=100, seed=0, groups=groups, temperature=5.0)
+    order = BatchOrder(lengths, global_batch_size=100, seed=0, groups=groups, pair_sampling_temperature=5.0)
     drawn = np.concatenate(order.epoch(0))
     # hand-computed: q_i ∝ (n_i / N)^(1/5) for n = 900, 90, 10 of N = 1000
     q = np.array([0.9, 0.09, 0.01]) ** 0.2
@@ -31,7 +31,7 @@ def test_temperature_sampling_draws_each_language_pair_in_its_tempered_share():
     once = np.concatenate(BatchOrder(lengths, 100, seed=0).epoch(0))
     assert sorted(once.tolist()) == list(range(1000))
     with pytest.raises(ValueError, match="needs the language-pair groups"):
-        BatchOrder(lengths, 100, temperature=5.0)
+        BatchOrder(lengths, 100, pair_sampling_temperature=5.0)
 
 
 def test_batches_mix_language_pairs_and_groups_come_from_the_index(tiny_pipeline):
@@ -39,7 +39,7 @@ def test_batches_mix_language_pairs_and_groups_come_from_the_index(tiny_pipeline
     groups = shards.language_pair_groups()
     assert list(groups) == ["de-en", "en-fr", "en-ja"]
     assert sum(map(len, groups.values())) == len(shards)
-    order = BatchOrder(shards.pair_lengths(), 32, seed=0, groups=groups, temperature=5.0)
+    order = BatchOrder(shards.pair_lengths(), 32, seed=0, groups=groups, pair_sampling_temperature=5.0)
     mixed = [len({tuple(shards.langs[i]) for i in batch}) for batch in order.epoch(0)]
     assert np.mean(mixed) > 2  # most batches hold all three language pairs
 
@@ -108,7 +108,9 @@ def test_rank_and_micro_step_shares_are_disjoint_and_make_up_the_global_batch(ti
 
 def test_data_position_replays_exactly_with_temperature_sampling(tiny_pipeline):
     shards = PairShards(tiny_pipeline / "shards")
-    order = BatchOrder(shards.pair_lengths(), 24, seed=2, groups=shards.language_pair_groups(), temperature=5.0)
+    order = BatchOrder(
+        shards.pair_lengths(), 24, seed=2, groups=shards.language_pair_groups(), pair_sampling_temperature=5.0
+    )
     stream = iterate_batches(shards, order, 120, rank=1, world_size=2)
     seen = [next(stream) for _ in range(order.batches_per_epoch() + 3)]
     position, micro = next(iterate_batches(shards, order, 120, start=(1, 2), rank=1, world_size=2))

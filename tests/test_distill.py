@@ -484,10 +484,12 @@ def test_training_starts_from_init_from(tiny_pipeline, tmp_path):
 
 def test_infinite_temperature_is_the_papers_balanced_draw():
     groups = {"de-en": np.arange(0, 700), "fr-en": np.arange(700, 900), "ja-en": np.arange(900, 1000)}
-    order = BatchOrder(np.ones(1000, dtype=np.int64), global_batch_size=100, groups=groups, temperature=float("inf"))
+    order = BatchOrder(
+        np.ones(1000, dtype=np.int64), global_batch_size=100, groups=groups, pair_sampling_temperature=float("inf")
+    )
     assert order.group_counts() == {"de-en": 334, "fr-en": 333, "ja-en": 333}
-    config = TrainConfig(data="x", vocab="y", temperature=float("inf"))
-    assert config.temperature == float("inf")
+    config = TrainConfig(data="x", vocab="y", pair_sampling_temperature=float("inf"))
+    assert config.pair_sampling_temperature == float("inf")
 
 
 def test_teacher_targets_mark_pairs_without_a_source_side(tiny_pipeline, tmp_path):

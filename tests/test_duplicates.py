@@ -141,7 +141,9 @@ def test_model_masks_duplicates_and_reports_their_share():
     langs = torch.zeros(7, dtype=torch.long)
     out = model(src, tgt, langs, langs + 1, content_ids=IDS, per_example=True)
     h_u, h_v = model.contrastive_head(model.encoder(src)), model.contrastive_head(model.encoder(tgt))
-    expected = brute_force_info_nce(h_u.double().numpy(), h_v.double().numpy(), IDS.numpy(), cfg.temperature, "mask")
+    expected = brute_force_info_nce(
+        h_u.double().numpy(), h_v.double().numpy(), IDS.numpy(), cfg.contrastive_temperature, "mask"
+    )
     np.testing.assert_allclose(out["contrastive_per_example"].numpy(), expected, rtol=1e-4)
     assert out["duplicate_rows"].item() == pytest.approx(5 / 7)
     without = model(src, tgt, langs, langs + 1)

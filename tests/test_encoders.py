@@ -9,7 +9,7 @@ import torch
 
 from ems.cli import MissingDataError
 from ems.encoder_kinds import CachedEncoder, PrecomputedEncoder, embedding_key, load_encoder, parse_encoder_spec
-from ems.mining.index import IndexSpec, parse_index_spec
+from ems.mining.index_kinds import IndexSpec, parse_index_spec
 from tests.fakes import CallCountEncoder, tatoeba_config
 
 

@@ -65,7 +65,9 @@ def test_index_ranges_that_disagree_with_the_rows_languages_are_refused_on_open(
         PairShards(shards)
 
     no_deepspeed(monkeypatch)
-    assert run_main(main, cli_args(tiny_pipeline, tmp_path / "run", f"data={shards}", "temperature=5")) == 2
+    assert (
+        run_main(main, cli_args(tiny_pipeline, tmp_path / "run", f"data={shards}", "pair_sampling_temperature=5")) == 2
+    )
     line = one_error_line(capsys)
     assert str(shards / "index.json") in line and f"row {first_wrong_row} of langs.npy" in line
     assert not (tmp_path / "run").exists()  # refused before the run started

@@ -231,7 +231,7 @@ def test_a_pair_folder_outside_the_config_is_an_error_at_clean_and_vocab(data_di
         (CONFIG + "clean: {max_length_ratio: 0.5}\n", "clean: max_length_ratio must be a finite number >= 1, got 0.5"),
         (CONFIG + "clean: {eval_sets: tatoeba}\n", "clean: eval_sets must be a list of strings, got 'tatoeba'"),
         (CONFIG + "clean: {eval_sets: [xnli]}\n", "clean: eval_sets names unknown evaluation set(s) ['xnli']"),
-        (CONFIG + "vocab: {temperature: 2}\n", "vocab: temperature must be a finite number from 0 to 1, got 2"),
+        (CONFIG + "vocab: {sampling_alpha: 2}\n", "vocab: sampling_alpha must be a finite number from 0 to 1, got 2"),
         (
             CONFIG + "vocab: {character_coverage: 0.5}\n",
             "vocab: character_coverage must be a finite number from 0.98 to 1",
@@ -254,7 +254,7 @@ def test_a_pair_folder_outside_the_config_is_an_error_at_clean_and_vocab(data_di
         "ratio_below_1",
         "eval_sets_string",
         "eval_set_unknown",
-        "temperature",
+        "sampling_alpha",
         "coverage",
         "vocab_size",
         "release_number",
@@ -286,7 +286,7 @@ def test_every_problem_of_a_config_and_its_overrides_is_in_the_one_line(tmp_path
                 "--out",
                 str(tmp_path / "o"),
                 "--set",
-                "vocab.temperature=warm",
+                "vocab.sampling_alpha=warm",
                 "clean.eval_sets=tatoeba",
             ],
         )
@@ -296,8 +296,8 @@ def test_every_problem_of_a_config_and_its_overrides_is_in_the_one_line(tmp_path
         f"error: {config}: clean: max_chars must be an integer, got 'abc'; "
         "clean: lowercase must be true or false, got 1; "
         "clean: eval_sets must be a list of strings, got 'tatoeba'; vocab: unknown key(s) ['size']; known: "
-        "['character_coverage', 'max_sentences', 'temperature', 'vocab_size']; "
-        "vocab: temperature must be a number, got 'warm'"
+        "['character_coverage', 'max_sentences', 'sampling_alpha', 'vocab_size']; "
+        "vocab: sampling_alpha must be a number, got 'warm'"
     )
 
 

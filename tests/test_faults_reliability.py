@@ -213,7 +213,9 @@ def test_an_index_that_does_not_describe_its_arrays_is_one_line_naming_the_field
     edit(index)
     (shards / "index.json").write_text(json.dumps(index))
     no_deepspeed(monkeypatch)
-    assert run_main(main, cli_args(tiny_pipeline, tmp_path / "run", f"data={shards}", "temperature=5")) == 2
+    assert (
+        run_main(main, cli_args(tiny_pipeline, tmp_path / "run", f"data={shards}", "pair_sampling_temperature=5")) == 2
+    )
     line = one_error_line(capsys)
     assert str(shards / "index.json") in line and field in line
 

@@ -1,7 +1,6 @@
 """Faults of the trainer (issue 13): what a hostile but fair user does to `python -m ems.training.train`
 and a run directory, and the one clear outcome each must have."""
 
-import json
 import math
 import os
 import re
@@ -17,9 +16,9 @@ import yaml
 
 from ems.cli import run_main
 from ems.training.checkpoint import NoUsableCheckpointError, UnsafeCheckpointError, load_tensor_file, write_manifest
-from ems.training.checkpointer import DIVERGED_EXIT_CODE, RUN_CONFIG_FILE, TrainingDiverged
 from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, ResumeConfigError
+from ems.training.saving import DIVERGED_EXIT_CODE, TrainingDiverged
 from ems.training.schedule import LinearSchedule
 from ems.training.stopping import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ems.training.train import main, train
@@ -169,9 +168,9 @@ def test_the_per_step_check_is_the_loss_already_read():
 
 def test_divergence_at_a_new_runs_first_step_is_the_one_line_diagnostic(tmp_path):
     """Step 1 of a new run started from no checkpoint: there is none to move aside."""
-    from ems.training.checkpointer import Checkpointer
     from ems.training.metrics import StepValues
     from ems.training.runtime import BatchLayout
+    from ems.training.saving import Checkpointer
 
     checkpointer = Checkpointer(
         tmp_path / "checkpoints", engine=None, rank=0, layout=BatchLayout(1, 1, 2), cfg=TrainConfig(), fixed={}
@@ -229,48 +228,6 @@ def test_a_change_that_fixes_model_or_data_order_is_refused_on_resume(tiny_pipel
         train(small_run(tiny_pipeline, out, RUN, **change))
 
 
-def test_an_older_versions_model_overrides_global_negatives_resumes_as_the_training_setting(tiny_pipeline, tmp_path):
-    """Older versions also took global_negatives from model_overrides, where it won over the TrainConfig key:
-    a checkpoint whose run_config.json holds it there resumes as that global_negatives; a change is refused."""
-    out = tmp_path / "run"
-    train(small_run(tiny_pipeline, out, RUN, stop_at_step=4))
-    tag_dir = out / "checkpoints" / "step4"
-    stored = json.loads((tag_dir / RUN_CONFIG_FILE).read_text())
-    stored["config"]["model_overrides"]["global_negatives"] = False  # the run's: each rank's own negatives
-    stored["config"]["global_negatives"] = True  # (overridden by the model_overrides key)
-    (tag_dir / RUN_CONFIG_FILE).write_text(json.dumps(stored))
-    (tag_dir / "manifest.json").unlink()
-    write_manifest(tag_dir)
-    with pytest.raises(ResumeConfigError) as refused:
-        train(small_run(tiny_pipeline, out, RUN, global_negatives=True))
-    assert "global_negatives False -> True" in str(refused.value) and "model_overrides" not in str(refused.value)
-    resumed = train(small_run(tiny_pipeline, out, RUN))
-    assert [h["step"] for h in resumed.history if "loss" in h] == [8, 12]
-
-
-# --- 4. one line and status 2 for every user error -------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "settings, expected",
-    [
-        (["lr=abc"], "TrainConfig: lr must be a number, got 'abc'"),
-        (["no_such_key=1"], "TrainConfig: --set 'no_such_key=1': unknown key(s) ['no_such_key']; known: "),
-        (
-            ["model_overrides.d_modle=64"],
-            "TrainConfig: --set 'model_overrides.d_modle=64': model_overrides: unknown key(s) ['d_modle']; did you "
-            "mean 'd_model'?",
-        ),
-        (["save_every=0"], "save_every must be at least 1, got 0"),
-        (["batch_size=0"], "batch_size must be at least 1, got 0"),
-        (["lr=-1"], "lr must be a positive number"),
-        (["autocast=fp8"], "autocast must be one of none, bf16, auto"),
-        (["deepspeed_overrides.gradient_accumulation_steps=0"], "DeepSpeed rejects the config"),
-        (["data=/nonexistent/shards"], "/nonexistent/shards"),
-        (["vocab=/nonexistent/vocab"], "/nonexistent/vocab"),
-        (["deepspeed_config=/nonexistent.json"], "/nonexistent.json"),
-    ],
-)
 def test_bad_settings_are_one_line_and_status_2(tiny_pipeline, tmp_path, capsys, settings, expected):
     assert run_main(main, cli_args(tiny_pipeline, tmp_path / "run", *settings)) == 2
     assert expected in one_error_line(capsys)

@@ -152,7 +152,7 @@ def test_model_joint_loss_is_weighted_sum_of_both_directions():
 
     u, v = model.encoder(src), model.encoder(tgt)
     xtr = dense_xtr(model.xtr_head(u, tgt_lang), tgt) + dense_xtr(model.xtr_head(v, src_lang), src)
-    cntrs = dense_infonce(model.contrastive_head(u), model.contrastive_head(v), cfg.temperature)
+    cntrs = dense_infonce(model.contrastive_head(u), model.contrastive_head(v), cfg.contrastive_temperature)
     torch.testing.assert_close(out["xtr"].double(), xtr.mean(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["contrastive"].double(), cntrs.mean(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["loss"].double(), 0.5 * xtr.mean() + 2.0 * cntrs.mean(), rtol=1e-4, atol=1e-5)

@@ -609,7 +609,7 @@ def test_the_recipe_checks_mixes_and_reports_each_language_s_corpora_and_licence
 def test_the_recipe_prepares_non_english_pairs_apart_and_trains_on_them(lowres_slice, tmp_path, capsys):
     """pivot_pairs on the slice (Seed: mni and ks_Deva; the Bibles: br and mni_Latn), from the training
     split before the caps of 300 a language, counted apart in languages.json, binarized with their
-    target side's language and trained on a few steps under temperature sampling by language pair."""
+    target side's language and trained on a few steps under temperature sampling of language pairs."""
     import numpy as np
 
     from data_prep.recipe import LANGUAGES_FILE
@@ -671,7 +671,7 @@ def test_the_recipe_prepares_non_english_pairs_apart_and_trains_on_them(lowres_s
             log_every=1,
             save_every=1000,
             valid_every=1000,
-            temperature=1.0,
+            pair_sampling_temperature=1.0,
             one_pair_batches=True,
         )
     )

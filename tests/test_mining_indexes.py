@@ -5,10 +5,10 @@ import faiss
 import numpy as np
 import pytest
 
-import ems.mining.index
+import ems.mining.index_kinds
 from ems.apps.mine import main as mine_main
 from ems.cli import run_main
-from ems.mining.index import INDEX_KINDS, IndexSpec, build_index, index_bytes, parse_index_spec, resolve_index
+from ems.mining.index_kinds import INDEX_KINDS, IndexSpec, build_index, index_bytes, parse_index_spec, resolve_index
 from ems.mining.margin import RETRIEVAL, margin_neighbours, mine
 
 # Each kind's recall@4 of the exact 4 nearest neighbours on `clustered` (measured: ivf 1.0,
@@ -146,6 +146,6 @@ def test_gpus_get_a_sharded_index(monkeypatch, data, kind, float16):
 
 def test_hnsw_stays_on_the_cpu_when_there_are_gpus(monkeypatch, data):
     x, y, _, _ = data
-    monkeypatch.setattr(ems.mining.index, "gpu_count", lambda: 1)
+    monkeypatch.setattr(ems.mining.index_kinds, "gpu_count", lambda: 1)
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", lambda *a, **k: pytest.fail("hnsw has no GPU index"))
     assert isinstance(build_index("y", y, "hnsw"), faiss.IndexHNSWFlat)

@@ -52,7 +52,7 @@ def test_paper_preset_shapes():
     cfg = config_from_preset("ems-paper")
     # max_len: the paper's 120 cut 2.5% of FLORES-200 devtest (45% of Thai) with this corpus's vocabulary
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ffn, cfg.max_len) == (6, 1024, 16, 4096, PRESET_MAX_LEN)
-    assert (cfg.d_lang, cfg.d_contrastive, cfg.temperature, cfg.dropout) == (128, 128, 0.1, 0.1)
+    assert (cfg.d_lang, cfg.d_contrastive, cfg.contrastive_temperature, cfg.dropout) == (128, 128, 0.1, 0.1)
     assert cfg.vocab_size == 60_000 + 62 + 2 and cfg.n_languages == 62
 
 

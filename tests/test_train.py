@@ -1,8 +1,5 @@
 """The trainer end to end on a real (small) corpus through DeepSpeed, single process."""
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -55,27 +52,6 @@ def test_export_round_trips_to_identical_outputs(trained, tiny_pipeline):
     again = ems.load(copy_dir).encode(sentences, lang="en")
     assert again.dtype == np.float32
     np.testing.assert_array_equal(model.encode(sentences, lang="en"), again)
-
-
-def test_a_model_directory_of_an_older_version_with_global_negatives_in_its_config_loads(trained, tmp_path):
-    """Older versions saved the training setting global_negatives in config.json: such a model still loads,
-    the same model; this version's export leaves it out."""
-    import shutil
-
-    from ems.encoder import CONFIG_FILE, MANIFEST_FILE
-    from ems.training.model_card import model_facts
-
-    _, result = trained
-    config = json.loads((Path(result.model_dir) / CONFIG_FILE).read_text())
-    assert "global_negatives" not in config
-    old = shutil.copytree(result.model_dir, tmp_path / "old-model")
-    (old / CONFIG_FILE).write_text(json.dumps({**config, "global_negatives": True}, indent=2))
-    (old / MANIFEST_FILE).unlink()  # older versions wrote none
-    sentences = ["Enter a valid date.", "Save and continue editing"]
-    np.testing.assert_array_equal(
-        ems.load(old).encode(sentences, "en"), ems.load(result.model_dir).encode(sentences, "en")
-    )
-    assert model_facts(old).config == ems.load(result.model_dir).model.cfg
 
 
 def test_training_changed_the_encoder(trained):

@@ -12,11 +12,11 @@ import ems.training.schedule as schedule_module
 import ems.training.train as train_module
 from ems.model_config import EMSConfig
 from ems.training.batches import Prefetcher
-from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig
 from ems.training.metrics import MetricSums, StepValues, TrainingMetrics, show_losses
 from ems.training.probe import Probe
 from ems.training.runtime import BatchLayout
+from ems.training.saving import Checkpointer, RunState
 from ems.training.schedule import LinearSchedule, TimeBudget
 from ems.training.setup import Run
 from ems.training.stopping import STOP_FILE, Stopping

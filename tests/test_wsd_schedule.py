@@ -16,9 +16,9 @@ import yaml
 from ems.configs import ConfigError, load_config
 from ems.losses import OBJECTIVES
 from ems.training.checkpoint import load_tensor_file
-from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer
 from ems.training.config import TrainConfig
 from ems.training.resume import CONFIG_HISTORY_FILE, BranchError, ResumeConfigError, config_changes
+from ems.training.saving import RUN_CONFIG_FILE, Checkpointer
 from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
 from ems.training.train import train
 from tests.conftest import small_run

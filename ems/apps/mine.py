@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ems.cli import add_debug_option, run_main
 from ems.encoder_kinds import ENCODER_KINDS, load_encoder
-from ems.mining.index import INDEX_TYPES
+from ems.mining.index_kinds import INDEX_TYPES
 from ems.mining.margin import MARGINS, RETRIEVAL
 from ems.mining.pipeline.launch import mine_files, run_step
 from ems.mining.pipeline.manifest import done_record
@@ -64,7 +64,7 @@ HELP = {
     "margin": f"one of {', '.join(MARGINS)}",
     "mode": f"which direction's neighbours make the pairs: one of {', '.join(RETRIEVAL)}",
     "index": f"KIND[:key=value,...], KIND one of {', '.join(INDEX_TYPES)}, "
-    "e.g. ivf-pq:nprobe=32,m=32 (see ems.mining.index.IndexSpec; auto: exact below 1M rows)",
+    "e.g. ivf-pq:nprobe=32,m=32 (see ems.mining.index_kinds.IndexSpec; auto: exact below 1M rows)",
     "shard_lines": "distinct lines per shard (one job each)",
     "dtype": "how vectors are stored",
     "line_numbers": "also write each sentence's 1-based line number",

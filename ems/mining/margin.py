@@ -1,7 +1,7 @@
 """Margin scores over k neighbours each side (Artetxe & Schwenk 2019), and the candidate pairs of
 the four retrieval modes (forward, backward, max, intersect).
 
-In: embeddings x (n, d) and y (m, d), k, a margin, a mode and an index spec (ems.mining.index).
+In: embeddings x (n, d) and y (m, d), k, a margin, a mode and an index spec (ems.mining.index_kinds).
 Out: `MarginNeighbours` (both directions' neighbours and margin scores) or `ScoredPairs`
 (candidate pairs, best margin score first; no threshold: eval.evaluators.bucc chooses one).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ems.cli import check_choice
-from ems.mining.index import DEFAULT_CHUNK_ROWS, IndexSpec, as_index_spec
+from ems.mining.index_kinds import DEFAULT_CHUNK_ROWS, IndexSpec, as_index_spec
 from ems.mining.search import nearest
 
 DEFAULT_K = 4

@@ -1,6 +1,6 @@
 """k-nearest-neighbour search of one side's vectors among the other's, by cosine.
 
-In: query vectors (n, d), the other side's vectors (m, d) and an IndexSpec (ems.mining.index). Out:
+In: query vectors (n, d), the other side's vectors (m, d) and an IndexSpec (ems.mining.index_kinds). Out:
 (similarities (n, k) float32, ids (n, k) int64), best first. Exact search on the CPU streams both
 sides a chunk at a time (`blockwise_knn`); every other kind, and any search on GPUs, goes
 through a faiss index (`knn`), optionally re-ranking its candidates by exact cosine.
@@ -25,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ems.mapped import release_mapped_pages
-from ems.mining.index import (
+from ems.mining.index_kinds import (
     DEFAULT_CHUNK_ROWS,
     IndexSpec,
     build_index,
@@ -80,7 +80,7 @@ def rerank_exact(
 
 
 def cpu_ivf(index):
-    """The IndexIVF inside a CPU `index` (an IVF kind of ems.mining.index), else None (flat,
+    """The IndexIVF inside a CPU `index` (an IVF kind of ems.mining.index_kinds), else None (flat,
     HNSW, or an index on GPUs)."""
     return None if gpu_count() > 0 else faiss.try_extract_index_ivf(index)
 

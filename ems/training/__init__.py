@@ -6,7 +6,7 @@ calls them, in this order:
     runtime       process group, DeepSpeed config and engine, batch layout, autocast, RNG seeds
     schedule      the lr schedule at the run's global batch, fitted to a time budget
     stopping      signals, the STOP file, max steps / epochs / minutes, stop_at_step
-    checkpointer  save every save_every steps; divergence stops without a non-finite checkpoint
+    saving        Checkpointer: save every save_every steps; divergence stops without a non-finite checkpoint
     resume        exact and elastic resume from the newest usable checkpoint, config changes
     metrics       the training log: metrics.jsonl, TensorBoard, the progress bar
     validator     validation losses on a stored stratified sample, per language pair

@@ -191,7 +191,7 @@ class BatchOrder:
     demo shards, batch 152: 0.80 real tokens sorting by the longer side, 0.96 in snake order,
     windows of 1000 batches).
 
-    With `temperature`, an epoch holds len(lengths) pairs drawn per language-pair group (`groups`:
+    With `pair_sampling_temperature`, an epoch holds len(lengths) pairs drawn per language-pair group (`groups`:
     {name: pair indices}, arrays or `IndexRanges`) in the exact proportions
     `temperature_proportions` (rounded by `apportion`): a group smaller than its share repeats (each
     pass a new permutation), a larger one is subsampled.
@@ -211,7 +211,7 @@ class BatchOrder:
     seed: int = 0
     bucket_batches: int = 1000
     groups: dict[str, np.ndarray | IndexRanges] | None = None  # needed for temperature sampling
-    temperature: float | None = None
+    pair_sampling_temperature: float | None = None
     content_ids: np.ndarray | None = None
     padding_budget: float = 0.005  # see spread_duplicates
     max_len: int | None = None
@@ -224,7 +224,7 @@ class BatchOrder:
             raise ValueError(
                 f"{len(self.lengths)} pairs cannot fill one batch of {self.global_batch_size}; lower the batch size"
             )
-        if self.temperature is not None and not self.groups:
+        if self.pair_sampling_temperature is not None and not self.groups:
             raise ValueError("temperature sampling needs the language-pair groups (PairShards.language_pair_ranges)")
         if self.one_pair_batches and not self.groups:
             raise ValueError("one_pair_batches needs the language-pair groups (PairShards.language_pair_ranges)")
@@ -240,7 +240,7 @@ class BatchOrder:
     def group_counts(self) -> dict[str, int]:
         """Pairs drawn from each language-pair group per epoch under temperature sampling."""
         sizes = np.array([len(g) for g in self.groups.values()])
-        counts = apportion(len(self.lengths), temperature_proportions(sizes, self.temperature))
+        counts = apportion(len(self.lengths), temperature_proportions(sizes, self.pair_sampling_temperature))
         return dict(zip(self.groups, counts.tolist()))
 
     def epoch_pairs(self, epoch: int, start: int, stop: int) -> np.ndarray:
@@ -261,7 +261,7 @@ class BatchOrder:
     def _pairs_at(self, epoch: int, start: int, stop: int) -> np.ndarray:
         """epoch_pairs, computed (pointwise in the positions, so any split of start:stop gives the same)."""
         slots = KeyedPermutation(len(self.lengths), (self.seed, epoch))(np.arange(start, stop))
-        if self.temperature is None:
+        if self.pair_sampling_temperature is None:
             return slots
         # slot s is draw number s - bounds[g] of group g: pass (draw // size) of the group, each
         # pass its own permutation of the group's members

@@ -48,7 +48,8 @@ class TrainConfig:
     # own (the paper's code: each GPU's batch). How the loss is computed across ranks, so a training setting
     # (ems.model.EMSModel's argument), not a model_overrides key, and not in the exported config.json.
     global_negatives: bool = False
-    temperature: float | None = None  # sample language pairs with q ∝ (n/N)^(1/T) (the paper's code: off; T=5 when on)
+    # sample language pairs with q ∝ (n/N)^(1/T), T this (the paper's code: off; .inf: an equal draw from each)
+    pair_sampling_temperature: float | None = None
     # Sort pairs by both sides' lengths within windows of this many global batches (>= 95% real
     # tokens at the paper's scale). On a tiny corpus a window that spans it all makes every batch
     # length-uniform and the same each epoch, and the contrastive loss stalls in short runs
@@ -176,17 +177,13 @@ class TrainConfig:
                 "max_minutes",
                 "time_budget_minutes",
                 "stop_at_step",
-                "temperature",
+                "pair_sampling_temperature",
                 "global_batch_size",
             )
             if getattr(self, key) is not None and not getattr(self, key) > 0
         ]
         if not (math.isfinite(self.lr) and self.lr > 0):
             problems.append(f"lr must be a positive number, got {self.lr!r}")
-        if "global_negatives" in self.model_overrides:  # (load_config refuses it as no EMSConfig field)
-            problems.append(
-                "model_overrides.global_negatives is no model setting: set global_negatives (a TrainConfig key)"
-            )
         if not 0 <= self.adam_beta2 < 1:
             problems.append(f"adam_beta2 must be in [0, 1), got {self.adam_beta2!r}")
         if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):

@@ -213,7 +213,7 @@ def _config_lines(config: EMSConfig) -> list[str]:
     # Every objective of ems.losses.OBJECTIVES by its name there, with its weight and, where a term has
     # one, the setting that shapes it.
     xtr_softmax = "the batch's tokens" if config.xtr_vocabulary == "batch" else "the vocabulary"
-    settings = {"xtr": f"softmax over {xtr_softmax}", "contrastive": f"temperature {config.temperature:g}"}
+    settings = {"xtr": f"softmax over {xtr_softmax}", "contrastive": f"temperature {config.contrastive_temperature:g}"}
     objectives = [
         f"{name} × {config.weight(name):g}" + (f" ({settings[name]})" if name in settings else "")
         for name in OBJECTIVES

@@ -51,9 +51,9 @@ from ems.training.checkpoint import (
     verify,
     zero_partitions,
 )
-from ems.training.checkpointer import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.config import PATH_KEYS, TrainConfig, with_resolved_paths
 from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
+from ems.training.saving import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.schedule import Schedule, WSDSchedule, effective_schedule, wsd_decay_start
 
 CONFIG_HISTORY_FILE = "train_config_history.yaml"
@@ -69,7 +69,7 @@ FIXED_KEYS = (
     "model",
     "model_overrides",
     "global_negatives",
-    "temperature",
+    "pair_sampling_temperature",
     "bucket_batches",
     "one_pair_batches",
     "seed",
@@ -204,8 +204,7 @@ def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] |
     """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
     RUN_CONFIG_FILE, with Checkpointer.fixed) and this run's; None when it has no RUN_CONFIG_FILE.
     A key the checkpoint's version did not have is not compared; the PATH_KEYS compare the real paths
-    they name (_resolved); an older version's model_overrides.global_negatives is compared as the
-    global_negatives it was in effect."""
+    they name (_resolved)."""
     path = tag_dir / RUN_CONFIG_FILE
     if not path.is_file():
         return None
@@ -214,10 +213,6 @@ def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] |
     started_in = _working_directory(tag_dir.parent.parent, config.get("out"))
     config.update({key: _resolved(config[key], started_in) for key in PATH_KEYS if config.get(key)})
     saved = {**config, **stored["fixed"]}  # (fixed's "data", the shards' fingerprint, stands for their path)
-    overrides = saved.get("model_overrides") or {}
-    if "global_negatives" in overrides:  # older versions' model_overrides key, which won over the TrainConfig key
-        saved["global_negatives"] = overrides["global_negatives"]
-        saved["model_overrides"] = {key: value for key, value in overrides.items() if key != "global_negatives"}
     if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
         saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
     current = _as_json({**dataclasses.asdict(with_resolved_paths(checkpointer.cfg)), **checkpointer.fixed})

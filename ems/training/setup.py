@@ -32,7 +32,6 @@ from ems.teacher_store import STORE_FILE, TeacherStore, TeacherTargets, teacher_
 from ems.text import Tokenizer
 from ems.training.batch_order import BatchOrder
 from ems.training.batches import Prefetcher, iterate_batches, prefetch_depth
-from ems.training.checkpointer import Checkpointer, RunState
 from ems.training.config import TrainConfig
 from ems.training.metrics import MetricsLog, TrainingMetrics
 from ems.training.probe import Probe
@@ -52,6 +51,7 @@ from ems.training.runtime import (
     seed_rngs,
     use_bf16,
 )
+from ems.training.saving import Checkpointer, RunState
 from ems.training.schedule import Schedule, TimeBudget, build_schedule, effective_schedule
 from ems.training.stopping import Stopping, StopRequest, planned_steps
 from ems.training.validator import ValidationSet, Validator, validation_sample
@@ -233,8 +233,10 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
         global_batch,
         seed=cfg.seed,
         bucket_batches=cfg.bucket_batches,
-        groups=shards.language_pair_ranges() if cfg.temperature is not None or cfg.one_pair_batches else None,
-        temperature=cfg.temperature,
+        groups=shards.language_pair_ranges()
+        if cfg.pair_sampling_temperature is not None or cfg.one_pair_batches
+        else None,
+        pair_sampling_temperature=cfg.pair_sampling_temperature,
         one_pair_batches=cfg.one_pair_batches,
         content_ids=shards.content_ids if cfg.spread_duplicates else None,
         padding_budget=cfg.padding_budget,

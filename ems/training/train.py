@@ -57,7 +57,7 @@ other Python object is refused, and nothing in it runs. User errors (bad values,
 unusable checkpoints) are one line `error: ...` and status 2 (ems.cli; --debug for the traceback).
 
 This module is the command line and the training loop; the loop's components (config, setup,
-runtime, schedule, stopping, checkpointer and resume, metrics, validator, probe) are the modules
+runtime, schedule, stopping, saving and resume, metrics, validator, probe) are the modules
 of ems.training.
 """
 

@@ -21,7 +21,7 @@ import numpy as np
 from ems.cli import MissingDataError
 from ems.encoder_kinds import Encoder, encode_checked, encoder_languages
 from ems.languages import ENGLISH
-from ems.mining.index import parse_index_spec
+from ems.mining.index_kinds import parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL, mine
 from eval.evaluators.items import not_covered, score_items, scored_result
 from eval.evaluators.retrieval import read_lines

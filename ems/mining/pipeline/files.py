@@ -125,7 +125,7 @@ def read_json(path: Path) -> dict:
 class ShardedRows:
     """Shard arrays (each (n_i, ...) with the same trailing shape; memory-mapped files, typically)
     seen as one array of sum(n_i) rows: `len`, `shape`, `dtype`, and indexing by a slice or an
-    integer array, which copies the rows (ems.mining.index and .search read it as they read one
+    integer array, which copies the rows (ems.mining.index_kinds and .search read it as they read one
     memory-mapped array) and releases the mapped pages it read."""
 
     def __init__(self, parts: Sequence[np.ndarray]):

@@ -1,11 +1,11 @@
 """The index steps: one faiss index over a side, built shard by shard, for the other side's queries.
 
-In: the side's vectors (the embed step's shards) and --index (ems.mining.index.IndexSpec, resolved
+In: the side's vectors (the embed step's shards) and --index (ems.mining.index_kinds.IndexSpec, resolved
 for the side's size and dimension). Out, in WORK/index/<side>/:
 
     train     trained.index       the empty index, its coarse quantiser (and SQ/PQ codebooks)
                                   trained on a seeded sample of the side's rows (seed 0, as
-                                  ems.mining.index.build_index samples them)
+                                  ems.mining.index_kinds.build_index samples them)
     populate  <shard>.index       the trained index holding one shard's rows, under their row
                                   numbers on the side
     merge     merged/             IVF: merged.index + merged.ivfdata, the shards' inverted lists
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import faiss
 
-from ems.mining.index import IndexSpec, add_rows, as_index_spec, resolve_index, trained_index
+from ems.mining.index_kinds import IndexSpec, add_rows, as_index_spec, resolve_index, trained_index
 from ems.mining.pipeline.files import atomic, save_bytes
 from ems.mining.pipeline.manifest import file_size, mark_done, stage_dir
 from ems.mining.pipeline.plan import Plan, parse_unit

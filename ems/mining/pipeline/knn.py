@@ -11,7 +11,7 @@ forward direction; tgt shards search src: the backward one):
 
 Exact search is ems.mining.search.nearest over the other side's shards (streamed a block at a
 time on the CPU; a flat index on all GPUs when faiss-gpu sees one), an index is searched with
-ems.mining.search.knn (on all GPUs when there are any: ems.mining.index.to_gpus), re-ranking
+ems.mining.search.knn (on all GPUs when there are any: ems.mining.index_kinds.to_gpus), re-ranking
 IVF-PQ/SQ8 candidates by exact cosine when the spec asks: the same search as ems.mining.margin's.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ems.mining.index import to_gpus
+from ems.mining.index_kinds import to_gpus
 from ems.mining.margin import neighbourhood_mean
 from ems.mining.pipeline.files import save_arrays
 from ems.mining.pipeline.index import index_spec, merged_index

@@ -14,7 +14,7 @@ from typing import Literal
 
 from ems.cli import check_choice
 from ems.corpus import check_output_not_input
-from ems.mining.index import DEFAULT_CHUNK_ROWS, parse_index_spec
+from ems.mining.index_kinds import DEFAULT_CHUNK_ROWS, parse_index_spec
 from ems.mining.margin import DEFAULT_K, MARGINS, RETRIEVAL
 from ems.mining.streaming import DEFAULT_CHUNK_LINES
 
@@ -51,7 +51,7 @@ class MineOptions:
     the stages keep their files (None: a temporary directory, removed afterwards; give one to
     resume a run or run it under SLURM).
     shard_lines: distinct lines per embed shard (one job each); dtype: how vectors are stored.
-    k, margin, mode, index, threshold: the mining itself (ems.mining.margin, ems.mining.index).
+    k, margin, mode, index, threshold: the mining itself (ems.mining.margin, ems.mining.index_kinds).
     line_numbers: also write each sentence's 1-based line number (first occurrence).
     cache_dir, device, chunk_lines, chunk_rows, tokenizer_workers, workers: how it runs (local
     launcher: `workers` processes over the shards of a step); they never change the output, except

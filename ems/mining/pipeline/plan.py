@@ -21,7 +21,7 @@ the units each step of STEPS has (a SLURM array task or a local pool task each),
     write     one: the merged runs as the TSV
 
 A side is searched exactly (flat: no index, and no train/populate/merge units) or through the
-index its --index gives for its number of distinct lines (ems.mining.index.chosen_kind).
+index its --index gives for its number of distinct lines (ems.mining.index_kinds.chosen_kind).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ems.artifacts import file_fingerprint, same_file
 from ems.cli import MissingDataError, UserError
 from ems.configs import ConfigError, load_config
 from ems.encoder_kinds import checked_language
-from ems.mining.index import as_index_spec, chosen_kind
+from ems.mining.index_kinds import as_index_spec, chosen_kind
 from ems.mining.pipeline.files import ShardedRows, save_array, save_json
 from ems.mining.pipeline.manifest import (
     STAGES,
