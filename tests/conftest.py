@@ -130,8 +130,19 @@ def leave_spawned_rank() -> None:
     os._exit(0)
 
 
-def pytest_collection_modifyitems(items) -> None:
-    """Every test of a fault-injection suite (tests/test_faults_*.py) is marked `faults`."""
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--reverse",
+        action="store_true",
+        help="run the collected tests last to first: a test that passes alone passes in any order",
+    )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test of a fault-injection suite (tests/test_faults_*.py) is marked `faults`; with
+    --reverse the tests run in the reverse of their collected order."""
     for item in items:
         if item.path.name.startswith("test_faults_"):
             item.add_marker(pytest.mark.faults)
+    if config.getoption("--reverse"):
+        items.reverse()
