@@ -4,7 +4,7 @@ training corpus under OUT/corpus/: every corpus of `corpora` imported from --dat
 checked for misaligned pairs), split into held-out and training pairs, the training pairs capped and
 weighted per corpus (`corpus_mix`), and the pairs of every language at every stage, with each
 corpus's licence, written to OUT/corpus/languages.{json,md}. The recipes (ems.apps.demo) and the
-ablations (ems.apps.ablation) run it before the vocabulary, the shards and training.
+ablations (ems.apps.studies.ablation) run it before the vocabulary, the shards and training.
 """
 
 from __future__ import annotations

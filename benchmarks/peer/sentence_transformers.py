@@ -1,11 +1,11 @@
 """The peer benchmark: sentence-transformers' stock trainer against the EMS trainer, at equal time.
 
-    python -m benchmarks.peer_sentence_transformers --demo runs/demo --out runs/peer
-    python -m benchmarks.peer_sentence_transformers --demo runs/multilingual --out runs/peer-multilingual \
+    python -m benchmarks.peer.sentence_transformers --demo runs/demo --out runs/peer
+    python -m benchmarks.peer.sentence_transformers --demo runs/multilingual --out runs/peer-multilingual \
         --suite configs/eval/suite_multilingual.yaml
-    python -m benchmarks.peer_sentence_transformers ... --vocab-grid 8000 16000 32000 64000 --lr-grid 1e-3 3e-3 1e-2 \
+    python -m benchmarks.peer.sentence_transformers ... --vocab-grid 8000 16000 32000 64000 --lr-grid 1e-3 3e-3 1e-2 \
         --extend 2 --precision auto --equal-pairs --seed 0
-    python -m benchmarks.peer_sentence_transformers --demo runs/map/data --run runs/map/runs/tiny/30min \
+    python -m benchmarks.peer.sentence_transformers --demo runs/map/data --run runs/map/runs/tiny/30min \
         --seconds 2760 --suite configs/eval/suite_multilingual.yaml --out runs/peer-map   # a map point
 
 What a new user would try instead of this project, built the way its documentation teaches, on the
@@ -68,11 +68,14 @@ import sys
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
-from benchmarks import peer_grid, peer_report, peer_scoring, peer_training
+from benchmarks.peer import grid as peer_grid
+from benchmarks.peer import report as peer_report
+from benchmarks.peer import scoring as peer_scoring
+from benchmarks.peer import training as peer_training
 from ems.cli import UserError, add_debug_option, run_main
 from ems.corpus import list_parallel, read_parallel
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 VOCAB_GRID = [8000, 16000, 32000, 64000]
 LR_GRID = [1e-3, 3e-3, 1e-2]
@@ -160,7 +163,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     from ems.apps.demo import DEMO_SUITE
     from eval.run_all import add_task_dir_option
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.peer.sentence_transformers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--demo", type=Path, required=True, help="a finished ems-demo directory (corpus/, run/, demo_stages.json)"
     )

@@ -1,7 +1,7 @@
 """Seeded ablations at a fixed step budget (the EMS paper's Table 13, small): train every variant
 with every seed on the same prepared data, score each model, print mean ± sd per variant.
 
-    python -m ems.apps.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
+    python -m ems.apps.studies.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
                            [--seeds 0 1 2] [--variants NAME ...] [--set max_steps=300 ...]
 
 Data are prepared once with the demo's data stages (ems.apps.demo.prepare_data) under OUT/data, and
@@ -553,7 +553,11 @@ def select_variants(cfg: AblationConfig, names: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ems.apps.studies.ablation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", default=str(REPO_ROOT / "configs/ablation/demo.yaml"))
     parser.add_argument("--out", type=Path, default=Path("runs/ablation"))
     parser.add_argument(
