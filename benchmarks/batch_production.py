@@ -9,7 +9,7 @@ max_len) on --data, one process, no model: mean milliseconds per global batch of
 warm-up batch (a mean: the order computes its pair sequence a block of batches at a time). This is
 Python and NumPy work on the CPU that a GPU step waits for when the reading thread holds the
 interpreter lock, so it matters most where the step itself is short (a GPU); compare it with the
-step's seconds (benchmarks/train_mfu.py, gpu_mfu.py's probe).
+step's seconds (benchmarks/train_mfu.py, benchmarks/gpu/mfu.py's probe).
 """
 
 from __future__ import annotations

@@ -18,46 +18,13 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from benchmarks.bare_step import bare_step, median_seconds
 from benchmarks.report_files import give_result
-from ems.flops import encoder_parameters, step_flops
+from ems.flops import batch_tensors, encoder_parameters, flops_per_pair, sample_batches
 from ems.model_config import PRESETS, config_from_preset
 from ems.shards import PairShards
-from ems.text import PAD_ID
-from ems.training.bare_step import bare_step, median_seconds
-
-
-def sample_batches(shards: PairShards, batch_size: int, n: int, seed: int = 0) -> list[np.ndarray]:
-    """`n` random batches (pair indices) of `batch_size` pairs."""
-    rng = np.random.default_rng(seed)
-    return [rng.choice(len(shards), size=batch_size, replace=False) for _ in range(n)]
-
-
-def batch_tensors(shards: PairShards, pairs: np.ndarray, max_len: int) -> dict[str, torch.Tensor]:
-    """The training batch of these pairs: both sides cut at max_len and padded, with language ids."""
-    out = {}
-    for side, name in ((0, "src"), (1, "tgt")):
-        seqs = [shards.sentence(2 * int(i) + side)[:max_len] for i in pairs]
-        ids = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            ids[row, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
-        out[name] = ids
-        out[f"{name}_lang"] = torch.from_numpy(shards.langs[pairs, side].astype(np.int64))
-    return out
-
-
-def flops_per_pair(cfg, shards: PairShards, batches: list[np.ndarray], batch_vocabulary: bool) -> float:
-    """Mean training FLOPs per pair of `cfg` over `batches` (see the module docstring)."""
-    per_pair = []
-    for pairs in batches:
-        batch = batch_tensors(shards, pairs, cfg.max_len)
-        lengths = [(batch[side] != PAD_ID).sum(dim=1).numpy() for side in ("src", "tgt")]
-        tokens = torch.cat([batch["src"].flatten(), batch["tgt"].flatten()])
-        candidates = int(torch.unique(tokens).numel() - 1) if batch_vocabulary else None  # less the pad id
-        per_pair.append(step_flops(cfg, *lengths, xtr_candidates=candidates).total / len(pairs))
-    return float(np.mean(per_pair))
 
 
 def truncated_share(shards: PairShards, max_len: int) -> float:
@@ -66,7 +33,7 @@ def truncated_share(shards: PairShards, max_len: int) -> float:
 
 
 def step_seconds(cfg, batch: dict[str, torch.Tensor], steps: int, bf16: bool) -> float:
-    """Median seconds of one training step (ems.training.bare_step) of a fresh model of `cfg` on `batch`,
+    """Median seconds of one training step (benchmarks.bare_step) of a fresh model of `cfg` on `batch`,
     after two warm-up steps."""
     step = bare_step(cfg, batch, torch.device("cpu"), dtype="bf16" if bf16 else "fp32")
     return median_seconds(step, torch.device("cpu"), warmup=2, repeats=steps)

@@ -7,7 +7,7 @@ Each round trains the config for --steps steps (a fresh run each time: no probe,
 loop, one validation at the last step) with the baseline revision (checked out once as a git worktree under
 --work, run as `python -m ems.training.train` from it, so that its own code and configs are used) and with
 this checkout, in the order baseline, new in odd rounds and new, baseline in even ones; beside each loop, the
-same tree's bare step (ems.training.bare_step through `python -m benchmarks.gpu_acceptance step-time`: the
+same tree's bare step (benchmarks.bare_step through `python -m benchmarks.gpu.acceptance step-time`: the
 model, AdamW and one real batch of --pairs training pairs, no loop). Shared CPUs change speed by a third from
 one minute to the next, so only side-by-side rounds compare.
 
@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.gpu_loop_overhead import loop_figures
+from benchmarks.gpu.loop_overhead import loop_figures
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import load_config
 from ems.run_metadata import machine
@@ -43,7 +43,7 @@ def metrics_rows(metrics_file: Path) -> list[dict]:
 
 def loop_seconds_per_step(metrics_file: Path, skip_windows: int = SKIP_WINDOWS) -> float:
     """Seconds per step over a run's logged training windows (metrics.jsonl rows with "seconds") after the
-    first `skip_windows` (benchmarks.gpu_loop_overhead.loop_figures)."""
+    first `skip_windows` (benchmarks.gpu.loop_overhead.loop_figures)."""
     rows = metrics_rows(metrics_file)
     windows = sum("seconds" in row and "tokens_per_s" in row for row in rows)
     if windows <= skip_windows:
@@ -103,7 +103,7 @@ def measure_side(tree: Path, args: argparse.Namespace, out: Path) -> dict:
     }
     out.mkdir(parents=True, exist_ok=True)
     run_child(
-        [sys.executable, "-m", "benchmarks.gpu_acceptance", "step-time", "--request", json.dumps(request)],
+        [sys.executable, "-m", "benchmarks.gpu.acceptance", "step-time", "--request", json.dumps(request)],
         tree,
         f"{tree.name}'s bare step",
     )

@@ -37,11 +37,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from benchmarks.bare_step import bare_step, median_seconds, step_context
 from ems.configs import yaml_value
 from ems.flops import encoder_flops, step_flops
 from ems.model_config import EMSConfig, config_from_preset
 from ems.text import PAD_ID
-from ems.training.bare_step import bare_step, median_seconds, step_context
 from ems.training.batch_order import BatchOrder
 from ems.training.config import TrainConfig
 from ems.training.runtime import adamw as adamw_optimizer

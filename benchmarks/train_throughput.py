@@ -4,7 +4,7 @@
 
 Prints, for fp32 and bf16 autocast: seconds per step (the median after two warm-up steps), pairs/s, real
 tokens/s and the model FLOP rate (ems.flops), so presets and dtypes can be compared on one machine. The step
-is the trainer's without its loop (ems.training.bare_step); synthetic token ids, every sentence `--length`
+is the trainer's without its loop (benchmarks.bare_step); synthetic token ids, every sentence `--length`
 tokens.
 """
 
@@ -15,9 +15,9 @@ import argparse
 import numpy as np
 import torch
 
+from benchmarks.bare_step import bare_step, median_seconds
 from ems.flops import step_flops
 from ems.model_config import config_from_preset
-from ems.training.bare_step import bare_step, median_seconds
 
 
 def run(preset: str, batch: int, length: int, steps: int, dtype: str, vocab: int, langs: int) -> dict:

@@ -1,5 +1,5 @@
 """The recipes' data: a RecipeDataConfig (configs/data/*.yaml: demo*, multilingual*, distill) -> the
-corpus, the vocabulary and the shards that `ems-demo`, the ablations (ems.apps.ablation) and the
+corpus, the vocabulary and the shards that `ems-demo`, the ablations (ems.apps.studies.ablation) and the
 compute maps train on, in three stages (RECIPE_STAGES), each a function of (config, data dir, OUT):
 
     corpus    every corpus of `corpora` imported from --data-dir by its importer (data_prep.importers),

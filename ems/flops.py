@@ -12,8 +12,11 @@ where 2B sentences (B pairs) go through the XTR head (fc + projection onto V can
 whole vocabulary, or with `xtr_vocabulary: batch` the batch's distinct tokens) and the contrastive
 head, and the last term is the in-batch score matrix. Embedding look-ups, norms, softmaxes and the
 optimizer do no matmul work and are not counted; neither is padding. benchmarks/train_mfu.py
-divides these by measured step times (MFU); the compute map (eval.compute_map) puts a run's total
+divides these by measured step times (MFU); the compute map (ems.apps.studies.compute_map) puts a run's total
 on its x-axis.
+
+`flops_per_pair` averages a step's FLOPs per pair over random batches of a corpus's shards
+(`sample_batches`, `batch_tensors`): what the presets table, the GPU acceptance run and the compute map count.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import torch
 
 from ems.model import EncoderNetwork
 from ems.model_config import EMSConfig
+from ems.shards import PairShards
+from ems.text import PAD_ID
 
 
 @dataclass(frozen=True)
@@ -71,3 +76,39 @@ def encoder_parameters(cfg: EMSConfig) -> dict[str, int]:
     embeddings = network.tok_emb.weight.numel() + network.pos_emb.weight.numel()
     total = sum(p.numel() for p in network.parameters())
     return {"embeddings": embeddings, "layers": total - embeddings, "total": total}
+
+
+# --- FLOPs per pair on a corpus ------------------------------------------------------------------
+
+
+def sample_batches(shards: PairShards, batch_size: int, n: int, seed: int = 0) -> list[np.ndarray]:
+    """`n` random batches (pair indices) of `batch_size` pairs."""
+    rng = np.random.default_rng(seed)
+    return [rng.choice(len(shards), size=batch_size, replace=False) for _ in range(n)]
+
+
+def batch_tensors(shards: PairShards, pairs: np.ndarray, max_len: int) -> dict[str, torch.Tensor]:
+    """The training batch of these pairs: both sides cut at max_len and padded, with language ids."""
+    out = {}
+    for side, name in ((0, "src"), (1, "tgt")):
+        seqs = [shards.sentence(2 * int(i) + side)[:max_len] for i in pairs]
+        ids = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
+        out[name] = ids
+        out[f"{name}_lang"] = torch.from_numpy(shards.langs[pairs, side].astype(np.int64))
+    return out
+
+
+def flops_per_pair(cfg: EMSConfig, shards: PairShards, batches: list[np.ndarray], batch_vocabulary: bool) -> float:
+    """Mean training FLOPs per pair of `cfg` over `batches` of the shards (step_flops: real tokens only, each
+    sentence cut at cfg.max_len; with `batch_vocabulary` the XTR softmax's size is each batch's number of
+    distinct tokens), so they follow the corpus's sentence lengths."""
+    per_pair = []
+    for pairs in batches:
+        batch = batch_tensors(shards, pairs, cfg.max_len)
+        lengths = [(batch[side] != PAD_ID).sum(dim=1).numpy() for side in ("src", "tgt")]
+        tokens = torch.cat([batch["src"].flatten(), batch["tgt"].flatten()])
+        candidates = int(torch.unique(tokens).numel() - 1) if batch_vocabulary else None  # less the pad id
+        per_pair.append(step_flops(cfg, *lengths, xtr_candidates=candidates).total / len(pairs))
+    return float(np.mean(per_pair))

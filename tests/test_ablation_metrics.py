@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import ems.apps.ablation
+import ems.apps.studies.ablation
 import ems.encoder
 import ems.training.train
-from ems.apps.ablation import (
+from ems.apps.studies.ablation import (
     DEFAULT_METRICS,
     AblationConfig,
     MetricNotFound,
@@ -95,7 +95,7 @@ def test_the_tico19_heldout_set_is_the_tico19_part_of_a_split_by_corpus(tmp_path
     # am has pairs of two corpora in one held-out file (the Tatoeba Challenge's before TICO-19's: file
     # name order); the TICO-19 set takes TICO-19's held-out pairs alone, de (no TICO-19) has none
     from data_prep.split import split_heldout
-    from ems.apps.ablation import prepare_task_dirs
+    from ems.apps.studies.ablation import prepare_task_dirs
     from ems.corpus import write_parallel
     from eval.evaluators.heldout import find_heldout_bitexts
 
@@ -147,7 +147,7 @@ def ablation_out(tmp_path, monkeypatch, fake_train, fake_score):
     """An ablation OUT whose data are prepared, with training, loading and scoring replaced."""
     monkeypatch.setattr(ems.training.train, "train", fake_train)
     monkeypatch.setattr(ems.encoder, "load", lambda model_dir: None)
-    monkeypatch.setattr(ems.apps.ablation, "score_encoder", fake_score)
+    monkeypatch.setattr(ems.apps.studies.ablation, "score_encoder", fake_score)
     out = tmp_path / "ablation"
     (out / "data" / "shards" / "heldout").mkdir(parents=True)
     (out / "data" / "shards" / "heldout" / "index.json").write_text("{}")  # data prepared before
@@ -171,10 +171,10 @@ def test_a_run_trained_but_not_scored_is_scored_again_without_retraining(tmp_pat
     out = ablation_out(tmp_path, monkeypatch, fake_train, fake_score)
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     with pytest.raises(MetricNotFound):
-        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
-    ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
+        ems.apps.studies.ablation.run_ablation(cfg, out, tmp_path, [])
+    ems.apps.studies.ablation.run_ablation(cfg, out, tmp_path, [])
     assert trainings == [0] and len(scorings) == 2  # trained once, scored twice
-    scores = json.loads((out / "runs" / "v" / "seed0" / ems.apps.ablation.SCORES_FILE).read_text())
+    scores = json.loads((out / "runs" / "v" / "seed0" / ems.apps.studies.ablation.SCORES_FILE).read_text())
     assert scores["steps"] == 7 and scores["x"] == 1.0
 
 
@@ -193,12 +193,14 @@ def test_a_stopped_training_is_not_recorded_as_trained_and_resumes(tmp_path, mon
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     run_dir = out / "runs" / "v" / "seed0"
-    with pytest.raises(ems.apps.ablation.TrainingStopped, match="v, seed 0: training stopped at step 3 of 2600"):
-        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
-    assert not (run_dir / ems.apps.ablation.TRAINED_FILE).exists()
-    ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
+    with pytest.raises(
+        ems.apps.studies.ablation.TrainingStopped, match="v, seed 0: training stopped at step 3 of 2600"
+    ):
+        ems.apps.studies.ablation.run_ablation(cfg, out, tmp_path, [])
+    assert not (run_dir / ems.apps.studies.ablation.TRAINED_FILE).exists()
+    ems.apps.studies.ablation.run_ablation(cfg, out, tmp_path, [])
     assert calls == [str(run_dir / "run")] * 2
-    assert json.loads((run_dir / ems.apps.ablation.SCORES_FILE).read_text())["steps"] == 2600
+    assert json.loads((run_dir / ems.apps.studies.ablation.SCORES_FILE).read_text())["steps"] == 2600
 
 
 def test_training_seconds_sum_every_invocation_that_trained_a_run(tmp_path, monkeypatch):
@@ -213,17 +215,17 @@ def test_training_seconds_sum_every_invocation_that_trained_a_run(tmp_path, monk
         (tmp_path / "model").mkdir(exist_ok=True)
         return TrainResult(2600, 2600, [], model_dir=str(tmp_path / "model"), preempted=outcome == "preempted")
 
-    monkeypatch.setattr(ems.apps.ablation, "time", SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(ems.apps.studies.ablation, "time", SimpleNamespace(time=lambda: clock[0]))
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     cfg = AblationConfig(variants={"v": {}}, seeds=[0], metrics={"x": {"task": "t", "path": ["p"]}})
     with pytest.raises(RuntimeError, match="went away"):
-        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
-    with pytest.raises(ems.apps.ablation.TrainingStopped):
-        ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
-    ems.apps.ablation.run_ablation(cfg, out, tmp_path, [])
+        ems.apps.studies.ablation.run_ablation(cfg, out, tmp_path, [])
+    with pytest.raises(ems.apps.studies.ablation.TrainingStopped):
+        ems.apps.studies.ablation.run_ablation(cfg, out, tmp_path, [])
+    ems.apps.studies.ablation.run_ablation(cfg, out, tmp_path, [])
     run_dir = out / "runs" / "v" / "seed0"
-    assert json.loads((run_dir / ems.apps.ablation.TRAINED_FILE).read_text())["train_seconds"] == 390
-    assert json.loads((run_dir / ems.apps.ablation.SCORES_FILE).read_text())["train_seconds"] == 390
+    assert json.loads((run_dir / ems.apps.studies.ablation.TRAINED_FILE).read_text())["train_seconds"] == 390
+    assert json.loads((run_dir / ems.apps.studies.ablation.SCORES_FILE).read_text())["train_seconds"] == 390
 
 
 def test_summary_table_has_reference_rows_and_mean_sd():
@@ -249,7 +251,7 @@ def test_one_seed_has_no_spread_rather_than_a_zero_one(tmp_path):
 def test_a_column_added_later_is_read_from_the_stored_results(tmp_path, schema):
     import json
 
-    from ems.apps.ablation import AblationConfig, with_all_columns
+    from ems.apps.studies.ablation import AblationConfig, with_all_columns
     from eval.results import write_results_json
 
     (tmp_path / "eval").mkdir()
@@ -284,12 +286,12 @@ def test_variants_runs_only_those_named_and_refuses_unknown_names(tmp_path, monk
     config = out / "ablation.yaml"
     config.write_text("variants:\n  a: {}\n  b: {}\n  c: {}\nseeds: [0]\nmetrics: {x: {task: t, path: [p]}}\n")
     with pytest.raises(UserError, match="no variant 'd' in the config; it has 'a', 'b', 'c'"):
-        ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "d"])
+        ems.apps.studies.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "d"])
     assert trained == []  # refused before anything ran
-    ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "a"])
+    ems.apps.studies.ablation.main(["--config", str(config), "--out", str(out), "--variants", "c", "a"])
     assert [path.split("/")[-3] for path in trained] == ["a", "c"]  # the config's order
     assert "| b |" not in (out / "ablation.md").read_text()
-    ems.apps.ablation.main(["--config", str(config), "--out", str(out)])  # all: only b is new
+    ems.apps.studies.ablation.main(["--config", str(config), "--out", str(out)])  # all: only b is new
     assert [path.split("/")[-3] for path in trained] == ["a", "c", "b"]
     assert "| b |" in (out / "ablation.md").read_text()
 
@@ -311,7 +313,7 @@ def test_a_data_variant_trains_on_its_own_prepared_data(tmp_path, monkeypatch):
         (out / "shards" / "heldout" / "index.json").write_text("{}")
 
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
-    monkeypatch.setattr(ems.apps.ablation, "prepare_data", fake_prepare)
+    monkeypatch.setattr(ems.apps.studies.ablation, "prepare_data", fake_prepare)
     small = tmp_path / "small.yaml"
     small.write_text("languages: [de, fr]\nvocab_size: 8000\n")
     other = tmp_path / "other.yaml"
@@ -322,15 +324,17 @@ def test_a_data_variant_trains_on_its_own_prepared_data(tmp_path, monkeypatch):
     main_data.write_text("languages: [de, fr]\n")
     config.write_text(f"data_config: {main_data}\n{body}data_variants: {{b b: {other}}}\n")
     with pytest.raises(UserError, match="must have data_config's languages and seed"):
-        ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
+        ems.apps.studies.ablation.main(["--config", str(config), "--out", str(out)])
     config.write_text(f"data_config: {main_data}\n{body}data_variants: {{c: {small}}}\n")
     with pytest.raises(ConfigError, match="data_variants names 'c', not a variant"):
-        ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
+        ems.apps.studies.ablation.main(["--config", str(config), "--out", str(out)])
     config.write_text(f"data_config: {main_data}\n{body}data_variants: {{b b: {other}}}\n")
-    ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--variants", "a"])  # b b's data not read
+    ems.apps.studies.ablation.main(
+        ["--config", str(config), "--out", str(out), "--variants", "a"]
+    )  # b b's data not read
     assert prepared == [] and list(data_of) == ["a"]
     config.write_text(f"data_config: {main_data}\n{body}data_variants: {{b b: {small}}}\n")
-    ems.apps.ablation.main(["--config", str(config), "--out", str(out)])
+    ems.apps.studies.ablation.main(["--config", str(config), "--out", str(out)])
     assert prepared == [("data-b_b", 8000)]  # OUT/data was prepared before; the variant's data once
     assert data_of == {"a": str(out / "data" / "shards" / "train"), "b_b": str(out / "data-b_b" / "shards" / "train")}
 
@@ -338,7 +342,7 @@ def test_a_data_variant_trains_on_its_own_prepared_data(tmp_path, monkeypatch):
 def test_the_tico19_development_set_is_built_for_the_trained_languages_it_has(data_dir, tmp_path):
     # configs/eval/tico19_dev.yaml's data: TICO-19's 2100 English-X pairs of each trained language that
     # TICO-19 has (de is not among them), in the held-out layout its evaluator reads; built once.
-    from ems.apps.ablation import prepare_task_dirs
+    from ems.apps.studies.ablation import prepare_task_dirs
     from eval.evaluators.heldout import find_heldout_bitexts
 
     cfg = AblationConfig(task_dirs={"tico19_dev": "tico"})
@@ -361,7 +365,7 @@ def test_the_tico19_development_set_is_built_for_the_trained_languages_it_has(da
 def test_score_encoder_runs_the_tasks_of_the_metrics_and_computes_group_and_mean_of_columns(tmp_path, monkeypatch):
     import eval.language_groups
     import eval.run_all
-    from ems.apps.ablation import score_encoder
+    from ems.apps.studies.ablation import score_encoder
 
     ran = []
 
@@ -392,5 +396,8 @@ def test_a_stopped_ablation_exits_with_the_trainer_s_status(tmp_path, monkeypatc
     out = ablation_out(tmp_path, monkeypatch, fake_train, lambda *args: {"x": 1.0})
     config = out / "ablation.yaml"
     config.write_text("variants:\n  v: {}\nseeds: [0]\nmetrics: {x: {task: t, path: [p]}}\n")
-    assert ems.apps.ablation.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path)]) == status
+    assert (
+        ems.apps.studies.ablation.main(["--config", str(config), "--out", str(out), "--data-dir", str(tmp_path)])
+        == status
+    )
     assert capsys.readouterr().err.startswith("v, seed 0: training stopped at step 3 of 2600")

@@ -3,8 +3,10 @@
 - no file under benchmarks/ touches sys.path or imports the repository's `tests` package (inputs shared
   with the tests come from `fixtures`), and none starts a Python child on program text (`python -c`) or
   on a file path (a script): a step that needs a process of its own is a module run with `python -m`;
-- every module of the package has a command line, and `python -m benchmarks.NAME --help` prints its
-  usage from the repository root, unless it is a helper that another benchmark imports;
+- benchmarks/ holds modules and study subpackages (benchmarks/gpu/, benchmarks/peer/) only;
+- every module of the package and its subpackages has a command line, and `python -m benchmarks.NAME --help`
+  (NAME dotted in a subpackage: gpu.acceptance) prints its usage from the repository root, unless it is a
+  helper that another benchmark imports;
 - the usage lines in the benchmarks and the commands in the documentation name a benchmark by module
   (`python -m benchmarks.NAME`), not by file (`python benchmarks/NAME.py`).
 
@@ -27,12 +29,20 @@ from tests.conftest import REPO_ROOT
 BENCHMARKS = REPO_ROOT / "benchmarks"
 FILES = sorted(BENCHMARKS.rglob("*.py"))
 FILE_IDS = [str(path.relative_to(REPO_ROOT)) for path in FILES]
-MODULES = sorted(path.stem for path in BENCHMARKS.glob("*.py") if path.stem != "__init__")
+# the package and its subpackages (a folder with __init__.py; gpu/standins/ holds stand-ins, not a package)
+PACKAGES = sorted(init.parent for init in BENCHMARKS.rglob("__init__.py"))
+# each module by its dotted name under benchmarks: "presets_table", "gpu.acceptance"
+MODULES = sorted(
+    ".".join(path.relative_to(BENCHMARKS).with_suffix("").parts)
+    for package in PACKAGES
+    for path in package.glob("*.py")
+    if path.stem != "__init__"
+)
 PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 # a shell line that hands python program text: `python -c ...`, `python3 -u -c ...`
 PYTHON_C = re.compile(r"(^|[\s/`'\"])python(3(\.\d+)?)?\s+(-[A-Za-z]+\s+)*-c(\s|$)")
 # a benchmark run as a file: `python benchmarks/NAME.py`, `python3 benchmarks/NAME.py`
-RUN_AS_FILE = re.compile(r"\bpython(3(\.\d+)?)?\s+(\./)?benchmarks/\w+\.py")
+RUN_AS_FILE = re.compile(r"\bpython(3(\.\d+)?)?\s+(\./)?benchmarks/[\w/]+\.py")
 # interpreter options that take the next word as their value
 OPTIONS_WITH_VALUE = ("-W", "-X")
 
@@ -159,28 +169,50 @@ def _has_main_block(tree: ast.Module) -> bool:
     return False
 
 
-def imported_modules(tree: ast.Module) -> set[str]:
-    """The modules of the benchmarks package that `tree` imports (absolute or relative)."""
+def _module_path(name: str) -> Path:
+    return BENCHMARKS.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def imported_modules(tree: ast.Module, package: str = "") -> set[str]:
+    """The modules of the benchmarks package that `tree` imports (absolute, or relative to `package`, the
+    dotted name under benchmarks of the importing module's package), by their dotted names under
+    benchmarks: a subpackage's `from benchmarks.gpu import stage` is gpu.stage."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("benchmarks.")}
+            names |= {a.name.removeprefix("benchmarks.") for a in node.names if a.name.startswith("benchmarks.")}
         elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level == 0 and module == "benchmarks" or node.level == 1 and not module:
-                names |= {a.name for a in node.names}
-            elif node.level == 0 and module.startswith("benchmarks."):
-                names.add(module.split(".")[1])
-            elif node.level == 1:
-                names.add(module.split(".")[0])
+            if node.level:
+                parts = package.split(".") if package else []
+                base = ".".join([*parts[: len(parts) - (node.level - 1)], *filter(None, [node.module])])
+            elif node.module == "benchmarks" or (node.module or "").startswith("benchmarks."):
+                base = node.module.removeprefix("benchmarks").removeprefix(".")
+            else:
+                continue
+            if base:
+                names.add(base)
+            names |= {f"{base}.{a.name}" if base else a.name for a in node.names}
     return names
 
 
-COMMANDS = [name for name in MODULES if _has_main_block(_tree(BENCHMARKS / f"{name}.py"))]
+def _package_of(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+COMMANDS = [name for name in MODULES if _has_main_block(_tree(_module_path(name)))]
+
+
+def test_benchmarks_holds_modules_and_study_packages_only():
+    strays = [
+        str(path.relative_to(REPO_ROOT))
+        for path in BENCHMARKS.iterdir()
+        if path.name != "__pycache__" and not (path.suffix == ".py" or (path / "__init__.py").is_file())
+    ]
+    assert not strays, f"neither a benchmark module nor a study's package: {strays}"
 
 
 def test_every_module_is_a_benchmark_or_a_helper_of_one():
-    helpers = set().union(*(imported_modules(_tree(BENCHMARKS / f"{name}.py")) for name in COMMANDS))
+    helpers = set().union(*(imported_modules(_tree(_module_path(name)), _package_of(name)) for name in COMMANDS))
     orphans = [name for name in MODULES if name not in COMMANDS and name not in helpers]
     assert not orphans, f"no command line and no benchmark imports them: {orphans}"
 
@@ -254,4 +286,17 @@ def test_a_benchmark_run_as_a_file_is_found():
     assert files_as_scripts("run\n    python benchmarks/mining_scale.py --n 3\n") == [
         "line 2: python benchmarks/mining_scale.py --n 3"
     ]
+    assert files_as_scripts("python benchmarks/gpu/acceptance.py run") == [
+        "line 1: python benchmarks/gpu/acceptance.py run"
+    ]
     assert not files_as_scripts("python -m benchmarks.mining_scale --n 3 (benchmarks/mining_scale.py)")
+
+
+def test_imports_are_named_by_their_dotted_module():
+    code = "from benchmarks.gpu import stage as s\nfrom benchmarks.peer.grid import X\nimport benchmarks.bare_step\n"
+    assert imported_modules(ast.parse(code + "from . import report\n"), "gpu") >= {
+        "gpu.stage",
+        "peer.grid",
+        "bare_step",
+        "gpu.report",
+    }

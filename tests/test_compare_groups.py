@@ -1,12 +1,12 @@
-"""eval.compare_groups: two per_language.csv files, means by group over the languages both score; with
+"""ems.apps.studies.compare_groups: two per_language.csv files, means by group over the languages both score; with
 --data-changed, the languages that gain pairs one by one."""
 
 from pathlib import Path
 
 import pytest
 
+from ems.apps.studies.compare_groups import gained_table, main, markdown_table, paired_means
 from ems.cli import run_main
-from eval.compare_groups import gained_table, main, markdown_table, paired_means
 
 HEADER = "language,canonical,group,training_pairs,tatoeba,flores200,sib200\n"
 

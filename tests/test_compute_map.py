@@ -1,6 +1,6 @@
-"""eval.compute_map, eval.compute_map_fit and eval.compute_map_points on synthetic points: the
-power-law fit, its uncertainty and projections, the compute-optimal frontier, the H100 FLOPs helper,
-reading and writing map_point.json, and the command line."""
+"""ems.apps.studies.compute_map, compute_map_fit and compute_map_points on synthetic points: the power-law
+fit, its uncertainty and projections, the compute-optimal frontier, the H100 FLOPs helper, reading and
+writing map_point.json, and the command line."""
 
 import json
 import math
@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ems.cli import USAGE_EXIT_CODE, run_main
-from eval.compute_map import JSON_FILE, MARKDOWN_FILE, PLOT_FILE, main, map_table, plot_map
-from eval.compute_map_fit import (
+from ems.apps.studies.compute_map import JSON_FILE, MARKDOWN_FILE, PLOT_FILE, main, map_table, plot_map
+from ems.apps.studies.compute_map_fit import (
     PROJECTION,
     fit_map,
     fit_power_law,
@@ -20,7 +19,8 @@ from eval.compute_map_fit import (
     h100_flops,
     project,
 )
-from eval.compute_map_points import MapPoint, point_path, read_points, write_point
+from ems.apps.studies.compute_map_points import MapPoint, point_path, read_points, write_point
+from ems.cli import USAGE_EXIT_CODE, run_main
 
 METRIC = "tatoeba/all"
 

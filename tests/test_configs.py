@@ -10,7 +10,8 @@ import yaml
 
 from data_prep.config import PrepConfig
 from data_prep.recipe import RecipeDataConfig
-from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config, variant_data_dirs
+from ems.apps.studies.ablation import AblationConfig, base_data_config, variant_data_config, variant_data_dirs
+from ems.apps.studies.compute_map_runs import MapConfig
 from ems.configs import ConfigError, FieldsOf, load_config, merge
 from ems.model_config import EMSConfig
 from ems.training.config import TrainConfig
@@ -18,22 +19,9 @@ from eval.run_all import SuiteConfig, suite_task_configs
 from eval.task import read_task_config
 from tests.conftest import REPO_ROOT
 
-
-def _map_config():
-    """benchmarks/compute_map_runs.py's MapConfig (a script, not a package module)."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("compute_map_runs", REPO_ROOT / "benchmarks" / "compute_map_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("compute_map_runs", module)
-    spec.loader.exec_module(sys.modules["compute_map_runs"])
-    return sys.modules["compute_map_runs"].MapConfig
-
-
 # The dataclass of each YAML under configs/ (a task config under configs/eval/ names its own: read_task_config)
 CONFIG_CLASSES = {
-    "scaling": lambda name: _map_config(),
+    "scaling": lambda name: MapConfig,
     "ablation": lambda name: AblationConfig,
     "train": lambda name: TrainConfig,
     "data": lambda name: RecipeDataConfig,  # the recipes' (ems-demo, ems-prep recipe, ablations)

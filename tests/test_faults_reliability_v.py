@@ -15,8 +15,8 @@ import torch
 import yaml
 
 import ems
-import ems.apps.ablation
 import ems.apps.demo
+import ems.apps.studies.ablation
 from ems.apps import export
 from ems.cli import run_main
 from ems.configs import ConfigError, load_config
@@ -214,17 +214,17 @@ def test_a_directory_given_as_a_config_file_says_so(tmp_path, capsys, monkeypatc
 
 
 def test_the_ablation_checks_its_set_items_and_data_configs_before_preparing_data(tmp_path, monkeypatch):
-    monkeypatch.setattr(ems.apps.ablation, "prepare_data", no_stage)
-    monkeypatch.setattr(ems.apps.ablation, "prepare_teachers", no_stage)
+    monkeypatch.setattr(ems.apps.studies.ablation, "prepare_data", no_stage)
+    monkeypatch.setattr(ems.apps.studies.ablation, "prepare_teachers", no_stage)
     config = tmp_path / "ablation.yaml"
     config.write_text(yaml.safe_dump({"variants": {"a": {}, "b": {"lr": 0.001}}, "seeds": [0]}))
     argv = ["--config", str(config), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path)]
     with pytest.raises(ConfigError, match=r"--set 'max_step=5': unknown key\(s\) \['max_step'\]; did you mean"):
-        ems.apps.ablation.main([*argv, "--set", "max_step=5"])
+        ems.apps.studies.ablation.main([*argv, "--set", "max_step=5"])
     # a data variant's config file: checked before the base data are prepared
     config.write_text(
         yaml.safe_dump({"variants": {"a": {}, "b": {}}, "seeds": [0], "data_variants": {"b": str(tmp_path)}})
     )
     with pytest.raises(IsADirectoryError, match=f"^config file {tmp_path} is a directory"):
-        ems.apps.ablation.main(argv)
+        ems.apps.studies.ablation.main(argv)
     assert not os.path.exists(tmp_path / "out" / "data")

@@ -1225,27 +1225,17 @@ def test_shards(base, outside, shards_dir, vocab_dir, target, index_mutation, ar
 # --- every config YAML (ems.configs.load_config and the config dataclasses) -------------------------
 
 
-def _map_config_class():
-    import importlib.util
-
-    name = "benchmarks_compute_map_runs"
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / "compute_map_runs.py")
-    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module.MapConfig
-
-
 def _config_readers():
     """{name: (seed file under configs/, the reader: path -> what it read)} for every kind of config."""
     from data_prep.config import PrepConfig
     from data_prep.recipe import RecipeDataConfig
-    from ems.apps.ablation import AblationConfig
+    from ems.apps.studies.ablation import AblationConfig
+    from ems.apps.studies.compute_map_runs import MapConfig
     from ems.configs import load_config
     from ems.training.config import TrainConfig
     from eval.run_all import suite_task_configs
     from eval.task import read_task_config
 
-    map_config = _map_config_class()
     return {
         "train": ("train/demo.yaml", lambda path: load_config(TrainConfig, path)),
         "train_paper": ("train/ems-paper.yaml", lambda path: load_config(TrainConfig, path)),
@@ -1258,7 +1248,7 @@ def _config_readers():
         "task_mlqe": ("eval/mlqe.yaml", read_task_config),
         "task_bucc": ("eval/flores_bucc.yaml", read_task_config),
         "ablation": ("ablation/demo.yaml", lambda path: load_config(AblationConfig, path)),
-        "scaling": ("scaling/multilingual.yaml", lambda path: load_config(map_config, path)),
+        "scaling": ("scaling/multilingual.yaml", lambda path: load_config(MapConfig, path)),
     }
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_acceptance.py (and the gpu_ modules it runs) on CPU: `prepare` on a slice of the real
+"""benchmarks/gpu/acceptance.py (and the modules of benchmarks/gpu/ it runs) on CPU: `prepare` on a slice of the real
 data (its contents, its size limit, the segmentation table and its stand-ins), the `run --smoke` path end
 to end on it, a run with too few minutes (every stage cut or failed, reported, within the minutes), the
 child-process step timing and its cap, and the one-line errors."""
@@ -14,16 +14,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks import (
-    gpu_acceptance,
-    gpu_mfu,
-    gpu_prepared,
-    gpu_profiles,
-    gpu_segmenters,
-    gpu_stage,
-    gpu_step,
-    gpu_train,
-)
+from benchmarks.gpu import acceptance as gpu_acceptance
+from benchmarks.gpu import mfu as gpu_mfu
+from benchmarks.gpu import prepared as gpu_prepared
+from benchmarks.gpu import profiles as gpu_profiles
+from benchmarks.gpu import segmenters as gpu_segmenters
+from benchmarks.gpu import stage as gpu_stage
+from benchmarks.gpu import step as gpu_step
+from benchmarks.gpu import train as gpu_train
 from ems.cli import run_main
 from ems.configs import load_config
 from ems.model_config import PRESETS

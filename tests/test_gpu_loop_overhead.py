@@ -1,8 +1,8 @@
-"""benchmarks/gpu_loop_overhead.py's reading of the trainer's logged windows."""
+"""benchmarks/gpu/loop_overhead.py's reading of the trainer's logged windows."""
 
 import pytest
 
-from benchmarks.gpu_loop_overhead import loop_figures
+from benchmarks.gpu.loop_overhead import loop_figures
 
 HISTORY = [
     {"step": 0, "valid_loss": 40.0},
@@ -30,7 +30,7 @@ def test_too_few_windows_is_one_line():
 
 
 def test_an_unknown_set_key_is_one_line_before_any_data_is_read(tmp_path, capsys):
-    from benchmarks.gpu_loop_overhead import main
+    from benchmarks.gpu.loop_overhead import main
     from ems.cli import run_main
 
     argv = ["--data", str(tmp_path / "absent"), "--work", str(tmp_path / "work"), "--device", "cpu"]

@@ -685,7 +685,7 @@ def test_the_mix_screen_varies_only_the_caps_and_weights_of_the_recipe_s_data():
     held-out pairs."""
     from dataclasses import replace
 
-    from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config
+    from ems.apps.studies.ablation import AblationConfig, base_data_config, variant_data_config
     from ems.configs import load_config
     from tests.conftest import REPO_ROOT
 
@@ -707,7 +707,7 @@ def test_the_recipe_screen_s_non_english_variant_adds_pivot_pairs_to_the_recipe_
     (configs/data/multilingual_lowres.yaml with its data_overrides)."""
     from dataclasses import replace
 
-    from ems.apps.ablation import AblationConfig, base_data_config, variant_data_config
+    from ems.apps.studies.ablation import AblationConfig, base_data_config, variant_data_config
     from ems.configs import load_config
     from tests.conftest import REPO_ROOT
 

@@ -2,13 +2,13 @@
 Challenge folders and three TICO-19 folders, the evaluation sets as they are."""
 
 import json
-import sys
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from data_prep.recipe import LANGUAGES_FILE, RecipeDataConfig, build_corpus
+from ems.apps.studies import compute_map_runs as runner
 from ems.configs import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 
@@ -138,23 +138,11 @@ def test_the_multilingual_recipe_trains_resumes_and_reports_by_group(sliced_data
     assert stages["steps"] == 4 and stages["seconds"]["train"] > 0
 
 
-@pytest.fixture
-def runner(monkeypatch):
-    """benchmarks/compute_map_runs.py as a module."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("compute_map_runs", REPO_ROOT / "benchmarks/compute_map_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "compute_map_runs", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_compute_map_runs_train_branch_score_and_map(runner, sliced_data, tmp_path):
-    """benchmarks/compute_map_runs.py on the slice: one size, budgets of 4 and 8 steps (the 4-step
+def test_the_compute_map_runs_train_branch_score_and_map(sliced_data, tmp_path):
+    """ems/apps/studies/compute_map_runs.py on the slice: one size, budgets of 4 and 8 steps (the 4-step
     model a decay branch of the 8-step run), each scored and written as a point, then the map; then a
     16-step budget, which goes on from the 8-step run's plateau."""
-    from eval.compute_map_points import read_points
+    from ems.apps.studies.compute_map_points import read_points
 
     (tmp_path / "tatoeba.yaml").write_text(TATOEBA_TASK.format(languages="[afr, xho]"))
     (tmp_path / "flores.yaml").write_text(
@@ -211,7 +199,7 @@ def test_the_compute_map_runs_train_branch_score_and_map(runner, sliced_data, tm
     assert (out / "map" / "compute_map.md").is_file() and (out / "map" / "compute_map.png").is_file()
 
 
-def test_training_seconds_count_each_logged_step_once(runner, tmp_path):
+def test_training_seconds_count_each_logged_step_once(tmp_path):
     """A run killed after logging step 100 resumed from its step-50 checkpoint and logged step 100
     again: the newest window counts; validation rows carry no window."""
     rows = [
@@ -226,7 +214,7 @@ def test_training_seconds_count_each_logged_step_once(runner, tmp_path):
     assert runner.training_seconds(tmp_path / "metrics.jsonl") == 10.0 + 11.0 + 9.5
 
 
-def test_a_scoring_cut_off_after_its_first_task_is_scored_again(runner, tmp_path, monkeypatch):
+def test_a_scoring_cut_off_after_its_first_task_is_scored_again(tmp_path, monkeypatch):
     """As when a session ended inside base's scoring: results.json held Tatoeba only, and the point was
     written without FLORES and SIB-200."""
     import ems.encoder_kinds
@@ -245,7 +233,7 @@ def test_a_scoring_cut_off_after_its_first_task_is_scored_again(runner, tmp_path
         assert len(calls) == scored
 
 
-def test_the_map_prepares_its_data_config_with_data_overrides_over_it(runner, tmp_path, monkeypatch):
+def test_the_map_prepares_its_data_config_with_data_overrides_over_it(tmp_path, monkeypatch):
     """A map config's data_overrides reach the data it prepares (a corpus_mix over a data config that
     caps nothing); a key RecipeDataConfig lacks is one error naming it, before any work."""
     import ems.apps.demo

@@ -217,7 +217,7 @@ def test_collate_hands_over_everything_the_forward_reads(real_batch):
 def test_twenty_training_steps_read_nothing_back_from_the_gpu(real_batch):
     # set_sync_debug_mode("error") raises at any operation that waits for the device (.item(), nonzero, a
     # blocking copy to the host): the step as the loop runs it (packed on the host, bf16, varlen) has none.
-    from ems.training.bare_step import bare_step
+    from benchmarks.bare_step import bare_step
 
     model, batch = real_batch
     plain = {key: value for key, value in batch.items() if key not in ("packing", "vocabulary")}

@@ -1,5 +1,5 @@
-"""benchmarks/peer_sentence_transformers.py and its helpers (peer_training, peer_grid, peer_scoring,
-peer_report): the budget it reads from a demo directory, the refusal of anything else, the peer's shape
+"""benchmarks/peer/sentence_transformers.py and its helpers (training, grid, scoring,
+report): the budget it reads from a demo directory, the refusal of anything else, the peer's shape
 and training settings read from the EMS run, the (vocab, lr) coordinate search on held-out at the full
 budget (a fake trainer whose scores are known functions of both), its extensions past an edge and its
 edge flags, EMS's worst case over the grid on each metric, the faster precision, the comparison tables'
@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import peer_grid, peer_report, peer_scoring, peer_training
-from benchmarks import peer_sentence_transformers as peer
+from benchmarks.peer import grid as peer_grid
+from benchmarks.peer import report as peer_report
+from benchmarks.peer import scoring as peer_scoring
+from benchmarks.peer import sentence_transformers as peer
+from benchmarks.peer import training as peer_training
 from ems.cli import UserError
 from tests.conftest import REPO_ROOT
 

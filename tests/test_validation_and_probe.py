@@ -14,13 +14,13 @@ from ems.model import EncoderNetwork
 from ems.model_config import config_from_preset
 from ems.shards import PairShards
 from ems.text import Tokenizer
+from ems.training.retrieval_probe import RetrievalProbe
 from ems.training.train import train
 from ems.training.validator import SAMPLE_FILE, equal_shares, stratified_sample, validation_sample
 from eval.curves import main as curves_main
 from eval.curves import read_metrics
 from eval.evaluators.retrieval import bidirectional_p_at_1
 from eval.evaluators.tatoeba import load_tatoeba_pair
-from eval.probe import RetrievalProbe
 from tests.conftest import SMALL_MODEL, small_run
 
 

@@ -10,7 +10,7 @@ calls them, in this order:
     resume        exact and elastic resume from the newest usable checkpoint, config changes
     metrics       the training log: metrics.jsonl, TensorBoard, the progress bar
     validator     validation losses on a stored stratified sample, per language pair
-    probe         the retrieval probe behind the learning curves
+    probe         the retrieval probe behind the learning curves (its test pairs and scoring: retrieval_probe)
 
 Each component that runs periodically owns its cadence (`should_run(step, last)` or the like,
 from TrainConfig). The package imports nothing on its own: `python -m ems.training.train` holds its stop

@@ -129,7 +129,7 @@ class TrainConfig:
     # core the step's threads use (ems.training.batches.prefetch_depth). data_wait_fraction in the logs is
     # the share of wall time the steps spent waiting for data.
     prefetch_batches: int | str = "auto"
-    # Learning curves: Tatoeba and FLORES-200 devtest P@1 (eval.probe) of the model's languages,
+    # Learning curves: Tatoeba and FLORES-200 devtest P@1 (ems.training.retrieval_probe) of the model's languages,
     # the first probe_sentences pairs of each, every probe_every steps (0: off), from probe_data
     # (a directory holding tatoeba/ and flores200/devtest/); logged like validation.
     probe_every: int = 0

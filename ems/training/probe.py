@@ -1,7 +1,7 @@
-"""Learning curves: the retrieval probe (eval.probe: Tatoeba and FLORES-200 devtest P@1 of the
+"""Learning curves: the retrieval probe (ems.training.retrieval_probe: Tatoeba and FLORES-200 devtest P@1 of the
 model's languages) at the start of a run, every probe_every steps (0: never) and at its end.
 
-In: the engine and rank 0's eval.probe.RetrievalProbe; out: records with probe_<task> (the
+In: the engine and rank 0's ems.training.retrieval_probe.RetrievalProbe; out: records with probe_<task> (the
 average) and probe_languages in metrics.jsonl, TensorBoard scalars probe/<task>/{average,<lang>}.
 """
 
@@ -15,7 +15,7 @@ from ems.training.metrics import MetricsLog
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
 
-    from eval.probe import RetrievalProbe
+    from ems.training.retrieval_probe import RetrievalProbe
 
 
 @dataclass

@@ -59,7 +59,7 @@ from ems.training.validator import ValidationSet, Validator, validation_sample
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
 
-    from eval.probe import RetrievalProbe
+    from ems.training.retrieval_probe import RetrievalProbe
 
 
 @dataclass
@@ -263,7 +263,7 @@ def validation_set(cfg: TrainConfig, model_cfg: EMSConfig, rank: int) -> Validat
 
 def retrieval_probe(cfg: TrainConfig, tokenizer: Tokenizer) -> RetrievalProbe:
     """The retrieval probe of the vocabulary's languages from cfg.probe_data (an error when it has none)."""
-    from eval.probe import RetrievalProbe
+    from ems.training.retrieval_probe import RetrievalProbe
 
     retrieval = RetrievalProbe(cfg.probe_data, tokenizer, cfg.probe_sentences)
     if not retrieval:

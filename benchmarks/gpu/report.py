@@ -1,4 +1,4 @@
-"""The GPU acceptance run's report (benchmarks/gpu_acceptance.py): report.json and report.md.
+"""The GPU acceptance run's report (benchmarks/gpu/acceptance.py): report.json and report.md.
 
 In: the run's context (its stages' records and outputs, the prepared data's manifest, the run's
 metrics.jsonl, each evaluation task's results.json). Out: one JSON document (settings, each stage's
@@ -50,7 +50,7 @@ def describe_step(figures: dict) -> str:
 
 
 def describe_loop(figures: dict) -> str:
-    """A training loop's timing from the mfu stage (gpu_loop_overhead.measure's figures, or {"error"})."""
+    """A training loop's timing from the mfu stage (loop_overhead.measure's figures, or {"error"})."""
     if "error" in figures:
         return f"error: {figures['error']}"
     loop = figures["loop"]
@@ -142,7 +142,14 @@ def language_groups(tasks: dict, shards: Path, out: Path) -> dict:
     """The finished tasks' rows by training-data group (eval.language_groups): written to `out`
     (per_language.csv, by_group.md, p_at_1_vs_pairs.png); {"by_group_md", "means": {task: {group:
     {"mean", "n"}}}}, or {"error"} when no task has per-language rows."""
-    from eval.language_groups import ALL, GROUPS, MARKDOWN_FILE, grouped_results, training_pairs, write_grouped
+    from eval.language_groups import (
+        ALL,
+        GROUPS,
+        MARKDOWN_FILE,
+        grouped_results,
+        training_pairs,
+        write_grouped,
+    )
     from eval.results import RESULTS_FILE
 
     pairs = training_pairs(shards)
@@ -196,7 +203,7 @@ def cuts(report: dict) -> list[str]:
 
 
 def build_report(ctx) -> dict:
-    """The report of what `ctx` (gpu_stage.Context) has done so far."""
+    """The report of what `ctx` (benchmarks.gpu.stage.Context) has done so far."""
     evaluate = ctx.stages.get("evaluate", {})
     evaluation = {key: value for key, value in ctx.output("evaluate").items() if key != "tasks"}
     evaluation["tasks"] = task_summaries(ctx.output("evaluate").get("tasks", {}))

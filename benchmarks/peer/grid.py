@@ -1,4 +1,4 @@
-"""The peer benchmark's grid (benchmarks/peer_sentence_transformers.py): its (vocabulary, lr) points,
+"""The peer benchmark's grid (benchmarks/peer/sentence_transformers.py): its (vocabulary, lr) points,
 the coordinate search over them on held-out P@1, and the search's runs, each point trained for the
 whole budget and scored (a point trained before is reused). A helper of that benchmark: no command line.
 """
@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks import peer_scoring, peer_training
+from benchmarks.peer import scoring as peer_scoring
+from benchmarks.peer import training as peer_training
 
 EXTEND = 2  # extensions of each axis beyond an edge pick
 MIN_VOCAB = 1000  # an extension below this is not run

@@ -1,21 +1,21 @@
 """The GPU acceptance run: a lent GPU gives a whole report in one command of at most 9 minutes.
 
-    # on the CPU machine, once: the data stage, packed to travel (benchmarks/gpu_prepared.py)
-    python -m benchmarks.gpu_acceptance prepare --out runs/gpu_data --wheels
+    # on the CPU machine, once: the data stage, packed to travel (benchmarks/gpu/prepared.py)
+    python -m benchmarks.gpu.acceptance prepare --out runs/gpu_data --wheels
     # on the GPU machine (runs/gpu_data carried; docs/getting-started.md, "GPU machines"): checks, MFU
     # probe, training, evaluation, report
     python3 -m pip install -q --no-index --no-deps --target /tmp/site runs/gpu_data/wheels/*.whl
-    PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu_acceptance run --data runs/gpu_data --work /tmp/ga \
+    PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu.acceptance run --data runs/gpu_data --work /tmp/ga \
         --report-dir DIR
     # the same path, tiny, on CPU (CI: tests/test_gpu_acceptance.py, on a prepared slice)
-    python -m benchmarks.gpu_acceptance run --data PREPARED --work /tmp/smoke --smoke
+    python -m benchmarks.gpu.acceptance run --data PREPARED --work /tmp/smoke --smoke
 
 `prepare` runs the all-language recipe's data stage (configs/data/multilingual.yaml: every Tatoeba
 Challenge and TICO-19 language, evaluation sentences removed, 64k SentencePiece, shards) here and keeps
 what the GPU run reads in --out, checked against --max-mib (60: the device tool carries 64 MiB with the
 working tree), with a manifest; --wheels adds the Python packages the GPU image lacks (deepspeed,
 faiss-cpu, sacremoses, ...: PYTHONPATH on the GPU machine). jieba, MeCab and OpenCC are too big to
-carry: their answers for the evaluation sentences travel as a table (benchmarks/segmenters/).
+carry: their answers for the evaluation sentences travel as a table (benchmarks/gpu/standins/).
 
 `run` checks --data's manifest (one line and status 2 for a directory that is incomplete or too big),
 unpacks it under --work and runs, each stage capped in time, all within --total-minutes (9.5):
@@ -65,16 +65,16 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import gpu_report
-from benchmarks.gpu_environment import stage_environment
-from benchmarks.gpu_evaluate import stage_evaluate
-from benchmarks.gpu_mfu import stage_mfu
-from benchmarks.gpu_prepared import DATA_CONFIG, DEFAULT_LIMIT_MIB, SEGMENTATION, open_prepared, prepare, unpack
-from benchmarks.gpu_profiles import GPU, SMOKE
-from benchmarks.gpu_segmenters import segmenters
-from benchmarks.gpu_stage import Clock, Context, now, run_stage, write_report
-from benchmarks.gpu_step import step_time_main
-from benchmarks.gpu_train import stage_train
+from benchmarks.gpu import report as gpu_report
+from benchmarks.gpu.environment import stage_environment
+from benchmarks.gpu.evaluate import stage_evaluate
+from benchmarks.gpu.mfu import stage_mfu
+from benchmarks.gpu.prepared import DATA_CONFIG, DEFAULT_LIMIT_MIB, SEGMENTATION, open_prepared, prepare, unpack
+from benchmarks.gpu.profiles import GPU, SMOKE
+from benchmarks.gpu.segmenters import segmenters
+from benchmarks.gpu.stage import Clock, Context, now, run_stage, write_report
+from benchmarks.gpu.step import step_time_main
+from benchmarks.gpu.train import stage_train
 from ems.cli import UserError, add_debug_option, run_main
 
 
@@ -147,7 +147,11 @@ def run_command(args: argparse.Namespace, clock: Clock) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu.acceptance",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_debug_option(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     prep = commands.add_parser("prepare", help="the data stage on this (CPU) machine, packed to travel")

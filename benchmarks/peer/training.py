@@ -1,4 +1,4 @@
-"""The peer of the peer benchmark (benchmarks/peer_sentence_transformers.py), built and trained as
+"""The peer of the peer benchmark (benchmarks/peer/sentence_transformers.py), built and trained as
 sentence-transformers' documentation teaches: its shape and training settings (read from the EMS
 model's), its Unigram tokenizer, a run of SentenceTransformerTrainer on a linear schedule that a time
 budget re-fits, and the probes that time a vocabulary and a precision. A helper of that benchmark: no

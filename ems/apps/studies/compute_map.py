@@ -1,11 +1,11 @@
 """The compute→quality map: measured (model size, compute budget) points, a power-law fit of the
 error rate per size and metric, the compute-optimal frontier, and projections to more compute.
 
-    python -m eval.compute_map RUN_ROOT --out DIR [--metric tatoeba/all ...] [--hours 1 8 64]
+    python -m ems.apps.studies.compute_map RUN_ROOT --out DIR [--metric tatoeba/all ...] [--hours 1 8 64]
 
 It trains and evaluates nothing: each trained and evaluated model is one point, a file
-RUN_ROOT/<size>/<budget>/map_point.json (eval.compute_map_points). The fit per size and metric, its
-projections and the frontier are eval.compute_map_fit's; every output (table, JSON, plot) labels a
+RUN_ROOT/<size>/<budget>/map_point.json (ems.apps.studies.compute_map_points). The fit per size and metric, its
+projections and the frontier are ems.apps.studies.compute_map_fit's; every output (table, JSON, plot) labels a
 score at a compute outside the measured points "projection".
 
 `write_map` writes DIR/compute_map.md (the markdown `map_table`, also printed), DIR/compute_map.json
@@ -29,10 +29,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ems.artifacts import write_json  # noqa: E402
-from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
-from eval.chart import save_figure  # noqa: E402
-from eval.compute_map_fit import (  # noqa: E402
+from ems.apps.studies.compute_map_fit import (  # noqa: E402
     DEFAULT_LEVEL,
     EMS_MFU,
     H100_PEAK_TFLOPS,
@@ -48,7 +45,10 @@ from eval.compute_map_fit import (  # noqa: E402
     project,
     projections,
 )
-from eval.compute_map_points import POINT_FILE, MapPoint, metrics_of, read_points, size_order  # noqa: E402
+from ems.apps.studies.compute_map_points import POINT_FILE, MapPoint, metrics_of, read_points, size_order  # noqa: E402
+from ems.artifacts import write_json  # noqa: E402
+from ems.cli import UserError, add_debug_option, run_main  # noqa: E402
+from eval.chart import save_figure  # noqa: E402
 
 MARKDOWN_FILE = "compute_map.md"
 JSON_FILE = "compute_map.json"
@@ -280,7 +280,9 @@ def write_map(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.compute_map", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ems.apps.studies.compute_map", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("run_root", type=Path, help=f"directory of <size>/<budget>/{POINT_FILE}")
     parser.add_argument("--out", type=Path, required=True, help="directory for compute_map.{md,json,png}")
     parser.add_argument(

@@ -1,4 +1,4 @@
-"""How the peer benchmark (benchmarks/peer_sentence_transformers.py) scores every model, EMS and peer
+"""How the peer benchmark (benchmarks/peer/sentence_transformers.py) scores every model, EMS and peer
 alike: eval.run_all on the suite and the held-out pairs, each task reduced to its mean P@1 (higher is
 better) or, for an error rate such as xSIM's, to its mean error under the task's name + ERROR_SUFFIX
 (lower is better: `lower_is_better`). A helper of that benchmark: no command line.

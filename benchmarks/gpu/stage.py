@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import gpu_report
-from benchmarks.gpu_prepared import Prepared
-from benchmarks.gpu_profiles import Profile
+from benchmarks.gpu import report as gpu_report
+from benchmarks.gpu.prepared import Prepared
+from benchmarks.gpu.profiles import Profile
 from ems.cli import one_line
 
 STAGES = ("environment", "mfu", "train", "evaluate", "report")

@@ -1,14 +1,14 @@
 """What the training loop adds to the bare training step, per preset and batch size, on the data and config of
 the GPU acceptance run: the figures that choose the GPU's preset and batch.
 
-    python -m benchmarks.gpu_loop_overhead --data runs/gpu_data --work /tmp/lo --preset medium ems-paper \
+    python -m benchmarks.gpu.loop_overhead --data runs/gpu_data --work /tmp/lo --preset medium ems-paper \
         --pairs 1024 2048 4096 --steps 200 --out-dir DIR            # the GPU run: pairs/s, MFU, recompiles
-    python -m benchmarks.gpu_loop_overhead --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
+    python -m benchmarks.gpu.loop_overhead --data runs/gpu_data --work /tmp/lo --device cpu --preset tiny \
         --steps 12 --log-every 3                                     # wiring, on CPU
-    python -m benchmarks.gpu_loop_overhead --demo runs/demo --config configs/train/demo.yaml --device cpu \
+    python -m benchmarks.gpu.loop_overhead --demo runs/demo --config configs/train/demo.yaml --device cpu \
         --preset tiny --pairs 256 --steps 300 --log-every 50 --work /tmp/lo   # the demo's loop on CPU (bf16 where fast)
 
-The bare step: `gpu_step.step_seconds` (model, fused AdamW, autocast, compiled where the loop compiles:
+The bare step: `benchmarks.gpu.step.step_seconds` (model, fused AdamW, autocast, compiled where the loop compiles:
 TrainConfig.compile; the batch packed on the host as the loop packs it; no DeepSpeed, no data loading,
 nothing read back to the host but the timing's synchronisation) on `--pairs` random training pairs. The loop:
 `ems.training.train` on configs/train/gpu.yaml with each `--preset` and `--pairs`, `--steps` steps, no
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.gpu_prepared import open_prepared, unpack
-from benchmarks.gpu_profiles import TRAIN_CONFIG
-from benchmarks.gpu_step import batch_flops, model_config, probe_batch, shards_of, step_seconds
+from benchmarks.gpu.prepared import open_prepared, unpack
+from benchmarks.gpu.profiles import TRAIN_CONFIG
+from benchmarks.gpu.step import batch_flops, model_config, probe_batch, shards_of, step_seconds
 from benchmarks.train_mfu import known_peak_tflops
 from ems.apps.demo import data_paths
 from ems.cli import add_debug_option, run_main
@@ -171,9 +171,13 @@ def measure(unpacked: dict, preset: str, pairs: int, timing: LoopTiming) -> dict
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu.loop_overhead",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     data = parser.add_mutually_exclusive_group(required=True)
-    data.add_argument("--data", type=Path, help="the directory gpu_acceptance.py prepare wrote")
+    data.add_argument("--data", type=Path, help="the directory `python -m benchmarks.gpu.acceptance prepare` wrote")
     data.add_argument("--demo", type=Path, help="an ems-demo run directory (its shards/ and vocab/) instead")
     parser.add_argument("--config", type=Path, default=TRAIN_CONFIG, help="the training config (default: gpu.yaml)")
     parser.add_argument("--data-dir", type=Path, default=None, help="with --demo: the evaluation data (probe_data)")

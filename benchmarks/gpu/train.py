@@ -9,9 +9,9 @@ import dataclasses
 import math
 import time
 
-from benchmarks.gpu_profiles import TRAIN_CONFIG
-from benchmarks.gpu_stage import Context, write_report
-from benchmarks.gpu_step import model_config, shards_of
+from benchmarks.gpu.profiles import TRAIN_CONFIG
+from benchmarks.gpu.stage import Context, write_report
+from benchmarks.gpu.step import model_config, shards_of
 
 WARMUP_SHARE = 0.1  # of the predicted steps, when the profile fits the schedule to them
 FLOPS_BATCHES = 4  # random batches of the shards that each preset's FLOPs per pair are averaged over
@@ -22,8 +22,7 @@ def choose_preset(ctx: Context, base, loop_minutes: float) -> dict:
     batch in `loop_minutes`, at its eager s/step measured by the mfu stage), the smallest timed when none
     does, the fallback when none was timed; {"preset", "rule", "loop_minutes", "predicted_steps" (not for
     the fallback), "candidates": per preset its parameters, GFLOP/pair and s/step, steps, useful or error}."""
-    from benchmarks.presets_table import flops_per_pair, sample_batches
-    from ems.flops import encoder_parameters
+    from ems.flops import encoder_parameters, flops_per_pair, sample_batches
 
     profile, shards = ctx.profile, shards_of(ctx.train_data)
     timed = ctx.output("mfu").get("presets", {})

@@ -1,4 +1,4 @@
-"""The fit of the compute→quality map (eval.compute_map), per size and metric, and the
+"""The fit of the compute→quality map (ems.apps.studies.compute_map), per size and metric, and the
 compute-optimal frontier.
 
 The fit: 100 - score = A * C^(-alpha), C the training FLOPs, by least squares of log(100 - score)
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from eval.compute_map_points import MapPoint, size_order
+from ems.apps.studies.compute_map_points import MapPoint, size_order
 
 PROJECTION = "projection"  # the label of every score at a compute no model was trained with
 DEFAULT_LEVEL = 0.95  # two-sided prediction interval

@@ -1,7 +1,7 @@
 """Train and evaluate the runs of a compute→quality map: several model sizes, several budgets each,
 on one corpus; each finished model becomes one point (OUT/points/<size>/<budget>/map_point.json).
 
-    python -m benchmarks.compute_map_runs --config configs/scaling/multilingual.yaml --out runs/map
+    python -m ems.apps.studies.compute_map_runs --config configs/scaling/multilingual.yaml --out runs/map
                                           [--sizes tiny ...] [--budgets LABEL ...] [--data-dir DIR] [--map]
 
 Per size, ONE warm-up–stable–decay run to the largest budget keeps a checkpoint at each smaller
@@ -18,8 +18,8 @@ time, plus that of the run it went on from up to where it did, pro rata of its s
 
 Every stage is skipped when its output exists, so the same command resumes after a kill, and
 `--sizes` lets one process per size run side by side. `--map` then (or alone) writes the map:
-eval.compute_map on OUT/points, into OUT/map (python -m eval.compute_map OUT/points --out DIR does
-the same from committed points).
+ems.apps.studies.compute_map on OUT/points, into OUT/map (python -m ems.apps.studies.compute_map OUT/points
+--out DIR does the same from committed points).
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ from typing import Annotated
 from data_prep.recipe import RecipeDataConfig
 from ems.cli import UserError, add_debug_option, run_main
 from ems.configs import ConfigError, FieldsOf, as_values, load_config, load_yaml
+from ems.training.config import REPO_ROOT
 from ems.training.model_card import TRAIN_CONFIG_FILE
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 TASK_METRICS = {"tatoeba": "tatoeba", "flores200": "flores", "sib200": "sib200"}  # results.json task -> metric name
 TIMES_FILE = "train_seconds.json"
@@ -259,11 +258,10 @@ def group_scores(results: Path, pairs: dict[str, int]) -> dict[str, float]:
 def write_points(
     cfg: MapConfig, size: str, budgets: dict[str, int], runs: dict[str, Path], prepared: Path, out: Path, data_dir: Path
 ) -> None:
-    from benchmarks.presets_table import flops_per_pair, sample_batches
+    from ems.apps.studies.compute_map_points import MapPoint, point_path, write_point
     from ems.encoder import load
-    from ems.flops import encoder_parameters
+    from ems.flops import encoder_parameters, flops_per_pair, sample_batches
     from ems.shards import PairShards
-    from eval.compute_map_points import MapPoint, point_path, write_point
     from eval.language_groups import training_pairs
 
     shards = PairShards(prepared / "shards" / "train")
@@ -291,7 +289,11 @@ def write_points(
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ems.apps.studies.compute_map_runs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sizes", nargs="*", default=None, help="the sizes to run (default: all of the config's)")
@@ -325,7 +327,7 @@ def main(argv: list[str]) -> int:
                 runs = train_size(cfg, size, budgets, prepared, args.data_dir, args.out)
                 write_points(cfg, size, budgets, runs, prepared, args.out, args.data_dir)
     if args.map:
-        from eval.compute_map import write_map
+        from ems.apps.studies.compute_map import write_map
 
         markdown, _ = write_map(args.out / "points", args.out / "map")
         print(markdown)

@@ -1,5 +1,5 @@
 """The GPU acceptance run's Chinese and Japanese segmentation: the installed jieba, MeCab and OpenCC, or
-the stand-ins of benchmarks/segmenters answering from the prepared table, loaded for the run's duration.
+the stand-ins of benchmarks/gpu/standins answering from the prepared table, loaded for the run's duration.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-STANDINS = Path(__file__).resolve().parent / "segmenters"
+STANDINS = Path(__file__).resolve().parent / "standins"
 SEGMENTER_PACKAGES = ("jieba", "fugashi", "unidic_lite", "opencc")
 
 
 @contextmanager
 def segmenters(mode: str, table: Path):
     """Chinese and Japanese segmentation for the run: the installed jieba, MeCab and OpenCC ("installed"),
-    or the stand-ins of benchmarks/segmenters answering from the prepared table ("table"; "auto": where
+    or the stand-ins of benchmarks/gpu/standins answering from the prepared table ("table"; "auto": where
     any of them is missing). The stand-ins are loaded as the modules jieba, fugashi and opencc of this process
     and named first in the PYTHONPATH that spawned tokenizer workers inherit; ems.text's cached segmenters are
     dropped; all restored on exit. Yields
@@ -42,7 +42,7 @@ def segmenters(mode: str, table: Path):
         getter.cache_clear()
     why = f"missing: {', '.join(missing)}" if missing else "--segmenters table"
     try:
-        yield {"mode": "table", "detail": f"the stand-ins of benchmarks/segmenters on {table.name} ({why})"}
+        yield {"mode": "table", "detail": f"the stand-ins of benchmarks/gpu/standins on {table.name} ({why})"}
     finally:
         for name in names:
             sys.modules.pop(name, None)

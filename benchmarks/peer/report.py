@@ -1,4 +1,4 @@
-"""The peer benchmark's report tables (benchmarks/peer_sentence_transformers.py): EMS against one peer
+"""The peer benchmark's report tables (benchmarks/peer/sentence_transformers.py): EMS against one peer
 run, EMS against the best grid point on each metric (its worst case), the grid's points, and both
 models by the language's training pairs. A helper of that benchmark: no command line.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import statistics
 
-from benchmarks import peer_grid, peer_scoring
+from benchmarks.peer import grid as peer_grid
+from benchmarks.peer import scoring as peer_scoring
 
 
 def report_table(ems: dict, peer: dict) -> str:

@@ -1,6 +1,6 @@
 """The table behind the stand-ins in this directory (jieba, fugashi, opencc): the answers the real
 packages gave to every evaluation sentence that can reach them, recorded by `python -m
-benchmarks.gpu_acceptance prepare` (benchmarks/gpu_prepared.py: segmentation.json.xz) and named by
+benchmarks.gpu.acceptance prepare` (benchmarks/gpu/prepared.py: segmentation.json.xz) and named by
 $EMS_SEGMENTATION_TABLE.
 
 The GPU run loads these modules in place of those packages (and names this directory in the PYTHONPATH
@@ -23,7 +23,7 @@ def table() -> dict:
     path = os.environ.get(ENV)
     if not path:
         raise LookupError(
-            f"${ENV} is not set: the segmenter stand-ins need the table of `benchmarks.gpu_acceptance prepare`"
+            f"${ENV} is not set: the segmenter stand-ins need the table of `benchmarks.gpu.acceptance prepare`"
         )
     with lzma.open(path, "rt", encoding="utf-8") as f:
         return json.load(f)

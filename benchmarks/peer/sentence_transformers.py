@@ -1,11 +1,11 @@
 """The peer benchmark: sentence-transformers' stock trainer against the EMS trainer, at equal time.
 
-    python -m benchmarks.peer_sentence_transformers --demo runs/demo --out runs/peer
-    python -m benchmarks.peer_sentence_transformers --demo runs/multilingual --out runs/peer-multilingual \
+    python -m benchmarks.peer.sentence_transformers --demo runs/demo --out runs/peer
+    python -m benchmarks.peer.sentence_transformers --demo runs/multilingual --out runs/peer-multilingual \
         --suite configs/eval/suite_multilingual.yaml
-    python -m benchmarks.peer_sentence_transformers ... --vocab-grid 8000 16000 32000 64000 --lr-grid 1e-3 3e-3 1e-2 \
+    python -m benchmarks.peer.sentence_transformers ... --vocab-grid 8000 16000 32000 64000 --lr-grid 1e-3 3e-3 1e-2 \
         --extend 2 --precision auto --equal-pairs --seed 0
-    python -m benchmarks.peer_sentence_transformers --demo runs/map/data --run runs/map/runs/tiny/30min \
+    python -m benchmarks.peer.sentence_transformers --demo runs/map/data --run runs/map/runs/tiny/30min \
         --seconds 2760 --suite configs/eval/suite_multilingual.yaml --out runs/peer-map   # a map point
 
 What a new user would try instead of this project, built the way its documentation teaches, on the
@@ -65,14 +65,21 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from benchmarks import peer_grid, peer_report, peer_scoring, peer_training
+from benchmarks.peer import grid as peer_grid
+from benchmarks.peer import report as peer_report
+from benchmarks.peer import scoring as peer_scoring
+from benchmarks.peer import training as peer_training
 from ems.cli import UserError, add_debug_option, run_main
 from ems.corpus import list_parallel, read_parallel
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+if TYPE_CHECKING:
+    from ems.model_config import EMSConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 VOCAB_GRID = [8000, 16000, 32000, 64000]
 LR_GRID = [1e-3, 3e-3, 1e-2]
@@ -160,7 +167,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     from ems.apps.demo import DEMO_SUITE
     from eval.run_all import add_task_dir_option
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.peer.sentence_transformers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--demo", type=Path, required=True, help="a finished ems-demo directory (corpus/, run/, demo_stages.json)"
     )
@@ -224,11 +235,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str]) -> int:
-    from ems.apps.demo import DEMO_SUITE
-    from ems.run_metadata import cpu_model
+@dataclass
+class Study:
+    """What the benchmark reads before it trains anything: the EMS run (`ems_run`, its `budget`, model config
+    `cfg`, weight decay and global batch), the peer's `training` settings, the `scoring` both sides share, the
+    training `pairs` and `languages`, and each language's training pairs (None without DEMO/shards/train)."""
 
-    args = parse_args(argv)
+    args: argparse.Namespace
+    ems_run: Path
+    budget: dict
+    seconds: float
+    cfg: EMSConfig
+    weight_decay: float
+    ems_batch: int
+    training: peer_training.PeerTraining
+    score_languages: str
+    scoring: peer_scoring.Scoring
+    pairs: list[tuple[str, str]]
+    languages: list[str]
+    pairs_by_language: dict[str, int] | None
+    vocab_grid: list[int]
+
+
+def read_study(args: argparse.Namespace) -> Study:
+    """The Study of `args`, every input checked (a missing or malformed suite fails now, not after the training)."""
+    from ems.apps.demo import DEMO_SUITE
+    from eval.run_all import suite_task_configs
+
     ems_run = args.run or args.demo / "run"
     budget = ems_budget(args.demo, args.run, args.seconds)
     cfg = ems_config(ems_run)
@@ -238,9 +271,7 @@ def main(argv: list[str]) -> int:
     )
     if not (args.data_dir / "tatoeba").is_dir():
         raise UserError(f"{args.data_dir} holds no tatoeba/: point --data-dir (or EMS_DATA_DIR) at the evaluation data")
-    from eval.run_all import suite_task_configs
-
-    suite_task_configs(args.suite)  # a missing or malformed suite fails now, not after the training
+    suite_task_configs(args.suite)
     score_languages = args.score_languages or (
         "trained" if args.suite.resolve() == Path(DEMO_SUITE).resolve() else "all"
     )
@@ -249,100 +280,177 @@ def main(argv: list[str]) -> int:
         from eval.language_groups import training_pairs
 
         pairs_by_language = training_pairs(args.demo / "shards" / "train")
-    seconds = args.seconds or budget["seconds"]
     languages = languages_of(args.demo)
     scored = languages if score_languages == "trained" else None
-    scoring = peer_scoring.Scoring(args.demo, args.data_dir, scored, args.suite, dict(args.task_dir) or None)
-    pairs = read_pairs(args.demo / "corpus" / "train")
-    vocab_grid = [args.vocab_size] if args.vocab_size else args.vocab_grid
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    runs = len(set(vocab_grid)) + len(set(args.lr_grid)) - 1
+    return Study(
+        args=args,
+        ems_run=ems_run,
+        budget=budget,
+        seconds=args.seconds or budget["seconds"],
+        cfg=cfg,
+        weight_decay=weight_decay,
+        ems_batch=ems_batch,
+        training=training,
+        score_languages=score_languages,
+        scoring=peer_scoring.Scoring(args.demo, args.data_dir, scored, args.suite, dict(args.task_dir) or None),
+        pairs=read_pairs(args.demo / "corpus" / "train"),
+        languages=languages,
+        pairs_by_language=pairs_by_language,
+        vocab_grid=[args.vocab_size] if args.vocab_size else args.vocab_grid,
+    )
+
+
+def describe_study(study: Study) -> str:
+    """The line printed before the training: the pairs, languages, budget and the peer."""
+    from ems.run_metadata import cpu_model
+
+    args, languages = study.args, study.languages
+    runs = len(set(study.vocab_grid)) + len(set(args.lr_grid)) - 1
     named = ", ".join(languages) if len(languages) <= 20 else f"{', '.join(languages[:20])}, ..."
-    print(
-        f"{len(pairs):,} training pairs, {len(languages)} languages ({named}); budget {seconds:.0f} s (the EMS "
-        f"run's training time) per grid point, {runs} points (+ up to {args.extend} extensions per axis); peer: "
-        f"{training.shape.describe()} (the EMS model's), weight decay {weight_decay:g}; CPU {cpu_model()}",
-        flush=True,
+    return (
+        f"{len(study.pairs):,} training pairs, {len(languages)} languages ({named}); budget {study.seconds:.0f} s "
+        f"(the EMS run's training time) per grid point, {runs} points (+ up to {args.extend} extensions per axis); "
+        f"peer: {study.training.shape.describe()} (the EMS model's), weight decay {study.weight_decay:g}; "
+        f"CPU {cpu_model()}"
     )
 
-    precision_rates = None
-    if args.precision == "auto":
-        first = peer_training.train_tokenizer(
-            pairs, min(vocab_grid), out / f"tokenizer-{min(vocab_grid)}", training.shape.max_len
-        )
-        precision, precision_rates = peer_training.faster_precision(pairs, first, out, training)
-    else:
-        precision = args.precision
-    training = replace(training, precision=precision)
-    choice, vocabularies = peer_grid.search_peer(
-        pairs, vocab_grid, args.lr_grid, seconds, out, scoring, training, args.extend
-    )
-    pick = choice.pick
 
-    def peer_row(point: peer_grid.GridPoint) -> dict:
-        return {
-            "steps": point.steps,
-            "pairs": point.steps * peer_training.BATCH_SIZE,
-            "seconds": point.seconds,
-            "steps_per_s": point.steps / point.seconds,
-            "tokens_per_s": point.real_tokens / point.seconds,
-            "scores": point.scores,
-        }
+def choose_precision(study: Study, out: Path) -> tuple[str, dict[str, float] | None]:
+    """(--precision, None), or with `auto` the faster of bf16 and fp32 on a 40-step probe of the first
+    vocabulary and each one's steps/s."""
+    if study.args.precision != "auto":
+        return study.args.precision, None
+    vocab = min(study.vocab_grid)
+    first = peer_training.train_tokenizer(study.pairs, vocab, out / f"tokenizer-{vocab}", study.training.shape.max_len)
+    return peer_training.faster_precision(study.pairs, first, out, study.training)
 
-    ems_spec = f"ems:{ems_run / 'model'},unseen=neutral"  # zero-shot on languages it never saw
-    ems = {
+
+def peer_row(point: peer_grid.GridPoint) -> dict:
+    """A peer run's row of the report: its steps, pairs, seconds, rates and scores."""
+    return {
+        "steps": point.steps,
+        "pairs": point.steps * peer_training.BATCH_SIZE,
+        "seconds": point.seconds,
+        "steps_per_s": point.steps / point.seconds,
+        "tokens_per_s": point.real_tokens / point.seconds,
+        "scores": point.scores,
+    }
+
+
+def ems_row(study: Study, out: Path) -> dict:
+    """The EMS run's row of the report, its model scored (zero-shot on the languages it never saw)."""
+    budget = study.budget
+    ems_spec = f"ems:{study.ems_run / 'model'},unseen=neutral"
+    return {
         "steps": budget["steps"],
-        "pairs": budget["steps"] * ems_batch,
+        "pairs": budget["steps"] * study.ems_batch,
         "seconds": budget["seconds"],
         "steps_per_s": budget["steps"] / budget["seconds"],
         "tokens_per_s": budget["tokens_per_s"],
-        "scores": peer_scoring.score(ems_spec, scoring, out / "eval-ems"),
+        "scores": peer_scoring.score(ems_spec, study.scoring, out / "eval-ems"),
     }
+
+
+def equal_pairs_row(
+    study: Study,
+    out: Path,
+    choice: peer_grid.GridChoice,
+    vocabularies: dict[int, peer_training.Vocabulary],
+    ems_pairs: int,
+    training: peer_training.PeerTraining,
+) -> dict:
+    """The held-out pick trained, untimed, for the EMS run's pairs (its steps x its batch), and scored."""
+    steps = -(-ems_pairs // peer_training.BATCH_SIZE)
+    run_dir = out / "equal-pairs"
+    if choice.vocab_size not in vocabularies:  # the pick's point was trained by an earlier run
+        vocabularies[choice.vocab_size] = peer_training.prepare_vocabulary(
+            study.pairs, choice.vocab_size, out, training
+        )
+    vocabulary = vocabularies[choice.vocab_size]
+    taken_steps, taken, _ = peer_training.train_peer(
+        study.pairs, vocabulary.tokenizer, run_dir, choice.lr, steps, None, training
+    )
+    scores = peer_scoring.score(f"st:{run_dir / 'model'}", study.scoring, run_dir / "eval")
+    real_tokens = round(taken_steps * peer_training.BATCH_SIZE * vocabulary.tokens_per_pair)
+    point = peer_grid.GridPoint(
+        choice.vocab_size, choice.lr, taken_steps, taken, scores, str(run_dir / "model"), real_tokens
+    )
+    return peer_row(point)
+
+
+@dataclass
+class Results:
+    """What the benchmark measured: the grid's `choice`, the EMS row, the equal-pairs row (or None), the
+    worst cases, the precision chosen with its probes, and the comparison by language group (or None)."""
+
+    choice: peer_grid.GridChoice
+    ems: dict
+    equal_pairs: dict | None
+    cases: dict[str, dict]
+    training: peer_training.PeerTraining
+    precision_rates: dict[str, float] | None
+    groups: dict | None = None
+    types: dict[str, str] = field(default_factory=dict)
+
+
+def run_study(study: Study, out: Path) -> Results:
+    """The precision, the grid search, the EMS model's scores, the equal-pairs run and the groups."""
+    precision, precision_rates = choose_precision(study, out)
+    training = replace(study.training, precision=precision)
+    args = study.args
+    choice, vocabularies = peer_grid.search_peer(
+        study.pairs, study.vocab_grid, args.lr_grid, study.seconds, out, study.scoring, training, args.extend
+    )
+    ems = ems_row(study, out)
     equal_pairs = None
     if args.equal_pairs:
-        steps = -(-ems["pairs"] // peer_training.BATCH_SIZE)
-        run_dir = out / "equal-pairs"
-        if choice.vocab_size not in vocabularies:  # the pick's point was trained by an earlier run
-            vocabularies[choice.vocab_size] = peer_training.prepare_vocabulary(pairs, choice.vocab_size, out, training)
-        vocabulary = vocabularies[choice.vocab_size]
-        taken_steps, taken, _ = peer_training.train_peer(
-            pairs, vocabulary.tokenizer, run_dir, choice.lr, steps, None, training
-        )
-        scores = peer_scoring.score(f"st:{run_dir / 'model'}", scoring, run_dir / "eval")
-        real_tokens = round(taken_steps * peer_training.BATCH_SIZE * vocabulary.tokens_per_pair)
-        point = peer_grid.GridPoint(
-            choice.vocab_size, choice.lr, taken_steps, taken, scores, str(run_dir / "model"), real_tokens
-        )
-        equal_pairs = peer_row(point)
-    cases = peer_report.worst_case(ems["scores"], choice)
+        equal_pairs = equal_pairs_row(study, out, choice, vocabularies, ems["pairs"], training)
+    results = Results(
+        choice, ems, equal_pairs, peer_report.worst_case(ems["scores"], choice), training, precision_rates
+    )
+    if study.pairs_by_language is not None:
+        from eval.language_groups import grouped_results
+
+        ems_rows = grouped_results(out / "eval-ems" / "results.json", study.pairs_by_language)
+        pick_results = Path(choice.pick.model_dir).parent / "eval" / "results.json"
+        peer_rows = grouped_results(pick_results, study.pairs_by_language)
+        results.groups = peer_report.group_comparison(ems_rows, peer_rows)
+        results.types = {row["task"]: row["type"] for row in ems_rows}
+    return results
+
+
+def report_markdown(study: Study, results: Results, cpu: str) -> str:
+    """OUT/peer_report.md."""
+    choice, training, args = results.choice, results.training, study.args
     on = (
-        f"the {len(languages)} training languages"
-        if scoring.languages
+        f"the {len(study.languages)} training languages"
+        if study.scoring.languages
         else "every language of the suite (zero-shot where the EMS model never saw one)"
     )
-    speed = ", ".join(f"{p} {r:.2f} steps/s" for p, r in precision_rates.items()) if precision_rates else "not probed"
+    rates = results.precision_rates
+    speed = ", ".join(f"{p} {r:.2f} steps/s" for p, r in rates.items()) if rates else "not probed"
     report = [
         "# EMS against sentence-transformers at equal time",
         "",
-        f"CPU: {cpu_model()}. Peer: BertModel {training.shape.describe()} (the EMS model's shape), mean pooling, "
-        f"weight decay {weight_decay:g}, {precision} (probes: {speed}); every grid point trained for the whole "
-        f"budget, {seconds:.0f} s (the EMS run's training time). Unigram vocabulary and lr of the pick chosen on "
-        f"the held-out pairs: {choice.vocab_size:,} pieces (the EMS model's: "
-        f"{cfg.vocab_size:,}), lr {choice.lr:g}. Both scored with {args.suite.name} and the held-out pairs, on {on}.",
+        f"CPU: {cpu}. Peer: BertModel {training.shape.describe()} (the EMS model's shape), mean pooling, "
+        f"weight decay {study.weight_decay:g}, {training.precision} (probes: {speed}); every grid point trained "
+        f"for the whole budget, {study.seconds:.0f} s (the EMS run's training time). Unigram vocabulary and lr of "
+        f"the pick chosen on the held-out pairs: {choice.vocab_size:,} pieces (the EMS model's: "
+        f"{study.cfg.vocab_size:,}), lr {choice.lr:g}. Both scored with {args.suite.name} and the held-out pairs, "
+        f"on {on}.",
         "",
         "## EMS against the best peer on each metric (worst case) and the held-out pick",
         "",
-        peer_report.worst_case_table(cases, choice),
+        peer_report.worst_case_table(results.cases, choice),
         "## EMS against the held-out pick, equal seconds",
         "",
-        peer_report.report_table(ems, peer_row(pick)),
+        peer_report.report_table(results.ems, peer_row(choice.pick)),
     ]
-    if equal_pairs is not None:
+    if results.equal_pairs is not None:
         report += [
             "## EMS against the held-out pick, equal pairs seen (untimed)",
             "",
-            peer_report.report_table(ems, equal_pairs),
+            peer_report.report_table(results.ems, results.equal_pairs),
         ]
     report += [
         f"## The grid ({len(choice.points)} runs, each the whole budget; coordinate search on held-out, pick in bold)",
@@ -357,41 +465,53 @@ def main(argv: list[str]) -> int:
             if flag
         ),
     ]
-    groups = None
-    if pairs_by_language is not None:
-        from eval.language_groups import grouped_results
-
-        ems_rows = grouped_results(out / "eval-ems" / "results.json", pairs_by_language)
-        peer_rows = grouped_results(Path(pick.model_dir).parent / "eval" / "results.json", pairs_by_language)
-        groups = peer_report.group_comparison(ems_rows, peer_rows)
-        types = {row["task"]: row["type"] for row in ems_rows}
+    if results.groups is not None:
         report += [
             "## By the language's training pairs (DEMO/shards/train; the peer: the pick)",
             "",
-            peer_report.group_table(groups, types),
+            peer_report.group_table(results.groups, results.types),
         ]
-    record = {
-        "cpu": cpu_model(),
-        "ems": ems,
-        "peer": peer_row(pick),
-        "equal_pairs": equal_pairs,
-        "worst_case": cases,
+    return "\n".join(report)
+
+
+def report_record(study: Study, results: Results, cpu: str) -> dict:
+    """OUT/peer_report.json."""
+    choice, training = results.choice, results.training
+    return {
+        "cpu": cpu,
+        "ems": results.ems,
+        "peer": peer_row(choice.pick),
+        "equal_pairs": results.equal_pairs,
+        "worst_case": results.cases,
         "peer_shape": asdict(training.shape),
-        "peer_training": {**asdict(training), "shape": None, "precision_probes": precision_rates},
+        "peer_training": {**asdict(training), "shape": None, "precision_probes": results.precision_rates},
         "grid": [asdict(point) for point in choice.points],
         "vocab_size": choice.vocab_size,
         "lr": choice.lr,
         "vocab_at_grid_edge": choice.vocab_at_grid_edge,
         "lr_at_grid_edge": choice.lr_at_grid_edge,
-        "ems_vocab_size": cfg.vocab_size,
-        "budget_seconds": seconds,
-        "suite": str(args.suite),
-        "score_languages": score_languages,
-        "languages": languages,
-        "groups": groups,
+        "ems_vocab_size": study.cfg.vocab_size,
+        "budget_seconds": study.seconds,
+        "suite": str(study.args.suite),
+        "score_languages": study.score_languages,
+        "languages": study.languages,
+        "groups": results.groups,
     }
+
+
+def main(argv: list[str]) -> int:
+    from ems.run_metadata import cpu_model
+
+    args = parse_args(argv)
+    study = read_study(args)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    print(describe_study(study), flush=True)
+    results = run_study(study, out)
+    cpu = cpu_model()
+    record = report_record(study, results, cpu)
     (out / "peer_report.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    text = "\n".join(report)
+    text = report_markdown(study, results, cpu)
     (out / "peer_report.md").write_text(text, encoding="utf-8")
     print(text + f"\nwrote {out / 'peer_report.md'}, {out / 'peer_report.json'}")
     return 0

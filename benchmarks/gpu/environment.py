@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import torch
 
-from benchmarks.gpu_stage import Context
+from benchmarks.gpu.stage import Context
 from ems.cli import one_line
 
 RUN_PACKAGES = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 TRAIN_CONFIG = REPO_ROOT / "configs" / "train" / "gpu.yaml"
 USEFUL_STEPS = 2000  # GPU: >= 2M pairs (~5 passes over the ~417k-pair corpus) and a warm-up of 10% of them
@@ -41,7 +41,7 @@ class Profile:
     train_margin_minutes: float = 0.0  # training's set-up and finish (validation, checkpoint, export)
     min_train_minutes: float = 0.0  # what training should get: less is said in the report
     # the training loop (ems.training.train, compiled where TrainConfig.compile says) of each of these presets
-    # at each of these batches, timed in the mfu stage (gpu_loop_overhead.measure): pairs/s, MFU, recompiles
+    # at each of these batches, timed in the mfu stage (loop_overhead.measure): pairs/s, MFU, recompiles
     loop_presets: tuple[str, ...] = ()
     loop_pairs: tuple[int, ...] = ()
     loop_steps: tuple[int, int, int] = (0, 0, 0)  # steps, log window, windows skipped as start-up

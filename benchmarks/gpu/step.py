@@ -1,10 +1,10 @@
 """One EMS training step on the prepared training shards, timed: the GPU acceptance run's mfu stage and
-benchmarks/gpu_loop_overhead.py measure with it.
+benchmarks/gpu/loop_overhead.py measure with it.
 
 In: the unpacked training data, a preset and overrides over its shape, a number of pairs, the device, dtype
 and timing. Out: the model config (the shards' vocabulary and languages), a batch of random training pairs,
 its FLOPs, and the step's median seconds, in this process or in a child process (`python -m
-benchmarks.gpu_acceptance step-time`, killed at a cap: step_seconds_in_child; step_time_main is the child's
+benchmarks.gpu.acceptance step-time`, killed at a cap: step_seconds_in_child; step_time_main is the child's
 side).
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import gpu_report
-from benchmarks.gpu_stage import OutOfTime
+from benchmarks.gpu import report as gpu_report
+from benchmarks.gpu.stage import OutOfTime
 
 
 def shards_of(train_data: Path):
@@ -40,7 +40,7 @@ def model_config(preset: str, overrides: dict, shards):
 
 def probe_batch(cfg, shards, pairs: int) -> dict:
     """`pairs` random training pairs (seeded) as a batch, cut at the model's max_len."""
-    from benchmarks.presets_table import batch_tensors, sample_batches
+    from ems.flops import batch_tensors, sample_batches
 
     (chosen,) = sample_batches(shards, min(pairs, len(shards)), 1, seed=0)
     return batch_tensors(shards, chosen, cfg.max_len)
@@ -58,8 +58,8 @@ def batch_flops(cfg, batch: dict) -> float:
 
 
 def step_seconds(cfg, batch: dict, device: str, compiled: bool, dtype: str, warmup: int, repeats: int) -> float:
-    """Median seconds of one EMS training step (ems.training.bare_step: model, fused AdamW, autocast)."""
-    from ems.training.bare_step import bare_step, median_seconds
+    """Median seconds of one EMS training step (benchmarks.bare_step: model, fused AdamW, autocast)."""
+    from benchmarks.bare_step import bare_step, median_seconds
 
     step = bare_step(cfg, batch, torch.device(device), "fused", compile=compiled, dtype=dtype)
     try:
@@ -76,7 +76,7 @@ def step_seconds_in_child(request: dict, minutes: float) -> float:
     its process group after `minutes`: OutOfTime then, RuntimeError with its last line if it fails."""
     result = Path(request["work"]) / f"step_{request['variant']}.json"
     result.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "benchmarks.gpu_acceptance", "step-time", "--request", json.dumps(request)]
+    command = [sys.executable, "-m", "benchmarks.gpu.acceptance", "step-time", "--request", json.dumps(request)]
     child = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

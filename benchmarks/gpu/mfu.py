@@ -9,10 +9,10 @@ import time
 
 import torch
 
-from benchmarks import gpu_report
-from benchmarks.gpu_profiles import TRAIN_CONFIG
-from benchmarks.gpu_stage import Context, OutOfTime
-from benchmarks.gpu_step import batch_flops, model_config, probe_batch, shards_of, step_seconds, step_seconds_in_child
+from benchmarks.gpu import report as gpu_report
+from benchmarks.gpu.profiles import TRAIN_CONFIG
+from benchmarks.gpu.stage import Context, OutOfTime
+from benchmarks.gpu.step import batch_flops, model_config, probe_batch, shards_of, step_seconds, step_seconds_in_child
 from ems.cli import one_line
 
 
@@ -127,10 +127,10 @@ def stage_mfu(ctx: Context, output: dict) -> None:
 
 
 def time_loops(ctx: Context, output: list) -> None:
-    """The training loop of each profile.loop_presets at each profile.loop_pairs (gpu_loop_overhead.measure:
+    """The training loop of each profile.loop_presets at each profile.loop_pairs (loop_overhead.measure:
     the loop and the bare step, pairs/s, MFU, loop / bare, graphs compiled), appended to `output` as each ends;
     one that fails is a finding ({"error"}); the stage's cap marks the rest cut."""
-    from benchmarks.gpu_loop_overhead import LoopTiming, measure
+    from benchmarks.gpu.loop_overhead import LoopTiming, measure
 
     profile = ctx.profile
     timing = LoopTiming(*profile.loop_steps, overrides=(), device=ctx.device, work=ctx.work / "loops")

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks.gpu_stage import Context, write_report
+from benchmarks.gpu.stage import Context, write_report
 
 MIN_TASK_SECONDS = 10.0  # an evaluation task starts only with this much of the stage left
 

@@ -15,7 +15,8 @@ more than MIN_GAIN (10%) more training pairs in the second file are "gaining" an
 (`gained_table`: their pairs and scores in both); the group means cover the other languages, grouped
 by the first file, and a last row averages every language both score.
 
-    python -m eval.compare_groups A/per_language.csv B/per_language.csv --names A B [--data-changed] [--out FILE.md]
+    python -m ems.apps.studies.compare_groups A/per_language.csv B/per_language.csv --names A B \
+        [--data-changed] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def gained_markdown(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eval.compare_groups",
+        prog="python -m ems.apps.studies.compare_groups",
         description="Two per_language.csv files (eval.language_groups) side by side by group, "
         "each mean over the languages both score.",
     )

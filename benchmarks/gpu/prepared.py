@@ -1,4 +1,4 @@
-"""The GPU acceptance run's data, prepared on a CPU machine: `python -m benchmarks.gpu_acceptance prepare`.
+"""The GPU acceptance run's data, prepared on a CPU machine: `python -m benchmarks.gpu.acceptance prepare`.
 
 In: the shared data directory (tatoeba_challenge/, tico19/ and the evaluation sets) and a data config
 (configs/data/multilingual.yaml: every Tatoeba Challenge and TICO-19 language). Out: a directory small
@@ -13,7 +13,7 @@ tree), holding nothing the GPU run does not read:
                             every other language's test: the zero-shot protocol reads no more)
     segmentation.json.xz    jieba, MeCab and OpenCC's answers for every evaluation sentence that can
                             reach them (text in Han or kana script, and every sentence of a file that
-                            is mostly such text): benchmarks/segmenters/ answers from it where those
+                            is mostly such text): benchmarks/gpu/standins/ answers from it where those
                             packages are not installed (the GPU image has none of them, and jieba's
                             and UniDic's dictionaries alone are over 60 MB)
     wheels/                 (--wheels) the Python packages the GPU run imports that the GPU image
@@ -45,7 +45,7 @@ from pathlib import Path
 
 from ems.cli import UserError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FORMAT = 1
 MANIFEST = "manifest.json"
 TRAIN_ARCHIVE = "train.tar.xz"
@@ -361,14 +361,14 @@ def open_prepared(path: Path, limit_mib: float = DEFAULT_LIMIT_MIB) -> Prepared:
     """The prepared directory at `path`, checked: its manifest, every file it lists at its size and
     sha256, nothing over `limit_mib` in all; UserError (one line) otherwise."""
     path = Path(path)
-    hint = "run `python -m benchmarks.gpu_acceptance prepare` on the CPU machine, and carry its --out"
+    hint = "run `python -m benchmarks.gpu.acceptance prepare` on the CPU machine, and carry its --out"
     if not (path / MANIFEST).is_file():
         raise UserError(f"{path} is no prepared directory (no {MANIFEST}; incomplete or over its limit): {hint}")
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         files = manifest["files"]
     except (ValueError, KeyError, TypeError):
-        raise UserError(f"{path / MANIFEST} is not a manifest of `benchmarks.gpu_acceptance prepare`: {hint}") from None
+        raise UserError(f"{path / MANIFEST} is not a manifest of `benchmarks.gpu.acceptance prepare`: {hint}") from None
     if manifest.get("format") != FORMAT:
         raise UserError(f"{path} was prepared in format {manifest.get('format')}, this run reads {FORMAT}: {hint}")
     problems = []

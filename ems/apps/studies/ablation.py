@@ -1,7 +1,7 @@
 """Seeded ablations at a fixed step budget (the EMS paper's Table 13, small): train every variant
 with every seed on the same prepared data, score each model, print mean ± sd per variant.
 
-    python -m ems.apps.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
+    python -m ems.apps.studies.ablation [--config configs/ablation/demo.yaml] [--out runs/ablation] [--data-dir DIR]
                            [--seeds 0 1 2] [--variants NAME ...] [--set max_steps=300 ...]
 
 Data are prepared once with the recipes' data stages (data_prep.recipe, ems.apps.demo.prepare_data) under OUT/data, and
@@ -409,17 +409,23 @@ def prepare_teachers(cfg: AblationConfig, prepared: Path) -> None:
             )
 
 
-def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list[str]) -> str:
-    """Prepare the data (once), train and score every (variant, seed) not yet scored (`overrides`:
-    `--set` items of every run's TrainConfig), write and return the table."""
-    from ems.training.train import train
+@dataclass
+class Inputs:
+    """What every run of an ablation trains and is scored on: the base data (`prepared`), each data variant's
+    (`variant_data`), the trained `languages` and the built task directories (`task_dirs`)."""
 
-    if not cfg.variants:
-        raise ValueError("the ablation config lists no variants")
-    from ems.encoder import load
-    from ems.encoder_kinds import load_encoder
+    prepared: Path
+    variant_data: dict[str, Path]
+    languages: list[str]
+    task_dirs: dict[str, Path]
 
-    # every config and --set item checked before the first stage (preparing the data takes minutes)
+    def data_of(self, variant: str) -> Path:
+        return self.variant_data.get(variant, self.prepared)
+
+
+def prepare_inputs(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list[str]) -> Inputs:
+    """Every config and --set item checked (before the first stage: preparing the data takes minutes), then
+    the data, the teachers' vectors, each data variant's data and the built tasks, each prepared once."""
     data_cfg = base_data_config(cfg)
     prepared = out / "data"
     variant_cfgs, variant_data = variant_data_dirs(cfg, data_cfg, out)
@@ -434,74 +440,73 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
         if not (variant_data[variant] / "shards" / "heldout" / "index.json").is_file():
             prepare_data(variant_cfg, data_dir, variant_data[variant], Stages())
     task_dirs = prepare_task_dirs(cfg, out, data_dir, languages, prepared)
+    return Inputs(prepared, variant_data, languages, task_dirs)
+
+
+def reference_scores(cfg: AblationConfig, out: Path, data_dir: Path, inputs: Inputs) -> dict[str, dict[str, float]]:
+    """{encoder spec: {metric: score}} of the reference encoders, each scored once."""
+    from ems.encoder_kinds import load_encoder
+
     references = {}
     for spec in cfg.reference_encoders:
         scores_file = out / "references" / teacher_slug(spec) / SCORES_FILE
         if not scores_file.is_file():
             print(f"\n== reference {spec} ==", flush=True)
+            encoder = load_encoder(spec, cache_dir=out / "embedding_cache")
             values = score_encoder(
-                load_encoder(spec, cache_dir=out / "embedding_cache"),
-                scores_file.parent / "eval",
-                cfg,
-                prepared,
-                data_dir,
-                languages,
-                task_dirs,
+                encoder, scores_file.parent / "eval", cfg, inputs.prepared, data_dir, inputs.languages, inputs.task_dirs
             )
             scores_file.write_text(json.dumps({"encoder": spec, **values}, indent=2) + "\n")
-        record = with_all_columns(scores_file, scores_file.parent / "eval", cfg, prepared)
+        record = with_all_columns(scores_file, scores_file.parent / "eval", cfg, inputs.prepared)
         references[spec] = {column: record[column] for column in cfg.metrics}
-    scores: dict[str, dict[int, dict[str, float]]] = {}
-    steps = None
-    for variant in cfg.variants:
-        for seed in cfg.seeds:
-            run_dir = run_directory(out, variant, seed)
-            scores_file = run_dir / SCORES_FILE
-            trained_file = run_dir / TRAINED_FILE
-            if not scores_file.is_file():
-                print(f"\n== {variant}, seed {seed} ==", flush=True)
-                if not trained_file.is_file():
-                    # a run stopped or killed in training resumes from its newest checkpoint (ems.training.train)
-                    data = variant_data.get(variant, prepared)
-                    train_cfg = run_config(cfg, variant, seed, data, data_dir, out, overrides)
-                    seconds_file, started = run_dir / TRAINING_SECONDS_FILE, time.time()
-                    try:
-                        result = train(train_cfg)
-                    finally:  # a stopped or failed invocation's seconds count: the rerun goes on from its work
-                        seconds = _seconds_so_far(seconds_file) + time.time() - started
-                        run_dir.mkdir(parents=True, exist_ok=True)
-                        seconds_file.write_text(json.dumps({"seconds": round(seconds, 1)}) + "\n")
-                    if result.preempted:
-                        raise TrainingStopped(
-                            f"{variant}, seed {seed}: training stopped at step {result.steps} of "
-                            f"{result.max_steps} (a signal or a STOP file) and checkpointed; "
-                            "rerun the same command to resume it",
-                            result.exit_code,
-                        )
-                    trained = {"steps": result.steps, "train_seconds": round(seconds)}
-                    trained_file.write_text(json.dumps({**trained, "model_dir": result.model_dir}) + "\n")
-                trained = json.loads(trained_file.read_text())  # scored again without retraining if scoring failed
-                model_dir = Path(trained["model_dir"])
-                record = {
-                    "variant": variant,
-                    "seed": seed,
-                    "steps": trained["steps"],
-                    "train_seconds": trained["train_seconds"],
-                    **score_encoder(
-                        load(model_dir),
-                        model_dir.parent / "eval",
-                        cfg,
-                        prepared,
-                        data_dir,
-                        languages,
-                        task_dirs,
-                    ),
-                }
-                scores_file.write_text(json.dumps(record, indent=2) + "\n")
-            record = with_all_columns(scores_file, run_dir / "run" / "eval", cfg, prepared)
-            steps = record["steps"]
-            scores.setdefault(variant, {})[seed] = {column: record[column] for column in cfg.metrics}
-            print(f"{variant}, seed {seed}: " + ", ".join(f"{c} {record[c]:.1f}" for c in cfg.metrics), flush=True)
+    return references
+
+
+def train_run(train_cfg: TrainConfig, run_dir: Path, variant: str, seed: int) -> None:
+    """Train one run (resumed from its newest checkpoint when a stopped or killed one left any:
+    ems.training.train), counting the seconds of every invocation, and write its TRAINED_FILE;
+    TrainingStopped when a signal or a STOP file stopped it."""
+    from ems.training.train import train
+
+    seconds_file, started = run_dir / TRAINING_SECONDS_FILE, time.time()
+    try:
+        result = train(train_cfg)
+    finally:  # a stopped or failed invocation's seconds count: the rerun goes on from its work
+        seconds = _seconds_so_far(seconds_file) + time.time() - started
+        run_dir.mkdir(parents=True, exist_ok=True)
+        seconds_file.write_text(json.dumps({"seconds": round(seconds, 1)}) + "\n")
+    if result.preempted:
+        raise TrainingStopped(
+            f"{variant}, seed {seed}: training stopped at step {result.steps} of "
+            f"{result.max_steps} (a signal or a STOP file) and checkpointed; "
+            "rerun the same command to resume it",
+            result.exit_code,
+        )
+    trained = {"steps": result.steps, "train_seconds": round(seconds)}
+    (run_dir / TRAINED_FILE).write_text(json.dumps({**trained, "model_dir": result.model_dir}) + "\n")
+
+
+def score_run(cfg: AblationConfig, run_dir: Path, variant: str, seed: int, data_dir: Path, inputs: Inputs) -> None:
+    """Score a trained run (again without retraining when its scoring failed) into its SCORES_FILE."""
+    from ems.encoder import load
+
+    trained = json.loads((run_dir / TRAINED_FILE).read_text())
+    model_dir = Path(trained["model_dir"])
+    values = score_encoder(
+        load(model_dir), model_dir.parent / "eval", cfg, inputs.prepared, data_dir, inputs.languages, inputs.task_dirs
+    )
+    record = {"variant": variant, "seed": seed, "steps": trained["steps"], "train_seconds": trained["train_seconds"]}
+    (run_dir / SCORES_FILE).write_text(json.dumps({**record, **values}, indent=2) + "\n")
+
+
+def write_summary(
+    cfg: AblationConfig,
+    out: Path,
+    scores: dict[str, dict[int, dict[str, float]]],
+    steps: int | None,
+    references: dict[str, dict[str, float]],
+) -> str:
+    """Write OUT/ablation.json, OUT/ablation.md and OUT/ablation.png; return the table and what was written."""
     summary = summarize(scores, list(cfg.metrics))
     table = summary_table(summary, steps, references)
     (out / "ablation.json").write_text(
@@ -510,6 +515,31 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     (out / "ablation.md").write_text(table)
     plot_summary(summary, out / "ablation.png")
     return table + f"\nwrote {out / 'ablation.md'}, {out / 'ablation.json'}, {out / 'ablation.png'}"
+
+
+def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list[str]) -> str:
+    """Prepare the data (once), train and score every (variant, seed) not yet scored (`overrides`:
+    `--set` items of every run's TrainConfig), write and return the table."""
+    if not cfg.variants:
+        raise ValueError("the ablation config lists no variants")
+    inputs = prepare_inputs(cfg, out, data_dir, overrides)
+    references = reference_scores(cfg, out, data_dir, inputs)
+    scores: dict[str, dict[int, dict[str, float]]] = {}
+    steps = None
+    for variant in cfg.variants:
+        for seed in cfg.seeds:
+            run_dir = run_directory(out, variant, seed)
+            if not (run_dir / SCORES_FILE).is_file():
+                print(f"\n== {variant}, seed {seed} ==", flush=True)
+                if not (run_dir / TRAINED_FILE).is_file():
+                    train_cfg = run_config(cfg, variant, seed, inputs.data_of(variant), data_dir, out, overrides)
+                    train_run(train_cfg, run_dir, variant, seed)
+                score_run(cfg, run_dir, variant, seed, data_dir, inputs)
+            record = with_all_columns(run_dir / SCORES_FILE, run_dir / "run" / "eval", cfg, inputs.prepared)
+            steps = record["steps"]
+            scores.setdefault(variant, {})[seed] = {column: record[column] for column in cfg.metrics}
+            print(f"{variant}, seed {seed}: " + ", ".join(f"{c} {record[c]:.1f}" for c in cfg.metrics), flush=True)
+    return write_summary(cfg, out, scores, steps, references)
 
 
 def run_directory(out: Path, variant: str, seed: int) -> Path:
@@ -553,7 +583,11 @@ def select_variants(cfg: AblationConfig, names: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ems.apps.studies.ablation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", default=str(REPO_ROOT / "configs/ablation/demo.yaml"))
     parser.add_argument("--out", type=Path, default=Path("runs/ablation"))
     parser.add_argument(

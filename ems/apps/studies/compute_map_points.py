@@ -1,4 +1,4 @@
-"""The points of the compute→quality map (eval.compute_map): each trained and evaluated model is one
+"""The points of the compute→quality map (ems.apps.studies.compute_map): each trained and evaluated model is one
 point, a file RUN_ROOT/<size>/<budget>/map_point.json (`write_point`) holding exactly the fields of
 `MapPoint`:
 
