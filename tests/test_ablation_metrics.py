@@ -16,6 +16,7 @@ from ems.apps.studies.ablation import (
     metric_columns,
     metric_value,
     plot_summary,
+    runs_steps,
     summarize,
     summary_table,
 )
@@ -401,3 +402,14 @@ def test_a_stopped_ablation_exits_with_the_trainer_s_status(tmp_path, monkeypatc
         == status
     )
     assert capsys.readouterr().err.startswith("v, seed 0: training stopped at step 3 of 2600")
+
+
+def test_variants_of_different_lengths_get_a_steps_column_not_one_title():
+    summary = summarize({"long": {0: {"x": 2.0}}, "short": {0: {"x": 1.0}}}, ["x"])
+    steps = runs_steps({"long": 2600, "short": 1600})
+    table = summary_table(summary, steps, {"teacher": {"x": 3.0}})
+    assert table.startswith("### Ablation: steps by variant, 1 seed")
+    assert "| model | steps | x |" in table and "| long | 2600 | 2.0 |" in table and "| short | 1600 | 1.0 |" in table
+    assert "| teacher (reference) |  | 3.0 |" in table
+    assert runs_steps({"a": 10, "b": 10}) == 10
+    assert summary_table(summary, runs_steps({"long": 10, "short": 10})).startswith("### Ablation: 10 steps")

@@ -296,25 +296,38 @@ def summarize(scores: dict[str, dict[int, dict[str, float]]], columns: list[str]
 
 
 def summary_table(
-    summary: dict[str, dict[str, dict]], steps: int, references: dict[str, dict[str, float]] | None = None
+    summary: dict[str, dict[str, dict]],
+    steps: int | dict[str, int],
+    references: dict[str, dict[str, float]] | None = None,
 ) -> str:
     """Markdown: one row per reference encoder (scored once) and per variant, mean ± sd of each metric
-    (the score alone where a variant has one seed)."""
+    (the score alone where a variant has one seed). `steps`: the runs' steps, one number, or per
+    variant where variants set their own max_steps (then a steps column instead of one in the title)."""
     columns = list(next(iter(summary.values())))
     counts = sorted({row["n"] for variant in summary.values() for row in variant.values()})
     seeds = f"{'/'.join(map(str, counts))} seed{'s' if counts[-1] > 1 else ''}"
     spread = "mean ± sd" if counts[-1] > 1 else "one run each, no spread"
+    per_variant = isinstance(steps, dict)
+    title = "steps by variant" if per_variant else f"{steps} steps"
     lines = [
-        f"### Ablation: {steps} steps, {seeds}, {spread}",
+        f"### Ablation: {title}, {seeds}, {spread}",
         "",
-        "| model | " + " | ".join(columns) + " |",
-        "|:--|" + "--:|" * len(columns),
+        "| model | " + ("steps | " if per_variant else "") + " | ".join(columns) + " |",
+        "|:--|" + "--:|" * (len(columns) + per_variant),
     ]
     for name, values in (references or {}).items():
-        lines.append(f"| {name} (reference) | " + " | ".join(f"{values[c]:.1f}" for c in columns) + " |")
+        cells = ([""] if per_variant else []) + [f"{values[c]:.1f}" for c in columns]
+        lines.append(f"| {name} (reference) | " + " | ".join(cells) + " |")
     for variant, rows in summary.items():
-        lines.append(f"| {variant} | " + " | ".join(_mean_and_spread(rows[c]) for c in columns) + " |")
+        cells = ([str(steps[variant])] if per_variant else []) + [_mean_and_spread(rows[c]) for c in columns]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def runs_steps(steps: dict[str, int]) -> int | dict[str, int]:
+    """The steps of every variant's runs: one number where all variants trained as long, else per variant."""
+    values = set(steps.values())
+    return values.pop() if len(values) == 1 else steps
 
 
 def _mean_and_spread(cell: dict) -> str:
@@ -503,7 +516,7 @@ def write_summary(
     cfg: AblationConfig,
     out: Path,
     scores: dict[str, dict[int, dict[str, float]]],
-    steps: int | None,
+    steps: int | dict[str, int],
     references: dict[str, dict[str, float]],
 ) -> str:
     """Write OUT/ablation.json, OUT/ablation.md and OUT/ablation.png; return the table and what was written."""
@@ -525,7 +538,7 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
     inputs = prepare_inputs(cfg, out, data_dir, overrides)
     references = reference_scores(cfg, out, data_dir, inputs)
     scores: dict[str, dict[int, dict[str, float]]] = {}
-    steps = None
+    steps: dict[str, int] = {}
     for variant in cfg.variants:
         for seed in cfg.seeds:
             run_dir = run_directory(out, variant, seed)
@@ -536,10 +549,10 @@ def run_ablation(cfg: AblationConfig, out: Path, data_dir: Path, overrides: list
                     train_run(train_cfg, run_dir, variant, seed)
                 score_run(cfg, run_dir, variant, seed, data_dir, inputs)
             record = with_all_columns(run_dir / SCORES_FILE, run_dir / "run" / "eval", cfg, inputs.prepared)
-            steps = record["steps"]
+            steps[variant] = record["steps"]
             scores.setdefault(variant, {})[seed] = {column: record[column] for column in cfg.metrics}
             print(f"{variant}, seed {seed}: " + ", ".join(f"{c} {record[c]:.1f}" for c in cfg.metrics), flush=True)
-    return write_summary(cfg, out, scores, steps, references)
+    return write_summary(cfg, out, scores, runs_steps(steps), references)
 
 
 def run_directory(out: Path, variant: str, seed: int) -> Path:
