@@ -47,21 +47,23 @@ def language_quotas(counts: dict[str, int], alpha: float, budget: int) -> dict[s
     shared again among the others.
     """
     quotas: dict[str, int] = {}
-    open_langs = {lang for lang, n in counts.items() if n > 0}
+    # A list in counts' order, not a set: the float sums and the report's key order are then the same
+    # in every process (a set of strings iterates in an order that changes with PYTHONHASHSEED).
+    open_langs = [lang for lang, n in counts.items() if n > 0]
     left = min(budget, sum(counts.values()))
     while open_langs:
         weights = {lang: counts[lang] ** alpha for lang in open_langs}
         total = sum(weights.values())
         share = {lang: left * w / total for lang, w in weights.items()}
-        full = {lang for lang in open_langs if share[lang] >= counts[lang]}
+        full = [lang for lang in open_langs if share[lang] >= counts[lang]]
         if not full:
             quotas.update({lang: int(round(share[lang])) for lang in open_langs})
             break
         for lang in full:
             quotas[lang] = counts[lang]
             left -= counts[lang]
-        open_langs -= full
-    return quotas
+        open_langs = [lang for lang in open_langs if lang not in full]
+    return {lang: quotas[lang] for lang in counts if lang in quotas}
 
 
 def forget_paths(spm_path: Path) -> None:

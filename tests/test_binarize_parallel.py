@@ -157,6 +157,14 @@ def test_binarize_refuses_a_corpus_pretokenized_differently(prepared, tmp_path):
         binarize(prepared / "pretok", other, tmp_path / "shards")
 
 
+def test_language_quotas_come_in_the_counts_order_whatever_the_hash_seed():
+    """The vocabulary report lists languages as the corpus counts them: a set's order (which changes with
+    PYTHONHASHSEED) would also change the float sums behind the quotas from one process to the next."""
+    counts = {f"l{i:02d}": 50 + 37 * i for i in range(30)}
+    quotas = language_quotas(counts, 0.3, 2_000)
+    assert list(quotas) == list(counts) and sum(quotas.values()) == pytest.approx(2_000, abs=30)
+
+
 def test_language_quotas_follow_the_temperature_within_the_budget():
     assert language_quotas({"a": 1000, "b": 10}, 0.5, 100) == {"a": 91, "b": 9}
     assert language_quotas({"a": 1000, "b": 10}, 0.5, 500) == {"a": 490, "b": 10}  # b gives all it has
