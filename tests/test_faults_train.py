@@ -228,6 +228,26 @@ def test_a_change_that_fixes_model_or_data_order_is_refused_on_resume(tiny_pipel
         train(small_run(tiny_pipeline, out, RUN, **change))
 
 
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        (["lr=abc"], "TrainConfig: lr must be a number, got 'abc'"),
+        (["no_such_key=1"], "TrainConfig: --set 'no_such_key=1': unknown key(s) ['no_such_key']; known: "),
+        (
+            ["model_overrides.d_modle=64"],
+            "TrainConfig: --set 'model_overrides.d_modle=64': model_overrides: unknown key(s) ['d_modle']; did you "
+            "mean 'd_model'?",
+        ),
+        (["save_every=0"], "save_every must be at least 1, got 0"),
+        (["batch_size=0"], "batch_size must be at least 1, got 0"),
+        (["lr=-1"], "lr must be a positive number"),
+        (["autocast=fp8"], "autocast must be one of none, bf16, auto"),
+        (["deepspeed_overrides.gradient_accumulation_steps=0"], "DeepSpeed rejects the config"),
+        (["data=/nonexistent/shards"], "/nonexistent/shards"),
+        (["vocab=/nonexistent/vocab"], "/nonexistent/vocab"),
+        (["deepspeed_config=/nonexistent.json"], "/nonexistent.json"),
+    ],
+)
 def test_bad_settings_are_one_line_and_status_2(tiny_pipeline, tmp_path, capsys, settings, expected):
     assert run_main(main, cli_args(tiny_pipeline, tmp_path / "run", *settings)) == 2
     assert expected in one_error_line(capsys)
