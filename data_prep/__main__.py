@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from data_prep.binarize import binarize
@@ -100,6 +102,16 @@ def _data_dir_option(p: argparse.ArgumentParser, what: str = "evaluation data to
     )
 
 
+def _options(*adders: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+    """A stage's arguments that are only options several stages take: `adders` add them, in order."""
+
+    def add(p: argparse.ArgumentParser) -> None:
+        for add_option in adders:
+            add_option(p)
+
+    return add
+
+
 def _config(args) -> PrepConfig:
     return load_config(PrepConfig, args.config, args.set)
 
@@ -133,8 +145,7 @@ def _pairs_option(option: str, items: list[str] | None, form: str, example: str)
 # --- the stages: each one's arguments, then what it runs ---------------------------------------------
 
 
-def pairs_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
+pairs_arguments = _options(_config_options)
 
 
 def run_pairs(args) -> None:
@@ -334,12 +345,7 @@ def run_split(args) -> None:
         print(f"{entry['pair']}\t{state}\ttrain {entry['train']}\tremoved_overlapping_heldout {removed}")
 
 
-def clean_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
-    _in_option(p)
-    _out_option(p)
-    _pair_option(p)
-    _data_dir_option(p)
+clean_arguments = _options(_config_options, _in_option, _out_option, _pair_option, _data_dir_option)
 
 
 def run_clean(args) -> None:
@@ -359,12 +365,7 @@ def run_clean(args) -> None:
         raise CorpusError("could not clean: " + "; ".join(failures))
 
 
-def pretokenize_arguments(p: argparse.ArgumentParser) -> None:
-    _in_option(p)
-    _out_option(p)
-    _pair_option(p)
-    _workers_option(p)
-    _allow_failed_option(p)
+pretokenize_arguments = _options(_in_option, _out_option, _pair_option, _workers_option, _allow_failed_option)
 
 
 def run_pretokenize(args) -> None:
@@ -373,26 +374,15 @@ def run_pretokenize(args) -> None:
         print(f"{entry['pair']}\t{entry['name']}\t{entry['status']}")
 
 
-def vocab_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
-    _in_option(p)
-    _out_option(p)
-    _allow_failed_option(p)
+vocab_arguments = _options(_config_options, _in_option, _out_option, _allow_failed_option)
 
 
 def run_vocab(args) -> None:
     config = _config(args)
     check_clean_succeeded(args.input, args.allow_failed)
     _check_pair_folders(config, args, None)
-    settings = config.vocab
-    tokenizer = train_vocab(
-        args.input,
-        args.out,
-        vocab_size=settings.vocab_size,
-        character_coverage=settings.character_coverage,
-        max_sentences=settings.max_sentences,
-        sampling_alpha=settings.sampling_alpha,
-    )
+    # VocabSettings' fields are train_vocab's keywords
+    tokenizer = train_vocab(args.input, args.out, **dataclasses.asdict(config.vocab))
     print(f"vocabulary of {tokenizer.vocab_size} pieces, {len(tokenizer.languages)} language tokens: {args.out}")
 
 
@@ -437,12 +427,7 @@ def run_teacher(args) -> None:
     )
 
 
-def all_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
-    _out_option(p)
-    _source_options(p)
-    _data_dir_option(p)
-    _workers_option(p)
+all_arguments = _options(_config_options, _out_option, _source_options, _data_dir_option, _workers_option)
 
 
 def run_all(args) -> None:
