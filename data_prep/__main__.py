@@ -161,7 +161,7 @@ def fetch_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_fetch(args) -> None:
-    from data_prep.hf.fetch import fetch_hf
+    from data_prep.hf.plan_import import import_plan_corpora
 
     config = _config(args)
     source = _source(args)
@@ -181,7 +181,7 @@ def run_fetch(args) -> None:
                 )
         covered |= {e["pair"] for e in report.get("fetched", []) if e["status"] in ("fetched", "exists")}
         covered |= {job["l1"] + "-" + job["l2"] for job in report.get("jobs", [])}
-    for entry in fetch_hf(config, args.out, pairs=args.pair, dry_run=args.dry_run, cache_dir=args.cache_dir):
+    for entry in import_plan_corpora(config, args.out, pairs=args.pair, dry_run=args.dry_run, cache_dir=args.cache_dir):
         for pair, counts in entry["pairs"].items():
             if not args.dry_run:
                 print(f"hf:{entry['source']}\t{pair}\t{entry['status']}\t{counts['kept']}")
@@ -471,7 +471,13 @@ def run_recipe(args) -> None:
 # (stage, its --help line, what adds its arguments, what runs it), in the order `--help` lists them
 STAGES = (
     ("pairs", "print a config's language pairs", pairs_arguments, run_pairs),
-    ("fetch", "OPUS corpora and hf: datasets -> aligned Moses-style files", fetch_arguments, run_fetch),
+    (
+        "fetch",
+        "download the training corpora of a data-prep plan (configs/prep/*.yaml): its OPUS corpora and hf: "
+        "datasets -> aligned Moses-style files (the evaluation sets: ems-data fetch)",
+        fetch_arguments,
+        run_fetch,
+    ),
     (
         "import",
         f"a local corpus (--format {' | '.join(CORPUS_SOURCES)} --in DIR: data_prep.importers), or a Hugging Face "
@@ -513,7 +519,7 @@ def parser() -> argparse.ArgumentParser:
     add_debug_option(root)
     stages = root.add_subparsers(dest="stage", required=True)
     for name, help_text, add_arguments, run in STAGES:
-        sub = stages.add_parser(name, help=help_text)
+        sub = stages.add_parser(name, help=help_text, description=help_text)
         add_arguments(sub)
         sub.set_defaults(func=run)
     return root
