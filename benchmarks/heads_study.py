@@ -105,6 +105,17 @@ def _cell(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def _table_head(title: str, text_columns: list[str], number_columns: list[str]) -> list[str]:
+    """A Markdown table's title, a blank line, its header and the alignment line (text to the left,
+    numbers to the right)."""
+    return [
+        title,
+        "",
+        "| " + " | ".join(text_columns + number_columns) + " |",
+        "|" + ":--|" * len(text_columns) + "--:|" * len(number_columns),
+    ]
+
+
 def summary(rows: list[dict]) -> str:
     """Markdown: (1) every QE setting's dev and test averages per source, (2) per head the
     setting and source chosen on QE dev with its test figures per pair, (3) STS per source with
@@ -114,12 +125,11 @@ def summary(rows: list[dict]) -> str:
     settings = list(dict.fromkeys(row["setting"] for row in qe))
     out = []
     if qe:
-        out += [
+        out += _table_head(
             "QE meaning-view Pearson r, average over the 5 pairs without si-en: dev (selection) / test20 (reported)",
-            "",
-            "| setting | " + " | ".join(sources) + " |",
-            "|:--|" + "--:|" * len(sources),
-        ]
+            ["setting"],
+            sources,
+        )
         raw = next(row for row in qe)
         out.insert(
             4,
@@ -138,13 +148,11 @@ def summary(rows: list[dict]) -> str:
                 )
             out.append(f"| {setting} | " + " | ".join(cells) + " |")
         pairs = list(raw["test"])
-        out += [
-            "",
+        out += [""] + _table_head(
             "Chosen on QE dev (best dev average over 5 pairs, any source and learning rate); test20 per pair:",
-            "",
-            "| view | chosen | dev avg5 | " + " | ".join(pairs) + " | test avg5 | test avg6 |",
-            "|:--|:--|--:|" + "--:|" * (len(pairs) + 2),
-        ]
+            ["view", "chosen"],
+            ["dev avg5", *pairs, "test avg5", "test avg6"],
+        )
         flores = next(row for row in qe if row["source"] == "flores")
         out.append(
             "| raw | – | "
@@ -164,13 +172,11 @@ def summary(rows: list[dict]) -> str:
     sts = [row for row in rows if row["task"] == "sts"]
     if sts:
         tracks = list(sts[0]["test"])
-        out += [
-            "",
+        out += [""] + _table_head(
             "STS2017 Pearson r per track (heads with the QE-dev-chosen learning rate of each source):",
-            "",
-            "| source | view | " + " | ".join(tracks) + " | avg |",
-            "|:--|:--|" + "--:|" * (len(tracks) + 1),
-        ]
+            ["source", "view"],
+            [*tracks, "avg"],
+        )
         for source in sources:
             chosen = chosen_on_dev(rows, source)
             source_rows = [

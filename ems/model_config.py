@@ -183,51 +183,33 @@ class EMSConfig:
             )
 
 
+def _size(d_model: int, n_layers: int, n_heads: int) -> dict:
+    """A preset's EMSConfig fields: the feed-forward layer 4 x and the language embedding 1/4 x
+    d_model wide, dropout 0.1, sequences up to PRESET_MAX_LEN."""
+    return dict(
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_ffn=4 * d_model,
+        d_lang=d_model // 4,
+        dropout=0.1,
+        max_len=PRESET_MAX_LEN,
+    )
+
+
 # The model sizes, smallest first: EMSConfig fields over its defaults (vocab_size and n_languages come
 # from the tokenizer, except ems-paper's). Parameters and training FLOPs per pair of each:
 # python -m benchmarks.presets_table. The demo (12 languages of short Tatoeba sentences) cuts at 64.
 PRESETS: dict[str, dict] = {
     # CPU-sized model for the demo and tests: in a fixed time on CPU cores, more epochs of this size beat
     # fewer of a larger one (measured: docs/results/ablations.md).
-    "tiny": dict(
-        d_model=128,
-        n_layers=2,
-        n_heads=4,
-        d_ffn=512,
-        d_lang=32,
-        dropout=0.1,
-        max_len=PRESET_MAX_LEN,
-    ),
+    "tiny": _size(d_model=128, n_layers=2, n_heads=4),
     # Between tiny and the specification's depth, for CPU budgets of about an hour.
-    "small": dict(
-        d_model=192,
-        n_layers=4,
-        n_heads=4,
-        d_ffn=768,
-        d_lang=48,
-        dropout=0.1,
-        max_len=PRESET_MAX_LEN,
-    ),
+    "small": _size(d_model=192, n_layers=4, n_heads=4),
     # The specification's 6 layers at a width two CPU cores can train in hours.
-    "base": dict(
-        d_model=256,
-        n_layers=6,
-        n_heads=4,
-        d_ffn=1024,
-        d_lang=64,
-        dropout=0.1,
-        max_len=PRESET_MAX_LEN,
-    ),
+    "base": _size(d_model=256, n_layers=6, n_heads=4),
     # 6 layers at half the paper's width: a GPU budget of minutes to hours.
-    "medium": dict(
-        d_model=512,
-        n_layers=6,
-        n_heads=8,
-        d_ffn=2048,
-        d_lang=128,
-        dropout=0.1,
-        max_len=PRESET_MAX_LEN,
-    ),
+    "medium": _size(d_model=512, n_layers=6, n_heads=8),
     # The paper's model: 60k SentencePiece pieces + 62 language tokens (+ pad, unk). The paper cuts at 120
     # tokens (its footnote 17: enough with its vocabulary); PRESET_MAX_LEN keeps FLORES-200 whole here.
     "ems-paper": dict(vocab_size=60_000 + 62 + 2, n_languages=62, max_len=PRESET_MAX_LEN),

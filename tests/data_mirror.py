@@ -1,5 +1,5 @@
 """Build a local file:// mirror of the public data sources from the shared data copy, for the
-offline tests of data_prep.fetch.
+offline tests of data_prep.manifest_fetch.
 
 Layout, as `ems-data fetch --mirror` reads it: each public URL https://HOST/PATH at ROOT/HOST/PATH,
 holding what the source serves there: single files as they are (links to the shared copy), the
@@ -14,7 +14,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from data_prep.fetch import Archive, Derived, read_manifest, resolve_names
+from data_prep.manifest_fetch import Archive, Derived, read_manifest, resolve_names
 
 
 def mirror_path(root: Path, url: str) -> Path:

@@ -8,7 +8,7 @@ import pytest
 
 SCRIPTS = {
     "ems-prep": "data_prep",
-    "ems-data": "data_prep.fetch",
+    "ems-data": "data_prep.manifest_fetch",
     "ems-train": "ems.training.train",
     "ems-eval": "eval.run_all",
     "ems-mine": "ems.apps.mine",

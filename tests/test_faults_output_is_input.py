@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import fetch as data_fetch
+from data_prep import manifest_fetch as data_fetch
 from data_prep.__main__ import main as prep_main
 from ems.apps.demo import main as demo_main
 from ems.apps.export import main as export_main

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_prep import fetch as data_fetch
+from data_prep import manifest_fetch as data_fetch
 from data_prep.__main__ import main as prep_main
 from ems.cli import run_main
 from ems.teacher_store import STORE_FILE, TeacherStore

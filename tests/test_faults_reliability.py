@@ -272,7 +272,7 @@ def test_a_zip_whose_language_files_are_not_the_expected_two_is_refused(tmp_path
 
 
 def test_fetch_archives_refuse_member_names_outside_them(tmp_path):
-    from data_prep.fetch import archive_members
+    from data_prep.manifest_fetch import archive_members
     from ems.corpus import CorpusError
 
     path = tmp_path / "a.zip"

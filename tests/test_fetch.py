@@ -1,4 +1,4 @@
-"""`ems-data fetch` (data_prep.fetch) offline, from a file:// mirror of the public sources built
+"""`ems-data fetch` (data_prep.manifest_fetch) offline, from a file:// mirror of the public sources built
 from the shared data copy (tests/data_mirror.py): every set fetched into an empty directory is
 byte-identical to the shared copy and evaluates; resuming, checksum, name and URL errors."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from data_prep.fetch import DATASETS, MIRROR_ENV, PARTIAL, main, read_manifest
+from data_prep.manifest_fetch import DATASETS, MIRROR_ENV, PARTIAL, main, read_manifest
 from ems.cli import run_main
 from tests.data_mirror import build_mirror, replace_in_mirror
 

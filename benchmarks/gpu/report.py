@@ -9,9 +9,11 @@ stage, so a killed run leaves what it did.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
@@ -40,19 +42,27 @@ def _fmt(value, spec: str = ".3f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
+def _or_error(describe: Callable[[dict], str]) -> Callable[[dict], str]:
+    """`describe`, except for figures of a stage that failed ({"error"}): "error: " and its message."""
+
+    @functools.wraps(describe)
+    def described(figures: dict) -> str:
+        return f"error: {figures['error']}" if "error" in figures else describe(figures)
+
+    return described
+
+
+@_or_error
 def describe_step(figures: dict) -> str:
-    if "error" in figures:
-        return f"error: {figures['error']}"
     return (
         f"{figures['s_per_step']:.4f} s/step, {figures['tokens_per_s']:.0f} tokens/s, {figures['tflops']:.3g} TFLOP/s, "
         f"{figures['ratio_to_matmul']:.3f} of the matmul rate, MFU {_fmt(figures['mfu'])}"
     )
 
 
+@_or_error
 def describe_loop(figures: dict) -> str:
     """A training loop's timing from the mfu stage (loop_overhead.measure's figures, or {"error"})."""
-    if "error" in figures:
-        return f"error: {figures['error']}"
     loop = figures["loop"]
     return (
         f"{loop['s_per_step']:.4f} s/step, {loop['pairs_per_s']:.0f} pairs/s, MFU {_fmt(loop['mfu'])}, "
@@ -60,10 +70,9 @@ def describe_loop(figures: dict) -> str:
     )
 
 
+@_or_error
 def describe_preset_step(timing: dict) -> str:
     """A preset's timing from the mfu stage ({"s_per_step", "pairs"} or {"error"}) in a few words."""
-    if "error" in timing:
-        return f"error: {timing['error']}"
     return f"{timing['s_per_step']:.4f} s/step on {timing['pairs']} pairs"
 
 

@@ -16,15 +16,15 @@ dataset's with `.<config>`, and `.<split>` for a split other than train) and its
 
 One module per job, in the order an import runs them:
 
-    importer  import_hf: one source into an output directory, start to end
-    report    hf_import_report.json: a rerun with the same settings reads nothing; stale files removed
-    source    the source opened as one split (local path or Hub id), read in batches
-    local     local layouts: save_to_disk, a directory of data files, parquet / arrow / json / csv files
-    hub       a Hub id: offline mode, or the Hub not answering, and the datasets cache
-    layout    which columns hold the two texts, their languages and the score
-    rows      rows to pairs: the checks, the skips by reason, the caps, the files written
-    errors    HFImportError: what each of them raises for a source it cannot import as asked
-    fetch     the fetch stage: a config's `hf:` corpora, for its language pairs
+    importer     import_hf: one source into an output directory, start to end
+    report       hf_import_report.json: a rerun with the same settings reads nothing; stale files removed
+    source       the source opened as one split (local path or Hub id), read in batches
+    local        local layouts: save_to_disk, a directory of data files, parquet / arrow / json / csv files
+    hub          a Hub id: offline mode, or the Hub not answering, and the datasets cache
+    layout       which columns hold the two texts, their languages and the score
+    rows         rows to pairs: the checks, the skips by reason, the caps, the files written
+    errors       HFImportError: what each of them raises for a source it cannot import as asked
+    plan_import  `ems-prep fetch`: a data-prep plan's `hf:` corpora, for its language pairs
 
 The package imports nothing on its own: `from data_prep.hf.importer import import_hf`.
 """

@@ -44,6 +44,7 @@ import importlib
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -221,18 +222,30 @@ def _copy_run_metadata(model_dir: Path, out: Path) -> None:
         shutil.copyfile(model_dir / RUN_METADATA_FILE, out / RUN_METADATA_FILE)
 
 
-def export_sentence_transformers(
-    model_dir: str | Path, out: str | Path, language: str = AUTO_LANGUAGE, license_id: str | None = None
+def _export(
+    write: Callable[[Path, Tokenizer, Path, str | None, str | None], None],
+    model_dir: str | Path,
+    out: str | Path,
+    language: str,
+    license_id: str | None,
 ) -> Path:
-    """Write the sentence-transformers directory of the EMS model in `model_dir` to `out` (new or
-    empty); `language`: the default language of `encode` without `lang=` (AUTO_LANGUAGE: by script)."""
+    """Check the model directory, the language and `out`, then `write` the export into a staging
+    directory that becomes `out` whole (or not at all)."""
     model_dir, out = Path(model_dir), Path(out)
     tokenizer = check_model_dir(model_dir)
     default_language = check_language(language, tokenizer)
     check_out_dir(out, model_dir)
     with staged_directory(out, "export") as staging:
-        write_sentence_transformers(model_dir, tokenizer, staging, default_language, license_id)
+        write(model_dir, tokenizer, staging, default_language, license_id)
     return out
+
+
+def export_sentence_transformers(
+    model_dir: str | Path, out: str | Path, language: str = AUTO_LANGUAGE, license_id: str | None = None
+) -> Path:
+    """Write the sentence-transformers directory of the EMS model in `model_dir` to `out` (new or
+    empty); `language`: the default language of `encode` without `lang=` (AUTO_LANGUAGE: by script)."""
+    return _export(write_sentence_transformers, model_dir, out, language, license_id)
 
 
 def write_sentence_transformers(
@@ -263,13 +276,7 @@ def export_hf(
 ) -> Path:
     """Write the transformers (trust_remote_code) directory of the EMS model in `model_dir` to `out`
     (new or empty); `language` as for export_sentence_transformers."""
-    model_dir, out = Path(model_dir), Path(out)
-    tokenizer = check_model_dir(model_dir)
-    default_language = check_language(language, tokenizer)
-    check_out_dir(out, model_dir)
-    with staged_directory(out, "export") as staging:
-        write_hf(model_dir, tokenizer, staging, default_language, license_id)
-    return out
+    return _export(write_hf, model_dir, out, language, license_id)
 
 
 def write_hf(

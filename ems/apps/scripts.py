@@ -19,8 +19,8 @@ def prep() -> int:
 
 
 def data() -> int:
-    """`ems-data`: python -m data_prep.fetch."""
-    return _run("data_prep.fetch")
+    """`ems-data`: python -m data_prep.manifest_fetch."""
+    return _run("data_prep.manifest_fetch")
 
 
 def train() -> int:

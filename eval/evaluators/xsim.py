@@ -238,12 +238,7 @@ def evaluate_xsim(encoder: Encoder, task: TaskRun) -> dict:
         raise MissingDataError(
             f"no FLORES-200 {split} split in {data_dir} (missing {english_path.name}); get it from {FLORES_SOURCE}"
         )
-    stems, copies = config.languages, {}
-    if options.canonical is not None:
-        stems = stems_in_filter(flores_stems(data_dir, split, english_stem) if stems == "all" else stems, options)
-    elif stems == "all":
-        stems = flores_stems(data_dir, split, english_stem)
-        copies = duplicate_flores_files(data_dir, split)
+    stems, copies = _stems(config, options, data_dir)
     covered = encoder_languages(encoder)
     english_lang = encoder_lang(english_stem, covered)
     keys = {stem: flores_language(stem) for stem in stems}
@@ -270,18 +265,10 @@ def evaluate_xsim(encoder: Encoder, task: TaskRun) -> dict:
             return None
         text_args = (texts, english_texts) if config.textual else (None, None)
         xx2en, en2xx = xsim_errors(x, english, config.margin, config.k, *text_args)
-        n = len(texts)
-        row = {
-            "language": keys[stem],
-            "lang": langs[stem],
-            "n": n,
-            "xx2en": 100.0 * xx2en / n,
-            "en2xx": 100.0 * en2xx / n,
-        }
-        row["mean"] = (row["xx2en"] + row["en2xx"]) / 2
+        row = _error_row(keys[stem], langs[stem], len(texts), xx2en, en2xx)
         if extra is not None:
             wrong, by_type = xsimpp_errors(x, english, augmented, english_texts, extra, config.margin, config.k)
-            row.update(xsimpp=100.0 * wrong / n, xsimpp_errors=by_type)
+            row.update(xsimpp=100.0 * wrong / len(texts), xsimpp_errors=by_type)
         return row
 
     scored = score_items(
@@ -293,24 +280,53 @@ def evaluate_xsim(encoder: Encoder, task: TaskRun) -> dict:
         desc=config.name,
         progress=options.progress,
     )
-    per_language = scored.rows
-    average = None
-    if per_language:
-        rows = list(per_language.values())
-        total = sum(row["n"] for row in rows)
-        keys = SCORE_KEYS + (("xsimpp",) if all("xsimpp" in row for row in rows) else ())
-        average = {key: sum(row[key] * row["n"] for row in rows) / total for key in keys}
-        average.update(n_languages=len(rows), n=total)
-    settings = {
+    settings = _settings(config, max_sentences, augmented_dir)
+    return scored_result(task, TASK.metric, settings, scored, _average(list(scored.rows.values())))
+
+
+def _stems(config: XsimConfig, options: RunOptions, data_dir: Path) -> tuple[list[str], dict[str, Path]]:
+    """The FLORES-200 stems the run scores: the config's languages (`all`: every file of the split)
+    that the run's language filter keeps; and, for `all` without a filter, the files that repeat
+    another's text ({language: the file it repeats}, duplicate_flores_files)."""
+    stems = config.languages
+    if options.canonical is not None:
+        everything = flores_stems(data_dir, config.split, config.english) if stems == "all" else stems
+        return stems_in_filter(everything, options), {}
+    if stems == "all":
+        return flores_stems(data_dir, config.split, config.english), duplicate_flores_files(data_dir, config.split)
+    return stems, {}
+
+
+def _error_row(language: str, lang: str, n: int, xx2en: int, en2xx: int) -> dict:
+    """One language's row: the errors of both directions as % of its `n` sentences, and their mean."""
+    row = {"language": language, "lang": lang, "n": n, "xx2en": 100.0 * xx2en / n, "en2xx": 100.0 * en2xx / n}
+    row["mean"] = (row["xx2en"] + row["en2xx"]) / 2
+    return row
+
+
+def _average(rows: list[dict]) -> dict | None:
+    """The errors over all sentences of `rows` (LASER's average: each language weighted by its n),
+    xSIM++ too when every row has it; None without rows."""
+    if not rows:
+        return None
+    total = sum(row["n"] for row in rows)
+    keys = SCORE_KEYS + (("xsimpp",) if all("xsimpp" in row for row in rows) else ())
+    average = {key: sum(row[key] * row["n"] for row in rows) / total for key in keys}
+    average.update(n_languages=len(rows), n=total)
+    return average
+
+
+def _settings(config: XsimConfig, max_sentences: int | None, augmented_dir: Path | None) -> dict:
+    """The settings a result records."""
+    return {
         "margin": config.margin,
         "k": config.k,
         "textual": config.textual,
-        "split": split,
-        "english": english_stem,
+        "split": config.split,
+        "english": config.english,
         "max_sentences": max_sentences,
         "augmented_dir": None if augmented_dir is None else str(augmented_dir),
     }
-    return scored_result(task, TASK.metric, settings, scored, average)
 
 
 XX2EN_ERROR = Headline("xSIM error (%), xx→en, lower is better", lambda row: row["xx2en"])

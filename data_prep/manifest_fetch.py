@@ -3,7 +3,7 @@
     ems-data list                                   # the sets, their files, sizes, licences, sources
     ems-data fetch tatoeba flores200 --out DATA     # or `all`; then: eval.run_all --data-dir DATA
     ems-data fetch all --out DATA --mirror file:///srv/mirror   # or EMS_DATA_MIRROR=...
-    python -m data_prep.fetch manifest ../shared/data           # maintainers: rewrite the manifest
+    python -m data_prep.manifest_fetch manifest ../shared/data           # maintainers: rewrite the manifest
 
 In: dataset names (`list` shows them: tatoeba, flores200, sib200, mlqe, sts2017,
 tatoeba_challenge, tico19). Out: DIR/<folder>/... exactly as `../shared/data` holds it (its
@@ -233,7 +233,7 @@ def write_manifest(data_dir: Path, out: Path = MANIFEST) -> int:
     lines = [f"{path.relative_to(data_dir).as_posix()}\t{path.stat().st_size}\t{sha256_of(path)}\n" for path in files]
     header = (
         "# path\tsize\tsha256 of every file `ems-data fetch` writes; "
-        "made by `python -m data_prep.fetch manifest DATA_DIR`\n"
+        "made by `python -m data_prep.manifest_fetch manifest DATA_DIR`\n"
     )
     out.write_text(header + "".join(lines), encoding="utf-8")
     return len(lines)
@@ -441,7 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ems-data", description=__doc__.split("\n\n")[0])
     add_debug_option(parser)
     commands = parser.add_subparsers(dest="command", required=True)
-    fetch = commands.add_parser("fetch", help="download data sets into the data layout")
+    fetch_help = (
+        f"download data sets of {MANIFEST.name} (evaluation and training sets) into the data layout, each file "
+        "checked by size and sha256 (a data-prep plan's corpora: ems-prep fetch)"
+    )
+    fetch = commands.add_parser("fetch", help=fetch_help, description=fetch_help)
     fetch.add_argument("names", nargs="+", metavar="NAME", help=f"data sets ({', '.join(DATASETS)}) or {ALL}")
     fetch.add_argument("--out", type=Path, required=True, help="data root to fill (the --data-dir of eval.run_all)")
     fetch.add_argument("--mirror", help=f"fetch https://HOST/PATH from MIRROR/HOST/PATH (also: {MIRROR_ENV})")

@@ -1,5 +1,5 @@
-"""The fetch stage's Hugging Face corpora: every `hf:` corpus of a data-prep config that can give one of its
-language pairs.
+"""`ems-prep fetch`'s Hugging Face part: the import of every `hf:` corpus of a data-prep plan
+(configs/prep/*.yaml) that can give one of its language pairs (the OPUS part: data_prep.opus.fetch).
 
 In: a PrepConfig, the output root, the language pairs asked for (default: the config's), `dry_run`;
 out: each corpus imported (data_prep.hf.importer) keeping only those pairs, one entry per corpus
@@ -16,7 +16,7 @@ from data_prep.hf.errors import HFImportError
 from data_prep.hf.importer import import_hf
 
 
-def fetch_hf(
+def import_plan_corpora(
     config: PrepConfig, out_root: str | Path, pairs: list[str] | None = None, dry_run: bool = False, **options
 ) -> list[dict]:
     """Import every `hf:` corpus of `config` that can give one of `pairs` (default: the config's) into
