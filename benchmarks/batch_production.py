@@ -31,7 +31,7 @@ from ems.training.setup import build_order
 def measure(cfg: TrainConfig, shards: PairShards, batches: int) -> dict:
     """Mean ms per global batch of the batch order and of collate, over `batches` batches after one."""
     max_len = config_from_preset(cfg.model, **cfg.model_overrides).max_len
-    order = build_order(cfg, shards, cfg.batch_size, max_len, rank=0)
+    order = build_order(cfg, shards, cfg.batch_size, max_len)
     order_ms, collate_ms, real, slots = [], [], 0, 0
     for b in range(min(batches + 1, order.batches_per_epoch())):
         started = time.perf_counter()

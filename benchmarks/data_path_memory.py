@@ -112,7 +112,7 @@ def measure(directory: str, batches: int) -> None:
     shards = PairShards(directory)
     stage("open shards")
     cfg = TrainConfig(data=directory, batch_size=152)
-    order = build_order(cfg, shards, 4 * 152, 64, rank=0)
+    order = build_order(cfg, shards, 4 * 152, 64)
     stage("build_order")
     stream = iterate_batches(shards, order, 64, rank=0, world_size=4)
     next(stream)

@@ -1,10 +1,9 @@
 """Bytes of a shard directory in the current format (narrow token ids, lengths.npy) against the
-same shards in format 1 (int32 token ids, no lengths.npy), which this writes beside them.
+same shards with int32 token ids and no lengths.npy (the wide layout), which this writes beside them.
 
     python -m benchmarks.shard_bytes SHARDS [--work /tmp/ems_shard_bytes]
 
-Prints each array's size in both formats and the totals. The format-1 copy is made as
-binarize wrote it before format 2 and checked to read back the same batches (ems.training.batches).
+Prints each array's size in both layouts and the totals.
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ems.shards import PairShards
-from ems.training.batch_order import BatchOrder
-from ems.training.batches import collate
+from ems.shards import SHARD_FORMAT
 
 
-def format_1_copy(directory: Path, out: Path) -> Path:
-    """`directory`'s shards as format 1 wrote them, in `out` (replaced)."""
+def wide_copy(directory: Path, out: Path) -> Path:
+    """`directory`'s shards with int32 token ids and no lengths.npy, in `out` (replaced)."""
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(directory, out)
     np.save(out / "tokens.npy", np.load(directory / "tokens.npy").astype("<i4"))
@@ -39,16 +36,11 @@ def main() -> None:
     parser.add_argument("shards", type=Path)
     parser.add_argument("--work", type=Path, default=Path("/tmp/ems_shard_bytes"))
     args = parser.parse_args()
-    if json.loads((args.shards / "index.json").read_text()).get("format", 1) < 2:
-        raise SystemExit(f"{args.shards} is already format 1: binarize it again to compare")
-    old = format_1_copy(args.shards, args.work / "format1")
-    new_shards, old_shards = PairShards(args.shards), PairShards(old)
-    order = BatchOrder(np.minimum(new_shards.side_lengths(), 64), min(64, len(new_shards)), seed=0)
-    for batch in order.epoch(0)[:3]:
-        a, b = collate(new_shards, batch, 64), collate(old_shards, batch, 64)
-        assert all(np.array_equal(a[key], b[key]) for key in ("src", "tgt")), "format-1 copy reads differently"
+    if json.loads((args.shards / "index.json").read_text()).get("format") != SHARD_FORMAT:
+        raise SystemExit(f"{args.shards} is not shard format {SHARD_FORMAT}: binarize it again to compare")
+    old = wide_copy(args.shards, args.work / "wide")
     names = sorted({p.name for p in args.shards.iterdir()} | {p.name for p in old.iterdir()})
-    print(f"{'file':20} {'format 1':>14} {'current':>14}")
+    print(f"{'file':20} {'wide':>14} {'current':>14}")
     totals = [0, 0]
     for name in names:
         sizes = [(d / name).stat().st_size if (d / name).is_file() else 0 for d in (old, args.shards)]

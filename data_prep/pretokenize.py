@@ -19,7 +19,7 @@ marker under its lock.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -51,10 +51,14 @@ def _read_marker(corpus_root: Path) -> dict | None:
         return None
     try:
         value = json.loads(marker.read_text(encoding="utf-8"))
-        preprocessing = Preprocessing(**{"simplify_chinese": False, **value["preprocessing"]})
+        settings = value["preprocessing"]
+        missing = [field.name for field in fields(Preprocessing) if field.name not in settings]
+        if missing:
+            raise ValueError(f"no preprocessing setting {', '.join(missing)}")
+        preprocessing = Preprocessing(**settings)
         files = value.get("files")
         if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
-            raise ValueError("no record of the files it wrote (made by an older version)")
+            raise ValueError("no record of the files it wrote")
     except (ValueError, TypeError, KeyError, RecursionError) as error:
         raise ValueError(f"{marker} is not a pretokenize marker ({' '.join(str(error).split())}): {AGAIN}") from None
     return {"preprocessing": preprocessing, "files": files}

@@ -15,7 +15,7 @@ from ems.text import PAD_ID, SPM_FILE, TOKENIZER_FILE
 
 # Token positions of every preset: enough to keep >= 99% of the FLORES-200 devtest sentences of every
 # trained language whole with the all-language 64k vocabulary, whose longest (Thai, Burmese, Khmer) far
-# exceed EMSConfig's default of 120 (measured: docs/results/multilingual.md, "max_len").
+# exceed EMSConfig's default of 120 (docs/results/multilingual.md, "max_len").
 PRESET_MAX_LEN = 288
 NORM_PLACEMENTS = ("pre", "post")  # EMSConfig.norm_placement
 ATTENTION_PATHS = ("auto", "varlen", "sdpa", "matmul")  # EMSConfig.attention
@@ -62,8 +62,8 @@ class EMSConfig:
     # F.scaled_dot_product_attention over padded rows; "matmul": `attention_with_dropout` over padded rows;
     # "auto": varlen where it runs, else matmul on CPU when gradients are computed, sdpa otherwise. Training
     # on CPU, sdpa's flash kernel is slow at these lengths in bf16, and it has no fused kernel with dropout
-    # (see attention_with_dropout); encoding (no gradients, no dropout) it is the faster one (measured:
-    # docs/results/throughput.md).
+    # (see attention_with_dropout); encoding (no gradients, no dropout) it is the faster one
+    # (docs/results/throughput.md).
     attention: str = "auto"
     # Attention over groups of this many length-sorted rows, each padded to its own longest (0: the
     # whole batch in one layout); the same result, less padding in batches of mixed lengths (see
@@ -73,9 +73,8 @@ class EMSConfig:
     # Where each layer's LayerNorms sit: "pre" (LN before the attention and the feed-forward block, a final
     # LN before pooling; GPT-2's and most recent encoders') or "post" (LN after each residual sum, as in the
     # transformer the paper cites for its encoder, Vaswani et al. 2017, and BERT; here with BERT's LN on the
-    # embeddings instead of before pooling: the same parameters). The default stays "pre" because models
-    # saved before the option have no norm_placement in their config.json; the recipes train "post"
-    # (the out-of-domain screen: docs/results/peer.md).
+    # embeddings instead of before pooling: the same parameters). The default is "pre", the common
+    # encoder layout; the recipes set "post", which screened better out of domain (docs/results/peer.md).
     norm_placement: str = "pre"
     # A LayerNorm on the embeddings (token + position) before the first layer, as BERT has, with pre-LN
     # layers; "post" has it already.
@@ -201,8 +200,8 @@ def _size(d_model: int, n_layers: int, n_heads: int) -> dict:
 # from the tokenizer, except ems-paper's). Parameters and training FLOPs per pair of each:
 # python -m benchmarks.presets_table. The demo (12 languages of short Tatoeba sentences) cuts at 64.
 PRESETS: dict[str, dict] = {
-    # CPU-sized model for the demo and tests: in a fixed time on CPU cores, more epochs of this size beat
-    # fewer of a larger one (measured: docs/results/ablations.md).
+    # CPU-sized model for the demo and tests: in a fixed time on CPU cores, more epochs of this size
+    # score higher than fewer of a larger one (docs/results/ablations.md).
     "tiny": _size(d_model=128, n_layers=2, n_heads=4),
     # Between tiny and the specification's depth, for CPU budgets of about an hour.
     "small": _size(d_model=192, n_layers=4, n_heads=4),

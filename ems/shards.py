@@ -23,8 +23,8 @@ A shard directory holds:
                  file's language ids in langs.npy, which opening the shards checks) and its report (read, kept,
                  skipped by reason), `format` (SHARD_FORMAT) and the dtypes; written last, so its
                  presence means the shards are complete.
-Shards written before `format` 2 (int32 tokens, no lengths.npy) still read. `read_index` and
-`language_pair_counts` read index.json alone (the model card, eval.language_groups).
+Shards of another `format` are refused (binarize again). `read_index` and `language_pair_counts`
+read index.json alone (the model card, eval.language_groups).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from ems.mapped import release_mapped_pages, shrunk_size
 
 INDEX_FILE = "index.json"
 SHARD_ARRAYS = ("tokens.npy", "offsets.npy", "lengths.npy", "langs.npy", "content_ids.npy")
-SHARD_FORMAT = 2  # 2: narrow token dtype and lengths.npy; 1 (no "format" in index.json): int32 tokens
+SHARD_FORMAT = 2  # index.json's "format": the layout above
 CHECK_ROWS = 1 << 22  # langs.npy rows compared at a time when opening shards (16 MiB of int16 pairs)
 CHECK_TOKENS = 1 << 24  # token ids compared at a time by PairShards.check_token_ids (32 MiB of uint16)
 
@@ -57,22 +57,27 @@ def length_dtype(max_length: int) -> str:
 
 
 class PairShards:
-    """Memory-mapped view of a `data_prep.binarize` output directory: the current format (token
-    ids in uint16 when the vocabulary allows, per-pair side lengths in lengths.npy) or the
-    format-1 shards written before it (int32 ids, lengths derived from the offsets)."""
+    """Memory-mapped view of a `data_prep.binarize` output directory (format SHARD_FORMAT): one
+    error line naming the file, and "binarize again", for shards of another format or missing one of
+    SHARD_ARRAYS."""
 
     def __init__(self, directory: str | Path):
         directory = Path(directory)
         self.directory = directory
         self.index = read_index(directory)
+        if self.index.get("format") != SHARD_FORMAT:
+            raise ValueError(
+                f"{directory / INDEX_FILE}: shard format {self.index.get('format')!r}, not {SHARD_FORMAT}: "
+                f"binarize again"
+            )
+        for name in SHARD_ARRAYS:
+            if not shard_file(directory, name).is_file():
+                raise FileNotFoundError(f"{directory / name} is missing: binarize again")
         self.tokens = load_array(shard_file(directory, "tokens.npy"))
         self.offsets = load_array(shard_file(directory, "offsets.npy"))
         self.langs = load_array(shard_file(directory, "langs.npy"))
-        # (n_pairs, 2) uint64 ids of each side's text; None in shards binarized before they existed
-        ids_path = shard_file(directory, "content_ids.npy")
-        self.content_ids = load_array(ids_path) if ids_path.is_file() else None
-        lengths_path = shard_file(directory, "lengths.npy")
-        self.lengths = load_array(lengths_path) if lengths_path.is_file() else None
+        self.content_ids = load_array(shard_file(directory, "content_ids.npy"))  # (n_pairs, 2) uint64
+        self.lengths = load_array(shard_file(directory, "lengths.npy"))
         check_index(directory, self)
         self.languages: list[str] = self.index["languages"]
 
@@ -138,8 +143,8 @@ class PairShards:
 
     def padded(self, sentences: np.ndarray, max_len: int, pad_id: int) -> np.ndarray:
         """(len(sentences), L) int64 token ids of the given sentence indices, each cut at max_len and
-        padded with pad_id to L, the longest cut length: one gather for all of them (a batch of 1024
-        pairs read sentence by sentence costs ~20 ms of Python on the thread that feeds a GPU step)."""
+        padded with pad_id to L, the longest cut length: one gather for all of them, not a Python loop
+        over sentences on the thread that feeds a GPU step."""
         sentences = np.asarray(sentences, dtype=np.int64)
         starts = np.asarray(self.offsets[sentences], dtype=np.int64)
         lengths = np.minimum(np.asarray(self.offsets[sentences + 1], dtype=np.int64) - starts, max_len)
@@ -156,8 +161,8 @@ class PairShards:
         for array in self.arrays().values():
             release_mapped_pages(array)
 
-    def arrays(self) -> dict[str, np.ndarray | None]:
-        """{file name: its memory-mapped array} of SHARD_ARRAYS (None: a file these shards lack)."""
+    def arrays(self) -> dict[str, np.ndarray]:
+        """{file name: its memory-mapped array} of SHARD_ARRAYS."""
         return dict(zip(SHARD_ARRAYS, (self.tokens, self.offsets, self.lengths, self.langs, self.content_ids)))
 
     def pair_lengths(self) -> np.ndarray:
@@ -165,12 +170,8 @@ class PairShards:
         return self.side_lengths().max(axis=1)
 
     def side_lengths(self) -> np.ndarray:
-        """(n_pairs, 2) int32 token counts of each pair's first and second side (from lengths.npy,
-        or from the offsets in format-1 shards)."""
-        if self.lengths is not None:
-            return np.asarray(self.lengths, dtype=np.int32)
-        lengths = np.diff(self.offsets).astype(np.int32)
-        return np.stack([lengths[0::2], lengths[1::2]], axis=1)
+        """(n_pairs, 2) int32 token counts of each pair's first and second side (lengths.npy)."""
+        return np.asarray(self.lengths, dtype=np.int32)
 
     def language_pair_ranges(self) -> dict[str, IndexRanges]:
         """{"l1-l2": its pairs as IndexRanges} from the index's per-file [start, end) ranges; files
@@ -243,7 +244,7 @@ def check_index(directory: Path, shards: PairShards) -> None:
         ("content_ids.npy", shards.content_ids, 2),
         ("lengths.npy", shards.lengths, 2),
     ):
-        if array is not None and array.ndim != ndim:
+        if array.ndim != ndim:
             raise ValueError(f"{directory / name} has shape {array.shape}, not {ndim}-dimensional; binarize again")
     n_pairs = len(shards.langs)
 
@@ -259,8 +260,8 @@ def check_index(directory: Path, shards: PairShards) -> None:
         ("lengths.npy", shards.lengths),
     ):
         expected = 2 * n_pairs + 1 if name == "offsets.npy" else (n_pairs, 2)
-        found = len(array) if name == "offsets.npy" else (None if array is None else array.shape)
-        if array is not None and found != expected:
+        found = len(array) if name == "offsets.npy" else array.shape
+        if found != expected:
             raise ValueError(
                 f"{directory}: {name} and langs.npy disagree on the number of pairs ({found} vs {expected})"
             )
@@ -279,7 +280,7 @@ def check_index(directory: Path, shards: PairShards) -> None:
     if "n_tokens" in index and index["n_tokens"] != shards.tokens.size:
         raise wrong("n_tokens", index["n_tokens"], shards.tokens.size)
     for field, array in (("token_dtype", shards.tokens), ("length_dtype", shards.lengths)):
-        if field in index and array is not None and index[field] != array.dtype.name:
+        if field in index and index[field] != array.dtype.name:
             raise wrong(field, index[field], array.dtype.name)
     position = 0
     for k, entry in enumerate(index["files"]):
@@ -302,7 +303,7 @@ def check_index(directory: Path, shards: PairShards) -> None:
 
 def check_file_languages(directory: Path, index: dict, langs: np.ndarray) -> None:
     """Every row of each index.json file's [start, end) range carries that file's language ids in
-    langs.npy (`sides` in order; entries written before `sides` existed: l1 then l2), so
+    langs.npy (`sides` in order), so
     that sampling, one-pair batches and per-pair validation, which group pairs by these ranges,
     never take one language pair for another. A disagreement (a boundary moved in index.json) is one
     ValueError naming the index, the file entry and the first disagreeing row. One vectorised pass
@@ -318,8 +319,7 @@ def check_file_languages(directory: Path, index: dict, langs: np.ndarray) -> Non
     try:
         for k, entry in enumerate(index["files"]):
             name = f"files[{k}] ({entry.get('name')}, {entry.get('l1')}-{entry.get('l2')})"
-            # shards binarized before `sides` existed hold every pair in l1-l2 order
-            sides = entry.get("sides", [entry.get("l1"), entry.get("l2")])
+            sides = entry.get("sides")
             try:
                 if not isinstance(sides, list) or len(sides) != 2:
                     raise ValueError(f"sides must be a list of two languages, got {sides!r}")

@@ -98,10 +98,6 @@ def source_sides(langs: np.ndarray, teacher_lang_ids: np.ndarray) -> np.ndarray:
 def source_ids(shards, teacher_lang_ids: np.ndarray) -> tuple[np.ndarray, int]:
     """(sorted unique content ids of the source sentences of `shards`, pairs without a source
     side), reading the shards in steps of CHECK_ROWS pairs."""
-    if shards.content_ids is None:
-        raise TeacherStoreError(
-            "the shards have no content_ids.npy (binarized by an older version): binarize them again"
-        )
     parts, without = [], 0
     for start in range(0, len(shards), CHECK_ROWS):
         sides = source_sides(shards.langs[start : start + CHECK_ROWS], teacher_lang_ids)

@@ -38,10 +38,8 @@ PAD_ID = 0
 UNK_ID = 1
 FIRST_LANG_ID = 2  # <2xx> tokens follow pad and unk, in the order of Tokenizer.languages
 TOKENIZER_FILE = "ems_tokenizer.json"
-LEGACY_TOKENIZER_FILE = "tokenizer.json"  # read, never written: the name Hugging Face uses for its own tokenizers
 SPM_FILE = "spm.model"
-# The key of TOKENIZER_FILE that records the SHA-1 of the spm.model saved with it (files written
-# before it was recorded have none: their spm.model is not fingerprinted).
+# The key of TOKENIZER_FILE that records the SHA-1 of the spm.model saved with it.
 SPM_SHA1_KEY = "spm_sha1"
 
 
@@ -118,8 +116,8 @@ class Preprocessing:
 
     lowercase: bool = True
     moses: bool = True  # word pre-tokenization on/off (the name predates per-language tokenizers)
-    segment_cjk: bool = True  # jieba/MeCab for zh/ja; False: Moses for all (older tokenizer files)
-    simplify_chinese: bool = True  # `to_simplified` for SIMPLIFIED_CHINESE; False in older tokenizer files
+    segment_cjk: bool = True  # jieba/MeCab for zh/ja; False: Moses for all
+    simplify_chinese: bool = True  # `to_simplified` for SIMPLIFIED_CHINESE; False: traditional characters kept
 
     def __call__(self, text: str, lang: str) -> str:
         text = unicodedata.normalize("NFKC", text).strip()
@@ -175,11 +173,10 @@ def checked_sentences(sentences: list[str]) -> list[str]:
     return sentences
 
 
-def read_tokenizer_file(path: str | Path) -> tuple[list[str], Preprocessing, str | None]:
-    """The language list, preprocessing and recorded spm.model SHA-1 (None in files written before it
-    was recorded) of a TOKENIZER_FILE; ValueError naming the file for one that is not such a file.
-    Settings missing from older files take their old values (Moses for zh and ja, traditional Chinese
-    kept as it was)."""
+def read_tokenizer_file(path: str | Path) -> tuple[list[str], Preprocessing, str]:
+    """The language list, preprocessing and recorded spm.model SHA-1 of a TOKENIZER_FILE; ValueError
+    naming the file for one that is not such a file (every preprocessing setting and the SHA-1 are
+    required)."""
     path = Path(path)
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -200,13 +197,18 @@ def read_tokenizer_file(path: str | Path) -> tuple[list[str], Preprocessing, str
     unknown = sorted(set(settings) - set(known))
     if unknown:
         raise ValueError(f"{path}: unknown preprocessing settings {', '.join(unknown)}; known: {', '.join(known)}")
+    missing = [key for key in known if key not in settings]
+    if missing:
+        raise ValueError(f"{path}: preprocessing lacks the settings {', '.join(missing)}: build the vocabulary again")
     not_bool = sorted(key for key, value in settings.items() if not isinstance(value, bool))
     if not_bool:
         raise ValueError(f"{path}: preprocessing settings must be true or false: {', '.join(not_bool)}")
     recorded = meta.get(SPM_SHA1_KEY)
-    if recorded is not None and not (isinstance(recorded, str) and re.fullmatch("[0-9a-f]{40}", recorded)):
+    if recorded is None:
+        raise ValueError(f"{path}: no {SPM_SHA1_KEY} (the SHA-1 of its spm.model): build the vocabulary again")
+    if not (isinstance(recorded, str) and re.fullmatch("[0-9a-f]{40}", recorded)):
         raise ValueError(f"{path}: {SPM_SHA1_KEY} must be the 40 hex digits of a SHA-1, got {recorded!r:.60}")
-    return languages, Preprocessing(**{"segment_cjk": False, "simplify_chinese": False, **settings}), recorded
+    return languages, Preprocessing(**settings), recorded
 
 
 def read_sentencepiece(spm_file: str | Path) -> tuple[spm.SentencePieceProcessor, str]:
@@ -223,7 +225,7 @@ def read_sentencepiece(spm_file: str | Path) -> tuple[spm.SentencePieceProcessor
 def check_vocabulary(sp, spm_sha1: str, languages: list[str], recorded_sha1: str | None, where: str) -> None:
     """The checks that a SentencePiece model `sp` (loaded from `where`, its file's SHA-1 `spm_sha1`)
     and a language list belong together, made by Tokenizer and by the exported models' code alike:
-    the file is the one the tokenizer file recorded (`recorded_sha1`, when it recorded one); pad and
+    the file is the one the tokenizer file recorded (`recorded_sha1`; None: not read from a file); pad and
     unk are ids PAD_ID and UNK_ID; the language token of the i-th language is id FIRST_LANG_ID + i.
     ValueError naming `where` and the first check that fails."""
     if recorded_sha1 is not None and spm_sha1 != recorded_sha1:
@@ -249,7 +251,7 @@ class Tokenizer:
     spm_path: str
     languages: list[str]
     preprocessing: Preprocessing = field(default_factory=Preprocessing)
-    # the SHA-1 of spm.model that the tokenizer file records (None: not recorded, not checked)
+    # the SHA-1 of spm.model that the tokenizer file records (None: not loaded from a file, not checked)
     recorded_sha1: str | None = None
 
     def __post_init__(self) -> None:
@@ -314,12 +316,10 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
-        """The tokenizer saved in `directory` (TOKENIZER_FILE, or LEGACY_TOKENIZER_FILE from older runs)."""
+        """The tokenizer saved in `directory` (TOKENIZER_FILE and SPM_FILE)."""
         directory = Path(directory)
-        meta_path = next(
-            (directory / name for name in (TOKENIZER_FILE, LEGACY_TOKENIZER_FILE) if (directory / name).is_file()), None
-        )
-        if meta_path is None or not (directory / SPM_FILE).is_file():
+        meta_path = directory / TOKENIZER_FILE
+        if not meta_path.is_file() or not (directory / SPM_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {SPM_FILE} + {TOKENIZER_FILE}: not a vocabulary directory")
         for path in (meta_path, directory / SPM_FILE):
             inside_folder(directory, path, f"the vocabulary folder {directory}")

@@ -6,8 +6,6 @@ type's own fields (settings, the heads' training logs, the dev split, groups, ..
 averages stay mappings: each task type defines their columns (see its evaluator's docstring).
 
 results.json is {"schema_version": SCHEMA_VERSION, "tasks": {name: TaskResult.to_dict()}}.
-Version 1 files (written before the schema version: {name: flat result}) still read, the
-type of each task inferred from its metric.
 """
 
 from __future__ import annotations
@@ -21,18 +19,6 @@ from eval.faults import DATA_ERRORS
 
 SCHEMA_VERSION = 2
 RESULTS_FILE = "results.json"
-# Version 1 results carry no task type; each metric had one table, so it names a type that draws it.
-METRIC_TYPES_V1 = {
-    "p_at_1": "tatoeba",
-    "bitext_p_at_1": "bitext",
-    "xsim_error": "xsim",
-    "mining_f1": "bucc",
-    "retrieval_p_at_1": "large_retrieval",
-    "accuracy": "classification",
-    "qe_pearson": "qe",
-    "sts_correlation": "sts",
-    "lid_accuracy": "language_id",
-}
 
 
 @dataclass(eq=True)
@@ -119,27 +105,19 @@ def write_results_json(results: dict[str, TaskResult], path: Path) -> Path:
 
 
 def read_results(path: Path) -> dict[str, TaskResult]:
-    """{task name: TaskResult} from a results.json (or the directory holding one), schema 1 or
-    SCHEMA_VERSION. ValueError for a newer schema or a file that is no results file."""
+    """{task name: TaskResult} from a results.json (or the directory holding one), schema SCHEMA_VERSION.
+    ValueError for a newer schema or a file that is no results file."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
     document = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(document, dict):
         raise ValueError(f"{path}: not a results file (expected a JSON object)")
-    version = document.get("schema_version", 1)
+    version = document.get("schema_version")
+    if version is None:
+        raise ValueError(f"{path}: not a results file of this code (no schema_version): evaluate the model again")
     if version > SCHEMA_VERSION:
         raise ValueError(
             f"{path}: results schema version {version} is newer than this code's {SCHEMA_VERSION}; update ems"
         )
-    if version >= 2:
-        return {name: TaskResult.from_dict(entry["type"], entry) for name, entry in document["tasks"].items()}
-    # Version 1: a Tatoeba or held-out result had no metric key; a task that did not run only task and error.
-    return {
-        name: TaskResult.from_dict(
-            METRIC_TYPES_V1.get(entry.get("metric", "p_at_1"), "tatoeba"),
-            entry,
-            None if "error" in entry and "languages" not in entry else "p_at_1",
-        )
-        for name, entry in document.items()
-    }
+    return {name: TaskResult.from_dict(entry["type"], entry) for name, entry in document["tasks"].items()}

@@ -248,19 +248,14 @@ def test_one_seed_has_no_spread_rather_than_a_zero_one(tmp_path):
     assert plot_summary(summary, tmp_path / "ablation.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("schema", [1, 2])
-def test_a_column_added_later_is_read_from_the_stored_results(tmp_path, schema):
+def test_a_column_added_later_is_read_from_the_stored_results(tmp_path):
     import json
 
     from ems.apps.studies.ablation import AblationConfig, with_all_columns
     from eval.results import write_results_json
 
     (tmp_path / "eval").mkdir()
-    if schema == 2:
-        write_results_json(RESULTS, tmp_path / "eval" / "results.json")
-    else:  # a results.json written before the schema version: {task: flat result}
-        flat = {name: {k: v for k, v in result.to_dict().items() if k != "type"} for name, result in RESULTS.items()}
-        (tmp_path / "eval" / "results.json").write_text(json.dumps(flat))
+    write_results_json(RESULTS, tmp_path / "eval" / "results.json")
     scores = tmp_path / "scores.json"
     scores.write_text(json.dumps({"steps": 5, "Tatoeba P@1": 42.5}))
     cfg = AblationConfig(

@@ -153,7 +153,7 @@ def _write_shards(directory, n_pairs, length):
                 "format": 2,
                 "languages": ["en", "xx"],
                 "n_pairs": n_pairs,
-                "files": [{"l1": "xx", "l2": "en", "start": 0, "end": n_pairs}],
+                "files": [{"l1": "xx", "l2": "en", "sides": ["xx", "en"], "start": 0, "end": n_pairs}],
             }
         )
     )

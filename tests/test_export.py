@@ -3,7 +3,6 @@ exported directories and give ems.load's vectors; old `tokenizer.json` directori
 
 import ast
 import json
-import shutil
 import subprocess
 import sys
 
@@ -26,7 +25,7 @@ from ems.apps.export import (
 )
 from ems.cli import run_main
 from ems.encoder import MANIFEST_FILE
-from ems.text import LEGACY_TOKENIZER_FILE, TOKENIZER_FILE, Tokenizer
+from ems.text import TOKENIZER_FILE, Tokenizer
 from tests.conftest import REPO_ROOT
 
 LANGUAGES = ("de", "fr", "ja")
@@ -143,32 +142,6 @@ print(json.dumps(ems_core.Preprocessing()("我們在學習漢語。", "zh")))
     from ems.text import Preprocessing
 
     assert json.loads(result.stdout.strip().splitlines()[-1]) == Preprocessing()("我們在學習漢語。", "zh")
-
-
-def test_model_and_vocabulary_directories_with_the_old_tokenizer_json_still_load(
-    model_dir, tiny_pipeline, sentences, tmp_path
-):
-    old_model = tmp_path / "old-model"
-    shutil.copytree(model_dir, old_model)
-    (old_model / TOKENIZER_FILE).rename(old_model / LEGACY_TOKENIZER_FILE)
-    (old_model / MANIFEST_FILE).unlink()  # nor did those versions write a manifest
-    np.testing.assert_array_equal(
-        ems.load(old_model).encode(sentences["ja"], "ja"), ems.load(model_dir).encode(sentences["ja"], "ja")
-    )
-    old_vocab = tmp_path / "old-vocab"
-    shutil.copytree(tiny_pipeline / "vocab", old_vocab)
-    (old_vocab / TOKENIZER_FILE).rename(old_vocab / LEGACY_TOKENIZER_FILE)
-    assert Tokenizer.load(old_vocab).encode(sentences["de"], "de") == Tokenizer.load(tiny_pipeline / "vocab").encode(
-        sentences["de"], "de"
-    )
-    # exporting an old directory writes the new name only (a Hub repo's tokenizer.json is transformers')
-    out = export_hf(old_model, tmp_path / "ems-hf-old")
-    assert (out / TOKENIZER_FILE).is_file() and not (out / LEGACY_TOKENIZER_FILE).exists()
-    # a fresh save writes the new name
-    Tokenizer.load(old_vocab).save(tmp_path / "resaved")
-    assert (tmp_path / "resaved" / TOKENIZER_FILE).is_file() and not (
-        tmp_path / "resaved" / LEGACY_TOKENIZER_FILE
-    ).exists()
 
 
 def test_cli_writes_the_export_and_reports_bad_input_in_one_line(model_dir, tmp_path, capsys):

@@ -198,14 +198,16 @@ def test_the_untampered_exports_load_in_every_loader_and_fingerprint_their_vocab
     for export in ("st", "hf"):
         meta = json.loads((built[export] / TOKENIZER_FILE).read_text())
         assert meta.get("spm_sha1") == Tokenizer.load(built[export]).sha1
-    # tokenizer files written before the SHA-1 was recorded still load: nothing to compare it with
+    # a tokenizer file without the SHA-1 is refused: its spm.model could not be checked
     folder = tmp_path / "st_without_sha1"
     shutil.copytree(built["st"], folder)
     del meta["spm_sha1"]
     (folder / TOKENIZER_FILE).write_text(json.dumps(meta))
-    (folder / MANIFEST_FILE).unlink()  # nor did they write a manifest
-    assert ems.load(folder).languages == ["de", "en", "zh"]
-    assert load_sentence_transformers(folder).encode(ENGLISH[:1], lang="zh").shape == (1, 64)
+    (folder / MANIFEST_FILE).unlink()
+    for load in (ems.load, load_sentence_transformers):
+        assert re.search(
+            r"no spm_sha1 \(the SHA-1 of its spm\.model\): build the vocabulary again", refusal(load, folder)
+        )
 
 
 @pytest.mark.parametrize("name", list(TAMPERINGS))

@@ -313,7 +313,7 @@ def test_an_export_killed_half_way_leaves_nothing_loadable_and_a_rerun_works(tin
     assert ems.load(out).encode(["Hallo"], lang="de").shape == (1, d_model)
 
 
-def test_an_incomplete_export_of_an_older_version_is_named(tiny_pipeline, tmp_path, capsys):
+def test_a_non_empty_output_folder_is_refused_in_one_line(tiny_pipeline, tmp_path, capsys):
     from ems.apps import export
 
     model, _ = untrained_model(tiny_pipeline, tmp_path / "model")
@@ -321,7 +321,7 @@ def test_an_incomplete_export_of_an_older_version_is_named(tiny_pipeline, tmp_pa
     out.mkdir()
     (out / export.CORE_FILE).write_text("# half written\n")
     assert run_main(export.main, [str(model), str(out), "--format", "sentence-transformers"]) == 2
-    assert "is an incomplete export" in capsys.readouterr().err
+    assert f"{out} exists and is not an empty directory" in capsys.readouterr().err
 
 
 # --- 6. disk full while saving a checkpoint ----------------------------------------------------

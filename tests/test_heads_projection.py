@@ -115,9 +115,8 @@ def test_language_without_held_out_pairs_takes_the_pooled_choice_and_old_heads_l
         and log["ridge"]["fr"]["selected_on"] == "other languages' held-out pairs"
     )
     assert log["ridge"]["fr"]["alpha"] == log["ridge"]["de"]["alpha"]  # the only curve is de's
-    # a head saved before ridge selection: head.json without "ridge" still loads, unregularised
+    # a head.json without the ridge record is refused in one line
     head.save(tmp_path)
     (tmp_path / "head.json").write_text(json.dumps({"name": "projection", "languages": head.languages}))
-    old = load_head(tmp_path)
-    assert old.ridge == {} and old.languages == ["de", "en", "fr"]
-    np.testing.assert_array_equal(old.meaning(fr, "fr"), head.meaning(fr, "fr"))
+    with pytest.raises(ValueError, match="head.json records no alphas and ridge selection: fit the head again$"):
+        load_head(tmp_path)

@@ -3,6 +3,7 @@ compatibility, and the corpus-wide pretokenize stage."""
 
 import json
 import shutil
+from dataclasses import asdict
 
 import pytest
 
@@ -38,29 +39,15 @@ def test_chinese_is_converted_to_simplified_and_japanese_kanji_are_not():
     assert Preprocessing()("東京で漢字を書く。", "ja") == "東京 で 漢字 を 書く 。"
 
 
-def vocabulary_without(tiny_pipeline, tmp_path, key: str):
-    """A copy of the tiny pipeline's vocabulary whose ems_tokenizer.json lacks preprocessing[key], as one
-    written before that setting existed (a new vocabulary records it as True)."""
+@pytest.mark.parametrize("key", ["segment_cjk", "simplify_chinese"])
+def test_a_tokenizer_file_without_a_preprocessing_setting_is_refused_in_one_line(tiny_pipeline, tmp_path, key):
     vocab = tmp_path / "vocab"
     shutil.copytree(tiny_pipeline / "vocab", vocab)
     meta = json.loads((vocab / "ems_tokenizer.json").read_text())
-    assert meta["preprocessing"][key] is True
     del meta["preprocessing"][key]
     (vocab / "ems_tokenizer.json").write_text(json.dumps(meta))
-    return vocab
-
-
-def test_tokenizer_json_without_simplify_chinese_keeps_traditional_characters(tiny_pipeline, tmp_path):
-    vocab = vocabulary_without(tiny_pipeline, tmp_path, "simplify_chinese")
-    assert Tokenizer.load(vocab).preprocessing == Preprocessing(simplify_chinese=False)
-
-
-def test_tokenizer_json_without_segment_cjk_loads_as_moses_for_every_language(tiny_pipeline, tmp_path):
-    vocab = vocabulary_without(tiny_pipeline, tmp_path, "segment_cjk")
-    old = Tokenizer.load(vocab)
-    assert old.preprocessing == Preprocessing(segment_cjk=False)
-    assert old.preprocess(["東京です。"], "ja") == ["東京です。"]
-    assert Tokenizer.load(tiny_pipeline / "vocab").preprocess(["東京です。"], "ja") == ["東京 です 。"]
+    with pytest.raises(ValueError, match=f"preprocessing lacks the settings {key}: build the vocabulary again$"):
+        Tokenizer.load(vocab)
 
 
 @pytest.fixture
@@ -161,8 +148,8 @@ def test_a_marker_that_does_not_vouch_for_every_file_is_refused_by_binarize(
         write_parallel(out, "extra", "en", "ja", [("Untokenized TEXT.", "寿司を食べた。")])
     elif fault == "changed_file":
         (out / "en-ja" / "toy.en").write_text("I ate SUSHI.\nHello!\n", encoding="utf-8")
-    elif fault == "marker_only":  # an older version's marker, or one written by hand
-        (out / MARKER_FILE).write_text(json.dumps({"preprocessing": {}}))
+    elif fault == "marker_only":  # a marker written by hand
+        (out / MARKER_FILE).write_text(json.dumps({"preprocessing": asdict(Preprocessing())}))
     else:
         (out / MARKER_FILE).write_text('{"preprocessing": ')
     argv = ["binarize", "--in", str(out), "--vocab", str(tiny_pipeline / "vocab"), "--out", str(tmp_path / "shards")]

@@ -9,7 +9,6 @@ import pytest
 from data_prep.binarize import binarize
 from ems.cli import run_main
 from ems.corpus import write_parallel
-from ems.encoder import load
 from ems.model import EncoderNetwork
 from ems.model_config import config_from_preset
 from ems.shards import PairShards
@@ -144,21 +143,9 @@ def test_curves_plot_a_run_and_reject_a_directory_without_metrics(probed_run, tm
     assert err.startswith("error:") and "metrics.jsonl not found" in err and err.count("\n") == 1
 
 
-def test_shards_without_content_ids_train_with_a_warning(tiny_pipeline, tmp_path, capsys):
+def test_shards_without_content_ids_are_refused_in_one_line(tiny_pipeline, tmp_path):
     old = tmp_path / "old_shards"
     binarize(tiny_pipeline / "corpus" / "train", tiny_pipeline / "vocab", old)
-    (old / "content_ids.npy").unlink()  # as written before content ids existed
-    cfg = small_run(
-        tiny_pipeline,
-        tmp_path / "run",
-        data=str(old),
-        batch_size=32,
-        warmup_steps=2,
-        max_steps=4,
-        log_every=2,
-        save_every=100,
-    )
-    result = train(cfg)
-    assert "has no content_ids.npy" in capsys.readouterr().out
-    assert [r["duplicate_rows"] for r in result.history] == [0.0, 0.0]
-    assert load(result.model_dir).encode(["Save"], "en").shape == (1, SMALL_MODEL["d_model"])
+    (old / "content_ids.npy").unlink()
+    with pytest.raises(FileNotFoundError, match=f"^{old / 'content_ids.npy'} is missing: binarize again$"):
+        PairShards(old)

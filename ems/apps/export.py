@@ -205,15 +205,9 @@ def check_language(language: str, tokenizer: Tokenizer) -> str | None:
 
 def check_out_dir(out: Path, model_dir: Path) -> None:
     """ValueError if `out` is the model directory itself (ems.corpus.check_output_not_input) or a
-    non-empty directory (an export that an older version left half-written included: it is named as
-    such)."""
+    non-empty directory."""
     check_output_not_input(("OUT", out), [("MODEL_DIR", model_dir)])
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if out.is_dir() and (out / CORE_FILE).is_file() and not (out / "README.md").is_file():
-            raise ValueError(
-                f"{out} is an incomplete export (no model card: a killed export of an older version); "
-                f"remove it and export again"
-            )
         raise ValueError(f"{out} exists and is not an empty directory; choose a new output directory")
 
 

@@ -19,8 +19,7 @@ ridge solution on the training pairs alone.
 meaning(e, lang) = e @ W_lang; language(e, lang) = e - meaning(e, lang). Training pairs must
 have English on one side (pairs not involving English are ignored, and a language without any
 English pair cannot be fit). Saved as projection.safetensors (one d x d map per language) +
-head.json, which records per language the chosen alpha and lam and the validation curve. A head
-saved before ridge selection (head.json without "ridge") loads as it was: unregularised maps.
+head.json, which records per language the chosen alpha and lam and the validation curve.
 """
 
 from __future__ import annotations
@@ -179,12 +178,14 @@ class ProjectionHead:
 
     @classmethod
     def load(cls, directory: Path) -> ProjectionHead:
-        """The maps of `directory`; the ridge record of head.json when there is one (a head saved
-        before ridge selection has none: its maps are the unregularised least-squares ones)."""
+        """The maps of `directory` and head.json's alphas and ridge record (ValueError naming the file
+        when it has none)."""
         directory = Path(directory)
         path = directory / WEIGHTS_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{directory} holds no projection maps (missing {WEIGHTS_FILE})")
         meta_path = directory / HEAD_JSON
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-        return cls(load_file(str(path)), meta.get("alphas", ALPHAS), meta.get("ridge"))
+        if not isinstance(meta, dict) or not isinstance(meta.get("ridge"), dict) or "alphas" not in meta:
+            raise ValueError(f"{meta_path} records no alphas and ridge selection: fit the head again")
+        return cls(load_file(str(path)), meta["alphas"], meta["ridge"])

@@ -7,9 +7,8 @@ through a faiss index (`knn`), optionally re-ranking its candidates by exact cos
 
 A query's neighbours and similarities do not depend on which other queries are searched with it
 (the staged miner searches a shard's rows, `chunk_rows` at a time): faiss computes inner products
-of a batch with BLAS, whose rounding depends on the batch's shape (measured with OpenBLAS:
-1024-d rows, one 300-query call and 37-query calls differ in the last bits of 3 cosines in 4,
-which moved the 6th decimal of 38 of 237 mined pairs' scores). So exact search takes SLACK more
+of a batch with BLAS, whose rounding depends on the batch's shape, enough to move mined pairs'
+scores (docs/results/throughput.md, "the staged miner"). So exact search takes SLACK more
 candidates than it keeps and scores them again one query at a time (`exact_similarities`:
 float64, a fixed order), ties broken by id; the CPU IVF kinds choose the lists to probe the same
 way (`ivf_search`), since the coarse distances go into the quantised kinds' scores and pick the

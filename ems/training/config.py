@@ -52,9 +52,8 @@ class TrainConfig:
     pair_sampling_temperature: float | None = None
     # Sort pairs by both sides' lengths within windows of this many global batches (>= 95% real
     # tokens at the paper's scale). On a tiny corpus a window that spans it all makes every batch
-    # length-uniform and the same each epoch, and the contrastive loss stalls in short runs
-    # (measured: docs/results/ablations.md): use ~50 there. The demo's
-    # 134k pairs (524 batches, one window) do not stall: batches differ each epoch.
+    # length-uniform and the same each epoch, and the contrastive loss stalls in short runs: use ~50
+    # there (docs/results/ablations.md, "bucket_batches").
     bucket_batches: int = 1000
     # Each batch from one language pair (random pairs of it, not length-sorted), so a sentence's in-batch
     # negatives are in its own language, as the candidates of a retrieval test are: the window's pairs

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -51,8 +50,8 @@ from ems.training.checkpoint import (
     verify,
     zero_partitions,
 )
-from ems.training.config import PATH_KEYS, TrainConfig, with_resolved_paths
-from ems.training.runtime import BatchLayout, any_rank, optimizer_layout, seed_rngs
+from ems.training.config import TrainConfig, with_resolved_paths
+from ems.training.runtime import BatchLayout, any_rank, seed_rngs
 from ems.training.saving import RUN_CONFIG_FILE, Checkpointer, RunState, nonfinite_parameters
 from ems.training.schedule import Schedule, WSDSchedule, effective_schedule, wsd_decay_start
 
@@ -182,39 +181,16 @@ def load_checkpoint(checkpointer: Checkpointer, tag: str, directory: Path | None
     return load_path and f"{directory / tag} (through its universal copy)", client_state
 
 
-def _working_directory(run_dir: Path, out: str | None) -> Path | None:
-    """The directory a run stored in `run_dir` was started from, when its recorded `out` is a relative
-    path that run_dir's real path ends with; None when that cannot be told."""
-    recorded = Path(os.path.normpath(out)).parts if out and not Path(out).is_absolute() else ()
-    real = Path(os.path.realpath(run_dir)).parts
-    if not recorded or ".." in recorded or len(real) <= len(recorded) or real[-len(recorded) :] != recorded:
-        return None
-    return Path(*real[: -len(recorded)])
-
-
-def _resolved(path: str, started_in: Path | None) -> str:
-    """A stored PATH_KEYS value as the real path it named: an absolute one resolved; a relative one (stored
-    by an older version) against the directory its run was started from, as it is when that is unknown."""
-    if Path(path).is_absolute():
-        return os.path.realpath(path)
-    return os.path.realpath(started_in / path) if started_in is not None else path
-
-
 def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] | None:
     """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
     RUN_CONFIG_FILE, with Checkpointer.fixed) and this run's; None when it has no RUN_CONFIG_FILE.
-    A key the checkpoint's version did not have is not compared; the PATH_KEYS compare the real paths
-    they name (_resolved)."""
+    A key the stored config does not have is not compared; the PATH_KEYS are stored resolved and
+    compared with this run's, resolved (with_resolved_paths)."""
     path = tag_dir / RUN_CONFIG_FILE
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
-    config = stored["config"]
-    started_in = _working_directory(tag_dir.parent.parent, config.get("out"))
-    config.update({key: _resolved(config[key], started_in) for key in PATH_KEYS if config.get(key)})
-    saved = {**config, **stored["fixed"]}  # (fixed's "data", the shards' fingerprint, stands for their path)
-    if "deepspeed" in saved:  # older checkpoints stored the batch layout with the DeepSpeed config
-        saved["deepspeed"] = optimizer_layout(saved["deepspeed"])
+    saved = {**stored["config"], **stored["fixed"]}  # (fixed's "data", the shards' fingerprint, stands for their path)
     current = _as_json({**dataclasses.asdict(with_resolved_paths(checkpointer.cfg)), **checkpointer.fixed})
     return {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
 
@@ -225,9 +201,10 @@ def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]
     Checkpointer.fixed (the merged DeepSpeed config, the shards' content)."""
     changes = _differences(checkpointer, tag_dir)
     if changes is None:
-        if checkpointer.rank == 0:
-            print(f"warning: {tag_dir} predates stored run configs: changes to the config are not checked", flush=True)
-        return {}
+        raise ResumeConfigError(
+            f"{tag_dir} has no {RUN_CONFIG_FILE}, so its config cannot be checked: it is no checkpoint this code "
+            "wrote; train into a new out= directory"
+        )
     refused = {key: change for key, change in changes.items() if key in FIXED_KEYS or key in checkpointer.fixed}
     if refused:
         raise ResumeConfigError(
@@ -331,7 +308,7 @@ def _branch_refusal(checkpointer: Checkpointer, tag_dir: Path, decay_start: int,
         return f"it does not verify ({problem})"
     changes = _differences(checkpointer, tag_dir)
     if changes is None:
-        return f"it has no {RUN_CONFIG_FILE} (an older version's), so its config cannot be checked"
+        return f"it has no {RUN_CONFIG_FILE}, so its config cannot be checked"
     refused = {key: change for key, change in changes.items() if key not in BRANCH_FREE_KEYS}
     if refused:
         return (

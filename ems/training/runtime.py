@@ -141,8 +141,8 @@ ADAMW_IMPLEMENTATIONS = {"fused": {"fused": True}, "foreach": {"foreach": True},
 
 def adamw(groups: list[dict], lr: float, cfg: TrainConfig, implementation: str = "fused") -> torch.optim.AdamW:
     """The trainer's AdamW over parameter `groups` (parameter_groups) at `lr`, with cfg's betas and eps. fused:
-    one kernel over all parameters (the for-loop default loops over tensors: ~5% of a demo step; measured:
-    docs/results/throughput.md); the other implementations are for benchmarks comparing them."""
+    one kernel over all parameters, where the for-loop default loops over tensors (docs/results/throughput.md);
+    the other implementations are for benchmarks comparing them."""
     betas = (0.9, cfg.adam_beta2)
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=cfg.adam_eps, **ADAMW_IMPLEMENTATIONS[implementation])
 
@@ -168,8 +168,8 @@ def build_engine(
         ) from None
     load_only_tensors(engine)
     # One process, ZeRO 0, a plain torch optimizer: DeepSpeed's gradient all-reduce would still flatten
-    # every gradient into one buffer, divide it by 1 and copy it back, an exact no-op costing ~7% of a
-    # demo step (measured: docs/results/throughput.md).
+    # every gradient into one buffer, divide it by 1 and copy it back: an exact no-op that costs step time
+    # (docs/results/throughput.md, "the one-process gradient all-reduce skipped").
     # ZeRO's and DeepSpeed's fp16/bf16 optimizers keep it: their reduction does their gradient bookkeeping.
     if dist.get_world_size() == 1 and not engine.zero_optimization() and type(engine.optimizer) is type(optimizer):
         engine.enable_backward_allreduce = False
@@ -180,7 +180,7 @@ def clip_in_the_loop(engine: DeepSpeedEngine) -> float | None:
     """Where DeepSpeed clips fp32 gradients itself (ZeRO 0, no fp16 or bf16 optimizer of its own): its max norm,
     and its clipping switched off, so that the loop clips (train_step: torch's foreach clip_grad_norm_, whose
     norm over every gradient is also the one the loop logs). DeepSpeed's would take a second norm, one call per
-    parameter, then multiply each gradient (~3% of a demo step on a CPU). None elsewhere: DeepSpeed clips."""
+    parameter, then multiply each gradient (docs/results/throughput.md). None elsewhere: DeepSpeed clips."""
     max_norm = engine.gradient_clipping()
     own_optimizer = engine.fp16_enabled() or engine.bfloat16_enabled() or engine.zero_optimization()
     if not max_norm or own_optimizer or getattr(engine, "torch_autocast_z0_gradscaler", None) is not None:

@@ -218,18 +218,11 @@ def data_fingerprint(shards: PairShards) -> dict:
     return {key: shards.index.get(key) for key in ("languages", "vocab_sha1", "n_pairs", "n_tokens")}
 
 
-def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len: int, rank: int) -> BatchOrder:
+def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len: int) -> BatchOrder:
     """The run's BatchOrder: length bucketing, optional temperature sampling, and duplicates spread
-    apart when the shards have content ids (a warning when they have none)."""
-    if shards.content_ids is None and rank == 0:
-        print(
-            f"warning: {cfg.data} has no content_ids.npy (binarized by an older version): in-batch duplicates are "
-            "neither masked nor spread apart; binarize again to get them",
-            flush=True,
-        )
+    apart (TrainConfig.spread_duplicates)."""
     return BatchOrder(
-        # memory-mapped lengths.npy; shards binarized before it existed get lengths from the offsets (in memory)
-        shards.lengths if shards.lengths is not None else shards.side_lengths(),
+        shards.lengths,  # memory-mapped lengths.npy
         global_batch,
         seed=cfg.seed,
         bucket_batches=cfg.bucket_batches,
@@ -296,7 +289,7 @@ def setup(cfg: TrainConfig, stop_request: StopRequest) -> Run:
             with staged_directory(out / "model-init", "model export", replace=True) as staging:
                 export_encoder(model.encoder, tokenizer, staging)
 
-    order = build_order(cfg, shards, layout.global_batch, model.cfg.max_len, rank)
+    order = build_order(cfg, shards, layout.global_batch, model.cfg.max_len)
     effective = effective_schedule(cfg, layout.global_batch)
     max_steps = planned_steps(cfg, order)
     schedule = build_schedule(cfg, effective.warmup_steps, max_steps)
