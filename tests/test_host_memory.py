@@ -43,8 +43,11 @@ def _faults(keep: bool) -> int:
 
 def test_freed_step_memory_is_reused_without_page_faults():
     pages = 20 * (16 << 20) // 4096
-    assert _faults(keep=False) > pages // 2  # mmap'd and unmapped: every page faulted in again
-    assert _faults(keep=True) < pages // 10  # from the heap, kept: at most the first round faults
+    without, kept = _faults(keep=False), _faults(keep=True)
+    assert without > pages // 2  # mmap'd and unmapped: every page faulted in again
+    # From the heap, kept: a round's pages fault again only where the kernel took them back meanwhile (on a
+    # busy machine with a proactive reclaimer, kdamond, up to 4 of the 20 rounds were seen to)
+    assert kept < without // 4
 
 
 def test_the_users_own_malloc_settings_stand(monkeypatch):
