@@ -321,7 +321,9 @@ def read_config(config_file: Path) -> EMSConfig:
         values = json.loads(config_file.read_text(encoding="utf-8"))
         if not isinstance(values, dict):
             raise ValueError("not a JSON object of EMSConfig fields")
-        return EMSConfig.from_dict(values)
+        # a config.json without norm_placement was saved before the field (and post-LN) existed: its model is
+        # pre-LN, not the default post-LN
+        return EMSConfig.from_dict({"norm_placement": "pre", **values})
     except (ValueError, TypeError, RecursionError) as error:  # malformed or too deeply nested JSON, bad fields
         raise ValueError(f"{config_file}: {' '.join(str(error).split())}") from None
 

@@ -30,12 +30,16 @@ class EMSConfig:
     n_heads: int = 16
     d_ffn: int = 4096
     max_len: int = 120
-    dropout: float = 0.1
+    # 0: the recipes' few epochs underfit, and dropout costs CPU step time
+    # (docs/results/peer.md#how-the-demos-other-settings-were-chosen); ems-paper: the paper's 0.1
+    dropout: float = 0.0
     d_lang: int = 128  # XTR language embedding (d_la in the paper)
     d_contrastive: int = 128  # contrastive projection (d_cntrs)
     # Table 13's component ablations: False drops the contrastive projection h (the loss acts on u
     # itself, "- L_cntrs_mlp") or the target-language embedding of the XTR head ("- langs tok").
-    contrastive_projection: bool = True
+    # False: the contrastive loss on u, the vector retrieval scores, +12 held-out P@1 over the paper's h(u)
+    # (docs/results/peer.md#how-the-demos-other-settings-were-chosen); ems-paper: the paper's projection
+    contrastive_projection: bool = False
     xtr_language_token: bool = True
     contrastive_temperature: float = 0.1  # the contrastive softmax: cos / contrastive_temperature
     # Additive margin softmax (Yang et al. 2019, LaBSE): the gold pair's cosine minus this margin in the
@@ -44,8 +48,10 @@ class EMSConfig:
     xtr_weight: float = 1.0
     # The XTR softmax's candidates: "full", the whole vocabulary (paper Eq. 5); "batch", only the tokens
     # of the batch's sentences (a sampled softmax, Jean et al. 2015, with the batch as the sample): a
-    # demo batch holds ~2,100 of 16k pieces, so the head's product and softmax shrink ~7x.
-    xtr_vocabulary: str = "full"
+    # demo batch holds ~2,100 of 16k pieces, so the head's product and softmax shrink ~7x. "batch": a 32k
+    # vocabulary at a 16k one's step cost (docs/results/peer.md#how-the-demos-other-settings-were-chosen);
+    # ems-paper: the paper's "full"
+    xtr_vocabulary: str = "batch"
     contrastive_weight: float = 1.0
     distill_weight: float = 0.0  # knowledge distillation from a teacher's vectors (ems.losses.distill_loss)
     # A linear map of the pooled vector u to this many dimensions, kept in the exported encoder (its
@@ -73,9 +79,11 @@ class EMSConfig:
     # Where each layer's LayerNorms sit: "pre" (LN before the attention and the feed-forward block, a final
     # LN before pooling; GPT-2's and most recent encoders') or "post" (LN after each residual sum, as in the
     # transformer the paper cites for its encoder, Vaswani et al. 2017, and BERT; here with BERT's LN on the
-    # embeddings instead of before pooling: the same parameters). The default is "pre", the common
-    # encoder layout; the recipes set "post", which screened better out of domain (docs/results/peer.md).
-    norm_placement: str = "pre"
+    # embeddings instead of before pooling: the same parameters). The default is "post", the recipes': it
+    # screened better out of domain than "pre"
+    # (docs/results/peer.md#why-the-stock-trainer-led-out-of-domain-the-screen). "pre" is GPT-2's and most
+    # recent encoders' layout, and that of a config.json saved before the field (ems.encoder.read_config).
+    norm_placement: str = "post"
     # A LayerNorm on the embeddings (token + position) before the first layer, as BERT has, with pre-LN
     # layers; "post" has it already.
     embedding_norm: bool = False
@@ -184,14 +192,13 @@ class EMSConfig:
 
 def _size(d_model: int, n_layers: int, n_heads: int) -> dict:
     """A preset's EMSConfig fields: the feed-forward layer 4 x and the language embedding 1/4 x
-    d_model wide, dropout 0.1, sequences up to PRESET_MAX_LEN."""
+    d_model wide, sequences up to PRESET_MAX_LEN (the rest EMSConfig's defaults, the recipes' choices)."""
     return dict(
         d_model=d_model,
         n_layers=n_layers,
         n_heads=n_heads,
         d_ffn=4 * d_model,
         d_lang=d_model // 4,
-        dropout=0.1,
         max_len=PRESET_MAX_LEN,
     )
 
@@ -211,7 +218,18 @@ PRESETS: dict[str, dict] = {
     "medium": _size(d_model=512, n_layers=6, n_heads=8),
     # The paper's model: 60k SentencePiece pieces + 62 language tokens (+ pad, unk). The paper cuts at 120
     # tokens (its footnote 17: enough with its vocabulary); PRESET_MAX_LEN keeps FLORES-200 whole here.
-    "ems-paper": dict(vocab_size=60_000 + 62 + 2, n_languages=62, max_len=PRESET_MAX_LEN),
+    # Its training settings are the paper's, not the recipes' defaults: dropout 0.1 (its training details), the
+    # contrastive loss on the projection h(u) and XTR's softmax over the whole vocabulary (Eq. 5), and post-LN
+    # layers (the transformer it cites for its encoder, Vaswani et al. 2017, is post-LN).
+    "ems-paper": dict(
+        vocab_size=60_000 + 62 + 2,
+        n_languages=62,
+        max_len=PRESET_MAX_LEN,
+        dropout=0.1,
+        contrastive_projection=True,
+        xtr_vocabulary="full",
+        norm_placement="post",
+    ),
 }
 
 

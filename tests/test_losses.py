@@ -143,6 +143,8 @@ def test_model_joint_loss_is_weighted_sum_of_both_directions():
         dropout=0.0,
         xtr_weight=0.5,
         contrastive_weight=2.0,
+        contrastive_projection=True,  # the paper's loss: contrastive on h(u), XTR over the whole vocabulary
+        xtr_vocabulary="full",
     )
     model = EMSModel(cfg).eval()
     src = torch.tensor([[5, 6, 6, PAD], [7, 8, 9, 10], [11, 11, PAD, PAD]])

@@ -1,6 +1,9 @@
+import json
+
 import pytest
 import torch
 
+from ems.encoder import read_config
 from ems.model import EMSModel, EncoderNetwork
 from ems.model_config import PRESET_MAX_LEN, PRESETS, EMSConfig, config_from_preset
 from ems.packing import Packer
@@ -27,7 +30,7 @@ def test_padding_does_not_change_u():
 
 def test_u_is_mean_of_final_states_over_real_tokens():
     torch.manual_seed(0)
-    encoder = EncoderNetwork(small_config()).eval()
+    encoder = EncoderNetwork(small_config(norm_placement="pre")).eval()  # pre-LN: a final norm before pooling
     tokens = torch.tensor([[5, 17, 42, PAD]])
     states = {}
     encoder.norm.register_forward_hook(lambda m, i, o: states.setdefault("h", o))
@@ -54,6 +57,26 @@ def test_paper_preset_shapes():
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ffn, cfg.max_len) == (6, 1024, 16, 4096, PRESET_MAX_LEN)
     assert (cfg.d_lang, cfg.d_contrastive, cfg.contrastive_temperature, cfg.dropout) == (128, 128, 0.1, 0.1)
     assert cfg.vocab_size == 60_000 + 62 + 2 and cfg.n_languages == 62
+    # the paper's training settings, not the recipes' defaults (dropout 0, loss on u, batch softmax)
+    assert (cfg.contrastive_projection, cfg.xtr_vocabulary, cfg.norm_placement) == (True, "full", "post")
+
+
+def test_the_defaults_are_the_recipes_choices():
+    # docs/results/peer.md#how-the-demos-other-settings-were-chosen: every sized preset takes them
+    for name in ("tiny", "small", "base", "medium"):
+        cfg = config_from_preset(name, vocab_size=100, n_languages=2)
+        assert (cfg.dropout, cfg.contrastive_projection, cfg.xtr_vocabulary) == (0.0, False, "batch")
+        assert (cfg.norm_placement, cfg.embedding_norm) == ("post", False)
+
+
+def test_a_config_json_saved_before_norm_placement_is_pre_ln(tmp_path):
+    # config.json lists every field; one without norm_placement predates it (and post-LN): its layers are
+    # pre-LN, whatever the default now is
+    saved = {"vocab_size": 100, "n_languages": 4, "d_model": 32, "n_heads": 4, "d_ffn": 64, "n_layers": 2}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert read_config(tmp_path / "config.json").norm_placement == "pre"
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "norm_placement": "post"}))
+    assert read_config(tmp_path / "config.json").norm_placement == "post"
 
 
 def test_bad_config_is_a_clear_error():
@@ -148,7 +171,7 @@ def test_table13_component_options():
     torch.testing.assert_close(model.contrastive_head(u), u)
     torch.testing.assert_close(model.xtr_head(u, torch.tensor([0, 1])), model.xtr_head(u, torch.tensor([3, 2])))
     assert model.xtr_head.lang_emb is None
-    paper = EMSModel(small_config(dropout=0.0)).eval()
+    paper = EMSModel(small_config(dropout=0.0, contrastive_projection=True)).eval()
     assert not torch.allclose(paper.xtr_head(u, torch.tensor([0, 1])), paper.xtr_head(u, torch.tensor([3, 2])))
     assert paper.contrastive_head(u).shape == (2, paper.cfg.d_contrastive)
     with pytest.raises(ValueError, match="attention_group_rows"):
@@ -183,7 +206,7 @@ def test_post_layernorm_is_bert_s_layer_order():
     for group_rows in (0, 2):
         post = EncoderNetwork(small_config(norm_placement="post", attention_group_rows=group_rows)).eval()
         torch.testing.assert_close(post(tokens), _post_ln_reference(post, tokens), rtol=1e-5, atol=1e-5)
-    pre = EncoderNetwork(small_config()).eval()
+    pre = EncoderNetwork(small_config(norm_placement="pre")).eval()
     pre.load_state_dict(post.state_dict())
     assert not torch.allclose(pre(tokens), post(tokens), atol=1e-3)
     with pytest.raises(ValueError, match="norm_placement must be one of pre, post"):
@@ -197,11 +220,11 @@ def test_embedding_norm_normalises_the_embeddings_of_pre_ln_layers():
     # replaced by their normalised values gives the same vectors
     torch.manual_seed(0)
     tokens = torch.tensor([[5, 17, 42, PAD], [9, 8, 7, 6]])
-    normed = EncoderNetwork(small_config(embedding_norm=True)).eval()
+    normed = EncoderNetwork(small_config(norm_placement="pre", embedding_norm=True)).eval()
     with torch.no_grad():
         normed.embedding_norm.weight.uniform_(0.5, 1.5)
         normed.embedding_norm.bias.uniform_(-0.5, 0.5)
-    plain = EncoderNetwork(small_config()).eval()
+    plain = EncoderNetwork(small_config(norm_placement="pre")).eval()
     plain.load_state_dict({k: v for k, v in normed.state_dict().items() if not k.startswith("embedding_norm")})
     captured = {}
     normed.embedding_norm.register_forward_hook(lambda m, i, o: captured.setdefault("x", o))
@@ -209,6 +232,6 @@ def test_embedding_norm_normalises_the_embeddings_of_pre_ln_layers():
     plain.pos_emb.register_forward_hook(lambda m, i, o: torch.zeros_like(o))
     plain.tok_emb.register_forward_hook(lambda m, i, o: captured["x"])
     torch.testing.assert_close(plain(tokens), u)
-    unnormed = EncoderNetwork(small_config()).eval()
+    unnormed = EncoderNetwork(small_config(norm_placement="pre")).eval()
     unnormed.load_state_dict(plain.state_dict())
     assert not torch.allclose(unnormed(tokens), u, atol=1e-3)  # the norm changes the vectors

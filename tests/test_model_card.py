@@ -1,6 +1,7 @@
 """Run metadata and model cards on a real tiny run: django's catalogs cleaned, binarized and
 trained on through DeepSpeed, evaluated on real Tatoeba sentences, then exported."""
 
+import dataclasses
 import datetime
 import json
 import shutil
@@ -75,7 +76,8 @@ def test_the_trainers_model_card_has_languages_data_config_and_steps(run):
     assert f"The clean stage read {read:,} pairs" in card
     vocab_size = Tokenizer.load(run / "run" / "model").vocab_size
     assert f"| 64 | 2 | 4 | 128 | {vocab_size} | {PRESET_MAX_LEN} | 64 |" in card  # conftest's SMALL_MODEL, tiny preset
-    assert "Objectives: xtr × 1 (softmax over the vocabulary), contrastive × 1 (temperature 0.1), distill × 0." in card
+    objectives = "xtr × 1 (softmax over the batch's tokens), contrastive × 1 (temperature 0.1), distill × 0"
+    assert f"Objectives: {objectives}." in card
     assert "No evaluation report was found" in card
     assert json.loads((run / "run" / "run_metadata.json").read_text())["git"]["commit"] in card
 
@@ -105,5 +107,8 @@ def test_a_model_outside_a_run_gets_a_card_that_says_what_is_unknown(model_dir):
     card = render_model_card(model_facts(model_dir), "hf", default_language="de")
     assert "Trained for an unrecorded number of steps; the training data is not recorded with this model." in card
     assert "Not recorded (no run_metadata.json)." in card and "treats text as `de`" in card
+    facts = model_facts(model_dir)
+    facts.config = dataclasses.replace(facts.config, xtr_vocabulary="full")  # the paper's softmax, ems-paper's
+    assert "Objectives: xtr × 1 (softmax over the vocabulary)," in render_model_card(facts, "hf")
     with pytest.raises(ValueError, match="unknown model card format 'onnx'"):
         render_model_card(model_facts(model_dir), "onnx")

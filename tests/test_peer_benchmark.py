@@ -60,7 +60,7 @@ def test_peer_shape_follows_the_ems_model_config(tmp_path):
     with pytest.raises(UserError, match="config.json not found"):
         peer.ems_config(tmp_path / "run")
     # the all-language recipe's model (the small preset, max_len 288), with 6 heads: no two numbers equal
-    cfg = config_from_preset("small", vocab_size=1000, n_languages=3, max_len=288, n_heads=6)
+    cfg = config_from_preset("small", vocab_size=1000, n_languages=3, max_len=288, n_heads=6, dropout=0.1)
     (model / "config.json").write_text(json.dumps(asdict(cfg)))
     shape = peer_training.peer_shape(peer.ems_config(tmp_path / "run"))
     assert shape == peer_training.PeerShape(

@@ -59,7 +59,17 @@ def test_step_flops_match_torch_flop_counter_and_skip_padding():
     runs on the padded width."""
     torch.manual_seed(0)
     cfg = tiny_config(
-        vocab_size=50, n_languages=3, d_model=16, n_heads=2, d_ffn=24, n_layers=2, d_lang=4, d_contrastive=6
+        vocab_size=50,
+        n_languages=3,
+        d_model=16,
+        n_heads=2,
+        d_ffn=24,
+        n_layers=2,
+        d_lang=4,
+        d_contrastive=6,
+        dropout=0.1,
+        contrastive_projection=True,
+        xtr_vocabulary="full",  # the heads the formula counts
     )
     model = EMSModel(cfg).train()  # dropout > 0: attention takes the bmm path, which the counter sees
     src, tgt = torch.randint(5, 50, (3, 7)), torch.randint(5, 50, (3, 6))

@@ -119,7 +119,9 @@ SCALE_ATOL = 1e-5
 
 # one process accumulating 2 micro-batches of 16 pairs
 ACCUMULATING = dict(SCALE, batch_size=16, deepspeed_overrides={"gradient_accumulation_steps": 2})
-NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0)  # with dropout, 2 ranks draw other masks than 1
+# with dropout, 2 ranks draw other masks than 1; XTR's batch softmax takes each rank's (micro-)batch's tokens as
+# its candidates, the full softmax the same vocabulary at any split
+NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0, xtr_vocabulary="full")
 
 
 def two_ranks_of_16(pipeline: Path, out: Path, **settings) -> None:
@@ -238,7 +240,7 @@ def test_the_adamw_settings_are_the_optimizer_s(tiny_pipeline, tmp_path, monkeyp
 def test_accumulation_equals_the_larger_batch_for_per_pair_losses(tiny_pipeline, tmp_path):
     """XTR is a per-pair mean, so 2 accumulated micro-batches of 16 = one batch of 32 (the
     in-batch contrastive loss is not, hence its weight 0 here)."""
-    xtr_only = dict(SMALL_MODEL, dropout=0.0, contrastive_weight=0.0)
+    xtr_only = dict(NO_DROPOUT, contrastive_weight=0.0)  # XTR over the whole vocabulary: per pair
     accumulated = train(small_run(tiny_pipeline, tmp_path / "acc", ACCUMULATING, model_overrides=xtr_only))
     whole = train(small_run(tiny_pipeline, tmp_path / "whole", SCALE, batch_size=32, model_overrides=xtr_only))
     assert_same_parameters(parameters(accumulated.model_dir), parameters(whole.model_dir), atol=SCALE_ATOL)

@@ -55,8 +55,7 @@ from ems.apps import exported_code
 from ems.artifacts import replaced_hint, staged_directory
 from ems.cli import add_debug_option, run_main
 from ems.corpus import check_output_not_input
-from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory, write_model_manifest
-from ems.model_config import EMSConfig
+from ems.encoder import CONFIG_FILE, WEIGHTS_FILE, check_model_directory, read_config, write_model_manifest
 from ems.run_metadata import RUN_METADATA_FILE, git_state
 from ems.text import Tokenizer
 from ems.training.model_card import model_facts, write_model_card
@@ -276,7 +275,7 @@ def export_hf(
 def write_hf(
     model_dir: Path, tokenizer: Tokenizer, out: Path, default_language: str | None, license_id: str | None
 ) -> None:
-    ems_config = EMSConfig.from_dict(json.loads((model_dir / CONFIG_FILE).read_text()))
+    ems_config = read_config(model_dir / CONFIG_FILE)
     state = {f"encoder.{name}": tensor for name, tensor in load_file(str(model_dir / WEIGHTS_FILE)).items()}
     save_file(state, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     modeling = Path(HF_MODELING_FILE).stem

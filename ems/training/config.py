@@ -50,11 +50,12 @@ class TrainConfig:
     global_negatives: bool = False
     # sample language pairs with q ∝ (n/N)^(1/T), T this (the paper's code: off; .inf: an equal draw from each)
     pair_sampling_temperature: float | None = None
-    # Sort pairs by both sides' lengths within windows of this many global batches (>= 95% real
-    # tokens at the paper's scale). On a tiny corpus a window that spans it all makes every batch
-    # length-uniform and the same each epoch, and the contrastive loss stalls in short runs: use ~50
-    # there (docs/results/ablations.md, "bucket_batches").
-    bucket_batches: int = 1000
+    # Sort pairs by both sides' lengths within windows of this many global batches (1000: >= 95% real
+    # tokens at the paper's scale, configs/train/ems-paper.yaml). On a tiny corpus a window that spans it
+    # all makes every batch length-uniform and the same each epoch, and the contrastive loss stalls in
+    # short runs (docs/results/ablations.md, "bucket_batches"). 1, random batches: the recipes' choice, +16.7
+    # held-out P@1 over one window (docs/results/peer.md#how-the-demos-other-settings-were-chosen).
+    bucket_batches: int = 1
     # Each batch from one language pair (random pairs of it, not length-sorted), so a sentence's in-batch
     # negatives are in its own language, as the candidates of a retrieval test are: the window's pairs
     # are ordered by language pair and cut into batches (a batch at a boundary mixes two); use windows of

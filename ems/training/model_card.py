@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from ems.configs import read_yaml
-from ems.encoder import CONFIG_FILE
+from ems.encoder import CONFIG_FILE, read_config
 from ems.losses import OBJECTIVES
 from ems.model_config import EMSConfig
 from ems.run_metadata import REPO_ROOT, RUN_METADATA_FILE
@@ -134,7 +134,7 @@ def model_facts(
     run_dir = Path(run_dir) if run_dir is not None else None
     facts = ModelFacts(
         languages=Tokenizer.load(model_dir).languages,
-        config=EMSConfig.from_dict(json.loads((model_dir / CONFIG_FILE).read_text())),
+        config=read_config(model_dir / CONFIG_FILE),
         license=license_id,
     )
     metadata_files = [directory / RUN_METADATA_FILE for directory in (model_dir, run_dir) if directory is not None]
