@@ -53,8 +53,8 @@ class TrainConfig:
     # Sort pairs by both sides' lengths within windows of this many global batches (1000: >= 95% real
     # tokens at the paper's scale, configs/train/ems-paper.yaml). On a tiny corpus a window that spans it
     # all makes every batch length-uniform and the same each epoch, and the contrastive loss stalls in
-    # short runs (docs/results/ablations.md, "bucket_batches"). 1, random batches: the recipes' choice, +16.7
-    # held-out P@1 over one window (docs/results/peer.md#how-the-demos-other-settings-were-chosen).
+    # short runs (docs/results/ablations.md, "bucket_batches"). 1, random batches: the recipes' choice, well
+    # ahead of one window on held-out pairs (docs/results/peer.md#how-the-demos-other-settings-were-chosen).
     bucket_batches: int = 1
     # Each batch from one language pair (random pairs of it, not length-sorted), so a sentence's in-batch
     # negatives are in its own language, as the candidates of a retrieval test are: the window's pairs
