@@ -105,8 +105,9 @@ def write_model_manifest(directory: Path) -> None:
 def check_model_manifest(directory: Path) -> None:
     """ValueError (one line naming the file) when a file that the model directory's MANIFEST_FILE
     records is missing or no longer the file it records (an edit of config.json that the weights
-    cannot show, such as n_heads or norm_placement, a damaged copy); a directory without a manifest
-    (written before there were manifests) is not checked. Each file is read once. Like a checkpoint's,
+    cannot show, such as n_heads or norm_placement, a damaged copy); a directory without a manifest is
+    not checked: sentence-transformers' save of the exported module (a model fine-tuned there) writes the
+    four files without one. Each file is read once. Like a checkpoint's,
     the manifest finds accidents, not tampering: anyone can write it again."""
     manifest = directory / MANIFEST_FILE
     if not manifest.is_file():

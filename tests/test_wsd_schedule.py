@@ -2,6 +2,7 @@
 factor against hand-computed values, the config checks, and a branch from a long run's kept
 branch-point checkpoint giving, to the bit, the model of a run trained to that budget from the start."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -15,8 +16,8 @@ import yaml
 from ems.configs import ConfigError, load_config
 from ems.losses import OBJECTIVES
 from ems.training.checkpoint import load_tensor_file
-from ems.training.config import TrainConfig
-from ems.training.resume import CONFIG_HISTORY_FILE, BranchError, ResumeConfigError, config_changes
+from ems.training.config import TrainConfig, with_resolved_paths
+from ems.training.resume import ABSENT, CONFIG_HISTORY_FILE, BranchError, ResumeConfigError, config_changes
 from ems.training.saving import RUN_CONFIG_FILE, Checkpointer
 from ems.training.schedule import LinearSchedule, WSDSchedule, build_schedule, wsd_decay_start
 from ems.training.train import train
@@ -264,6 +265,27 @@ def test_a_checkpoint_without_its_run_config_is_refused_in_one_line(tmp_path):
         ResumeConfigError, match=f"^{tag_dir} has no {RUN_CONFIG_FILE}, so its config cannot be checked"
     ):
         config_changes(checkpointer, tag_dir)
+
+
+def test_a_checkpoint_whose_config_names_a_setting_otherwise_is_refused_not_left_unchecked(tmp_path):
+    """A run config another version wrote: pair sampling's temperature under its old name `temperature`, and
+    no `pair_sampling_temperature`. Both keys are compared as present on one side only, so the renamed
+    setting, which fixes the data order, is refused; a key outside FIXED_KEYS on one side only is a change."""
+    out = tmp_path / "runs" / "old"
+    tag_dir = out / "checkpoints" / "step4"
+    tag_dir.mkdir(parents=True)
+    cfg = TrainConfig(out=str(out), pair_sampling_temperature=5.0)
+    stored = json.loads(json.dumps(dataclasses.asdict(with_resolved_paths(cfg))))
+    stored["temperature"] = stored.pop("pair_sampling_temperature")
+    (tag_dir / RUN_CONFIG_FILE).write_text(json.dumps({"config": stored, "fixed": {}}))
+    checkpointer = SimpleNamespace(cfg=cfg, fixed={}, rank=0, directory=out / "checkpoints")
+    with pytest.raises(ResumeConfigError) as caught:
+        config_changes(checkpointer, tag_dir)
+    assert f"pair_sampling_temperature {ABSENT!r} -> 5.0" in str(caught.value)
+    stored["pair_sampling_temperature"] = stored.pop("temperature")
+    stored.pop("log_every")
+    (tag_dir / RUN_CONFIG_FILE).write_text(json.dumps({"config": stored, "fixed": {}}))
+    assert config_changes(checkpointer, tag_dir) == {"log_every": [ABSENT, cfg.log_every]}
 
 
 def copy_of(run, tmp_path):

@@ -107,6 +107,9 @@ def _layout(world_size: int, accumulation: int | None, batch_size: int | None) -
     return f"{processes} x {accumulation or '?'} accumulation x {batch_size or '?'} pairs"
 
 
+ABSENT = "(not a setting of that version)"  # _differences: a key one of the two configs does not have
+
+
 def _describe(changes: dict[str, list]) -> str:
     return ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
 
@@ -184,15 +187,21 @@ def load_checkpoint(checkpointer: Checkpointer, tag: str, directory: Path | None
 def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] | None:
     """{key: [old, new]} between the config checkpoint `tag_dir` was trained under (its
     RUN_CONFIG_FILE, with Checkpointer.fixed) and this run's; None when it has no RUN_CONFIG_FILE.
-    A key the stored config does not have is not compared; the PATH_KEYS are stored resolved and
-    compared with this run's, resolved (with_resolved_paths)."""
+    A key only one of them has (a config another version of this code wrote: a setting renamed, added
+    or removed since) is a change from or to ABSENT, so a renamed setting that fixes the run is refused
+    rather than left unchecked; the PATH_KEYS are stored resolved and compared with this run's,
+    resolved (with_resolved_paths)."""
     path = tag_dir / RUN_CONFIG_FILE
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
     saved = {**stored["config"], **stored["fixed"]}  # (fixed's "data", the shards' fingerprint, stands for their path)
     current = _as_json({**dataclasses.asdict(with_resolved_paths(checkpointer.cfg)), **checkpointer.fixed})
-    return {key: [saved[key], value] for key, value in current.items() if key in saved and saved[key] != value}
+    return {
+        key: [saved.get(key, ABSENT), current.get(key, ABSENT)]
+        for key in [*current, *(key for key in saved if key not in current)]
+        if saved.get(key, ABSENT) != current.get(key, ABSENT)
+    }
 
 
 def config_changes(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list]:
