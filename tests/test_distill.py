@@ -47,19 +47,8 @@ def brute_force_distill(teacher: np.ndarray, student_src: np.ndarray, student_tg
 
 def tiny_model(d_output=None, **weights) -> EMSModel:
     torch.manual_seed(0)
-    cfg = EMSConfig(
-        vocab_size=50,
-        n_languages=3,
-        d_model=16,
-        n_layers=1,
-        n_heads=2,
-        d_ffn=32,
-        d_lang=4,
-        d_contrastive=8,
-        dropout=0.0,
-        d_output=d_output,
-        **weights,
-    )
+    sizes = dict(vocab_size=50, n_languages=3, d_model=16, n_layers=1, n_heads=2, d_ffn=32, d_lang=4, d_contrastive=8)
+    cfg = EMSConfig(**sizes, dropout=0.0, d_output=d_output, **weights)
     return EMSModel(cfg).eval()
 
 

@@ -15,16 +15,8 @@ from tests.fakes import assert_same_parameters, finish, launch, logged_losses, p
 pytestmark = pytest.mark.usefixtures("one_thread_like_the_subprocesses")
 
 NO_DROPOUT = dict(SMALL_MODEL, dropout=0.0)  # with dropout, 2 ranks draw other masks than 1 (see resume)
-ELASTIC = dict(
-    lr=2.0e-3,
-    warmup_steps=2,
-    max_steps=6,
-    log_every=1,
-    save_every=1000,
-    batch_size=16,
-    global_batch_size=32,
-    model_overrides=NO_DROPOUT,
-)
+SCHEDULE = dict(lr=2.0e-3, warmup_steps=2, max_steps=6, log_every=1, save_every=1000)
+ELASTIC = dict(SCHEDULE, batch_size=16, global_batch_size=32, model_overrides=NO_DROPOUT)
 STOP, STEPS = 3, 6
 
 
