@@ -9,6 +9,10 @@ them evaluates an encoder itself (eval does).
                       with compute_map_points (the points' files) and compute_map_fit (the power-law fit)
     compare_groups    two encoders' results by language group side by side
                       (python -m ems.apps.studies.compare_groups)
+    heads_study       the trained heads' settings, chosen on MLQE-PE dev, and their training-set size
+                      (python -m ems.apps.studies.heads_study)
+    quoted_reference_rows  the EMS paper's quoted Tatoeba figures averaged over our language groups
+                      (python -m ems.apps.studies.quoted_reference_rows)
 
 The language groups themselves (a results.json split by each language's training pairs) are
 eval.language_groups: the demo's report uses them too, and the ablation runs the demo's stages, so in
