@@ -36,3 +36,11 @@ def test_help_runs_as_a_module_and_the_usage_names_it(name):
     docstring = ast.get_docstring(ast.parse((STUDIES / f"{name}.py").read_text())) or ""
     named = set(USAGE.findall(docstring))
     assert module in named, f"{name}'s docstring has no usage line `python -m {module}`"
+
+
+def test_the_files_the_studies_read_by_default_are_in_the_repository():
+    """Paths a study builds from the repository root (a module moved into another folder once pointed one
+    level too high)."""
+    from ems.apps.studies import heads_study, quoted_reference_rows
+
+    assert heads_study.STS_CONFIG.is_file() and quoted_reference_rows.QUOTED.is_file()

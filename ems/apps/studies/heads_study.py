@@ -33,6 +33,7 @@ import torch
 
 from ems.encoder_kinds import load_encoder
 from ems.heads import HEADS
+from ems.run_metadata import REPO_ROOT
 from eval.evaluators.correlation import RAW, evaluate_rated_pairs
 from eval.evaluators.qe import read_qe_pairs
 from eval.evaluators.sts import read_sts_tracks
@@ -40,7 +41,7 @@ from eval.parallel_data import capped_rows, encode_pairs, flores_pairs, pivot_pa
 from eval.task import read_task_config
 from eval.train_head import train_head
 
-ROOT = Path(__file__).resolve().parents[1]
+STS_CONFIG = REPO_ROOT / "configs" / "eval" / "sts2017.yaml"
 QE_PAIRS = ["en-de", "en-zh", "et-en", "ne-en", "ro-en", "si-en"]
 LEARNING_RATES = {"dream": [3e-4, 1e-3, 3e-3], "meat": [1e-4, 3e-4, 1e-3]}
 
@@ -237,7 +238,7 @@ def main() -> None:
     encoder = load_encoder(args.encoder, args.cache_dir)
     qe_dev, _ = read_qe_pairs(args.data_dir / "mlqe", QE_PAIRS, "dev")
     qe_test, _ = read_qe_pairs(args.data_dir / "mlqe", QE_PAIRS, "test20")
-    tracks = read_task_config(ROOT / "configs/eval/sts2017.yaml")[0].tracks
+    tracks = read_task_config(STS_CONFIG)[0].tracks
     sts, _ = read_sts_tracks(args.data_dir / "sts2017", tracks)
     tasks = {
         "qe": (sorted({lang for p in QE_PAIRS for lang in p.split("-")}), {"dev": qe_dev, "test": qe_test}),

@@ -17,9 +17,8 @@ import argparse
 import csv
 from pathlib import Path
 
+from ems.run_metadata import REPO_ROOT
 from eval.language_groups import ALL, GROUPS, group_of, training_pairs
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 QUOTED = REPO_ROOT / "docs" / "results" / "multilingual" / "quoted_tatoeba.tsv"
 MODELS = ("LASER", "SBERT-distill", "EMS", "LaBSE")
