@@ -215,9 +215,9 @@ class EncoderNetwork(nn.Module):
 
     def packer(self, varlen: bool = False, static_shapes: bool = False) -> Packer:
         """The Packer of this network's batches: its pad id, max_len and attention groups, none where attention
-        runs varlen (it needs none) or the shapes are static (a compiled step)."""
+        runs varlen (it needs neither groups nor a padded layout) or the shapes are static (a compiled step)."""
         groups = 0 if varlen or static_shapes else self.cfg.attention_group_rows
-        return Packer(self.cfg.pad_id, self.cfg.max_len, groups, static_shapes)
+        return Packer(self.cfg.pad_id, self.cfg.max_len, groups, static_shapes, varlen)
 
     def pool(self, tokens: Tensor, packing: Packing | None = None) -> Tensor:
         """(B, L) token ids and their `packing` (None: packed here, reading `tokens` on the host) -> (B, d_model)

@@ -123,8 +123,8 @@ class Packing(_HostTensors):
     row `rows` (one past the last: the pooling drops it). counts: (rows,) float32 real tokens per row.
     cu_seqlens: (S + 1,) int32 boundaries of the S >= rows attention segments (the rows, then the fillers'
     segments, then empty ones up to a fixed count). max_seqlen: the longest segment, or an upper bound of
-    it. layout: the whole batch as one padded layout (None with `groups`); groups: length-sorted groups of
-    rows (Packer's group_rows).
+    it. layout: the whole batch as one padded layout (None with `groups` or a varlen Packer); groups:
+    length-sorted groups of rows (Packer's group_rows).
     """
 
     rows: int
@@ -156,16 +156,20 @@ class Packer:
 
     group_rows: attention over length-sorted groups of this many rows (EMSConfig.attention_group_rows; 0: the
     whole batch in one padded layout). static_shapes: bucketed token counts, every row's width `max_len`,
-    `max_len` as the longest segment (a compiled step; no groups)."""
+    `max_len` as the longest segment (a compiled step; no groups). varlen: attention is one variable-length
+    call over `cu_seqlens` (ems.model.attention_path "varlen"), so no padded layout is built."""
 
     pad_id: int
     max_len: int
     group_rows: int = 0
     static_shapes: bool = False
+    varlen: bool = False
 
     def __post_init__(self) -> None:
         if self.static_shapes and self.group_rows:
             raise ValueError("static shapes (a compiled step) attend over the whole batch: set attention_group_rows 0")
+        if self.varlen and self.group_rows:
+            raise ValueError("variable-length attention needs no length groups: set attention_group_rows 0")
 
     def pad_width(self, ids: np.ndarray) -> np.ndarray:
         """(B, L) ids cut at max_len and, with static shapes, padded with the pad id to max_len."""
@@ -210,7 +214,7 @@ class Packer:
                 )
                 for start in starts
             )
-        else:
+        elif not self.varlen:
             layout = Layout.of(lengths)
         filler = np.zeros(fill, dtype=np.int64)
         return Packing(

@@ -3,10 +3,13 @@ bucketing, the per-rank split of a global batch, and exact data positions."""
 
 import numpy as np
 import pytest
+import torch
 
+from ems.packing import Packer
 from ems.shards import PairShards
+from ems.text import PAD_ID
 from ems.training.batch_order import BatchOrder, temperature_proportions
-from ems.training.batches import collate, iterate_batches, real_and_padded_tokens, sub_batch
+from ems.training.batches import collate, iterate_batches, packed, real_and_padded_tokens, sub_batch
 
 
 def test_temperature_sampling_draws_each_language_pair_in_its_tempered_share():
@@ -76,6 +79,25 @@ def test_bucketing_on_both_sides_leaves_under_5_percent_padding_on_real_pair_len
     unbucketed = _length_ratio(lengths, BatchOrder(lengths, 152, seed=0, bucket_batches=1))
     # measured: 0.964 snake, 0.904 sorting by the longer side only, ~0.5 unsorted
     assert snake >= 0.95 and longer_side < 0.92 and unbucketed < 0.6
+
+
+def test_a_packed_batch_counts_the_slots_its_attention_layouts_compute_over():
+    # rows [src; tgt] of 1, 4, 2 and 3 real tokens: 10 real tokens, padded to 4 wide
+    src = torch.tensor([[5, PAD_ID, PAD_ID, PAD_ID], [5, 6, 7, 8]])
+    tgt = torch.tensor([[5, 6, PAD_ID, PAD_ID], [5, 6, 7, PAD_ID]])
+    batch = {"src": src, "tgt": tgt}
+    assert real_and_padded_tokens(batch) == (10, 16)
+    # groups of 2 length-sorted rows: (1, 2) in a 2 x 2 layout and (3, 4) in a 2 x 4 layout
+    assert real_and_padded_tokens(packed(batch, Packer(PAD_ID, 16, group_rows=2))) == (10, 4 + 8)
+    assert real_and_padded_tokens(packed(batch, Packer(PAD_ID, 16))) == (10, 16)  # one 4 x 4 layout
+    # variable-length attention: the packed tokens alone
+    assert real_and_padded_tokens(packed(batch, Packer(PAD_ID, 16, varlen=True))) == (10, 10)
+    # static shapes: rows of 5, 4, 4 and 4 tokens in one 4 x 5 layout, plus the filler token the layers
+    # compute over (17 real tokens: the token count is bucketed to 18)
+    odd = {"src": torch.tensor([[5] * 5, [5] * 4 + [PAD_ID]]), "tgt": torch.tensor([[5] * 4 + [PAD_ID]] * 2)}
+    static = packed(odd, Packer(PAD_ID, 6, static_shapes=True))
+    assert static["packing"].fill == 1
+    assert real_and_padded_tokens(static) == (17, 4 * 5 + 1)
 
 
 def test_length_ratio_arithmetic_is_what_collate_pads(tiny_pipeline):

@@ -106,7 +106,14 @@ def test_varlen_attention_equals_the_dense_reference_on_cuda():
         ids = batch_of(lengths)
         expected = dense_reference(network, ids)
         gpu = network.cuda()
-        for packer in (Packer(PAD, MAX_LEN), Packer(PAD, MAX_LEN, static_shapes=True)):
+        # as the trainer packs for varlen (no padded layout), eager and compiled; and with a layout it ignores
+        packers = (
+            Packer(PAD, MAX_LEN, varlen=True),
+            Packer(PAD, MAX_LEN, static_shapes=True, varlen=True),
+            Packer(PAD, MAX_LEN),
+            Packer(PAD, MAX_LEN, static_shapes=True),
+        )
+        for packer in packers:
             cut = packer.pad_width(ids)
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
                 got = gpu.pool(torch.from_numpy(cut).cuda(), packer(cut).to("cuda")).float().cpu()
@@ -230,3 +237,12 @@ def test_twenty_training_steps_read_nothing_back_from_the_gpu(real_batch):
             step()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_a_packer_refuses_length_groups_where_attention_takes_the_whole_batch():
+    with pytest.raises(ValueError, match="static shapes"):
+        Packer(PAD, MAX_LEN, group_rows=2, static_shapes=True)
+    with pytest.raises(ValueError, match="variable-length"):
+        Packer(PAD, MAX_LEN, group_rows=2, varlen=True)
+    assert Packer(PAD, MAX_LEN, varlen=True)(batch_of([3, 1])).layout is None
+    assert Packer(PAD, MAX_LEN)(batch_of([3, 1])).layout.width == 3

@@ -88,13 +88,19 @@ def pinned(batch: dict) -> dict:
 
 
 def real_and_padded_tokens(batch: dict) -> tuple[int, int]:
-    """(non-pad tokens, token slots) of a collated batch's host `src` and `tgt` tensors; their ratio
-    is the share of real tokens (1 = no padding)."""
-    if "packing" in batch:
-        real = batch["packing"].n_real
-    else:
+    """(real tokens, token slots the step computes over) of a collated batch; their ratio is the share of
+    real tokens (1 = no padding). Unpacked, the slots are the padded `src` and `tgt` tensors'. Packed
+    (`packing`), the layers run over the packed tokens and attention over its padded layouts, so the slots
+    are those layouts' rows x width (each length group's, or the whole batch's) plus the fillers; without
+    a layout (variable-length attention on a GPU), the packed tokens, fillers included."""
+    packing = batch.get("packing")
+    if packing is None:
         real = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
-    return real, batch["src"].numel() + batch["tgt"].numel()
+        return real, batch["src"].numel() + batch["tgt"].numel()
+    layouts = [group.layout for group in packing.groups] or ([packing.layout] if packing.layout is not None else [])
+    if not layouts:
+        return packing.n_real, packing.ids.shape[0]
+    return packing.n_real, sum(layout.rows * layout.width for layout in layouts) + packing.fill
 
 
 def iterate_batches(

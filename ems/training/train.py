@@ -10,8 +10,9 @@ Reads `data_prep binarize` shards; writes, under `out`:
                    and `latest`; see ems.training.checkpoint. A rerun with the same `out` resumes from
                    the newest checkpoint that verifies and has finite weights.
     tb/            TensorBoard: loss/{total,xtr,contrastive,distill}, lr, grad_norm, overflow_steps (fp16),
-                   tokens_per_s, real_token_ratio, duplicate_rows (share of rows with an in-batch duplicate),
-                   data_wait_fraction, valid/{total,xtr,contrastive,distill}, valid_pair/<l1-l2>,
+                   tokens_per_s, real_token_ratio (real tokens / the token slots the step computes over:
+                   ems.training.batches.real_and_padded_tokens), duplicate_rows (share of rows with an
+                   in-batch duplicate), data_wait_fraction, valid/{total,xtr,contrastive,distill}, valid_pair/<l1-l2>,
                    probe/{tatoeba,flores}/{average,<lang>}
     valid_sample.json  the stratified validation sample (ems.training.validator), drawn once per run
     model/         the inference export (`ems.load(out/model)`) with its model card README.md and run_metadata.json
