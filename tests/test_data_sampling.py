@@ -37,6 +37,20 @@ def test_temperature_sampling_draws_each_language_pair_in_its_tempered_share():
         BatchOrder(lengths, 100, pair_sampling_temperature=5.0)
 
 
+def test_a_sampling_floor_draws_small_language_pairs_as_if_they_had_that_many_pairs():
+    groups = {"de-en": np.arange(0, 900), "en-fr": np.arange(900, 990), "en-sw": np.arange(990, 1000)}
+    lengths = np.ones(1000, dtype=np.int64)
+    # hand-computed: sizes 900, 90, 10 with a floor of 50 count as 900, 90, 50 (of 1040)
+    expected = np.array([900, 90, 50]) / 1040
+    np.testing.assert_allclose(temperature_proportions(np.array([900, 90, 10]), 1.0, 50), expected)
+    order = BatchOrder(lengths, global_batch_size=100, seed=0, groups=groups, pair_sampling_floor=50)
+    drawn = np.concatenate(order.epoch(0))
+    counts = [int(np.isin(drawn, members).sum()) for members in groups.values()]
+    assert np.abs(np.array(counts) - 1000 * expected).max() <= 1 and sum(counts) == 1000
+    with pytest.raises(ValueError, match="needs the language-pair groups"):
+        BatchOrder(lengths, 100, pair_sampling_floor=50)
+
+
 def test_batches_mix_language_pairs_and_groups_come_from_the_index(tiny_pipeline):
     shards = PairShards(tiny_pipeline / "shards")
     groups = shards.language_pair_groups()

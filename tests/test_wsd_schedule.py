@@ -288,6 +288,24 @@ def test_a_checkpoint_whose_config_names_a_setting_otherwise_is_refused_not_left
     assert config_changes(checkpointer, tag_dir) == {"log_every": [ABSENT, cfg.log_every]}
 
 
+def test_a_checkpoint_from_before_a_data_order_setting_was_added_resumes_under_its_default(tmp_path):
+    """pair_sampling_floor (ADDED_KEYS) fixes the data order but did not exist when older checkpoints were
+    written: absent from their config, it reads as its default (no floor, as they trained), so they resume;
+    the same checkpoint resumed with a floor is refused."""
+    out = tmp_path / "runs" / "old"
+    tag_dir = out / "checkpoints" / "step4"
+    tag_dir.mkdir(parents=True)
+    cfg = TrainConfig(out=str(out))
+    stored = json.loads(json.dumps(dataclasses.asdict(with_resolved_paths(cfg))))
+    del stored["pair_sampling_floor"]
+    (tag_dir / RUN_CONFIG_FILE).write_text(json.dumps({"config": stored, "fixed": {}}))
+    checkpointer = SimpleNamespace(cfg=cfg, fixed={}, rank=0, directory=out / "checkpoints")
+    assert config_changes(checkpointer, tag_dir) == {}
+    checkpointer.cfg = TrainConfig(out=str(out), pair_sampling_floor=1000)
+    with pytest.raises(ResumeConfigError, match="pair_sampling_floor"):
+        config_changes(checkpointer, tag_dir)
+
+
 def copy_of(run, tmp_path):
     """A copy of a run directory (the module's long run stays as it is)."""
     return shutil.copytree(run, tmp_path / "run")

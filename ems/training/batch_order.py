@@ -62,11 +62,16 @@ class KeyedPermutation:
         return values.astype(np.int64)
 
 
-def temperature_proportions(sizes: np.ndarray, temperature: float) -> np.ndarray:
+def temperature_proportions(sizes: np.ndarray, temperature: float, floor: int | None = None) -> np.ndarray:
     """Sampling probability of each group, q_i ∝ (n_i / N)^(1/T): T=1 is proportional to size,
-    larger T flattens towards uniform (XLM, mBERT; T=5 in the EMS paper when on)."""
+    larger T flattens towards uniform (XLM, mBERT; T=5 in the EMS paper when on). With `floor`, a group
+    of fewer pairs counts as `floor` pairs (n_i -> max(n_i, floor)): the small groups are drawn more often
+    while the large ones keep their proportions among themselves."""
     if temperature <= 0:
         raise ValueError(f"sampling temperature must be > 0, not {temperature}")
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if floor is not None:
+        sizes = np.maximum(sizes, floor)
     weights = (sizes / sizes.sum()) ** (1.0 / temperature)
     return weights / weights.sum()
 
@@ -194,7 +199,7 @@ class BatchOrder:
     With `pair_sampling_temperature`, an epoch holds len(lengths) pairs drawn per language-pair group (`groups`:
     {name: pair indices}, arrays or `IndexRanges`) in the exact proportions
     `temperature_proportions` (rounded by `apportion`): a group smaller than its share repeats (each
-    pass a new permutation), a larger one is subsampled.
+    pass a new permutation), a larger one is subsampled. `pair_sampling_floor` alone samples so at T=1.
 
     With `content_ids` ((n, 2), `PairShards.content_ids`), each sorted window goes through
     `spread_duplicates`: length bucketing gathers translations of one English sentence (same
@@ -212,6 +217,7 @@ class BatchOrder:
     bucket_batches: int = 1000
     groups: dict[str, np.ndarray | IndexRanges] | None = None  # needed for temperature sampling
     pair_sampling_temperature: float | None = None
+    pair_sampling_floor: int | None = None  # see temperature_proportions
     content_ids: np.ndarray | None = None
     padding_budget: float = 0.005  # see spread_duplicates
     max_len: int | None = None
@@ -224,7 +230,7 @@ class BatchOrder:
             raise ValueError(
                 f"{len(self.lengths)} pairs cannot fill one batch of {self.global_batch_size}; lower the batch size"
             )
-        if self.pair_sampling_temperature is not None and not self.groups:
+        if self.sampled and not self.groups:
             raise ValueError("temperature sampling needs the language-pair groups (PairShards.language_pair_ranges)")
         if self.one_pair_batches and not self.groups:
             raise ValueError("one_pair_batches needs the language-pair groups (PairShards.language_pair_ranges)")
@@ -234,13 +240,19 @@ class BatchOrder:
         self._pairs_block: tuple[tuple[int, int], np.ndarray] | None = None  # ((epoch, block), its pairs)
         self._ranges: np.ndarray | None = None  # (start, end, group) rows sorted by start, built by group_of
 
+    @property
+    def sampled(self) -> bool:
+        """Whether an epoch's pairs are drawn per language-pair group (a temperature, a floor or both)."""
+        return self.pair_sampling_temperature is not None or self.pair_sampling_floor is not None
+
     def batches_per_epoch(self) -> int:
         return len(self.lengths) // self.global_batch_size
 
     def group_counts(self) -> dict[str, int]:
         """Pairs drawn from each language-pair group per epoch under temperature sampling."""
         sizes = np.array([len(g) for g in self.groups.values()])
-        counts = apportion(len(self.lengths), temperature_proportions(sizes, self.pair_sampling_temperature))
+        temperature = 1.0 if self.pair_sampling_temperature is None else self.pair_sampling_temperature
+        counts = apportion(len(self.lengths), temperature_proportions(sizes, temperature, self.pair_sampling_floor))
         return dict(zip(self.groups, counts.tolist()))
 
     def epoch_pairs(self, epoch: int, start: int, stop: int) -> np.ndarray:
@@ -261,7 +273,7 @@ class BatchOrder:
     def _pairs_at(self, epoch: int, start: int, stop: int) -> np.ndarray:
         """epoch_pairs, computed (pointwise in the positions, so any split of start:stop gives the same)."""
         slots = KeyedPermutation(len(self.lengths), (self.seed, epoch))(np.arange(start, stop))
-        if self.pair_sampling_temperature is None:
+        if not self.sampled:
             return slots
         # slot s is draw number s - bounds[g] of group g: pass (draw // size) of the group, each
         # pass its own permutation of the group's members

@@ -50,6 +50,10 @@ class TrainConfig:
     global_negatives: bool = False
     # sample language pairs with q ∝ (n/N)^(1/T), T this (the paper's code: off; .inf: an equal draw from each)
     pair_sampling_temperature: float | None = None
+    # with it (or alone, at T=1): a language pair of fewer pairs is sampled as if it had this many
+    # (ems.training.batch_order.temperature_proportions), so the small ones are drawn more often while the
+    # large ones keep their proportions among themselves
+    pair_sampling_floor: int | None = None
     # Sort pairs by both sides' lengths within windows of this many global batches (1000: >= 95% real
     # tokens at the paper's scale, configs/train/ems-paper.yaml). On a tiny corpus a window that spans it
     # all makes every batch length-uniform and the same each epoch, and the contrastive loss stalls in
@@ -178,6 +182,7 @@ class TrainConfig:
                 "time_budget_minutes",
                 "stop_at_step",
                 "pair_sampling_temperature",
+                "pair_sampling_floor",
                 "global_batch_size",
             )
             if getattr(self, key) is not None and not getattr(self, key) > 0

@@ -69,6 +69,7 @@ FIXED_KEYS = (
     "model_overrides",
     "global_negatives",
     "pair_sampling_temperature",
+    "pair_sampling_floor",
     "bucket_batches",
     "one_pair_batches",
     "seed",
@@ -108,6 +109,9 @@ def _layout(world_size: int, accumulation: int | None, batch_size: int | None) -
 
 
 ABSENT = "(not a setting of that version)"  # _differences: a key one of the two configs does not have
+# Settings added after checkpoints were first written whose default trains as before they existed: a stored
+# config without one was trained under that default (TrainConfig's), which _differences reads in its place
+ADDED_KEYS = ("pair_sampling_floor",)
 
 
 def _describe(changes: dict[str, list]) -> str:
@@ -189,13 +193,16 @@ def _differences(checkpointer: Checkpointer, tag_dir: Path) -> dict[str, list] |
     RUN_CONFIG_FILE, with Checkpointer.fixed) and this run's; None when it has no RUN_CONFIG_FILE.
     A key only one of them has (a config another version of this code wrote: a setting renamed, added
     or removed since) is a change from or to ABSENT, so a renamed setting that fixes the run is refused
-    rather than left unchecked; the PATH_KEYS are stored resolved and compared with this run's,
+    rather than left unchecked, except an ADDED_KEYS setting absent from the stored config, which reads as its
+    default; the PATH_KEYS are stored resolved and compared with this run's,
     resolved (with_resolved_paths)."""
     path = tag_dir / RUN_CONFIG_FILE
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
-    saved = {**stored["config"], **stored["fixed"]}  # (fixed's "data", the shards' fingerprint, stands for their path)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.name in ADDED_KEYS}
+    # (fixed's "data", the shards' fingerprint, stands for their path)
+    saved = {**_as_json(defaults), **stored["config"], **stored["fixed"]}
     current = _as_json({**dataclasses.asdict(with_resolved_paths(checkpointer.cfg)), **checkpointer.fixed})
     return {
         key: [saved.get(key, ABSENT), current.get(key, ABSENT)]

@@ -227,9 +227,10 @@ def build_order(cfg: TrainConfig, shards: PairShards, global_batch: int, max_len
         seed=cfg.seed,
         bucket_batches=cfg.bucket_batches,
         groups=shards.language_pair_ranges()
-        if cfg.pair_sampling_temperature is not None or cfg.one_pair_batches
+        if cfg.pair_sampling_temperature is not None or cfg.pair_sampling_floor is not None or cfg.one_pair_batches
         else None,
         pair_sampling_temperature=cfg.pair_sampling_temperature,
+        pair_sampling_floor=cfg.pair_sampling_floor,
         one_pair_batches=cfg.one_pair_batches,
         content_ids=shards.content_ids if cfg.spread_duplicates else None,
         padding_budget=cfg.padding_budget,
