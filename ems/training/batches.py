@@ -97,7 +97,9 @@ def real_and_padded_tokens(batch: dict) -> tuple[int, int]:
     if packing is None:
         real = int((batch["src"] != PAD_ID).sum() + (batch["tgt"] != PAD_ID).sum())
         return real, batch["src"].numel() + batch["tgt"].numel()
-    layouts = [group.layout for group in packing.groups] or ([packing.layout] if packing.layout is not None else [])
+    layouts = [group.layout for group in packing.groups]  # groups and a whole-batch layout exclude each other
+    if packing.layout is not None:
+        layouts.append(packing.layout)
     if not layouts:
         return packing.n_real, packing.ids.shape[0]
     return packing.n_real, sum(layout.rows * layout.width for layout in layouts) + packing.fill
